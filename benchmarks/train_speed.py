@@ -1,0 +1,138 @@
+"""Training throughput, from one run: mechsynth vs bare PyTorch vs TransformerLens's own helper.
+
+    python benchmarks/train_speed.py [--device cpu|cuda] [--steps 60] [--rounds 3]
+
+All three train the same architecture (2-layer attention-only, d_model 64, 2 heads) with AdamW on
+`markov_icl` batches of 64 x 100 tokens:
+  mechsynth  - our Trainer: online batches generated on the device, fused attention.
+  bare       - a minimal PyTorch model with the same math (nn.Linear QKV + scaled_dot_product_attention)
+               and a plain loop over the same online batches: the hardware-speed reference.
+  tl_helper  - TransformerLens's hooked model trained by TL's training helper from a DataLoader.
+Rounds are interleaved and the median is reported, so machine noise hits all three alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+os.environ.setdefault("TQDM_DISABLE", "1")
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from mechsynth import models, tasks  # noqa: E402
+from mechsynth.models.tl_compat import TL_MAJOR, TL_VERSION  # noqa: E402
+from mechsynth.train import Trainer, TrainConfig  # noqa: E402
+
+D_MODEL, N_HEADS, N_LAYERS, BATCH, T = 64, 2, 2, 64, 100
+
+
+class BareBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln = nn.LayerNorm(D_MODEL)
+        self.qkv = nn.Linear(D_MODEL, 3 * D_MODEL)
+        self.out = nn.Linear(D_MODEL, D_MODEL)
+
+    def forward(self, x):
+        b, p, _ = x.shape
+        q, k, v = self.qkv(self.ln(x)).view(b, p, 3, N_HEADS, -1).permute(2, 0, 3, 1, 4)
+        z = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return x + self.out(z.transpose(1, 2).reshape(b, p, D_MODEL))
+
+
+class Bare(nn.Module):
+    def __init__(self, vocab: int):
+        super().__init__()
+        self.embed, self.pos = nn.Embedding(vocab, D_MODEL), nn.Embedding(T + 1, D_MODEL)
+        self.blocks = nn.Sequential(*[BareBlock() for _ in range(N_LAYERS)])
+        self.ln, self.unembed = nn.LayerNorm(D_MODEL), nn.Linear(D_MODEL, vocab)
+
+    def forward(self, tokens):
+        x = self.embed(tokens) + self.pos.weight[: tokens.shape[1]]
+        return self.unembed(self.ln(self.blocks(x)))
+
+
+def timed(step, n: int, device) -> float:
+    for _ in range(3):
+        step()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        step()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return n / (time.perf_counter() - t0)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    device = torch.device(args.device)
+    task = tasks.make("markov_icl", {"k": 3, "length": T})
+    mcfg = models.ModelConfig(n_layers=N_LAYERS, n_heads=N_HEADS, d_model=D_MODEL, attn_only=True)
+    tcfg = TrainConfig(batch_size=BATCH, lr=1e-3, grad_clip=None, device=args.device)
+
+    trainer = Trainer(models.build(mcfg, task.spec), task, tcfg, device)
+
+    bare = Bare(task.spec.d_vocab).to(device)
+    bare_opt = torch.optim.AdamW(bare.parameters(), lr=1e-3)
+    gen = torch.Generator(device=device).manual_seed(0)
+
+    def bare_step():
+        batch = task.sample(BATCH, gen, device)
+        loss = F.cross_entropy(bare(batch.tokens).flatten(0, 1), batch.targets.flatten())
+        bare_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        bare_opt.step()
+
+    # TL's helper runs whole epochs over a Dataset; give it exactly `steps` batches of pre-made sequences.
+    if TL_MAJOR >= 4:
+        from transformer_lens.tools.training import TrainConfig as TLTrainConfig, train as tl_train
+    else:
+        from transformer_lens.train import HookedTransformerTrainConfig as TLTrainConfig, train as tl_train
+    fused = models.build(models.ModelConfig(**{**mcfg.__dict__, "n_ctx": T + 1}), task.spec)
+    tl_model = models.hooked(fused, device).train()
+    g = torch.Generator().manual_seed(1)
+    seqs = [task.sample(BATCH, g) for _ in range(args.steps + 3)]
+    data = [{"tokens": torch.cat([b.tokens, b.targets[:, -1:]], 1)[i]} for b in seqs for i in range(BATCH)]
+    tl_cfg = TLTrainConfig(num_epochs=1, batch_size=BATCH, lr=1e-3, optimizer_name="AdamW", weight_decay=0.01,
+                           device=str(device), print_every=None)
+
+    def tl_run() -> float:
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        tl_train(tl_model, tl_cfg, data)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        return len(data) // BATCH / (time.perf_counter() - t0)
+
+    # Data generation's share of a mechsynth step.
+    sample_rate = timed(lambda: task.sample(BATCH, gen, device), args.steps, device)
+
+    rates: dict[str, list[float]] = {"mechsynth": [], "bare": [], "tl_helper": []}
+    for _ in range(args.rounds):
+        rates["mechsynth"].append(timed(trainer.train_step, args.steps, device))
+        rates["bare"].append(timed(bare_step, args.steps, device))
+        rates["tl_helper"].append(tl_run())
+    med = {k: statistics.median(v) for k, v in rates.items()}
+    print(f"device {device}, torch {torch.__version__}, TransformerLens {TL_VERSION}, threads {torch.get_num_threads()}")
+    print(f"model: {N_LAYERS} layers attention-only, d_model {D_MODEL}, {N_HEADS} heads; batch {BATCH} x {T} tokens")
+    for k, v in med.items():
+        print(f"  {k:<10} {v:8.1f} steps/s")
+    print(f"mechsynth / bare      = {med['mechsynth'] / med['bare']:.2f}x  (target >= 0.9)")
+    print(f"mechsynth / tl_helper = {med['mechsynth'] / med['tl_helper']:.2f}x  (target >= 2)")
+    print(f"data generation       = {100 * med['mechsynth'] / sample_rate:.1f}% of a mechsynth step (target < 10%)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,147 @@
+"""The `mechsynth` command. `main(argv)` returns an exit code so tests call it in-process."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Optional, Sequence
+
+from mechsynth.config import ConfigError, apply_override, describe, read_toml, tomllib
+
+# The demo: 2-layer attention-only transformer on in-context bigrams (Edelman et al. 2024). It goes
+# through the uniform -> unigram -> bigram stages and forms an induction head within a few minutes on a CPU.
+DEMO_CONFIG = """
+[task]
+name = "markov_icl"
+k = 3
+order = 2
+length = 64
+
+[model]
+n_layers = 2
+n_heads = 1
+d_model = 32
+attn_only = true
+
+[train]
+steps = 3000
+batch_size = 64
+lr = 3e-3
+eval_every = 50
+checkpoints = 100
+
+[wandb]
+mode = "offline"
+"""
+
+RESUMABLE = ("train.steps", "train.device", "train.eval_every", "wandb.")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="mechsynth", description="Train small hooked transformers on synthetic tasks and watch circuits form.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    t = sub.add_parser("tasks", help="list tasks, their parameters and defaults")
+    t.add_argument("--json", action="store_true", help="machine-readable output")
+
+    tr = sub.add_parser("train", help="train a model from a TOML config (or continue one with --resume)")
+    tr.add_argument("config", nargs="?", help="TOML file with [task], [model], [train], [wandb] tables")
+    tr.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override a config value (repeatable)")
+    tr.add_argument("--out", help="run directory (default: runs/<config name>-<time>)")
+    tr.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its last checkpoint")
+    tr.add_argument("--wandb", choices=["online", "offline", "disabled"], help="W&B mode (default: the config's, offline)")
+    tr.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    d = sub.add_parser("demo", help="train the default model (markov_icl, 2-layer attention-only) on the CPU")
+    d.add_argument("--out", default=None, help="run directory (default: runs/demo-<time>)")
+    d.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override a config value")
+    d.add_argument("--wandb", choices=["online", "offline", "disabled"], help="W&B mode")
+    return p
+
+
+def _cmd_tasks(args) -> int:
+    from mechsynth import tasks
+
+    table = {name: {"doc": (tasks.TASKS.get(name).__module__ and sys.modules[tasks.TASKS.get(name).__module__].__doc__ or "").strip().splitlines()[0],
+                    "params": describe(tasks.TASKS.get(name).Config)} for name in tasks.names()}
+    if args.json:
+        print(json.dumps(table, indent=2))
+        return 0
+    for name, info in table.items():
+        print(f"{name}: {info['doc']}")
+        for p in info["params"]:
+            print(f"  {p['name']:<14} {p['type']:<34} default {p['default']!r:<10} {p['help']}")
+        print()
+    return 0
+
+
+def _train(data: dict, out: Optional[str], default_name: str, overrides: Sequence[str], wandb: Optional[str],
+           progress: bool) -> int:
+    from mechsynth.run import parse_config, train_run
+
+    for o in overrides:
+        apply_override(data, o)
+    if wandb:
+        data.setdefault("wandb", {})["mode"] = wandb
+    cfg = parse_config(data)
+    run_dir = Path(out) if out else Path("runs") / f"{default_name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    print(f"training {cfg.task_name} -> {run_dir}", file=sys.stderr)
+    train_run(cfg, run_dir, progress=progress)
+    print(run_dir)
+    return 0
+
+
+def _resume(args) -> int:
+    from mechsynth import io
+    from mechsynth.run import parse_config, train_run
+
+    run_dir = Path(args.resume)
+    if not (run_dir / "config.json").exists():
+        raise ConfigError("--resume", f"{run_dir} is not a run directory (no config.json)")
+    data = io.read_json(run_dir / "config.json")
+    data.pop("versions", None)
+    for o in args.set:
+        if not o.startswith(RESUMABLE):
+            raise ConfigError("--set", f"{o.split('=')[0]!r} cannot change on resume; allowed: train.steps, train.device, train.eval_every, wandb.*")
+        apply_override(data, o)
+    if args.wandb:
+        data["wandb"]["mode"] = args.wandb
+    cfg = parse_config(data)
+    if args.set or args.wandb:
+        io.write_json(run_dir / "config.json", {**cfg.to_dict(), "versions": io.read_json(run_dir / "config.json").get("versions", {})})
+    train_run(cfg, run_dir, resume=True, progress=not args.no_progress)
+    print(run_dir)
+    return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "tasks":
+            return _cmd_tasks(args)
+        if args.command == "train":
+            if args.resume:
+                if args.config:
+                    raise ConfigError("config", "give either CONFIG or --resume DIR, not both")
+                return _resume(args)
+            if not args.config:
+                raise ConfigError("config", "missing; give a TOML file or --resume DIR")
+            return _train(read_toml(args.config), args.out, Path(args.config).stem, args.set, args.wandb,
+                          not args.no_progress)
+        if args.command == "demo":
+            return _train(tomllib.loads(DEMO_CONFIG), args.out, "demo", args.set, args.wandb, True)
+    except ConfigError as e:
+        print(f"mechsynth: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("mechsynth: interrupted; the last step is checkpointed — continue with `mechsynth train --resume DIR`",
+              file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,104 @@
+"""The one module that imports TransformerLens model classes; it hides the 3.x / 4.x split.
+
+TL 3.x builds `HookedTransformer(HookedTransformerConfig(...))`; TL 4.x removed it for
+`TransformerBridge.boot_native(TransformerBridgeConfig(...))`, which keeps the same hook names
+(`blocks.{l}.attn.hook_pattern`, `blocks.{l}.hook_resid_post`, ...) and `run_with_cache`.
+Our weights are stored in HookedTransformer's layout, which TL 3 loads as is and which we map
+onto the bridge's `nn.Linear` layout for TL 4.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import version
+
+import einops
+import torch
+from torch import Tensor
+
+from mechsynth.config import ConfigError
+
+TL_VERSION: str = version("transformer-lens")
+TL_MAJOR: int = int(TL_VERSION.split(".")[0])
+
+from transformer_lens.hook_points import HookPoint  # noqa: E402  (same in 3.x and 4.x)
+
+try:
+    from transformer_lens.hook_points import HookedRootModule  # 3.x
+except ImportError:  # 4.x moved it to the package root
+    from transformer_lens import HookedRootModule  # type: ignore[no-redef]
+
+if TL_MAJOR >= 4:
+    from transformer_lens import TransformerBridge
+    from transformer_lens.config import TransformerBridgeConfig
+else:
+    from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+POSITIONAL = ("standard", "rotary") if TL_MAJOR >= 4 else ("standard", "rotary", "shortformer")
+
+
+def check_supported(positional: str) -> None:
+    if positional not in POSITIONAL:
+        raise ConfigError("model.positional", f"{positional!r} is not available in TransformerLens "
+                          f"{TL_VERSION}; allowed: {', '.join(POSITIONAL)}")
+
+
+def _common(cfg, d_vocab: int, d_vocab_out: int, n_ctx: int) -> dict:
+    return dict(n_layers=cfg.n_layers, d_model=cfg.d_model, n_ctx=n_ctx, d_head=cfg.head_dim,
+                n_heads=cfg.n_heads, d_mlp=None if cfg.attn_only else cfg.mlp_dim, d_vocab=d_vocab,
+                d_vocab_out=d_vocab_out, act_fn=cfg.act_fn, attn_only=cfg.attn_only,
+                normalization_type=None if cfg.normalization == "none" else cfg.normalization,
+                positional_embedding_type=cfg.positional, rotary_dim=cfg.head_dim if cfg.positional == "rotary" else None)
+
+
+def hooked_transformer(cfg, d_vocab: int, d_vocab_out: int, n_ctx: int, state_dict: dict[str, Tensor],
+                       device: str | torch.device = "cpu"):
+    """A hooked TransformerLens model (TL 3: HookedTransformer, TL 4: TransformerBridge) with
+    `state_dict` (HookedTransformer layout, as `FusedTransformer.state_dict()` gives) loaded."""
+    check_supported(cfg.positional)
+    kw = _common(cfg, d_vocab, d_vocab_out, n_ctx)
+    if TL_MAJOR >= 4:
+        if kw["d_mlp"] is None:
+            kw["d_mlp"] = 4 * cfg.d_model  # unused by attn-only models, but the bridge wants an int
+        model = TransformerBridge.boot_native(TransformerBridgeConfig(**kw, init_weights=False), device=device)
+        model.load_state_dict(to_bridge_layout(state_dict, cfg), strict=True)
+    else:
+        model = HookedTransformer(HookedTransformerConfig(**kw, rotary_adjacent_pairs=True,
+                                                          default_prepend_bos=False, init_weights=False,
+                                                          device=str(device)))
+        missing, unexpected = model.load_state_dict(state_dict, strict=False)
+        # HookedTransformer keeps its causal mask and rotary tables as buffers; nothing else may be missing.
+        missing = [k for k in missing if not k.endswith((".mask", ".IGNORE", "rotary_sin", "rotary_cos"))]
+        if missing or unexpected:
+            raise ValueError(f"weights do not fit the model: missing {missing}, unexpected {unexpected}")
+    return model.eval()
+
+
+def to_bridge_layout(sd: dict[str, Tensor], cfg) -> dict[str, Tensor]:
+    """HookedTransformer keys/shapes -> TL 4 bridge keys/shapes (per-head tensors become nn.Linear)."""
+    out: dict[str, Tensor] = {}
+    for key, t in sd.items():
+        prefix, leaf = key.rsplit(".", 1)
+        if leaf in ("W_E", "W_pos"):
+            out[f"{prefix}.weight"] = t
+        elif leaf in ("w", "b"):
+            out[f"{prefix}.{'weight' if leaf == 'w' else 'bias'}"] = t
+        elif leaf in ("W_Q", "W_K", "W_V"):
+            out[f"{prefix}.{leaf[-1].lower()}.weight"] = einops.rearrange(t, "h m d -> (h d) m")
+        elif leaf in ("b_Q", "b_K", "b_V"):
+            out[f"{prefix}.{leaf[-1].lower()}.bias"] = einops.rearrange(t, "h d -> (h d)")
+        elif leaf == "W_O":
+            out[f"{prefix}.o.weight"] = einops.rearrange(t, "h d m -> m (h d)")
+        elif leaf == "b_O":
+            out[f"{prefix}.o.bias"] = t
+        elif leaf in ("W_in", "W_out", "W_U"):
+            name = {"W_in": "in", "W_out": "out"}.get(leaf)
+            out[f"{prefix}.{name}.weight" if name else f"{prefix}.weight"] = t.T.contiguous()
+        elif leaf in ("b_in", "b_out", "b_U"):
+            name = {"b_in": "in", "b_out": "out"}.get(leaf)
+            out[f"{prefix}.{name}.bias" if name else f"{prefix}.bias"] = t
+        else:
+            raise ValueError(f"unexpected weight {key!r}")
+    return out
+
+
+__all__ = ["HookPoint", "HookedRootModule", "TL_MAJOR", "TL_VERSION", "check_supported", "hooked_transformer"]

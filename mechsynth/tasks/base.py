@@ -1,0 +1,100 @@
+"""What every task provides: a validated config, a spec of its sizes, and batches that carry their ground truth."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from jaxtyping import Bool, Float, Int
+from torch import Tensor
+
+from mechsynth.registry import Registry
+
+
+@dataclass
+class Batch:
+    """One batch of a task.
+
+    `targets[b, p]` is what the model should output at position p, scored only where `mask` is True.
+    `truth` holds the hidden ground truth probes need (the parity support, each sequence's
+    transition matrix, the automaton states, ...), keyed by name.
+    """
+
+    tokens: Int[Tensor, "batch pos"]
+    targets: Int[Tensor, "batch pos"]
+    mask: Bool[Tensor, "batch pos"]
+    truth: dict[str, Any] = field(default_factory=dict)
+
+    def to(self, device: torch.device | str) -> "Batch":
+        move = lambda v: v.to(device) if isinstance(v, Tensor) else v  # noqa: E731
+        return Batch(self.tokens.to(device), self.targets.to(device), self.mask.to(device),
+                     {k: move(v) for k, v in self.truth.items()})
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """Sizes a model needs to be built for a task."""
+
+    d_vocab: int  # input token ids are in [0, d_vocab)
+    d_vocab_out: int  # targets are in [0, d_vocab_out)
+    n_ctx: int  # longest sequence any split produces
+    token_names: tuple[str, ...]  # a label per input token (for renders)
+    target_names: tuple[str, ...]  # a label per target class
+    # Numeric value of each input token for models that read numbers, not embeddings (the MLP
+    # baselines); None for tasks where that makes no sense.
+    token_values: tuple[float, ...] | None = None
+
+
+class Task:
+    """Base class. Subclasses set `Config` (a frozen dataclass) and implement `spec` and `sample`."""
+
+    name: ClassVar[str]  # set by TASKS.register
+    Config: ClassVar[type]
+    splits: ClassVar[tuple[str, ...]] = ("train", "eval")
+    # Which split tells "has it learned?": the headline accuracy in the progress bar and reports.
+    main_eval: ClassVar[str] = "eval"
+
+    def __init__(self, cfg: Any):
+        self.cfg = cfg
+
+    @property
+    def spec(self) -> TaskSpec:
+        raise NotImplementedError
+
+    def sample(self, batch_size: int, generator: torch.Generator, device: torch.device | str = "cpu",
+               split: str = "train") -> Batch:
+        """A batch drawn with `generator` (which must live on `device`); same generator state -> same batch."""
+        raise NotImplementedError
+
+    def metrics(self, logits: Float[Tensor, "batch pos vocab_out"], batch: Batch) -> dict[str, float]:
+        """Loss and accuracy at scored positions. Tasks add their own (e.g. per-position accuracy)."""
+        logits, targets, mask = align(logits, batch)
+        loss = F.cross_entropy(logits[mask].float(), targets[mask])
+        acc = (logits.argmax(-1) == targets)[mask].float().mean()
+        return {"loss": loss.item(), "acc": acc.item()}
+
+    def check_split(self, split: str) -> None:
+        if split not in self.splits:
+            raise ValueError(f"split: {split!r} is not a split of {self.name}; allowed: {', '.join(self.splits)}")
+
+
+def align(logits: Tensor, batch: Batch) -> tuple[Tensor, Tensor, Tensor]:
+    """Match logits to targets. Models that only predict the last P positions (the MLP baselines,
+    which read the whole input and answer at the readout) are scored on the last P targets."""
+    p = logits.shape[1]
+    return logits, batch.targets[:, -p:], batch.mask[:, -p:]
+
+
+def task_generator(seed: int) -> torch.Generator:
+    """CPU generator for a task's hidden structure (support sets, truth tables): fixed by the task seed,
+    independent of the data stream."""
+    return torch.Generator().manual_seed(seed)
+
+
+def randint(high: int, size: tuple[int, ...], generator: torch.Generator, device: torch.device | str) -> Tensor:
+    return torch.randint(high, size, generator=generator, device=device)
+
+
+TASKS: Registry[type[Task]] = Registry("task")

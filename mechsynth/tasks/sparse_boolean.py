@@ -1,0 +1,95 @@
+"""Sparse Boolean functions (Edelman et al. 2022): the label is an s-sparse function of T input bits.
+
+The function reads the bits at hidden positions S (drawn from the task seed). A transformer can
+learn it by attending from the readout position to S ("sparse variable creation"), with a sample
+complexity that grows only like log T.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Optional
+
+import torch
+from jaxtyping import Int
+from torch import Tensor
+
+from mechsynth.config import check, doc
+from mechsynth.tasks.base import TASKS, Batch, Task, TaskSpec, task_generator
+
+
+@dataclass(frozen=True)
+class SparseBooleanConfig:
+    length: int = doc("T, the number of input bits", 16)
+    s: int = doc("number of relevant positions |S|", 3)
+    function: Literal["and", "or", "majority", "parity", "table"] = doc("the Boolean function of the s bits", "and")
+    table: tuple[int, ...] = doc("truth table for function='table': 2**s outputs, indexed by the s bits read as a binary number (first bit most significant)", ())
+    bias: Optional[float] = doc("probability that an input bit is 1; unset = 0.5, or for 'and'/'or' the value making the label balanced", None)
+    n_train: Optional[int] = doc("fixed training set of this many examples; unset = fresh samples", None)
+    seed: int = doc("seed of the hidden positions S (and of the fixed training set)", 0)
+
+    def __post_init__(self):
+        check(self.length >= 1, "length", f"must be ≥ 1, got {self.length}")
+        check(1 <= self.s <= self.length, "s", f"must be between 1 and length={self.length}, got {self.s}")
+        check(self.s <= 16, "s", f"must be ≤ 16 (the truth table has 2**s rows), got {self.s}")
+        if self.function == "table":
+            check(len(self.table) == 2**self.s and set(self.table) <= {0, 1}, "table",
+                  f"must list 2**s = {2**self.s} outputs, each 0 or 1; got {len(self.table)} values")
+        else:
+            check(not self.table, "table", "is only allowed with function='table'")
+        check(self.bias is None or 0.0 < self.bias < 1.0, "bias", f"must be in (0, 1) or unset, got {self.bias}")
+        check(self.n_train is None or self.n_train >= 1, "n_train", f"must be ≥ 1 or unset, got {self.n_train}")
+
+
+def truth_table(function: str, s: int, table: tuple[int, ...] = ()) -> Int[Tensor, "rows"]:
+    """Output for each of the 2**s inputs, row index = the bits read as a binary number (MSB first)."""
+    rows = torch.arange(2**s)
+    bits = (rows[:, None] >> torch.arange(s - 1, -1, -1)) & 1
+    ones = bits.sum(-1)
+    return {
+        "and": (ones == s).long(),
+        "or": (ones > 0).long(),
+        "majority": (2 * ones > s).long(),
+        "parity": ones % 2,
+        "table": torch.tensor(table, dtype=torch.long) if table else torch.zeros(0, dtype=torch.long),
+    }[function]
+
+
+@TASKS.register("sparse_boolean")
+class SparseBoolean(Task):
+    Config = SparseBooleanConfig
+
+    def __init__(self, cfg: SparseBooleanConfig):
+        super().__init__(cfg)
+        g = task_generator(cfg.seed)
+        self.support = torch.randperm(cfg.length, generator=g)[: cfg.s].sort().values
+        self.table = truth_table(cfg.function, cfg.s, cfg.table)
+        # AND/OR of s fair bits is almost always 0/1; bias the bits so both labels are common.
+        default = {"and": 0.5 ** (1 / cfg.s), "or": 1 - 0.5 ** (1 / cfg.s)}.get(cfg.function, 0.5)
+        self.p_one = cfg.bias if cfg.bias is not None else default
+        self._train_set = None
+        if cfg.n_train is not None:
+            self._train_set = (torch.rand(cfg.n_train, cfg.length, generator=g) < self.p_one).long()
+
+    @property
+    def spec(self) -> TaskSpec:
+        return TaskSpec(d_vocab=3, d_vocab_out=2, n_ctx=self.cfg.length + 1, token_names=("0", "1", "?"),
+                        target_names=("0", "1"), token_values=(-1.0, 1.0, 0.0))
+
+    def label(self, bits: Int[Tensor, "batch length"]) -> Int[Tensor, "batch"]:
+        weights = 2 ** torch.arange(self.cfg.s - 1, -1, -1, device=bits.device)
+        return self.table.to(bits.device)[(bits[:, self.support.to(bits.device)] * weights).sum(-1)]
+
+    def sample(self, batch_size, generator, device="cpu", split="train") -> Batch:
+        self.check_split(split)
+        if split == "train" and self._train_set is not None:
+            idx = torch.randint(len(self._train_set), (batch_size,), generator=generator, device=device)
+            bits = self._train_set.to(device)[idx]
+        else:
+            bits = (torch.rand(batch_size, self.cfg.length, generator=generator, device=device) < self.p_one).long()
+        tokens = torch.cat([bits, torch.full((batch_size, 1), 2, dtype=torch.long, device=device)], 1)
+        targets = torch.zeros_like(tokens)
+        targets[:, -1] = self.label(bits)
+        mask = torch.zeros_like(tokens, dtype=torch.bool)
+        mask[:, -1] = True
+        return Batch(tokens, targets, mask, {"support": self.support.to(device), "readout": self.cfg.length})

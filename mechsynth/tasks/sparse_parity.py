@@ -1,0 +1,81 @@
+"""Sparse parity (Barak et al. 2022): the label is the parity of k hidden bits out of n.
+
+Sequence: the n input bits, then a readout token; the label is scored at the readout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Optional
+
+import torch
+
+from mechsynth.config import check, doc
+from mechsynth.tasks.base import TASKS, Batch, Task, TaskSpec, task_generator
+
+
+@dataclass(frozen=True)
+class SparseParityConfig:
+    n: int = doc("number of input bits", 10)
+    k: int = doc("size of the hidden support S", 2)
+    encoding: Literal["pm1", "01"] = doc("bit values: ±1 (label = product) or 0/1 (label = sum mod 2)", "pm1")
+    noise: float = doc("probability that a training label is flipped", 0.0)
+    n_train: Optional[int] = doc("fixed training set of this many examples (finite-sample regime); unset = fresh samples", None)
+    seed: int = doc("seed of the hidden support S (and of the fixed training set)", 0)
+
+    def __post_init__(self):
+        check(self.n >= 1, "n", f"must be ≥ 1, got {self.n}")
+        check(1 <= self.k <= self.n, "k", f"must be between 1 and n={self.n}, got {self.k}")
+        check(0.0 <= self.noise < 0.5, "noise", f"must be in [0, 0.5), got {self.noise}")
+        check(self.n_train is None or self.n_train >= 1, "n_train", f"must be ≥ 1 or unset, got {self.n_train}")
+
+
+def parity_labels(bits: torch.Tensor, support: torch.Tensor) -> torch.Tensor:
+    """Parity of `bits[..., support]` for 0/1 bits (token ids): 1 iff an odd number are set."""
+    return bits[..., support].sum(-1) % 2
+
+
+@TASKS.register("sparse_parity")
+class SparseParity(Task):
+    Config = SparseParityConfig
+
+    def __init__(self, cfg: SparseParityConfig):
+        super().__init__(cfg)
+        g = task_generator(cfg.seed)
+        self.support = torch.randperm(cfg.n, generator=g)[: cfg.k].sort().values
+        self._train_set = None
+        if cfg.n_train is not None:
+            bits = torch.randint(2, (cfg.n_train, cfg.n), generator=g)
+            flips = (torch.rand(cfg.n_train, generator=g) < cfg.noise).long()
+            self._train_set = (bits, parity_labels(bits, self.support) ^ flips, parity_labels(bits, self.support))
+
+    @property
+    def spec(self) -> TaskSpec:
+        values = (1.0, -1.0) if self.cfg.encoding == "pm1" else (0.0, 1.0)
+        # Token 0 is the bit value 0 (+1 in ±1 encoding); token 1 is bit 1 (−1); token 2 marks the readout.
+        # In ±1 encoding the label "product = −1" is class 1, so both encodings share one label rule.
+        names = ("+1", "-1") if self.cfg.encoding == "pm1" else ("0", "1")
+        return TaskSpec(d_vocab=3, d_vocab_out=2, n_ctx=self.cfg.n + 1, token_names=names + ("?",),
+                        target_names=names, token_values=values + (0.0,))
+
+    def sample(self, batch_size, generator, device="cpu", split="train") -> Batch:
+        self.check_split(split)
+        cfg = self.cfg
+        if split == "train" and self._train_set is not None:
+            idx = torch.randint(cfg.n_train, (batch_size,), generator=generator, device=device)
+            bits, labels, clean = (t.to(device)[idx] for t in self._train_set)
+        else:
+            bits = torch.randint(2, (batch_size, cfg.n), generator=generator, device=device)
+            clean = parity_labels(bits, self.support.to(device))
+            labels = clean
+            if split == "train" and cfg.noise > 0:
+                flips = torch.rand(batch_size, generator=generator, device=device) < cfg.noise
+                labels = clean ^ flips.long()
+        readout = torch.full((batch_size, 1), 2, dtype=torch.long, device=device)
+        tokens = torch.cat([bits, readout], dim=1)
+        targets = torch.zeros_like(tokens)
+        targets[:, -1] = labels
+        mask = torch.zeros_like(tokens, dtype=torch.bool)
+        mask[:, -1] = True
+        return Batch(tokens, targets, mask, {"support": self.support.to(device), "label": clean,
+                                              "readout": cfg.n})

@@ -1,0 +1,194 @@
+"""The training loop. Model-agnostic: it takes a model and a data source that samples batches.
+
+Not TransformerLens's training helper: that one overwrites its checkpoint every epoch and saves
+no optimizer state, so runs cannot be resumed, and it trains the unfused hooked model.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Literal, Optional, Protocol
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from mechsynth.config import ConfigError, check, doc
+from mechsynth.tasks.base import Batch, align
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    steps: int = doc("optimizer steps", 2000)
+    batch_size: int = doc("sequences per step, sampled fresh on the training device", 64)
+    lr: float = doc("peak learning rate", 1e-3)
+    optimizer: Literal["adamw", "adam", "sgd"] = doc("optimizer", "adamw")
+    betas: tuple[float, float] = doc("Adam betas", (0.9, 0.999))
+    momentum: float = doc("SGD momentum", 0.0)
+    weight_decay: float = doc("weight decay (decoupled for adamw, L2 for adam/sgd)", 0.0)
+    warmup_steps: int = doc("linear warmup from 0 to lr over this many steps", 0)
+    schedule: Literal["constant", "cosine"] = doc("after warmup: constant, or cosine decay to min_lr_frac * lr", "constant")
+    min_lr_frac: float = doc("floor of the cosine schedule as a fraction of lr", 0.0)
+    grad_clip: Optional[float] = doc("clip the global gradient norm to this; 0 or unset = no clipping", 1.0)
+    eval_every: int = doc("evaluate every this many steps (and at every checkpoint)", 100)
+    eval_batch_size: int = doc("sequences per evaluation split (a fixed held-out batch)", 512)
+    checkpoints: int = doc("about this many checkpoints, log-spaced early and linear later", 100)
+    seed: int = doc("seed of the training data stream (and of the held-out batches)", 0)
+    device: str = doc("'auto' (CUDA when available), 'cpu', 'cuda', 'cuda:1', ...", "auto")
+
+    def __post_init__(self):
+        for name in ("steps", "batch_size", "eval_every", "eval_batch_size"):
+            check(getattr(self, name) >= 1, name, f"must be ≥ 1, got {getattr(self, name)}")
+        check(self.lr > 0 and math.isfinite(self.lr), "lr", f"must be a positive number, got {self.lr}")
+        check(self.weight_decay >= 0, "weight_decay", f"must be ≥ 0, got {self.weight_decay}")
+        check(self.warmup_steps >= 0, "warmup_steps", f"must be ≥ 0, got {self.warmup_steps}")
+        check(0 <= self.min_lr_frac <= 1, "min_lr_frac", f"must be in [0, 1], got {self.min_lr_frac}")
+        check(self.grad_clip is None or self.grad_clip >= 0, "grad_clip", f"must be ≥ 0 or unset, got {self.grad_clip}")
+        check(self.checkpoints >= 2, "checkpoints", f"must be ≥ 2 (the first and last step), got {self.checkpoints}")
+        check(all(0 <= b < 1 for b in self.betas) and len(self.betas) == 2, "betas", f"must be two numbers in [0, 1), got {self.betas}")
+        check(0 <= self.momentum < 1, "momentum", f"must be in [0, 1), got {self.momentum}")
+        check(self.device == "auto" or self.device.split(":")[0] in ("cpu", "cuda", "mps"), "device",
+              f"{self.device!r} is not allowed; allowed: auto, cpu, cuda, cuda:N, mps")
+
+
+class DataSource(Protocol):
+    """What the trainer needs from a task."""
+
+    splits: tuple[str, ...]
+
+    def sample(self, batch_size: int, generator: torch.Generator, device: Any, split: str) -> Batch: ...
+
+    def metrics(self, logits: torch.Tensor, batch: Batch) -> dict[str, float]: ...
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError("train.device", f"{name!r} but CUDA is not available here; allowed: auto, cpu")
+    return torch.device(name)
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Learning rate for the update that takes the model from `step` to `step + 1`."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    if cfg.schedule == "constant":
+        return cfg.lr
+    progress = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
+    return cfg.lr * (cfg.min_lr_frac + (1 - cfg.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+def checkpoint_steps(total: int, count: int = 100) -> list[int]:
+    """About `count` steps in [0, total]: half log-spaced (circuits form early), half evenly spaced."""
+    n_log = count // 2
+    log = {round(math.exp(math.log(total) * i / (n_log - 1))) for i in range(n_log)} if total > 1 and n_log > 1 else set()
+    lin = {round(total * i / (count - n_log - 1)) for i in range(count - n_log)} if count - n_log > 1 else set()
+    return sorted({0, total} | log | lin)
+
+
+def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+    params = [p for p in model.parameters() if p.requires_grad]
+    if cfg.optimizer == "adamw":
+        return torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+    if cfg.optimizer == "adam":
+        return torch.optim.Adam(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+    return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+
+
+def masked_loss(logits: torch.Tensor, batch: Batch) -> torch.Tensor:
+    """Mean cross-entropy over scored positions. Weighting instead of boolean indexing avoids a
+    device->host sync per step (vocabularies here are tiny, so scoring every position is cheap)."""
+    logits, targets, mask = align(logits, batch)
+    per_position = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), reduction="none")
+    weights = mask.flatten().float()
+    return (per_position * weights).sum() / weights.sum()
+
+
+class Trainer:
+    """Owns the model, optimizer and data stream; `state()` / `load_state()` make it resumable bit for bit."""
+
+    def __init__(self, model: nn.Module, data: DataSource, cfg: TrainConfig, device: torch.device | str = "cpu"):
+        self.cfg, self.data, self.device = cfg, data, torch.device(device)
+        self.model = model.to(self.device)
+        self.optimizer = make_optimizer(self.model, cfg)
+        self.step = 0
+        self.generator = torch.Generator(device=self.device).manual_seed(cfg.seed)
+        self._eval_batches: dict[str, Batch] = {}
+
+    def eval_batches(self) -> dict[str, Batch]:
+        """One fixed held-out batch per evaluation split, drawn from its own seed so curves are comparable."""
+        if not self._eval_batches:
+            for i, split in enumerate(s for s in self.data.splits if s != "train"):
+                g = torch.Generator(device=self.device).manual_seed(self.cfg.seed + 1_000_003 * (i + 1))
+                self._eval_batches[split] = self.data.sample(self.cfg.eval_batch_size, g, self.device, split)
+        return self._eval_batches
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        was_training = self.model.training
+        self.model.eval()
+        out = {}
+        for split, batch in self.eval_batches().items():
+            for k, v in self.data.metrics(self.model(batch.tokens), batch).items():
+                out[f"{split}/{k}"] = v
+        self.model.train(was_training)
+        return out
+
+    def train_step(self) -> torch.Tensor:
+        """One update; returns the (device) loss without syncing, so GPU steps stay asynchronous."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr_at(self.step, self.cfg)
+        batch = self.data.sample(self.cfg.batch_size, self.generator, self.device, "train")
+        loss = masked_loss(self.model(batch.tokens), batch)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.cfg.grad_clip:
+            nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
+        self.optimizer.step()
+        self.step += 1
+        return loss.detach()
+
+    def fit(self, on_eval: Callable[[int, dict[str, float]], None],
+            on_checkpoint: Callable[[int, dict[str, float]], None],
+            checkpoint_at: set[int], progress: bool = True) -> None:
+        """Train to `cfg.steps`, evaluating every `eval_every` steps and at each checkpoint step."""
+        from tqdm.auto import tqdm
+
+        self.model.train()
+        bar = tqdm(total=self.cfg.steps, initial=self.step, disable=not progress, unit="step", dynamic_ncols=True)
+        running, n_running, t0, s0 = torch.zeros((), device=self.device), 0, time.perf_counter(), self.step
+        if self.step == 0:  # a resumed run already has this step's record
+            metrics = self.evaluate()
+            on_eval(self.step, metrics)
+            if self.step in checkpoint_at:
+                on_checkpoint(self.step, metrics)
+        while self.step < self.cfg.steps:
+            running += self.train_step()
+            n_running += 1
+            bar.update(1)
+            is_ckpt = self.step in checkpoint_at
+            if is_ckpt or self.step % self.cfg.eval_every == 0 or self.step == self.cfg.steps:
+                metrics = {"train/loss": (running / n_running).item(), "train/lr": lr_at(self.step - 1, self.cfg),
+                           **self.evaluate()}
+                rate = (self.step - s0) / max(1e-9, time.perf_counter() - t0)
+                bar.set_postfix(loss=f"{metrics['train/loss']:.4f}", steps_per_s=f"{rate:.1f}")
+                running.zero_()
+                n_running = 0
+                on_eval(self.step, metrics)
+                if is_ckpt:
+                    on_checkpoint(self.step, metrics)
+        bar.close()
+
+    def state(self) -> dict[str, Any]:
+        """Everything besides the weights needed to continue exactly: optimizer, data RNG, step.
+        (The LR schedule is a pure function of the step, so it needs no state.)"""
+        return {"optimizer": self.optimizer.state_dict(), "generator": self.generator.get_state(),
+                "step": self.step}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.generator.set_state(state["generator"])
+        self.step = int(state["step"])

@@ -1,0 +1,56 @@
+"""The one module that imports wandb. Offline by default; if W&B cannot start, training goes on."""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+from mechsynth.config import doc
+
+
+@dataclass(frozen=True)
+class WandbConfig:
+    mode: Literal["online", "offline", "disabled"] = doc("offline needs no account or network; `wandb sync` uploads later", "offline")
+    project: str = doc("W&B project", "mechsynth")
+    name: Optional[str] = doc("run name; unset = the run directory's name", None)
+    group: Optional[str] = doc("W&B group (seeds and sweeps share one)", None)
+    tags: tuple[str, ...] = doc("W&B tags", ())
+
+
+class WandbLogger:
+    """Logs to a W&B run, or does nothing (with one warning) when W&B is disabled or fails to start."""
+
+    def __init__(self, cfg: WandbConfig, run_dir: Path, config: dict[str, Any], run_id: Optional[str] = None):
+        self.run = None
+        if cfg.mode == "disabled":
+            return
+        try:
+            import wandb
+
+            self.run = wandb.init(mode=cfg.mode, project=cfg.project, name=cfg.name or Path(run_dir).name,
+                                  group=cfg.group, tags=list(cfg.tags), config=config, dir=str(run_dir),
+                                  id=run_id, resume="allow" if run_id else None,
+                                  settings=wandb.Settings(console="off", silent=True))
+        except Exception as e:  # noqa: BLE001 - any failure to start must not stop training
+            warnings.warn(f"W&B did not start ({type(e).__name__}: {e}); metrics still go to metrics.jsonl",
+                          stacklevel=2)
+            self.run = None
+
+    @property
+    def id(self) -> Optional[str]:
+        return self.run.id if self.run is not None else None
+
+    def log(self, metrics: dict[str, Any], step: int) -> None:
+        if self.run is not None:
+            self.run.log(metrics, step=step)
+
+    def summary(self, values: dict[str, Any]) -> None:
+        if self.run is not None:
+            self.run.summary.update(values)
+
+    def finish(self) -> None:
+        if self.run is not None:
+            self.run.finish()
+            self.run = None

@@ -1,0 +1,31 @@
+"""Shared fixtures. W&B never touches the network or the home directory: every WANDB_* path is under tmp."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+_WANDB_TMP = Path(tempfile.mkdtemp(prefix="mechsynth-wandb-"))
+for var in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR", "WANDB_ARTIFACT_DIR"):
+    os.environ[var] = str(_WANDB_TMP / var.lower())
+    Path(os.environ[var]).mkdir(parents=True, exist_ok=True)
+os.environ["WANDB_MODE"] = "offline"
+os.environ["WANDB_SILENT"] = "true"
+os.environ.pop("WANDB_API_KEY", None)
+
+
+def tiny_config(task: dict, model: dict | None = None, train: dict | None = None, wandb: str = "disabled") -> dict:
+    """A config dict for a short CPU run."""
+    return {"task": task,
+            "model": {"n_layers": 1, "n_heads": 1, "d_model": 16, **(model or {})},
+            "train": {"steps": 20, "batch_size": 16, "eval_every": 5, "eval_batch_size": 64,
+                      "checkpoints": 6, "device": "cpu", **(train or {})},
+            "wandb": {"mode": wandb}}
+
+
+@pytest.fixture
+def tiny():
+    return tiny_config

@@ -1,0 +1,103 @@
+"""sparse_parity and sparse_boolean against slow references written straight from the definitions."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from mechsynth import tasks
+from mechsynth.config import ConfigError
+
+
+def gen(seed=0):
+    return torch.Generator().manual_seed(seed)
+
+
+@pytest.mark.parametrize("encoding", ["pm1", "01"])
+def test_sparse_parity_matches_reference(encoding):
+    task = tasks.make("sparse_parity", {"n": 12, "k": 3, "encoding": encoding, "seed": 5})
+    b = task.sample(256, gen())
+    S = b.truth["support"].tolist()
+    assert len(set(S)) == 3 and all(0 <= s < 12 for s in S)
+    values = task.spec.token_values
+    for row, label in zip(b.tokens.tolist(), b.targets[:, -1].tolist()):
+        x = [values[t] for t in row[:-1]]
+        if encoding == "pm1":
+            prod = 1.0
+            for s in S:
+                prod *= x[s]
+            expected = 0 if prod == 1.0 else 1  # class 0 is the value +1
+        else:
+            expected = int(sum(x[s] for s in S)) % 2
+        assert label == expected
+        assert row[-1] == 2
+    assert b.mask.sum().item() == 256 and b.mask[:, -1].all()
+
+
+def test_sparse_parity_noise_rate_and_fixed_training_set():
+    task = tasks.make("sparse_parity", {"n": 8, "k": 2, "noise": 0.2})
+    b = task.sample(20_000, gen(), split="train")
+    flipped = (b.targets[:, -1] != b.truth["label"]).float().mean().item()
+    assert abs(flipped - 0.2) < 0.015
+    clean = task.sample(2000, gen(), split="eval")
+    assert torch.equal(clean.targets[:, -1], clean.truth["label"])
+
+    fixed = tasks.make("sparse_parity", {"n": 8, "k": 2, "n_train": 10})
+    rows = {tuple(r) for r in fixed.sample(2000, gen(), split="train").tokens.tolist()}
+    assert len(rows) <= 10
+    assert len({tuple(r) for r in fixed.sample(2000, gen(), split="eval").tokens.tolist()}) > 10
+
+
+def test_support_comes_from_the_task_seed_not_the_data_seed():
+    a, b, c = (tasks.make("sparse_parity", {"n": 30, "k": 3, "seed": s}) for s in (1, 1, 2))
+    assert torch.equal(a.support, b.support) and not torch.equal(a.support, c.support)
+    assert torch.equal(a.sample(8, gen(3)).tokens, b.sample(8, gen(3)).tokens)
+    assert not torch.equal(a.sample(8, gen(3)).tokens, a.sample(8, gen(4)).tokens)
+
+
+REFERENCE = {
+    "and": lambda bits: int(all(bits)),
+    "or": lambda bits: int(any(bits)),
+    "majority": lambda bits: int(2 * sum(bits) > len(bits)),
+    "parity": lambda bits: sum(bits) % 2,
+}
+
+
+@pytest.mark.parametrize("function", [*REFERENCE, "table"])
+def test_sparse_boolean_matches_reference(function):
+    s = 3
+    table = (0, 1, 1, 0, 1, 0, 0, 1)[: 2**s] if function == "table" else ()
+    task = tasks.make("sparse_boolean", {"length": 16, "s": s, "function": function, "table": list(table)})
+    b = task.sample(512, gen())
+    S = b.truth["support"].tolist()
+    for row, label in zip(b.tokens.tolist(), b.targets[:, -1].tolist()):
+        bits = [row[i] for i in S]
+        if function == "table":
+            expected = table[int("".join(map(str, bits)), 2)]
+        else:
+            expected = REFERENCE[function](bits)
+        assert label == expected
+    if function in ("and", "or"):  # the default bias balances the labels
+        assert 0.4 < b.targets[:, -1].float().mean().item() < 0.6
+
+
+def test_truth_table_enumerates_all_inputs():
+    from mechsynth.tasks.sparse_boolean import truth_table
+
+    for bits in itertools.product([0, 1], repeat=3):
+        row = int("".join(map(str, bits)), 2)
+        assert truth_table("majority", 3)[row].item() == REFERENCE["majority"](list(bits))
+
+
+@pytest.mark.parametrize("params, field", [
+    ({"n": 3, "k": 4}, "task.k"), ({"noise": 0.7}, "task.noise"), ({"encoding": "bits"}, "task.encoding")])
+def test_sparse_parity_validation(params, field):
+    with pytest.raises(ConfigError, match=f"^{field}:"):
+        tasks.make("sparse_parity", params)
+
+
+def test_sparse_boolean_validation():
+    with pytest.raises(ConfigError, match="^task.table:"):
+        tasks.make("sparse_boolean", {"s": 2, "function": "table", "table": [0, 1]})
