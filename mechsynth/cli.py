@@ -11,8 +11,8 @@ from typing import Optional, Sequence
 
 from mechsynth.config import ConfigError, apply_override, describe, read_toml, tomllib
 
-# The demo: 2-layer attention-only transformer on in-context bigrams (Edelman et al. 2024). It goes
-# through the uniform -> unigram -> bigram stages and forms an induction head within a few minutes on a CPU.
+# The demo: 2-layer attention-only transformer on in-context bigrams (Edelman et al. 2024). On a 2-core
+# CPU it passes the uniform -> unigram -> bigram stages in ~300 steps (~15 s) and trains 2000 in ~75 s.
 DEMO_CONFIG = """
 [task]
 name = "markov_icl"
@@ -27,7 +27,7 @@ d_model = 32
 attn_only = true
 
 [train]
-steps = 3000
+steps = 2000
 batch_size = 64
 lr = 3e-3
 eval_every = 50

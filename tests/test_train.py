@@ -22,9 +22,9 @@ def test_sparse_parity_learned_to_100_percent(tmp_path, tiny):
 
 def test_parity_automaton_learned_by_one_layer(tmp_path, tiny):
     cfg = parse_config(tiny({"name": "automata", "automaton": "parity", "length": 20},
-                            {"n_layers": 1, "n_heads": 2, "d_model": 64},
-                            {"steps": 1500, "batch_size": 64, "lr": 3e-3, "eval_every": 250, "eval_batch_size": 1024,
-                             "warmup_steps": 50}))
+                            {"n_layers": 1, "n_heads": 4, "d_model": 128},
+                            {"steps": 1000, "batch_size": 64, "lr": 1e-3, "eval_every": 250, "eval_batch_size": 1024,
+                             "warmup_steps": 50, "schedule": "cosine"}))
     run = load_run(train_run(cfg, tmp_path / "run", progress=False))
     assert run.metrics[-1]["eval/acc"] >= 0.99, run.metrics[-1]
 
@@ -83,25 +83,29 @@ def test_run_directory_and_load_run(tmp_path, tiny):
     meta = run.meta(20)
     assert meta["step"] == 20 and "eval/acc" in meta["metrics"]
     tokens = run.task.sample(8, torch.Generator().manual_seed(1)).tokens
-    hooked, fused = run.model(5), run.trainable(5)
+    hooked, fused = run.model(4), run.trainable(4)
     logits, cache = hooked.run_with_cache(tokens, names_filter=lambda n: n.endswith("hook_pattern"))
     assert torch.allclose(logits, fused(tokens), atol=1e-5)
     assert cache["blocks.0.attn.hook_pattern"].shape == (8, 2, 9, 9)
     with pytest.raises(ValueError, match="step"):
-        run.model(7)
+        run.model(5)
 
 
 @pytest.mark.parametrize("damage", ["truncate", "garbage"])
 def test_corrupt_checkpoint_error_names_the_file(tmp_path, tiny, damage):
     cfg = parse_config(tiny({"name": "sparse_parity", "n": 6, "k": 2}))
     run = load_run(train_run(cfg, tmp_path / "run", progress=False))
+    def spoil(f):
+        data = f.read_bytes()
+        f.write_bytes(data[: len(data) // 2] if damage == "truncate" else b"\x00garbage" * 10)
+        return data
+
     f = ckpt_dir(run.path, 20) / "model.safetensors"
-    data = f.read_bytes()
-    f.write_bytes(data[: len(data) // 2] if damage == "truncate" else b"\x00garbage" * 10)
+    good = spoil(f)
     with pytest.raises(io.CorruptFileError, match="step_00000020/model.safetensors"):
         run.model(20)
-    s = ckpt_dir(run.path, 20) / "state.pt"
-    s.write_bytes(s.read_bytes()[:100])
+    f.write_bytes(good)
+    spoil(ckpt_dir(run.path, 20) / "state.pt")
     with pytest.raises(io.CorruptFileError, match="state.pt"):
         train_run(cfg, run.path, resume=True, progress=False)
 

@@ -107,7 +107,7 @@ class FusedTransformer(nn.Module):
         seq = tokens.shape[1]
         if seq > self.n_ctx:
             raise ValueError(f"input has {seq} positions but the model's n_ctx is {self.n_ctx}")
-        x = self.embed.W_E[tokens]
+        x = F.embedding(tokens, self.embed.W_E)  # its backward is much faster than indexing's
         pos = None
         if cfg.positional == "standard":
             x = x + self.pos_embed.W_pos[:seq]
@@ -123,19 +123,20 @@ class FusedTransformer(nn.Module):
         return x @ self.unembed.W_U + self.unembed.b_U
 
     def _attention(self, x: Tensor, a: nn.Module, pos: Tensor | None, seq: int) -> Tensor:
-        h = self.cfg.n_heads
-        # One matmul for Q, K and V: [d_model, 3 * head_index * d_head].
-        w = torch.cat([a.W_Q, a.W_K, a.W_V], 0)  # [3h, d_model, d_head]
-        bias = torch.cat([a.b_Q, a.b_K, a.b_V], 0)  # [3h, d_head]
+        b, h, dh = x.shape[0], self.cfg.n_heads, self.cfg.head_dim
+        # One [d_model, 3 * head_index * d_head] matmul for Q, K and V (einsum over the per-head
+        # layout would broadcast x across heads); re-laying out the small weights is cheap.
+        w = torch.cat([a.W_Q, a.W_K, a.W_V], 0).permute(1, 0, 2).reshape(x.shape[-1], 3 * h * dh)
+        bias = torch.cat([a.b_Q, a.b_K, a.b_V], 0).reshape(3 * h * dh)
         if pos is None:
-            qkv = torch.einsum("bpm,nmd->bnpd", x, w) + bias[:, None, :]
-            q, k, v = qkv.split(h, dim=1)
+            qkv = torch.addmm(bias, x.reshape(-1, x.shape[-1]), w)
         else:  # shortformer: positions inform where to attend, never what is moved
-            qk = torch.einsum("bpm,nmd->bnpd", x + pos, w[: 2 * h]) + bias[: 2 * h, None, :]
-            q, k = qk.split(h, dim=1)
-            v = torch.einsum("bpm,nmd->bnpd", x, w[2 * h:]) + bias[2 * h:, None, :]
+            qkv = torch.cat([torch.addmm(bias[: 2 * h * dh], (x + pos).reshape(-1, x.shape[-1]), w[:, : 2 * h * dh]),
+                             torch.addmm(bias[2 * h * dh :], x.reshape(-1, x.shape[-1]), w[:, 2 * h * dh :])], -1)
+        q, k, v = qkv.view(b, seq, 3, h, dh).permute(2, 0, 3, 1, 4)
         if self.cfg.positional == "rotary":
             cos, sin = self.rotary_cos[:seq], self.rotary_sin[:seq]
             q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         z = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # [batch, head, pos, d_head]
-        return torch.einsum("bhpd,hdm->bpm", z, a.W_O) + a.b_O
+        z = z.transpose(1, 2).reshape(b * seq, h * dh)
+        return torch.addmm(a.b_O, z, a.W_O.reshape(h * dh, -1)).view(b, seq, -1)

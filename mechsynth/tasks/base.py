@@ -93,8 +93,15 @@ def task_generator(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
-def randint(high: int, size: tuple[int, ...], generator: torch.Generator, device: torch.device | str) -> Tensor:
-    return torch.randint(high, size, generator=generator, device=device)
+def compose_prefix(maps: Int[Tensor, "batch step n"]) -> Int[Tensor, "batch step n"]:
+    """out[:, t] = maps[:, t] ∘ ... ∘ maps[:, 0], in log2(step) rounds of gathers (Hillis–Steele scan)
+    instead of one Python iteration per step: the same parallel-prefix trick that lets shallow
+    transformers simulate automata."""
+    out, shift = maps, 1
+    while shift < maps.shape[1]:
+        out = torch.cat([out[:, :shift], out[:, shift:].gather(2, out[:, :-shift])], 1)
+        shift *= 2
+    return out
 
 
 TASKS: Registry[type[Task]] = Registry("task")

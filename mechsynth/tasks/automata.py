@@ -1,0 +1,223 @@
+"""Automata (Liu et al. 2023, "Transformers learn shortcuts to automata").
+
+The label at position t is the automaton's state after reading x_1..x_t. Shallow transformers
+solve this with "shortcuts" — parallel-prefix circuits, and for solvable groups the Krohn–Rhodes
+decomposition — that are brittle at lengths beyond those seen in training (`eval_long`).
+Each automaton is a transition table built once from its definition below; decomposable ones
+name their factors (D_2n: flip and rotation; car on a circle: direction and position) for probes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Hashable, Literal, Optional
+
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from mechsynth.config import check, doc
+from mechsynth.tasks.base import TASKS, Batch, Task, TaskSpec
+
+GROUPS = ("parity", "cyclic", "dihedral", "quaternion", "alternating", "symmetric", "c2_cubed")
+AUTOMATA = GROUPS + ("flipflop", "gridworld", "dyck", "car")
+
+
+@dataclass(frozen=True)
+class AutomataConfig:
+    automaton: Literal["parity", "cyclic", "dihedral", "quaternion", "alternating", "symmetric", "c2_cubed",
+                       "flipflop", "gridworld", "dyck", "car"] = doc("which automaton to simulate", "parity")
+    n: int = doc("size: C_n, D_2n (n-gon), A_n, S_n, gridworld cells, Dyck max depth", 3)
+    alphabet: Literal["generators", "all"] = doc("group inputs: a generating set, or every group element", "generators")
+    length: int = doc("T, the training (and eval) sequence length", 20)
+    eval_length: Optional[int] = doc("length of the out-of-distribution eval_long split; unset = 2 * length", None)
+
+    def __post_init__(self):
+        check(self.length >= 1, "length", f"must be ≥ 1, got {self.length}")
+        check(self.eval_length is None or self.eval_length >= self.length, "eval_length",
+              f"must be ≥ length={self.length} or unset, got {self.eval_length}")
+        lo, hi = {"cyclic": (2, 64), "dihedral": (3, 32), "alternating": (3, 6), "symmetric": (3, 6),
+                  "gridworld": (2, 64), "dyck": (1, 64)}.get(self.automaton, (None, None))
+        if lo is not None:
+            check(lo <= self.n <= hi, "n", f"{self.automaton} needs {lo} ≤ n ≤ {hi}, got {self.n}")
+        check(self.alphabet == "generators" or self.automaton in GROUPS, "alphabet",
+              f"'all' is for groups ({', '.join(GROUPS)}); {self.automaton!r} allows 'generators'")
+
+    @property
+    def long_length(self) -> int:
+        return self.eval_length if self.eval_length is not None else 2 * self.length
+
+
+@dataclass
+class Table:
+    delta: list[list[int]]  # delta[state][symbol] -> next state, -1 = symbol not allowed there
+    states: list[str]
+    symbols: list[str]
+    start: int = 0
+    factors: dict[str, list[int]] = None  # type: ignore[assignment]
+
+
+def closure(start: Hashable, moves: dict[str, Callable], name=str) -> Table:
+    """Breadth-first: every state reachable from `start`, with its transition table."""
+    order, index, rows = [start], {start: 0}, []
+    for s in order:
+        row = []
+        for move in moves.values():
+            t = move(s)
+            if t is None:
+                row.append(-1)
+                continue
+            if t not in index:
+                index[t] = len(order)
+                order.append(t)
+            row.append(index[t])
+        rows.append(row)
+    return Table(rows, [name(s) for s in order], list(moves))
+
+
+def group(identity, gens: dict[str, Hashable], mul, alphabet: str, name=str) -> Table:
+    """A group acting on itself by right multiplication: state g, input a -> g·a."""
+    table = closure(identity, {k: (lambda g, a=a: mul(g, a)) for k, a in gens.items()}, name)
+    if alphabet == "all":
+        elements = _elements(identity, gens, mul)
+        idx = {e: i for i, e in enumerate(elements)}
+        table = Table([[idx[mul(g, a)] for a in elements] for g in elements], [name(e) for e in elements],
+                      [name(e) for e in elements])
+    return table
+
+
+def _elements(identity, gens, mul) -> list:
+    out, seen = [identity], {identity}
+    for g in out:
+        for a in gens.values():
+            h = mul(g, a)
+            if h not in seen:
+                seen.add(h)
+                out.append(h)
+    return out
+
+
+def compose(p: tuple[int, ...], q: tuple[int, ...]) -> tuple[int, ...]:
+    """Apply p, then q."""
+    return tuple(q[i] for i in p)
+
+
+def cycle(n: int, points: list[int]) -> tuple[int, ...]:
+    perm = list(range(n))
+    for a, b in zip(points, points[1:] + points[:1]):
+        perm[a] = b
+    return tuple(perm)
+
+
+# Quaternions as (sign, unit), unit in "1ijk"; unit products follow i·j = k, j·k = i, k·i = j.
+_Q = {("1", u): (1, u) for u in "1ijk"} | {(u, "1"): (1, u) for u in "ijk"} | {(u, u): (-1, "1") for u in "ijk"} | {
+    ("i", "j"): (1, "k"), ("j", "k"): (1, "i"), ("k", "i"): (1, "j"),
+    ("j", "i"): (-1, "k"), ("k", "j"): (-1, "i"), ("i", "k"): (-1, "j")}
+
+
+def qmul(a: tuple[int, str], b: tuple[int, str]) -> tuple[int, str]:
+    sign, unit = _Q[(a[1], b[1])]
+    return (a[0] * b[0] * sign, unit)
+
+
+def build(cfg: AutomataConfig) -> Table:
+    a, n, alpha = cfg.automaton, cfg.n, cfg.alphabet
+    if a in ("parity", "cyclic"):
+        m = 2 if a == "parity" else n
+        return group(0, {"0": 0, "1": 1}, lambda x, y: (x + y) % m, alpha)
+    if a == "dihedral":  # symmetries of the n-gon as permutations of its vertices
+        t = group(tuple(range(n)), {"r": cycle(n, list(range(n))), "s": tuple((-i) % n for i in range(n))},
+                  compose, alpha, name=lambda p: f"{'s' if (p[1] - p[0]) % n == n - 1 else 'r'}{p[0]}")
+        t.factors = {"flip": [int(s[0] == "s") for s in t.states], "rotation": [int(s[1:]) for s in t.states]}
+        return t
+    if a == "quaternion":
+        return group((1, "1"), {"i": (1, "i"), "j": (1, "j")}, qmul, alpha,
+                     name=lambda q: ("" if q[0] > 0 else "-") + q[1])
+    if a == "alternating":
+        second = list(range(n)) if n % 2 else list(range(1, n))  # an even cycle of n or n-1 points
+        return group(tuple(range(n)), {"(012)": cycle(n, [0, 1, 2]), "cycle": cycle(n, second)}, compose, alpha,
+                     name=lambda p: "".join(map(str, p)))
+    if a == "symmetric":
+        return group(tuple(range(n)), {"(01)": cycle(n, [0, 1]), "cycle": cycle(n, list(range(n)))}, compose,
+                     alpha, name=lambda p: "".join(map(str, p)))
+    if a == "c2_cubed":
+        gens = {f"e{i}": tuple(int(i == j) for j in range(3)) for i in range(3)}
+        t = group((0, 0, 0), gens, lambda x, y: tuple((u + v) % 2 for u, v in zip(x, y)), alpha,
+                  name=lambda b: "".join(map(str, b)))
+        t.factors = {f"bit{i}": [int(s[i]) for s in t.states] for i in range(3)}
+        return t
+    if a == "flipflop":
+        return closure(0, {"ignore": lambda s: s, "write0": lambda s: 0, "write1": lambda s: 1})
+    if a == "gridworld":
+        t = closure(0, {"L": lambda s: max(s - 1, 0), "R": lambda s: min(s + 1, n - 1)})
+        return _sorted(t)
+    if a == "dyck":
+        t = closure(0, {"(": lambda d: d + 1 if d < n else None, ")": lambda d: d - 1 if d > 0 else None})
+        return _sorted(t)
+    # Car on a circle of 4 cells: D drives one cell in the current direction, U turns around.
+    t = closure((1, 0), {"D": lambda s: (s[0], (s[1] + s[0]) % 4), "U": lambda s: (-s[0], s[1])},
+                name=lambda s: f"{'+' if s[0] > 0 else '-'}{s[1]}")
+    t.factors = {"direction": [int(s[0] == "-") for s in t.states], "position": [int(s[1:]) for s in t.states]}
+    return t
+
+
+def _sorted(t: Table) -> Table:
+    """Number integer states by value (gridworld cell, Dyck depth) so that label = value."""
+    order = sorted(range(len(t.states)), key=lambda i: int(t.states[i]))
+    new = {old: i for i, old in enumerate(order)}
+    return Table([[new[x] if x >= 0 else -1 for x in t.delta[old]] for old in order],
+                 [t.states[old] for old in order], t.symbols, new[t.start])
+
+
+@TASKS.register("automata")
+class Automata(Task):
+    Config = AutomataConfig
+    splits = ("train", "eval", "eval_long")
+
+    def __init__(self, cfg: AutomataConfig):
+        super().__init__(cfg)
+        self.table = build(cfg)
+        self.delta = torch.tensor(self.table.delta, dtype=torch.long)
+        self.factors = {k: torch.tensor(v) for k, v in (self.table.factors or {}).items()}
+
+    @property
+    def spec(self) -> TaskSpec:
+        return TaskSpec(d_vocab=len(self.table.symbols), d_vocab_out=len(self.table.states),
+                        n_ctx=self.cfg.long_length, token_names=tuple(self.table.symbols),
+                        target_names=tuple(self.table.states))
+
+    def sample(self, batch_size, generator, device="cpu", split="train") -> Batch:
+        self.check_split(split)
+        T = self.cfg.long_length if split == "eval_long" else self.cfg.length
+        delta = self.delta.to(device)
+        state = torch.full((batch_size,), self.table.start, dtype=torch.long, device=device)
+        states = []
+        if bool((self.delta >= 0).all()):  # inputs independent of the state: draw them all at once
+            x = torch.randint(delta.shape[1], (batch_size, T), generator=generator, device=device)
+            for t in range(T):  # a loop over time only, one gather per step
+                state = delta[state, x[:, t]]
+                states.append(state)
+        else:  # Dyck: a uniform choice among the symbols allowed in the current state
+            u = torch.rand(batch_size, T, generator=generator, device=device)
+            allowed = delta >= 0
+            xs = []
+            for t in range(T):
+                ok = allowed[state]
+                pick = (u[:, t : t + 1] * ok.sum(-1, keepdim=True)).long()
+                sym = (ok.cumsum(-1) <= pick).sum(-1)  # the pick-th allowed symbol
+                state = delta[state, sym]
+                xs.append(sym)
+                states.append(state)
+            x = torch.stack(xs, 1)
+        states_t = torch.stack(states, 1)
+        truth = {"states": states_t} | {f"factor:{k}": v.to(device)[states_t] for k, v in self.factors.items()}
+        return Batch(x, states_t, torch.ones_like(x, dtype=torch.bool), truth)
+
+    def position_accuracy(self, logits: Tensor, batch: Batch) -> Float[Tensor, "pos"]:
+        return (logits.argmax(-1) == batch.targets).float().mean(0)
+
+    def metrics(self, logits, batch) -> dict[str, float]:
+        """Adds acc_last, the accuracy at the last position (the hardest for a shortcut)."""
+        out = super().metrics(logits, batch)
+        out["acc_last"] = self.position_accuracy(logits, batch)[-1].item()
+        return out

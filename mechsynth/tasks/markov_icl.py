@@ -1,0 +1,186 @@
+"""In-context Markov chains (Edelman et al. 2024): each sequence has its own transition matrix.
+
+The model must infer the transitions from the context. Training goes through stages — uniform,
+then unigram (token frequencies), then bigram (an induction-like circuit) — visible as which
+reference predictor the model is closest to; `truth` carries those predictors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from mechsynth.config import check, doc
+from mechsynth.tasks.base import TASKS, Batch, Task, TaskSpec, compose_prefix
+
+
+@dataclass(frozen=True)
+class MarkovICLConfig:
+    k: int = doc("number of states (the vocabulary)", 3)
+    order: int = doc("n of the n-gram: 2 = bigram (next token depends on 1 previous), 3 = trigram, ...", 2)
+    length: int = doc("T, tokens per sequence fed to the model", 100)
+    alpha: float = doc("Dirichlet concentration of the transition rows", 1.0)
+    prior: Literal["dirichlet", "doubly_stochastic", "unigram"] = doc(
+        "rows iid Dirichlet; doubly stochastic (uniform stationary distribution); or one row shared by all contexts", "dirichlet")
+
+    def __post_init__(self):
+        check(self.k >= 2, "k", f"must be ≥ 2, got {self.k}")
+        check(self.order >= 2, "order", f"must be ≥ 2, got {self.order}")
+        check(self.k ** (self.order - 1) <= 4096, "order", f"k**(order-1) contexts must be ≤ 4096, got {self.k ** (self.order - 1)}")
+        check(self.length >= self.order, "length", f"must be ≥ order={self.order}, got {self.length}")
+        check(self.alpha > 0, "alpha", f"must be > 0, got {self.alpha}")
+        check(self.prior != "doubly_stochastic" or self.order == 2, "prior",
+              "'doubly_stochastic' is defined for order=2 only; allowed with order>2: 'dirichlet', 'unigram'")
+
+
+def sample_gamma(alpha: float, shape: tuple[int, ...], generator: torch.Generator, device) -> Tensor:
+    """Gamma(alpha, 1) by Marsaglia–Tsang, drawing only from `generator` (torch's own gamma sampler
+    takes no generator, so it could not be reproduced from the data seed)."""
+    boost = alpha < 1  # Gamma(a) = Gamma(a + 1) * U**(1/a)
+    a = alpha + 1 if boost else alpha
+    d = a - 1 / 3
+    c = 1 / (9 * d) ** 0.5
+    out = torch.empty(shape, device=device)
+    todo = torch.ones(shape, dtype=torch.bool, device=device)
+    while bool(todo.any()):  # acceptance is > 95%, so this loops a few times at most
+        x = torch.randn(shape, generator=generator, device=device)
+        u = torch.rand(shape, generator=generator, device=device)
+        v = (1 + c * x) ** 3
+        ok = (v > 0) & (torch.log(u) < 0.5 * x**2 + d - d * v + d * torch.log(v.clamp_min(1e-30)))
+        take = ok & todo
+        out[take] = (d * v)[take]
+        todo &= ~ok
+    if boost:
+        out = out * torch.rand(shape, generator=generator, device=device) ** (1 / alpha)
+    return out
+
+
+def dirichlet(alpha: float, shape: tuple[int, ...], generator: torch.Generator, device) -> Tensor:
+    g = sample_gamma(alpha, shape, generator, device).clamp_min(1e-30)
+    return g / g.sum(-1, keepdim=True)
+
+
+def stationary(P: Float[Tensor, "batch n n"]) -> Float[Tensor, "batch n"]:
+    """π with π P = π and Σπ = 1, solved in batch: (Pᵀ − I) π = 0 with one row replaced by ones."""
+    n = P.shape[-1]
+    A = P.transpose(-1, -2) - torch.eye(n, device=P.device, dtype=P.dtype)
+    A[:, -1, :] = 1.0
+    b = torch.zeros(P.shape[0], n, device=P.device, dtype=P.dtype)
+    b[:, -1] = 1.0
+    pi = torch.linalg.solve(A.double(), b.double()).clamp_min(0)
+    return (pi / pi.sum(-1, keepdim=True)).to(P.dtype)
+
+
+@TASKS.register("markov_icl")
+class MarkovICL(Task):
+    """Contexts are the last order-1 tokens read as a base-k number, the most recent token last
+    (least significant): context = Σ x_{t-i} k^i for i = 0..order-2."""
+
+    Config = MarkovICLConfig
+
+    @property
+    def n_contexts(self) -> int:
+        return self.cfg.k ** (self.cfg.order - 1)
+
+    @property
+    def spec(self) -> TaskSpec:
+        names = tuple(str(i) for i in range(self.cfg.k))
+        return TaskSpec(d_vocab=self.cfg.k, d_vocab_out=self.cfg.k, n_ctx=self.cfg.length, token_names=names,
+                        target_names=names)
+
+    @property
+    def strategies(self) -> tuple[str, ...]:
+        """Reference predictors in `truth` (no closed-form Bayes predictor for the doubly-stochastic prior)."""
+        base = ("uniform", "unigram", "ngram")
+        return base if self.cfg.prior == "doubly_stochastic" else base + ("bayes",)
+
+    def transitions(self, batch_size: int, generator: torch.Generator, device) -> Float[Tensor, "batch ctx k"]:
+        cfg, C = self.cfg, self.n_contexts
+        if cfg.prior == "dirichlet":
+            return dirichlet(cfg.alpha, (batch_size, C, cfg.k), generator, device)
+        if cfg.prior == "unigram":
+            return dirichlet(cfg.alpha, (batch_size, 1, cfg.k), generator, device).expand(batch_size, C, cfg.k).contiguous()
+        # Birkhoff: a convex combination of permutation matrices is doubly stochastic.
+        weights = dirichlet(cfg.alpha, (batch_size, cfg.k), generator, device)
+        perms = torch.rand(batch_size, cfg.k, cfg.k, generator=generator, device=device).argsort(-1)
+        return torch.einsum("bm,bmij->bij", weights, F.one_hot(perms, cfg.k).float())
+
+    def lifted(self, P: Float[Tensor, "batch ctx k"]) -> Float[Tensor, "batch ctx ctx"]:
+        """The chain on contexts: context c goes to (c * k + x) mod k**(order-1) with probability P[c, x]."""
+        C, k = self.n_contexts, self.cfg.k
+        nxt = (torch.arange(C, device=P.device)[:, None] * k + torch.arange(k, device=P.device)) % C
+        L = torch.zeros(P.shape[0], C, C, device=P.device, dtype=P.dtype)
+        return L.scatter_add_(2, nxt.expand(P.shape[0], C, k), P)
+
+    def sample(self, batch_size, generator, device="cpu", split="train") -> Batch:
+        self.check_split(split)
+        cfg, C, k = self.cfg, self.n_contexts, self.cfg.k
+        P = self.transitions(batch_size, generator, device)
+        if cfg.prior == "doubly_stochastic":  # uniform is stationary (and the chain may be reducible)
+            pi = torch.full((batch_size, C), 1 / C, device=device)
+        else:
+            pi = stationary(self.lifted(P))
+        # The first order-1 tokens are a context drawn from the stationary distribution.
+        u0 = torch.rand(batch_size, 1, generator=generator, device=device)
+        ctx = (pi.cumsum(-1) < u0).sum(-1).clamp_max(C - 1)
+        first = torch.stack([(ctx // k**i) % k for i in range(cfg.order - 2, -1, -1)], 1)
+        # Draw every sequence's successor of every context at every step up front (vectorised
+        # inverse-CDF). Step t is then a map on contexts, and the walk is their running composition.
+        steps = cfg.length + 2 - cfg.order
+        u = torch.rand(batch_size, steps, C, 1, generator=generator, device=device)
+        successors = (P.cumsum(-1)[:, None] < u).sum(-1).clamp_max(k - 1)  # [batch, step, ctx]
+        maps = (torch.arange(C, device=device) * k + successors) % C
+        contexts = compose_prefix(maps).gather(2, ctx[:, None, None].expand(-1, steps, 1))[..., 0]
+        x = torch.cat([first, contexts % k], 1)
+        tokens, targets = x[:, :-1], x[:, 1:]
+        truth = {"transition": P, "stationary": pi}
+        if split != "train":  # the reference predictors cost more than the batch; training never reads them
+            truth.update(self.predictors(tokens))
+        return Batch(tokens, targets, torch.ones_like(tokens, dtype=torch.bool), truth)
+
+    def predictors(self, tokens: Int[Tensor, "batch pos"]) -> dict[str, Float[Tensor, "batch pos k"]]:
+        """Each reference strategy's distribution for the token after position t, from tokens 0..t.
+
+        n-gram and Bayes count the transitions seen so far out of the current context; before a
+        full context exists (t < order-2) they fall back to the unigram-style estimate.
+        """
+        cfg, C, k = self.cfg, self.n_contexts, self.cfg.k
+        B, T = tokens.shape
+        onehot = F.one_hot(tokens, k).float()
+        counts = onehot.cumsum(1)  # tokens seen in 0..t
+        n_seen = torch.arange(1, T + 1, device=tokens.device, dtype=torch.float)[None, :, None]
+        out = {"uniform": torch.full((B, T, k), 1 / k, device=tokens.device),
+               "unigram": (counts + 1) / (n_seen + k)}
+        # ctx[t] = the context ending at t (valid for t >= order-2).
+        o = cfg.order - 1
+        ctx = torch.zeros(B, T, dtype=torch.long, device=tokens.device)
+        for i in range(o):
+            ctx[:, o - 1:] += tokens[:, o - 1 - i : T - i] * k**i
+        # Transition (context at s-1 -> token at s) is complete once s <= t.
+        trans = torch.zeros(B, T, C, k, device=tokens.device)
+        s = torch.arange(o, T, device=tokens.device)
+        trans[:, s] = F.one_hot(ctx[:, s - 1] * k + tokens[:, s], C * k).float().view(B, len(s), C, k)
+        seen = trans.cumsum(1)[torch.arange(B)[:, None], torch.arange(T)[None, :], ctx]  # [B, T, k]
+        total = seen.sum(-1, keepdim=True)
+        full = (torch.arange(T, device=tokens.device) >= o - 1)[None, :, None]
+        out["ngram"] = torch.where(full, (seen + 1) / (total + k), out["unigram"])
+        if cfg.prior == "dirichlet":
+            unigram_bayes = (counts + cfg.alpha) / (n_seen + k * cfg.alpha)
+            out["bayes"] = torch.where(full, (seen + cfg.alpha) / (total + k * cfg.alpha), unigram_bayes)
+        elif cfg.prior == "unigram":  # every token is an iid draw from the shared row
+            out["bayes"] = (counts + cfg.alpha) / (n_seen + k * cfg.alpha)
+        return out
+
+    def metrics(self, logits, batch) -> dict[str, float]:
+        """Adds kl_<strategy>: KL(strategy ‖ model) averaged over positions."""
+        out = super().metrics(logits, batch)
+        logp = logits.float().log_softmax(-1)
+        for name in self.strategies:
+            q = batch.truth[name]
+            out[f"kl_{name}"] = (q * (q.clamp_min(1e-30).log() - logp)).sum(-1).mean().item()
+        return out
