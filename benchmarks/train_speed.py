@@ -14,6 +14,7 @@ Rounds are interleaved and the median is reported, so machine noise hits all thr
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 import time
@@ -75,6 +76,7 @@ def main() -> None:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--compile", action="store_true", help="also time mechsynth with train.compile = true")
     args = ap.parse_args()
     device = torch.device(args.device)
     task = tasks.make("markov_icl", {"k": 3, "length": T})
@@ -82,6 +84,10 @@ def main() -> None:
     tcfg = TrainConfig(batch_size=BATCH, lr=1e-3, grad_clip=None, device=args.device)
 
     trainer = Trainer(models.build(mcfg, task.spec), task, tcfg, device)
+    contenders = {"mechsynth": trainer.train_step}
+    if args.compile:
+        compiled = Trainer(models.build(mcfg, task.spec), task, dataclasses.replace(tcfg, compile=True), device)
+        contenders["mechsynth_compiled"] = compiled.train_step
 
     bare = Bare(task.spec.d_vocab).to(device)
     bare_opt = torch.optim.AdamW(bare.parameters(), lr=1e-3)
@@ -119,9 +125,10 @@ def main() -> None:
     # Data generation's share of a mechsynth step.
     sample_rate = timed(lambda: task.sample(BATCH, gen, device), args.steps, device)
 
-    rates: dict[str, list[float]] = {"mechsynth": [], "bare": [], "tl_helper": []}
+    rates: dict[str, list[float]] = {name: [] for name in [*contenders, "bare", "tl_helper"]}
     for _ in range(args.rounds):
-        rates["mechsynth"].append(timed(trainer.train_step, args.steps, device))
+        for name, step in contenders.items():
+            rates[name].append(timed(step, args.steps, device))
         rates["bare"].append(timed(bare_step, args.steps, device))
         rates["tl_helper"].append(tl_run())
     med = {k: statistics.median(v) for k, v in rates.items()}
@@ -131,6 +138,9 @@ def main() -> None:
         print(f"  {k:<10} {v:8.1f} steps/s")
     print(f"mechsynth / bare      = {med['mechsynth'] / med['bare']:.2f}x  (target >= 0.9)")
     print(f"mechsynth / tl_helper = {med['mechsynth'] / med['tl_helper']:.2f}x  (target >= 2)")
+    if "mechsynth_compiled" in med:
+        print(f"compiled / bare       = {med['mechsynth_compiled'] / med['bare']:.2f}x")
+        print(f"compiled / tl_helper  = {med['mechsynth_compiled'] / med['tl_helper']:.2f}x")
     print(f"data generation       = {100 * med['mechsynth'] / sample_rate:.1f}% of a mechsynth step (target < 10%)")
 
 

@@ -125,7 +125,7 @@ def train_run(cfg: RunConfig, run_dir: Path | str, *, resume: bool = False, prog
 
     def on_checkpoint(step: int, metrics: dict[str, float]) -> None:
         def fill(tmp: Path) -> None:
-            io.write_tensors(tmp / "model.safetensors", trainer.model.state_dict())
+            io.write_tensors(tmp / "model.safetensors", trainer.module.state_dict())
             io.write_json(tmp / "meta.json", {"step": step, "metrics": metrics, "time": time.time()})
             io.write_state(tmp / "state.pt", {**trainer.state(), "wandb_id": logger.id})
 

@@ -37,6 +37,7 @@ class TrainConfig:
     checkpoints: int = doc("about this many checkpoints, log-spaced early and linear later", 100)
     seed: int = doc("seed of the training data stream (and of the held-out batches)", 0)
     device: str = doc("'auto' (CUDA when available), 'cpu', 'cuda', 'cuda:1', ...", "auto")
+    compile: bool = doc("torch.compile the model (fuses kernels; ~1 min of compiling up front; measured gains are small at these sizes)", False)
 
     def __post_init__(self):
         for name in ("steps", "batch_size", "eval_every", "eval_batch_size"):
@@ -99,12 +100,10 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
 
 
 def masked_loss(logits: torch.Tensor, batch: Batch) -> torch.Tensor:
-    """Mean cross-entropy over scored positions. Weighting instead of boolean indexing avoids a
-    device->host sync per step (vocabularies here are tiny, so scoring every position is cheap)."""
+    """Mean cross-entropy over scored positions. Unscored targets become ignore_index rather than
+    being dropped by boolean indexing, which would cost a device->host sync every step."""
     logits, targets, mask = align(logits, batch)
-    per_position = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), reduction="none")
-    weights = mask.flatten().float()
-    return (per_position * weights).sum() / weights.sum()
+    return F.cross_entropy(logits.flatten(0, 1).float(), torch.where(mask, targets, -100).flatten(), ignore_index=-100)
 
 
 class Trainer:
@@ -112,8 +111,9 @@ class Trainer:
 
     def __init__(self, model: nn.Module, data: DataSource, cfg: TrainConfig, device: torch.device | str = "cpu"):
         self.cfg, self.data, self.device = cfg, data, torch.device(device)
-        self.model = model.to(self.device)
-        self.optimizer = make_optimizer(self.model, cfg)
+        self.module = model.to(self.device)  # what checkpoints save: never the compiled wrapper
+        self.model = torch.compile(self.module) if cfg.compile else self.module
+        self.optimizer = make_optimizer(self.module, cfg)
         self.step = 0
         self.generator = torch.Generator(device=self.device).manual_seed(cfg.seed)
         self._eval_batches: dict[str, Batch] = {}
@@ -146,7 +146,7 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if self.cfg.grad_clip:
-            nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
+            nn.utils.clip_grad_norm_(self.module.parameters(), self.cfg.grad_clip)
         self.optimizer.step()
         self.step += 1
         return loss.detach()

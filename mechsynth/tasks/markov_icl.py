@@ -41,6 +41,8 @@ class MarkovICLConfig:
 def sample_gamma(alpha: float, shape: tuple[int, ...], generator: torch.Generator, device) -> Tensor:
     """Gamma(alpha, 1) by Marsaglia–Tsang, drawing only from `generator` (torch's own gamma sampler
     takes no generator, so it could not be reproduced from the data seed)."""
+    if alpha == 1.0:  # Gamma(1) is exponential: no rejection loop, no device sync
+        return -torch.log1p(-torch.rand(shape, generator=generator, device=device))
     boost = alpha < 1  # Gamma(a) = Gamma(a + 1) * U**(1/a)
     a = alpha + 1 if boost else alpha
     d = a - 1 / 3
