@@ -122,8 +122,9 @@ def main() -> None:
             torch.cuda.synchronize()
         return len(data) // BATCH / (time.perf_counter() - t0)
 
-    # Data generation's share of a mechsynth step.
-    sample_rate = timed(lambda: task.sample(BATCH, gen, device), args.steps, device)
+    # Data generation's share of a mechsynth step (it samples `data_chunk` batches per call).
+    chunk = tcfg.data_chunk
+    sample_rate = chunk * timed(lambda: task.sample(BATCH * chunk, gen, device), max(1, args.steps // chunk), device)
 
     rates: dict[str, list[float]] = {name: [] for name in [*contenders, "bare", "tl_helper"]}
     for _ in range(args.rounds):

@@ -19,7 +19,8 @@ class Registry(Generic[T]):
             if name in self._items:
                 raise ValueError(f"{self.kind} {name!r} is registered twice")
             self._items[name] = obj
-            obj.name = name  # type: ignore[attr-defined]  # the one place the name is spelled
+            if getattr(obj, "name", None) != name:
+                obj.name = name  # type: ignore[attr-defined]  # the one place the name is spelled
             return obj
 
         return deco

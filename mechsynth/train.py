@@ -32,6 +32,7 @@ class TrainConfig:
     schedule: Literal["constant", "cosine"] = doc("after warmup: constant, or cosine decay to min_lr_frac * lr", "constant")
     min_lr_frac: float = doc("floor of the cosine schedule as a fraction of lr", 0.0)
     grad_clip: Optional[float] = doc("clip the global gradient norm to this; 0 or unset = no clipping", 1.0)
+    data_chunk: int = doc("training batches generated per call to the task: amortizes kernel launches on a GPU", 16)
     eval_every: int = doc("evaluate every this many steps (and at every checkpoint)", 100)
     eval_batch_size: int = doc("sequences per evaluation split (a fixed held-out batch)", 512)
     checkpoints: int = doc("about this many checkpoints, log-spaced early and linear later", 100)
@@ -40,7 +41,7 @@ class TrainConfig:
     compile: bool = doc("torch.compile the model (fuses kernels; ~1 min of compiling up front; measured gains are small at these sizes)", False)
 
     def __post_init__(self):
-        for name in ("steps", "batch_size", "eval_every", "eval_batch_size"):
+        for name in ("steps", "batch_size", "data_chunk", "eval_every", "eval_batch_size"):
             check(getattr(self, name) >= 1, name, f"must be ≥ 1, got {getattr(self, name)}")
         check(self.lr > 0 and math.isfinite(self.lr), "lr", f"must be a positive number, got {self.lr}")
         check(self.weight_decay >= 0, "weight_decay", f"must be ≥ 0, got {self.weight_decay}")
@@ -117,6 +118,11 @@ class Trainer:
         self.step = 0
         self.generator = torch.Generator(device=self.device).manual_seed(cfg.seed)
         self._eval_batches: dict[str, Batch] = {}
+        # Training data comes in chunks of `data_chunk` batches. To resume mid-chunk we keep the
+        # generator state from before the chunk and the position in it, and regenerate the chunk.
+        self._chunk: Optional[Batch] = None
+        self._chunk_state = self.generator.get_state()
+        self._chunk_pos = 0
 
     def eval_batches(self) -> dict[str, Batch]:
         """One fixed held-out batch per evaluation split, drawn from its own seed so curves are comparable."""
@@ -141,7 +147,7 @@ class Trainer:
         """One update; returns the (device) loss without syncing, so GPU steps stay asynchronous."""
         for group in self.optimizer.param_groups:
             group["lr"] = lr_at(self.step, self.cfg)
-        batch = self.data.sample(self.cfg.batch_size, self.generator, self.device, "train")
+        batch = self._next_batch()
         loss = masked_loss(self.model(batch.tokens), batch)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -150,6 +156,17 @@ class Trainer:
         self.optimizer.step()
         self.step += 1
         return loss.detach()
+
+    def _next_batch(self) -> Batch:
+        n, b = self.cfg.data_chunk, self.cfg.batch_size
+        if self._chunk is None or self._chunk_pos == n:
+            if self._chunk is not None:
+                self._chunk_state, self._chunk_pos = self.generator.get_state(), 0
+            self._chunk = self.data.sample(n * b, self.generator, self.device, "train")
+        i, self._chunk_pos = self._chunk_pos, self._chunk_pos + 1
+        take = lambda v: v[i * b:(i + 1) * b] if isinstance(v, torch.Tensor) and v.ndim and v.shape[0] == n * b else v  # noqa: E731
+        c = self._chunk
+        return Batch(take(c.tokens), take(c.targets), take(c.mask), {k: take(v) for k, v in c.truth.items()})
 
     def fit(self, on_eval: Callable[[int, dict[str, float]], None],
             on_checkpoint: Callable[[int, dict[str, float]], None],
@@ -185,10 +202,13 @@ class Trainer:
     def state(self) -> dict[str, Any]:
         """Everything besides the weights needed to continue exactly: optimizer, data RNG, step.
         (The LR schedule is a pure function of the step, so it needs no state.)"""
-        return {"optimizer": self.optimizer.state_dict(), "generator": self.generator.get_state(),
-                "step": self.step}
+        return {"optimizer": self.optimizer.state_dict(), "generator": self._chunk_state,
+                "chunk_pos": self._chunk_pos, "step": self.step}
 
     def load_state(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
-        self.generator.set_state(state["generator"])
         self.step = int(state["step"])
+        self._chunk_state, self._chunk_pos = state["generator"], int(state["chunk_pos"])
+        self.generator.set_state(self._chunk_state)
+        if self._chunk_pos > 0:  # regenerate the chunk we were in the middle of
+            self._chunk = self.data.sample(self.cfg.data_chunk * self.cfg.batch_size, self.generator, self.device, "train")

@@ -1,0 +1,35 @@
+"""Duplicate-token heads: attention from a token to earlier copies of itself."""
+
+from __future__ import annotations
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from mechsynth.probes import (ProbeResult, attention_hooks, patterns, random_tokens, register, render_heads, shape,
+                              task_tokens)
+
+
+def duplicate_targets(tokens: Int[Tensor, "batch pos"]) -> torch.Tensor:
+    """[batch, query, key]: key < query holds the same token as query."""
+    same = tokens[:, :, None] == tokens[:, None, :]
+    return same & torch.ones_like(same[0]).tril(-1)
+
+
+def target_mass(pattern: Float[Tensor, "layer batch head query key"], targets: torch.Tensor) -> Float[Tensor, "layer head"]:
+    """Attention on the target keys, averaged over queries that have at least one target: a head
+    that puts all its attention on the targets scores 1.0 however many there are."""
+    mass = (pattern * targets[None, :, None].float()).sum(-1)  # [layer, batch, head, query]
+    has = targets.any(-1)[None, :, None].expand_as(mass)
+    return (mass * has).sum(dim=(1, 3)) / has.sum(dim=(1, 3)).clamp_min(1)
+
+
+@register("duplicate_token", hooks=attention_hooks, threshold=0.5)
+def duplicate_token(model, task, generator, batch_size) -> ProbeResult:
+    _, _, _, n_ctx = shape(model)
+    tokens = task_tokens(model, task, batch_size, generator).tokens if task is not None else \
+        random_tokens(model, batch_size, n_ctx, generator)
+    pattern = patterns(model, tokens, "duplicate_token")
+    per_head = target_mass(pattern, duplicate_targets(tokens))
+    return ProbeResult("duplicate_token", per_head.cpu(), {"max": float(per_head.max())},
+                       render_heads(tokens, pattern, per_head))
