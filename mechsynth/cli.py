@@ -55,6 +55,14 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("--wandb", choices=["online", "offline", "disabled"], help="W&B mode (default: the config's, offline)")
     tr.add_argument("--no-progress", action="store_true", help="no progress bar")
 
+    pr = sub.add_parser("probe", help="probe every checkpoint of a run and report when each circuit forms")
+    pr.add_argument("run_dir", help="a run directory (from `mechsynth train`)")
+    pr.add_argument("--probes", help="comma-separated probe names (default: all that apply to the run)")
+    pr.add_argument("--steps", help="comma-separated checkpoint steps (default: all)")
+    pr.add_argument("--batch-size", type=int, default=64, help="sequences per probe")
+    pr.add_argument("--json", action="store_true", help="print the timeline as JSON")
+    pr.add_argument("--wandb", choices=["online", "offline", "disabled"], help="W&B mode (default: the run's)")
+
     d = sub.add_parser("demo", help="train the default model (markov_icl, 2-layer attention-only) on the CPU")
     d.add_argument("--out", default=None, help="run directory (default: runs/demo-<time>)")
     d.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override a config value")
@@ -79,7 +87,7 @@ def _cmd_tasks(args) -> int:
 
 
 def _train(data: dict, out: Optional[str], default_name: str, overrides: Sequence[str], wandb: Optional[str],
-           progress: bool) -> int:
+           progress: bool) -> Path:
     from mechsynth.run import parse_config, train_run
 
     for o in overrides:
@@ -91,7 +99,7 @@ def _train(data: dict, out: Optional[str], default_name: str, overrides: Sequenc
     print(f"training {cfg.task_name} -> {run_dir}", file=sys.stderr)
     train_run(cfg, run_dir, progress=progress)
     print(run_dir)
-    return 0
+    return run_dir
 
 
 def _resume(args) -> int:
@@ -117,6 +125,54 @@ def _resume(args) -> int:
     return 0
 
 
+def _probe(run_dir: Path, probe_names: Optional[str], steps: Optional[str], batch_size: int, as_json: bool,
+           wandb: Optional[str]) -> int:
+    from dataclasses import replace
+
+    from mechsynth import io, probes
+    from mechsynth.run import load_run
+    from mechsynth.timeline import applicable, log_to_wandb, probe_run, summary, write_table
+    from mechsynth.wandb_log import WandbLogger
+
+    if not (Path(run_dir) / "config.json").exists():
+        raise ConfigError("run_dir", f"{run_dir} is not a run directory (no config.json)")
+    run = load_run(run_dir)
+    names = applicable(run)
+    if probe_names:
+        names = [n.strip() for n in probe_names.split(",") if n.strip()]
+        for n in names:
+            if n not in probes.names():
+                raise ConfigError("--probes", f"unknown probe {n!r}; allowed: {', '.join(probes.names())}")
+            if n not in applicable(run):
+                raise ConfigError("--probes", f"{n!r} does not apply to this run; allowed: {', '.join(applicable(run))}")
+    chosen = run.steps
+    if steps:
+        try:
+            chosen = [int(s) for s in steps.split(",")]
+        except ValueError:
+            raise ConfigError("--steps", f"{steps!r} must be comma-separated integers") from None
+        missing = [s for s in chosen if s not in run.steps]
+        if missing:
+            raise ConfigError("--steps", f"no checkpoint at {missing}; allowed: {run.steps}")
+    if batch_size < 1:
+        raise ConfigError("--batch-size", f"must be ≥ 1, got {batch_size}")
+    tl = probe_run(run, names, chosen, batch_size=batch_size)
+    write_table(tl, run.path / "probes.csv")
+    io.write_json(run.path / "probes.json", tl.to_json())
+    cfg = run.config.wandb if wandb is None else replace(run.config.wandb, mode=wandb)
+    if cfg.mode != "disabled":
+        last = io.read_state(run.path / "checkpoints" / f"step_{run.steps[-1]:08d}" / "state.pt")
+        logger = WandbLogger(cfg, run.path, run.config.to_dict(), run_id=last.get("wandb_id"))
+        log_to_wandb(tl, logger)
+        logger.finish()
+    if as_json:
+        print(json.dumps(tl.to_json()))
+    else:
+        print("\n".join(summary(tl, getattr(run.task, "strategies", ()))))
+        print(f"table: {run.path / 'probes.csv'}")
+    return 0
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -129,10 +185,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 return _resume(args)
             if not args.config:
                 raise ConfigError("config", "missing; give a TOML file or --resume DIR")
-            return _train(read_toml(args.config), args.out, Path(args.config).stem, args.set, args.wandb,
-                          not args.no_progress)
+            _train(read_toml(args.config), args.out, Path(args.config).stem, args.set, args.wandb, not args.no_progress)
+            return 0
+        if args.command == "probe":
+            return _probe(Path(args.run_dir), args.probes, args.steps, args.batch_size, args.json, args.wandb)
         if args.command == "demo":
-            return _train(tomllib.loads(DEMO_CONFIG), args.out, "demo", args.set, args.wandb, True)
+            run_dir = _train(tomllib.loads(DEMO_CONFIG), args.out, "demo", args.set, args.wandb, True)
+            print(f"probing {len(list((run_dir / 'checkpoints').iterdir()))} checkpoints ...", file=sys.stderr)
+            return _probe(run_dir, None, None, 64, False, args.wandb)
     except ConfigError as e:
         print(f"mechsynth: error: {e}", file=sys.stderr)
         return 2

@@ -188,6 +188,19 @@ class Run:
         """The hooked TransformerLens model at `step` (default: last) — ready for run_with_cache."""
         return models.hooked(self.trainable(step), device)
 
+    def models(self, steps: Optional[list[int]] = None, device: str | torch.device = "cpu"):
+        """Yield (step, hooked model) for each step, reusing one hooked model and loading each
+        checkpoint's weights into it (building a TransformerLens model per checkpoint costs more
+        than probing it). The yielded model is the same object each time."""
+        hooked = None
+        for step in self.steps if steps is None else steps:
+            model = self.trainable(step, device)
+            if hooked is None or not isinstance(model, models.FusedTransformer):
+                hooked = models.hooked(model, device)
+            else:
+                models.load_weights(hooked, model.cfg, {k: v.detach() for k, v in model.state_dict().items()})
+            yield step, hooked
+
     def __repr__(self) -> str:
         return f"Run({str(self.path)!r}, task={self.config.task_name}, checkpoints={len(self.steps)})"
 

@@ -46,6 +46,16 @@ class WandbLogger:
         if self.run is not None:
             self.run.log(metrics, step=step)
 
+    def log_against(self, x_key: str, rows: list[dict[str, Any]]) -> None:
+        """Log series against their own x axis (e.g. probe scores against training step, logged after
+        training, when W&B's own step counter has moved past those steps)."""
+        if self.run is None:
+            return
+        for key in {k for row in rows for k in row if k != x_key}:
+            self.run.define_metric(key, step_metric=x_key)
+        for row in rows:
+            self.run.log(row)
+
     def summary(self, values: dict[str, Any]) -> None:
         if self.run is not None:
             self.run.summary.update(values)

@@ -47,18 +47,22 @@ class Probe:
     hooks: Callable[[int], list[str]]  # n_layers -> the hook names it caches
     truth: tuple[str, ...]  # keys of Batch.truth it reads
     needs_task: bool  # False: runs on random tokens when task is None
-    threshold: float  # a head "has" the circuit once its score stays above this
+    threshold: float  # a head "has" the circuit once its score stays at or above this
+    tasks: Optional[tuple[str, ...]]  # the tasks it applies to; None = any
+
+    def applies_to(self, task) -> bool:
+        return self.tasks is None or (task is not None and task.name in self.tasks)
 
 
 PROBES: Registry[Probe] = Registry("probe")
 
 
 def register(name: str, *, hooks: Callable[[int], list[str]], truth: tuple[str, ...] = (), needs_task: bool = False,
-             threshold: float = 0.5):
+             threshold: float = 0.5, tasks: Optional[tuple[str, ...]] = None):
     """Decorator: `@register("induction", hooks=attention_hooks, threshold=0.5)` on fn(model, task, generator, batch_size)."""
 
     def deco(fn):
-        PROBES.register(name)(Probe(name, fn, hooks, truth, needs_task, threshold))
+        PROBES.register(name)(Probe(name, fn, hooks, truth, needs_task, threshold, tasks))
         return fn
 
     return deco
@@ -123,13 +127,17 @@ def run(name: str, model, task=None, *, batch_size: int = 64, seed: int = 0) -> 
     probe = PROBES.get(name)
     if probe.needs_task and task is None:
         raise ProbeError(f"probe {name!r} reads the task's ground truth ({', '.join(probe.truth)}); pass the task")
+    if not probe.applies_to(task):
+        raise ProbeError(f"probe {name!r} applies to {', '.join(probe.tasks or ())}, not {task.name!r}")
     generator = torch.Generator().manual_seed(seed)
     was_training = model.training
-    model.eval()
+    if was_training:  # toggling is not free on a TransformerBridge, so only when needed
+        model.eval()
     try:
         return probe.fn(model, task, generator, batch_size)
     finally:
-        model.train(was_training)
+        if was_training:
+            model.train()
 
 
 for _m in pkgutil.iter_modules(__path__):

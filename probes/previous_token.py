@@ -14,7 +14,8 @@ def offset_score(pattern: Float[Tensor, "layer batch head query key"], offset: i
     return pattern.diagonal(offset=-offset, dim1=-2, dim2=-1).mean(dim=(1, 3))
 
 
-@register("previous_token", hooks=attention_hooks, threshold=0.5)
+# 0.4: in-context bigram models keep some attention on the current token (Edelman et al. 2024).
+@register("previous_token", hooks=attention_hooks, threshold=0.4)
 def previous_token(model, task, generator, batch_size) -> ProbeResult:
     _, _, _, n_ctx = shape(model)
     rand = random_tokens(model, batch_size, n_ctx, generator)

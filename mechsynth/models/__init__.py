@@ -7,7 +7,7 @@ import torch.nn as nn
 from mechsynth.config import ConfigError, check
 from mechsynth.models.config import ModelConfig
 from mechsynth.models.mlp import MLPBaseline
-from mechsynth.models.tl_compat import TL_VERSION, check_supported, hooked_transformer
+from mechsynth.models.tl_compat import TL_VERSION, check_supported, hooked_transformer, load_weights
 from mechsynth.models.transformer import FusedTransformer
 from mechsynth.tasks.base import TaskSpec
 
@@ -47,4 +47,5 @@ def hooked(model: nn.Module, device="cpu") -> nn.Module:
     return model.to(device).eval()
 
 
-__all__ = ["FusedTransformer", "MLPBaseline", "ModelConfig", "TL_VERSION", "build", "hooked", "validate"]
+__all__ = ["FusedTransformer", "MLPBaseline", "ModelConfig", "TL_VERSION", "build", "hooked", "load_weights",
+           "validate"]

@@ -60,17 +60,25 @@ def hooked_transformer(cfg, d_vocab: int, d_vocab_out: int, n_ctx: int, state_di
         if kw["d_mlp"] is None:
             kw["d_mlp"] = 4 * cfg.d_model  # unused by attn-only models, but the bridge wants an int
         model = TransformerBridge.boot_native(TransformerBridgeConfig(**kw, init_weights=False), device=device)
-        model.load_state_dict(to_bridge_layout(state_dict, cfg), strict=True)
     else:
         model = HookedTransformer(HookedTransformerConfig(**kw, rotary_adjacent_pairs=True,
                                                           default_prepend_bos=False, init_weights=False,
                                                           device=str(device)))
-        missing, unexpected = model.load_state_dict(state_dict, strict=False)
-        # HookedTransformer keeps its causal mask and rotary tables as buffers; nothing else may be missing.
-        missing = [k for k in missing if not k.endswith((".mask", ".IGNORE", "rotary_sin", "rotary_cos"))]
-        if missing or unexpected:
-            raise ValueError(f"weights do not fit the model: missing {missing}, unexpected {unexpected}")
-    return model.eval()
+    return load_weights(model, cfg, state_dict).eval()
+
+
+def load_weights(model, cfg, state_dict: dict[str, Tensor]):
+    """Load HookedTransformer-layout weights into a model `hooked_transformer` built (reusing one model
+    across checkpoints is much cheaper than building one per checkpoint)."""
+    if TL_MAJOR >= 4:
+        model.load_state_dict(to_bridge_layout(state_dict, cfg), strict=True)
+        return model
+    missing, unexpected = model.load_state_dict(state_dict, strict=False)
+    # HookedTransformer keeps its causal mask and rotary tables as buffers; nothing else may be missing.
+    missing = [k for k in missing if not k.endswith((".mask", ".IGNORE", "rotary_sin", "rotary_cos"))]
+    if missing or unexpected:
+        raise ValueError(f"weights do not fit the model: missing {missing}, unexpected {unexpected}")
+    return model
 
 
 def to_bridge_layout(sd: dict[str, Tensor], cfg) -> dict[str, Tensor]:
@@ -101,4 +109,5 @@ def to_bridge_layout(sd: dict[str, Tensor], cfg) -> dict[str, Tensor]:
     return out
 
 
-__all__ = ["HookPoint", "HookedRootModule", "TL_MAJOR", "TL_VERSION", "check_supported", "hooked_transformer"]
+__all__ = ["HookPoint", "HookedRootModule", "TL_MAJOR", "TL_VERSION", "check_supported", "hooked_transformer",
+           "load_weights"]

@@ -1,0 +1,67 @@
+"""Probing a run's checkpoints: formation steps, the loss drop, the CLI, W&B series, and the demo model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mechsynth import load_run, parse_config, train_run
+from mechsynth.cli import DEMO_CONFIG, main
+from mechsynth.config import tomllib
+from mechsynth.timeline import formation_step, probe_run, steepest_drop
+
+
+def test_formation_is_the_first_step_after_which_the_score_stays_up():
+    steps = [0, 1, 2, 5, 10, 20]
+    assert formation_step(steps, [0.1, 0.6, 0.2, 0.7, 0.8, 0.9], 0.5) == 5
+    assert formation_step(steps, [0.1, 0.6, 0.7, 0.7, 0.8, 0.4], 0.5) is None
+    assert formation_step(steps, [0.9] * 6, 0.5) == 0
+
+
+def test_steepest_drop_ignores_noise_between_close_checkpoints():
+    steps = [0, 1, 2, 4, 8, 16, 32, 64, 100, 101, 102]
+    loss = [2.0, 1.5, 1.45, 1.4, 1.38, 1.37, 1.0, 0.9, 0.89, 0.85, 0.88]
+    assert steepest_drop(steps, loss) == 32
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory):
+    """The demo configuration, trained for 600 steps (the full demo trains 2000)."""
+    data = tomllib.loads(DEMO_CONFIG)
+    data["train"] |= {"steps": 600, "checkpoints": 24, "device": "cpu"}
+    data["wandb"] = {"mode": "offline"}
+    return train_run(parse_config(data), tmp_path_factory.mktemp("demo") / "run", progress=False)
+
+
+def test_demo_model_forms_previous_token_then_induction_around_the_loss_drop(demo_run):
+    run = load_run(demo_run)
+    tl = probe_run(run, ["previous_token", "induction", "icl_strategy"], batch_size=32)
+    prev = {h: s for h, s in tl.formation["previous_token"].items() if s is not None}
+    ind = {h: s for h, s in tl.formation["induction"].items() if s is not None}
+    assert prev and all(h.startswith("L0") for h in prev), tl.formation
+    assert ind and all(h.startswith("L1") for h in ind), tl.formation
+    drop = tl.loss_drop_step
+    assert drop is not None and drop / 4 <= min(ind.values()) <= drop * 4
+    assert [run.task.strategies[i] for i, _ in __import__("mechsynth.timeline").timeline.stages(tl)] == \
+        ["uniform", "unigram", "ngram"]
+
+
+def test_probe_cli_json_table_and_wandb(demo_run, capsys):
+    assert main(["probe", str(demo_run), "--probes", "induction,previous_token", "--json", "--batch-size", "16"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) >= {"steps", "loss", "probes"} and out["steps"] == load_run(demo_run).steps
+    ind = out["probes"]["induction"]
+    assert set(ind) == {"per_head", "metrics", "formation"} and len(ind["per_head"]["L1H0"]) == len(out["steps"])
+    table = (demo_run / "probes.csv").read_text().splitlines()
+    assert table[0] == "step,probe,layer,head,metric,value" and len(table) > 4 * len(out["steps"])
+
+    from test_wandb import inspect
+
+    files = sorted((demo_run / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len({inspect(f)["run_id"] for f in files}) == 1, "probing continues the training run's W&B run"
+    summary = inspect(files[-1])["summary"]
+    assert "formation/induction/L1H0" in summary and "probe/induction/L1H0" in summary
+
+    assert main(["probe", str(demo_run), "--steps", "7,9999"]) == 2
+    assert "--steps" in capsys.readouterr().err
