@@ -73,8 +73,11 @@ def _parser() -> argparse.ArgumentParser:
 def _cmd_tasks(args) -> int:
     from mechsynth import tasks
 
-    table = {name: {"doc": (tasks.TASKS.get(name).__module__ and sys.modules[tasks.TASKS.get(name).__module__].__doc__ or "").strip().splitlines()[0],
-                    "params": describe(tasks.TASKS.get(name).Config)} for name in tasks.names()}
+    def summary(cls) -> str:  # the first line of the task's module docstring
+        return (sys.modules[cls.__module__].__doc__ or "").strip().split("\n")[0]
+
+    table = {name: {"doc": summary(tasks.TASKS.get(name)), "params": describe(tasks.TASKS.get(name).Config)}
+             for name in tasks.names()}
     if args.json:
         print(json.dumps(table, indent=2))
         return 0

@@ -50,3 +50,27 @@ def planted_induction_model(vocab: int = 10, n_ctx: int = 40, n_heads: int = 4, 
             a["W_O"][h, :V, tok] = 3 * torch.eye(V)  # outvotes the direct path's "same token again"
         sd |= {f"blocks.{layer}.attn.{k}": v for k, v in a.items()}
     return hooked_transformer(cfg, V, V, N, sd), heads[0], heads[1]
+
+
+def planted_selection_model(length: int, support: list[int], n_heads: int = 3, seed: int = 0):
+    """1 layer: one head attends from the readout position (the last) uniformly onto `support`;
+    the others have small random weights. Returns (hooked model, the planted head)."""
+    g = torch.Generator().manual_seed(seed)
+    V, N = 3, length + 1
+    d_model, d_head = V + N, 4
+    cfg = ModelConfig(n_layers=1, n_heads=n_heads, d_model=d_model, d_head=d_head, attn_only=True, normalization="none")
+    sd = {"embed.W_E": torch.zeros(V, d_model), "pos_embed.W_pos": torch.zeros(N, d_model),
+          "unembed.W_U": torch.randn(d_model, 2, generator=g), "unembed.b_U": torch.zeros(2)}
+    sd["embed.W_E"][:, :V] = torch.eye(V)
+    sd["pos_embed.W_pos"][:, V:] = torch.eye(N)
+    a = {w: torch.randn(n_heads, d_model, d_head, generator=g) * 0.1 for w in ("W_Q", "W_K", "W_V")}
+    a["W_O"] = torch.randn(n_heads, d_head, d_model, generator=g) * 0.1
+    a |= {b: torch.zeros(n_heads, d_head) for b in ("b_Q", "b_K", "b_V")} | {"b_O": torch.zeros(d_model)}
+    h = int(torch.randint(n_heads, (1,), generator=g))
+    a["W_Q"][h] = 0
+    a["W_K"][h] = 0
+    a["W_Q"][h, V + N - 1, 0] = 100.0  # the readout position asks...
+    for s in support:
+        a["W_K"][h, V + s, 0] = 1.0  # ...and only the support answers
+    sd |= {f"blocks.0.attn.{k}": v for k, v in a.items()}
+    return hooked_transformer(cfg, V, 2, N, sd), h

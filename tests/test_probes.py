@@ -92,3 +92,23 @@ def test_duplicate_token_probe_on_planted_model(planted):
     model, _, _ = planted
     result = probes.run("duplicate_token", model)
     assert result.per_head.shape == (2, 4) and 0 <= result.per_head.min() and result.per_head.max() <= 1
+
+
+@pytest.mark.parametrize("task_name", ["sparse_parity", "sparse_boolean"])
+def test_planted_readout_head_selects_the_support(task_name):
+    from planted import planted_selection_model
+
+    params = {"n": 12, "k": 3, "seed": 4} if task_name == "sparse_parity" else {"length": 12, "s": 3, "seed": 4}
+    task = tasks.make(task_name, params)
+    model, head = planted_selection_model(12, task.support.tolist())
+    result = probes.run("sparse_selection", model, task)
+    assert result.top_heads(1)[0][:2] == (0, head) and result.per_head[0, head] >= 0.9
+    others = result.per_head.clone()
+    others[0, head] = 0
+    assert others.max() < 0.5
+    assert result.metrics["support_recovered"] == 1.0
+
+    random_model = models.hooked(models.build(models.ModelConfig(n_layers=1, n_heads=2, d_model=16), task.spec))
+    assert probes.run("sparse_selection", random_model, task).metrics["support_recovered"] == 0.0
+    with pytest.raises(ProbeError, match="applies to"):
+        probes.run("sparse_selection", random_model, tasks.make("markov_icl", {"k": 3, "length": 13}))

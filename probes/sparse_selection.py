@@ -1,0 +1,22 @@
+"""Sparse variable selection (Edelman et al. 2022): attention from the readout position onto the
+hidden support S, and whether the most-attended positions are exactly S."""
+
+from __future__ import annotations
+
+from mechsynth.probes import ProbeResult, attention_hooks, patterns, register, task_tokens
+
+
+@register("sparse_selection", hooks=attention_hooks, truth=("support", "readout"), needs_task=True, threshold=0.5,
+          tasks=("sparse_parity", "sparse_boolean"))
+def sparse_selection(model, task, generator, batch_size) -> ProbeResult:
+    batch = task_tokens(model, task, batch_size, generator)
+    support, readout = batch.truth["support"], batch.truth["readout"]
+    pattern = patterns(model, batch.tokens, "sparse_selection")[:, :, :, readout]  # [layer, batch, head, key]
+    mean = pattern.mean(1)  # [layer, head, key]
+    per_head = mean[..., support].sum(-1)
+    layer, head = divmod(int(per_head.flatten().argmax()), per_head.shape[1])
+    top = set(mean[layer, head].topk(len(support)).indices.tolist())
+    metrics = {"max": float(per_head.max()), "support_recovered": float(top == set(support.tolist()))}
+    render = {"tokens": batch.tokens[0].cpu(), "support": support.cpu(), "readout": readout,
+              "heads": {f"L{layer}H{head}": pattern[layer, 0, head].cpu()}}
+    return ProbeResult("sparse_selection", per_head.cpu(), metrics, render)
