@@ -43,8 +43,8 @@ class WandbLogger:
         return self.run.id if self.run is not None else None
 
     def log(self, metrics: dict[str, Any], step: int) -> None:
-        if self.run is not None:
-            self.run.log(metrics, step=step)
+        if self.run is not None:  # scalars only: lists (e.g. accuracy by position) stay in metrics.jsonl
+            self.run.log({k: v for k, v in metrics.items() if isinstance(v, (int, float))}, step=step)
 
     def log_against(self, x_key: str, rows: list[dict[str, Any]]) -> None:
         """Log series against their own x axis (e.g. probe scores against training step, logged after

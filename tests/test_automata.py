@@ -144,7 +144,8 @@ def test_metrics_include_last_position_accuracy():
     task = tasks.make("automata", {"automaton": "parity", "length": 10})
     b = task.sample(8, gen())
     perfect = torch.nn.functional.one_hot(b.targets, 2).float() * 10
-    assert task.metrics(perfect, b)["acc_last"] == 1.0
+    metrics = task.metrics(perfect, b)
+    assert metrics["acc_last"] == 1.0 and metrics["acc_by_position"] == [1.0] * 10
 
 
 @pytest.mark.parametrize("params, field", [({"automaton": "symmetric", "n": 9}, "task.n"),

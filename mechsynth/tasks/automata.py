@@ -217,7 +217,10 @@ class Automata(Task):
         return (logits.argmax(-1) == batch.targets).float().mean(0)
 
     def metrics(self, logits, batch) -> dict[str, float]:
-        """Adds acc_last, the accuracy at the last position (the hardest for a shortcut)."""
+        """Adds acc_last, the accuracy at the last position (the hardest for a shortcut), and
+        acc_by_position, a list (kept in metrics.jsonl; W&B gets the scalars)."""
         out = super().metrics(logits, batch)
-        out["acc_last"] = self.position_accuracy(logits, batch)[-1].item()
+        by_position = self.position_accuracy(logits, batch)
+        out["acc_last"] = by_position[-1].item()
+        out["acc_by_position"] = [round(v, 4) for v in by_position.tolist()]
         return out
