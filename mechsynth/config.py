@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import types
 import typing
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
-from typing import Any, Literal, Optional, Union, get_args, get_origin
+from typing import Any, Literal, Union, get_args, get_origin
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -42,18 +43,16 @@ def _coerce(value: Any, tp: Any, name: str) -> Any:
         allowed = get_args(tp)
         check(value in allowed, name, f"{value!r} is not allowed; allowed: {', '.join(map(repr, allowed))}")
         return value
-    if origin is Union or (sys.version_info >= (3, 10) and origin is getattr(__import__("types"), "UnionType", None)):
+    if origin in (Union, types.UnionType):
         args = get_args(tp)
         if value is None and type(None) in args:
             return None
-        errors = []
         for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return _coerce(value, arg, name)
-            except ConfigError as e:
-                errors.append(str(e))
+            if arg is not type(None):
+                try:
+                    return _coerce(value, arg, name)
+                except ConfigError:
+                    pass
         raise ConfigError(name, f"{value!r} has the wrong type; expected {_type_name(tp)}")
     if origin in (tuple, list):
         check(isinstance(value, (list, tuple)), name, f"expected a list, got {value!r}")

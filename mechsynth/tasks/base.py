@@ -87,6 +87,17 @@ def align(logits: Tensor, batch: Batch) -> tuple[Tensor, Tensor, Tensor]:
     return logits, batch.targets[:, -p:], batch.mask[:, -p:]
 
 
+def readout_batch(bits: Int[Tensor, "batch n"], labels: Int[Tensor, "batch"], truth: dict[str, Any]) -> Batch:
+    """Input bits, then a readout token (id 2), with the label scored at the readout only."""
+    readout = torch.full_like(bits[:, :1], 2)
+    tokens = torch.cat([bits, readout], 1)
+    targets = torch.zeros_like(tokens)
+    targets[:, -1] = labels
+    mask = torch.zeros_like(tokens, dtype=torch.bool)
+    mask[:, -1] = True
+    return Batch(tokens, targets, mask, truth)
+
+
 def task_generator(seed: int) -> torch.Generator:
     """CPU generator for a task's hidden structure (support sets, truth tables): fixed by the task seed,
     independent of the data stream."""

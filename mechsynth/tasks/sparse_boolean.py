@@ -15,7 +15,7 @@ from jaxtyping import Int
 from torch import Tensor
 
 from mechsynth.config import check, doc
-from mechsynth.tasks.base import TASKS, Batch, Task, TaskSpec, task_generator
+from mechsynth.tasks.base import TASKS, Batch, Task, TaskSpec, readout_batch, task_generator
 
 
 @dataclass(frozen=True)
@@ -87,9 +87,4 @@ class SparseBoolean(Task):
             bits = self._train_set.to(device)[idx]
         else:
             bits = (torch.rand(batch_size, self.cfg.length, generator=generator, device=device) < self.p_one).long()
-        tokens = torch.cat([bits, torch.full((batch_size, 1), 2, dtype=torch.long, device=device)], 1)
-        targets = torch.zeros_like(tokens)
-        targets[:, -1] = self.label(bits)
-        mask = torch.zeros_like(tokens, dtype=torch.bool)
-        mask[:, -1] = True
-        return Batch(tokens, targets, mask, {"support": self.support.to(device), "readout": self.cfg.length})
+        return readout_batch(bits, self.label(bits), {"support": self.support.to(device), "readout": self.cfg.length})

@@ -11,7 +11,7 @@ from typing import Literal, Optional
 import torch
 
 from mechsynth.config import check, doc
-from mechsynth.tasks.base import TASKS, Batch, Task, TaskSpec, task_generator
+from mechsynth.tasks.base import TASKS, Batch, Task, TaskSpec, readout_batch, task_generator
 
 
 @dataclass(frozen=True)
@@ -71,11 +71,4 @@ class SparseParity(Task):
             if split == "train" and cfg.noise > 0:
                 flips = torch.rand(batch_size, generator=generator, device=device) < cfg.noise
                 labels = clean ^ flips.long()
-        readout = torch.full((batch_size, 1), 2, dtype=torch.long, device=device)
-        tokens = torch.cat([bits, readout], dim=1)
-        targets = torch.zeros_like(tokens)
-        targets[:, -1] = labels
-        mask = torch.zeros_like(tokens, dtype=torch.bool)
-        mask[:, -1] = True
-        return Batch(tokens, targets, mask, {"support": self.support.to(device), "label": clean,
-                                              "readout": cfg.n})
+        return readout_batch(bits, labels, {"support": self.support.to(device), "label": clean, "readout": cfg.n})
