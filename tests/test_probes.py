@@ -112,3 +112,29 @@ def test_planted_readout_head_selects_the_support(task_name):
     assert probes.run("sparse_selection", random_model, task).metrics["support_recovered"] == 0.0
     with pytest.raises(ProbeError, match="applies to"):
         probes.run("sparse_selection", random_model, tasks.make("markov_icl", {"k": 3, "length": 13}))
+
+
+def test_shortcut_probe_parts_on_known_answers():
+    from mechsynth.probes.automaton_shortcut import prefix_entropy, ridge_accuracy
+
+    g = torch.Generator().manual_seed(0)
+    labels = torch.randint(5, (2000,), generator=g)
+    code = torch.nn.functional.one_hot(labels, 5).float() @ torch.randn(5, 16, generator=g)
+    assert ridge_accuracy(code + 0.01 * torch.randn(2000, 16, generator=g), labels, 1000) == 1.0
+    assert ridge_accuracy(torch.randn(2000, 16, generator=g), labels, 1000) < 0.35  # chance is 0.2
+
+    T = 12
+    uniform = torch.ones(T, T).tril()
+    uniform = (uniform / uniform.sum(-1, keepdim=True))[None, None]
+    previous = torch.eye(T).roll(-1, dims=1).tril()
+    previous[0, 0] = 1
+    assert prefix_entropy(uniform).item() == pytest.approx(1.0, abs=1e-5)
+    assert prefix_entropy(previous[None, None]).item() == pytest.approx(0.0, abs=1e-5)
+
+
+def test_shortcut_probe_on_a_random_model():
+    task = tasks.make("automata", {"automaton": "dihedral", "n": 4, "length": 16})
+    model = models.hooked(models.build(models.ModelConfig(n_layers=2, n_heads=2, d_model=32), task.spec))
+    result = probes.run("automaton_shortcut", model, task)
+    assert result.per_head.shape == (2, 2)
+    assert {"linear/state/L1", "linear/flip/L0", "linear/rotation/embed", "acc_long"} <= set(result.metrics)

@@ -28,6 +28,15 @@ def test_parity_automaton_learned_by_one_layer(tmp_path, tiny):
     run = load_run(train_run(cfg, tmp_path / "run", progress=False))
     assert run.metrics[-1]["eval/acc"] >= 0.99, run.metrics[-1]
 
+    # Liu et al.'s shortcut, seen by the probe: prefix-averaging heads, a state that is linear after
+    # the layer but not in the embedding, and chance accuracy beyond the training length.
+    from mechsynth import probes
+
+    shortcut = probes.run("automaton_shortcut", run.model(), run.task, batch_size=128).metrics
+    assert shortcut["linear/state/L0"] >= 0.9 and shortcut["linear/state/embed"] < 0.65, shortcut
+    assert max(v for k, v in shortcut.items() if k.startswith("entropy/")) >= 0.9
+    assert shortcut["acc_beyond_train_length"] < 0.8
+
 
 def test_mlp_baseline_learns_sparse_parity(tmp_path, tiny):
     cfg = parse_config(tiny({"name": "sparse_parity", "n": 10, "k": 2},
