@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from mechsynth.models import TL_VERSION, ModelConfig, build, hooked
-from mechsynth.models.tl_compat import POSITIONAL
+from mechsynth.models.tl_compat import POSITIONAL, TL_MAJOR
 from mechsynth.tasks.base import TaskSpec
 
 SPEC = TaskSpec(d_vocab=5, d_vocab_out=4, n_ctx=12, token_names=tuple("abcde"), target_names=tuple("wxyz"))
@@ -51,3 +51,53 @@ def test_state_dict_has_hooked_transformer_layout():
     assert sd["blocks.0.attn.W_O"].shape == (2, 4, 8)
     assert sd["unembed.W_U"].shape == (8, 4)
     assert sd["pos_embed.W_pos"].shape == (12, 8)
+
+
+@pytest.mark.parametrize("kw", VARIANTS, ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()) or "default")
+def test_our_hooks_give_transformer_lens_activations(kw):
+    """The fused model is itself hooked: every hook it shares with TransformerLens's model holds the same
+    activation (attention is computed unfused only where a pattern or score is hooked)."""
+    if kw.get("positional", "standard") not in POSITIONAL:
+        pytest.skip(f"{kw['positional']} is not in TransformerLens {TL_VERSION}")
+    cfg = ModelConfig(n_layers=2, n_heads=kw.pop("n_heads", 2), d_model=16, init_seed=3, **kw)
+    model = build(cfg, SPEC)
+    tokens = torch.randint(0, 5, (3, 12), generator=torch.Generator().manual_seed(1))
+    ours_logits, ours = model.run_with_cache(tokens)
+    theirs_logits, theirs = hooked(model).run_with_cache(tokens)
+    shared = set(ours.keys()) & set(theirs.keys())
+    expected = {"hook_embed", "blocks.0.hook_resid_pre", "blocks.1.attn.hook_pattern", "blocks.1.attn.hook_z",
+                "blocks.0.attn.hook_q", "blocks.0.hook_attn_out", "blocks.1.hook_resid_post"}
+    assert expected <= shared, expected - shared
+    for name in sorted(shared):
+        a, b = ours[name], theirs[name]
+        if name.endswith("hook_attn_scores"):
+            if TL_MAJOR >= 4:  # TL 4.3's native bridge puts the softmaxed pattern on this hook
+                a = a.softmax(-1)
+            keep = torch.ones(12, 12, dtype=torch.bool).tril()  # masked entries differ in how they mark -inf
+            a, b = a[..., keep], b[..., keep]
+        torch.testing.assert_close(a, b.reshape(a.shape), atol=2e-5, rtol=1e-4, msg=name)
+    torch.testing.assert_close(ours_logits, theirs_logits, atol=2e-5, rtol=1e-4)
+    # Nothing hooked: the fused path gives the same logits.
+    torch.testing.assert_close(model(tokens), ours_logits, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["transformer", "mlp"])
+def test_side_by_side_models_equal_separate_ones(kind):
+    spec = SPEC if kind == "transformer" else TaskSpec(2, 2, 9, ("0", "1"), ("0", "1"), token_values=(1.0, -1.0))
+    cfg = ModelConfig(kind=kind, n_layers=2, n_heads=2, d_model=16, width=8, init_seed=5)
+    stacked = build(cfg, spec, n_models=3)
+    singles = [build(ModelConfig(**{**cfg.__dict__, "init_seed": 5 + i}), spec) for i in range(3)]
+    for name, p in stacked.named_parameters():
+        assert all(torch.equal(p[i], s.get_parameter(name)) for i, s in enumerate(singles)), name
+    g = torch.Generator().manual_seed(2)
+    shared = torch.randint(0, spec.d_vocab, (4, spec.n_ctx), generator=g)
+    own = torch.randint(0, spec.d_vocab, (3, 4, spec.n_ctx), generator=g)
+    hook = "blocks.1.attn.hook_pattern" if kind == "transformer" else "hook_post"
+    logits, cache = stacked.run_with_cache(shared)
+    for i, s in enumerate(singles):
+        ref_logits, ref = s.run_with_cache(shared)
+        torch.testing.assert_close(logits[i], ref_logits, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(cache[hook][4 * i:4 * (i + 1)], ref[hook], atol=1e-5, rtol=1e-5)
+    out = stacked(own)
+    for i, s in enumerate(singles):
+        torch.testing.assert_close(out[i], s(own[i]), atol=1e-5, rtol=1e-5)

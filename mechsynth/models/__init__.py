@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch.nn as nn
 
 from mechsynth.config import ConfigError, check
@@ -29,12 +31,13 @@ def validate(cfg: ModelConfig, spec: TaskSpec) -> None:
         context_length(cfg, spec)
 
 
-def build(cfg: ModelConfig, spec: TaskSpec) -> nn.Module:
-    """The trainable model for a task: FusedTransformer or MLPBaseline, initialised from cfg.init_seed."""
+def build(cfg: ModelConfig, spec: TaskSpec, n_models: Optional[int] = None) -> nn.Module:
+    """The trainable model for a task: FusedTransformer or MLPBaseline, initialised from cfg.init_seed.
+    `n_models=M`: M of them side by side, initialised from init_seed, init_seed + 1, ..."""
     validate(cfg, spec)
     if cfg.kind == "mlp":
-        return MLPBaseline(cfg, spec.n_ctx - 1, spec.d_vocab_out, spec.token_values)
-    return FusedTransformer(cfg, spec.d_vocab, spec.d_vocab_out, context_length(cfg, spec))
+        return MLPBaseline(cfg, spec.n_ctx - 1, spec.d_vocab_out, spec.token_values, n_models)
+    return FusedTransformer(cfg, spec.d_vocab, spec.d_vocab_out, context_length(cfg, spec), n_models)
 
 
 def hooked(model: nn.Module, device="cpu") -> nn.Module:

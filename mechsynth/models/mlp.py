@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import torch
 import torch.nn as nn
@@ -19,16 +20,20 @@ class MLPBaseline(HookedRootModule):
 
     It reads every position but the last (the readout token) and answers for the last position
     only: its output has one position, which the trainer scores against the last target.
+    `n_models=M` runs M independent networks side by side (see FusedTransformer).
     """
 
-    def __init__(self, cfg: ModelConfig, n_inputs: int, d_vocab_out: int, token_values: tuple[float, ...]):
+    def __init__(self, cfg: ModelConfig, n_inputs: int, d_vocab_out: int, token_values: tuple[float, ...],
+                 n_models: Optional[int] = None):
         super().__init__()
-        self.cfg, self.n_inputs = cfg, n_inputs
+        self.cfg, self.n_inputs, self.n_models = cfg, n_inputs, n_models
+        self.d_vocab, self.n_ctx = len(token_values), n_inputs + 1
+        lead = () if n_models is None else (n_models,)
         self.register_buffer("token_values", torch.tensor(token_values))
-        self.W_in = nn.Parameter(torch.empty(n_inputs, cfg.width))
-        self.b_in = nn.Parameter(torch.empty(cfg.width))
-        self.W_out = nn.Parameter(torch.empty(cfg.width, d_vocab_out))
-        self.b_out = nn.Parameter(torch.empty(d_vocab_out))
+        self.W_in = nn.Parameter(torch.empty(*lead, n_inputs, cfg.width))
+        self.b_in = nn.Parameter(torch.empty(*lead, cfg.width))
+        self.W_out = nn.Parameter(torch.empty(*lead, cfg.width, d_vocab_out))
+        self.b_out = nn.Parameter(torch.empty(*lead, d_vocab_out))
         self.hook_in = HookPoint()  # [batch, n_inputs]
         self.hook_pre = HookPoint()  # [batch, width]
         self.hook_post = HookPoint()  # [batch, width]
@@ -37,17 +42,26 @@ class MLPBaseline(HookedRootModule):
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
-        """PyTorch's nn.Linear init (uniform ±1/sqrt(fan_in)), or N(0, init_range) if set."""
-        g = torch.Generator().manual_seed(self.cfg.init_seed)
-        for p, fan_in in ((self.W_in, self.n_inputs), (self.b_in, self.n_inputs),
-                          (self.W_out, self.cfg.width), (self.b_out, self.cfg.width)):
-            if self.cfg.init_range is not None:
-                p.copy_(torch.randn(p.shape, generator=g) * self.cfg.init_range)
-            else:
-                p.copy_((torch.rand(p.shape, generator=g) * 2 - 1) / math.sqrt(fan_in))
+        """PyTorch's nn.Linear init (uniform ±1/sqrt(fan_in)), or N(0, init_range) if set; side by side,
+        network i gets the weights of a single network with init_seed + i."""
+        for i in range(self.n_models or 1):
+            g = torch.Generator().manual_seed(self.cfg.init_seed + i)
+            for p, fan_in in ((self.W_in, self.n_inputs), (self.b_in, self.n_inputs),
+                              (self.W_out, self.cfg.width), (self.b_out, self.cfg.width)):
+                p = p if self.n_models is None else p[i]
+                if self.cfg.init_range is not None:
+                    p.copy_(torch.randn(p.shape, generator=g) * self.cfg.init_range)
+                else:
+                    p.copy_((torch.rand(p.shape, generator=g) * 2 - 1) / math.sqrt(fan_in))
 
-    def forward(self, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch 1 d_vocab_out"]:
-        x = self.hook_in(self.token_values[tokens[:, : self.n_inputs]])
-        pre = self.hook_pre(x @ self.W_in + self.b_in)
+    def forward(self, tokens: Int[Tensor, "... batch pos"]) -> Float[Tensor, "... batch 1 d_vocab_out"]:
+        """tokens [batch, pos] -> [batch, 1, vocab]; side by side as FusedTransformer.forward.
+        Hooks see [n_models * batch, ...]."""
+        m = self.n_models or 1
+        x = self.token_values[tokens[..., : self.n_inputs]].expand(m, -1, -1).reshape(-1, self.n_inputs)
+        x = self.hook_in(x)
+        W_in, b_in, W_out, b_out = (p if self.n_models else p.unsqueeze(0) for p in (self.W_in, self.b_in, self.W_out, self.b_out))
+        pre = self.hook_pre(torch.baddbmm(b_in.unsqueeze(1), x.view(m, -1, self.n_inputs), W_in).flatten(0, 1))
         post = F.relu(pre) if self.cfg.act_fn == "relu" else pre**self.cfg.poly_degree
-        return (self.hook_post(post) @ self.W_out + self.b_out)[:, None, :]
+        out = torch.baddbmm(b_out.unsqueeze(1), self.hook_post(post).view(m, -1, post.shape[-1]), W_out)
+        return out[:, :, None, :] if self.n_models else out[0, :, None, :]

@@ -4,12 +4,21 @@ TransformerLens computes attention unfused so `hook_pattern` exists, which costs
 speed on small models. We train this module instead; its `state_dict()` has exactly
 HookedTransformer's keys and shapes (`blocks.0.attn.W_Q`: [head_index, d_model, d_head], ...), so
 the same weights load into a hooked TransformerLens model for probing (see `tl_compat`, and the
-test that checks both give the same logits).
+test that checks both give the same logits and activations).
+
+It is itself a `HookedRootModule` with TransformerLens's hook names, so `run_with_cache` works on
+it; attention is computed unfused only for a layer whose pattern or scores are hooked.
+
+`n_models=M` puts M independent models side by side: every weight gets a leading axis of size M
+and one forward runs all of them with batched matmuls — seeds trained together, or checkpoints
+probed together. Hooks then see TransformerLens's shapes with the M batches concatenated:
+[M * batch, ...], model-major.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import torch
 import torch.nn as nn
@@ -18,6 +27,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from mechsynth.models.config import ModelConfig
+from mechsynth.models.tl_compat import HookedRootModule, HookPoint
 
 ACTIVATIONS = {
     "relu": F.relu,
@@ -27,17 +37,20 @@ ACTIVATIONS = {
 }
 
 
-def _param(*shape: int) -> nn.Parameter:
-    return nn.Parameter(torch.zeros(*shape))
-
-
 class _Holder(nn.Module):
-    """A module whose only job is to give parameters TransformerLens's names (`embed.W_E`, ...)."""
+    """A module whose only job is to give parameters and hook points TransformerLens's names."""
 
-    def __init__(self, **params: nn.Parameter):
+    def __init__(self, params: dict[str, nn.Parameter], hooks: tuple[str, ...] = ()):
         super().__init__()
         for name, p in params.items():
             self.register_parameter(name, p)
+        for name in hooks:
+            setattr(self, name, HookPoint())
+
+
+def hooked_here(hp: HookPoint) -> bool:
+    """Whether anything is attached to this hook point; skipping idle ones keeps training fast."""
+    return bool(hp._forward_hooks or hp._backward_hooks)
 
 
 def rotary_tables(n_ctx: int, dim: int, base: float = 10000.0) -> tuple[Tensor, Tensor]:
@@ -52,91 +65,163 @@ def apply_rotary(x: Float[Tensor, "batch head pos d_head"], cos: Tensor, sin: Te
     return x * cos + rot * sin
 
 
-class FusedTransformer(nn.Module):
-    def __init__(self, cfg: ModelConfig, d_vocab: int, d_vocab_out: int, n_ctx: int):
+class FusedTransformer(HookedRootModule):
+    def __init__(self, cfg: ModelConfig, d_vocab: int, d_vocab_out: int, n_ctx: int, n_models: Optional[int] = None):
         super().__init__()
-        self.cfg, self.n_ctx = cfg, n_ctx
+        self.cfg, self.d_vocab, self.n_ctx, self.n_models = cfg, d_vocab, n_ctx, n_models
         dm, h, dh, L = cfg.d_model, cfg.n_heads, cfg.head_dim, cfg.n_layers
-        self.embed = _Holder(W_E=_param(d_vocab, dm))
+        lead = () if n_models is None else (n_models,)
+
+        def zeros(*shape: int) -> nn.Parameter:
+            return nn.Parameter(torch.zeros(*lead, *shape))
+
+        def norm(hooks: tuple[str, ...] = ("hook_normalized",)) -> _Holder:
+            params = {"w": nn.Parameter(torch.ones(*lead, dm)), "b": zeros(dm)} if cfg.normalization == "LN" else {}
+            return _Holder(params, hooks)
+
+        self.embed = _Holder({"W_E": zeros(d_vocab, dm)})
+        self.hook_embed = HookPoint()
         if cfg.positional != "rotary":
-            self.pos_embed = _Holder(W_pos=_param(n_ctx, dm))
+            self.pos_embed = _Holder({"W_pos": zeros(n_ctx, dm)})
+            self.hook_pos_embed = HookPoint()
         else:
             cos, sin = rotary_tables(n_ctx, dh)
             self.register_buffer("rotary_cos", cos, persistent=False)
             self.register_buffer("rotary_sin", sin, persistent=False)
-        ln = cfg.normalization == "LN"
+        attn_hooks = ("hook_q", "hook_k", "hook_v", "hook_attn_scores", "hook_pattern", "hook_z")
+        if cfg.positional == "rotary":
+            attn_hooks += ("hook_rot_q", "hook_rot_k")
         blocks = []
         for _ in range(L):
-            b = nn.Module()
-            if ln:
-                b.ln1 = _Holder(w=nn.Parameter(torch.ones(dm)), b=_param(dm))
-            b.attn = _Holder(W_Q=_param(h, dm, dh), W_K=_param(h, dm, dh), W_V=_param(h, dm, dh),
-                             W_O=_param(h, dh, dm), b_Q=_param(h, dh), b_K=_param(h, dh),
-                             b_V=_param(h, dh), b_O=_param(dm))
+            b = _Holder({}, ("hook_resid_pre", "hook_attn_out", "hook_resid_post"))
+            if cfg.normalization != "none":
+                b.ln1 = norm()
+            b.attn = _Holder({"W_Q": zeros(h, dm, dh), "W_K": zeros(h, dm, dh), "W_V": zeros(h, dm, dh),
+                              "W_O": zeros(h, dh, dm), "b_Q": zeros(h, dh), "b_K": zeros(h, dh),
+                              "b_V": zeros(h, dh), "b_O": zeros(dm)}, attn_hooks)
             if not cfg.attn_only:
-                if ln:
-                    b.ln2 = _Holder(w=nn.Parameter(torch.ones(dm)), b=_param(dm))
-                b.mlp = _Holder(W_in=_param(dm, cfg.mlp_dim), b_in=_param(cfg.mlp_dim),
-                                W_out=_param(cfg.mlp_dim, dm), b_out=_param(dm))
+                b.hook_resid_mid, b.hook_mlp_out = HookPoint(), HookPoint()
+                if cfg.normalization != "none":
+                    b.ln2 = norm()
+                b.mlp = _Holder({"W_in": zeros(dm, cfg.mlp_dim), "b_in": zeros(cfg.mlp_dim),
+                                 "W_out": zeros(cfg.mlp_dim, dm), "b_out": zeros(dm)}, ("hook_pre", "hook_post"))
             blocks.append(b)
         self.blocks = nn.ModuleList(blocks)
-        if ln:
-            self.ln_final = _Holder(w=nn.Parameter(torch.ones(dm)), b=_param(dm))
-        self.unembed = _Holder(W_U=_param(dm, d_vocab_out), b_U=_param(d_vocab_out))
+        if cfg.normalization != "none":
+            self.ln_final = norm()
+        self.unembed = _Holder({"W_U": zeros(dm, d_vocab_out), "b_U": zeros(d_vocab_out)})
         self.reset_parameters()
+        self.setup()
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
-        """TransformerLens's 'gpt2' init: weights ~ N(0, 0.8/sqrt(d_model)), biases 0, norms 1."""
+        """TransformerLens's 'gpt2' init: weights ~ N(0, 0.8/sqrt(d_model)), biases 0, norms 1.
+        Side by side, model i gets exactly the weights of a single model with init_seed + i."""
         std = self.cfg.init_range or 0.8 / math.sqrt(self.cfg.d_model)
-        g = torch.Generator().manual_seed(self.cfg.init_seed)
-        for name, p in self.named_parameters():
-            leaf = name.rsplit(".", 1)[-1]
-            if leaf.startswith("W_"):
-                p.copy_(torch.randn(p.shape, generator=g) * std)
+        for i in range(self.n_models or 1):
+            g = torch.Generator().manual_seed(self.cfg.init_seed + i)
+            for name, p in self.named_parameters():
+                if name.rsplit(".", 1)[-1].startswith("W_"):
+                    target = p if self.n_models is None else p[i]
+                    target.copy_(torch.randn(target.shape, generator=g) * std)
 
-    def _norm(self, x: Tensor, holder: nn.Module | None) -> Tensor:
-        if self.cfg.normalization == "none":
+    # TransformerLens's weight properties (stacked over layers), so weight-based probes work here too.
+    W_E = property(lambda self: self.embed.W_E)
+    W_U = property(lambda self: self.unembed.W_U)
+    W_pos = property(lambda self: self.pos_embed.W_pos)
+    W_Q = property(lambda self: self._layers("W_Q"))
+    W_K = property(lambda self: self._layers("W_K"))
+    W_V = property(lambda self: self._layers("W_V"))
+    W_O = property(lambda self: self._layers("W_O"))
+
+    def _layers(self, name: str) -> Tensor:
+        """[n_layers, ...], or [n_models, n_layers, ...] side by side."""
+        return torch.stack([getattr(b.attn, name) for b in self.blocks], 0 if self.n_models is None else 1)
+
+    def _w(self, p: Tensor) -> Tensor:
+        """A weight with the model axis in front (size 1 for a single model)."""
+        return p if self.n_models is not None else p.unsqueeze(0)
+
+    def _hook(self, hp: HookPoint, x: Tensor) -> Tensor:
+        return hp(x) if hooked_here(hp) else x
+
+    def _norm(self, x: Float[Tensor, "mb pos d_model"], holder: Optional[nn.Module]) -> Tensor:
+        if holder is None:
             return x
-        w = holder.w if holder is not None else None
-        b = holder.b if holder is not None else None
-        return F.layer_norm(x, (x.shape[-1],), w, b, eps=1e-5)
+        if not hasattr(holder, "w"):  # LNPre
+            out = F.layer_norm(x, (x.shape[-1],), eps=1e-5)
+        elif self.n_models is None:
+            out = F.layer_norm(x, (x.shape[-1],), holder.w, holder.b, eps=1e-5)
+        else:
+            out = F.layer_norm(x, (x.shape[-1],), eps=1e-5).view(self.n_models, -1, x.shape[-1])
+            out = (out * holder.w[:, None] + holder.b[:, None]).view_as(x)
+        return self._hook(holder.hook_normalized, out)
 
-    def forward(self, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch pos d_vocab_out"]:
-        cfg = self.cfg
-        seq = tokens.shape[1]
+    @staticmethod
+    def _mm(x: Float[Tensor, "mb pos d_in"], w: Float[Tensor, "m d_in d_out"], b: Float[Tensor, "m d_out"]) -> Tensor:
+        """x @ w + b for each model: one batched matmul over [model, batch * pos, d_in]."""
+        out = torch.baddbmm(b.unsqueeze(1), x.reshape(w.shape[0], -1, x.shape[-1]), w)
+        return out.view(*x.shape[:-1], w.shape[-1])
+
+    def forward(self, tokens: Int[Tensor, "... batch pos"]) -> Float[Tensor, "... batch pos d_vocab_out"]:
+        """tokens [batch, pos] -> logits [batch, pos, vocab]. Side by side, tokens [batch, pos] are read by
+        every model and tokens [n_models, batch, pos] give each model its own; logits are then
+        [n_models, batch, pos, vocab]."""
+        cfg, m, w = self.cfg, self.n_models or 1, self._w
+        seq = tokens.shape[-1]
         if seq > self.n_ctx:
             raise ValueError(f"input has {seq} positions but the model's n_ctx is {self.n_ctx}")
-        x = F.embedding(tokens, self.embed.W_E)  # its backward is much faster than indexing's
+        if self.n_models is not None:
+            if tokens.ndim == 2:
+                tokens = tokens.expand(m, *tokens.shape)
+            # Each model's rows are offset into one table: F.embedding's backward is much faster than indexing's.
+            tokens = tokens + (torch.arange(m, device=tokens.device) * self.d_vocab).view(m, 1, 1)
+        x = self._hook(self.hook_embed, F.embedding(tokens.reshape(-1, seq), w(self.embed.W_E).flatten(0, 1)))
         pos = None
-        if cfg.positional == "standard":
-            x = x + self.pos_embed.W_pos[:seq]
-        elif cfg.positional == "shortformer":
-            pos = self.pos_embed.W_pos[:seq]
+        if cfg.positional != "rotary":
+            pos = w(self.pos_embed.W_pos)[:, None, :seq]  # [m, 1, pos, d_model], broadcast over the batch
+            if hooked_here(self.hook_pos_embed):
+                pos = self.hook_pos_embed(pos.expand(m, x.shape[0] // m, seq, -1).reshape(x.shape)).view(m, -1, seq, x.shape[-1])
+            if cfg.positional == "standard":
+                x, pos = (x.view(m, -1, seq, x.shape[-1]) + pos).view(x.shape), None
         for block in self.blocks:
-            x = x + self._attention(self._norm(x, getattr(block, "ln1", None)), block.attn, pos, seq)
+            x = self._hook(block.hook_resid_pre, x)
+            x = x + self._hook(block.hook_attn_out, self._attention(self._norm(x, getattr(block, "ln1", None)), block.attn, pos))
             if not cfg.attn_only:
-                m = block.mlp
-                hidden = ACTIVATIONS[cfg.act_fn](self._norm(x, getattr(block, "ln2", None)) @ m.W_in + m.b_in)
-                x = x + hidden @ m.W_out + m.b_out
-        x = self._norm(x, getattr(self, "ln_final", None))
-        return x @ self.unembed.W_U + self.unembed.b_U
+                x = self._hook(block.hook_resid_mid, x)
+                mlp = block.mlp
+                pre = self._hook(mlp.hook_pre, self._mm(self._norm(x, getattr(block, "ln2", None)), w(mlp.W_in), w(mlp.b_in)))
+                post = self._hook(mlp.hook_post, ACTIVATIONS[cfg.act_fn](pre))
+                x = x + self._hook(block.hook_mlp_out, self._mm(post, w(mlp.W_out), w(mlp.b_out)))
+            x = self._hook(block.hook_resid_post, x)
+        logits = self._mm(self._norm(x, getattr(self, "ln_final", None)), w(self.unembed.W_U), w(self.unembed.b_U))
+        return logits if self.n_models is None else logits.view(m, -1, seq, logits.shape[-1])
 
-    def _attention(self, x: Tensor, a: nn.Module, pos: Tensor | None, seq: int) -> Tensor:
-        b, h, dh = x.shape[0], self.cfg.n_heads, self.cfg.head_dim
-        # One [d_model, 3 * head_index * d_head] matmul for Q, K and V (einsum over the per-head
-        # layout would broadcast x across heads); re-laying out the small weights is cheap.
-        w = torch.cat([a.W_Q, a.W_K, a.W_V], 0).permute(1, 0, 2).reshape(x.shape[-1], 3 * h * dh)
-        bias = torch.cat([a.b_Q, a.b_K, a.b_V], 0).reshape(3 * h * dh)
+    def _attention(self, x: Float[Tensor, "mb pos d_model"], a: nn.Module, pos: Optional[Tensor]) -> Tensor:
+        mb, seq, dm = x.shape
+        h, dh, w = self.cfg.n_heads, self.cfg.head_dim, self._w
+        # One [d_model, 3 * head_index * d_head] matmul per model for Q, K and V (einsum over the
+        # per-head layout would broadcast x across heads); re-laying out the small weights is cheap.
+        W = torch.cat([w(a.W_Q), w(a.W_K), w(a.W_V)], 1).permute(0, 2, 1, 3).reshape(-1, dm, 3 * h * dh)
+        B = torch.cat([w(a.b_Q), w(a.b_K), w(a.b_V)], 1).reshape(-1, 3 * h * dh)
         if pos is None:
-            qkv = torch.addmm(bias, x.reshape(-1, x.shape[-1]), w)
+            qkv = self._mm(x, W, B)
         else:  # shortformer: positions inform where to attend, never what is moved
-            qkv = torch.cat([torch.addmm(bias[: 2 * h * dh], (x + pos).reshape(-1, x.shape[-1]), w[:, : 2 * h * dh]),
-                             torch.addmm(bias[2 * h * dh :], x.reshape(-1, x.shape[-1]), w[:, 2 * h * dh :])], -1)
-        q, k, v = qkv.view(b, seq, 3, h, dh).permute(2, 0, 3, 1, 4)
+            m, qk = W.shape[0], 2 * h * dh
+            qk_in = (x.view(m, -1, seq, dm) + pos).view(x.shape)
+            qkv = torch.cat([self._mm(qk_in, W[..., :qk], B[..., :qk]), self._mm(x, W[..., qk:], B[..., qk:])], -1)
+        q, k, v = (self._hook(hp, t) for hp, t in zip((a.hook_q, a.hook_k, a.hook_v), qkv.view(mb, seq, 3, h, dh).unbind(2)))
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [mb, head, pos, d_head]
         if self.cfg.positional == "rotary":
             cos, sin = self.rotary_cos[:seq], self.rotary_sin[:seq]
-            q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-        z = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # [batch, head, pos, d_head]
-        z = z.transpose(1, 2).reshape(b * seq, h * dh)
-        return torch.addmm(a.b_O, z, a.W_O.reshape(h * dh, -1)).view(b, seq, -1)
+            q = self._hook(a.hook_rot_q, apply_rotary(q, cos, sin).transpose(1, 2)).transpose(1, 2)
+            k = self._hook(a.hook_rot_k, apply_rotary(k, cos, sin).transpose(1, 2)).transpose(1, 2)
+        if hooked_here(a.hook_pattern) or hooked_here(a.hook_attn_scores):
+            scores = q @ k.transpose(-1, -2) / math.sqrt(dh)
+            causal = torch.ones(seq, seq, dtype=torch.bool, device=x.device).triu(1)
+            scores = self._hook(a.hook_attn_scores, scores.masked_fill(causal, float("-inf")))
+            z = self._hook(a.hook_pattern, scores.softmax(-1)) @ v
+        else:
+            z = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        z = self._hook(a.hook_z, z.transpose(1, 2))  # [mb, pos, head, d_head]
+        return self._mm(z.reshape(mb, seq, h * dh), w(a.W_O).flatten(1, 2), w(a.b_O))
