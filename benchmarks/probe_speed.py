@@ -1,14 +1,20 @@
-"""Probing speed, from one run: all applicable probes over every checkpoint of a run, against bare
-forward passes of the fused model on the same number and size of inputs.
+"""Probing speed, from one run: all applicable probes over every checkpoint of a run, three ways —
+
+- mechsynth: `probe_run`, checkpoints loaded side by side into one fused model, one forward per input;
+- per checkpoint on TransformerLens: each checkpoint's weights loaded into TransformerLens's own hooked
+  model and probed there (`probes.run_many` on `run.models()`), the way one would without mechsynth;
+- bare: load each checkpoint into the fused model and run plain forward passes (no hooks, no cache,
+  no probe math) on the same inputs the probes read.
 
     python benchmarks/probe_speed.py [RUN_DIR]
 
-Without RUN_DIR it trains the demo configuration for 500 steps with 100 checkpoints first.
-The target is probing in ≤ 2x the time of the bare forward passes.
+Without RUN_DIR it trains the demo configuration for 2000 steps with 100 checkpoints first.
+Target: mechsynth ≤ 2x the bare forward passes.
 """
 
 from __future__ import annotations
 
+import statistics
 import sys
 import tempfile
 import time
@@ -16,14 +22,12 @@ from pathlib import Path
 
 import torch
 
-from mechsynth import io, load_run, parse_config, train_run
+from mechsynth import io, load_run, parse_config, probes, train_run
 from mechsynth.cli import DEMO_CONFIG
 from mechsynth.config import tomllib
 from mechsynth.run import ckpt_dir
 from mechsynth.timeline import applicable, probe_run
 
-# Forward passes each probe makes per checkpoint (its inputs: random tokens, repeated tokens, task batches).
-FORWARDS = {"previous_token": 2, "induction": 3, "duplicate_token": 1, "icl_strategy": 1, "sparse_selection": 1}
 BATCH = 64
 
 
@@ -32,33 +36,43 @@ def main() -> None:
         run_dir = Path(sys.argv[1])
     else:
         data = tomllib.loads(DEMO_CONFIG)
-        data["train"] |= {"steps": 500, "checkpoints": 100, "device": "cpu"}
+        data["train"] |= {"checkpoints": 100, "device": "cpu"}
         data["wandb"] = {"mode": "disabled"}
         run_dir = train_run(parse_config(data), Path(tempfile.mkdtemp()) / "run", progress=False)
     run = load_run(run_dir)
-    names = applicable(run)
-    steps = run.steps
+    names, steps = applicable(run), run.steps
+    inputs = {probes._resolve(i, run.task) for n in names for i in probes.PROBES.get(n).reads}
+    tokens = [probes._draw(i, run.trainable(0), run.task, BATCH, 0).tokens for i in sorted(inputs)]
 
-    t0 = time.perf_counter()
-    probe_run(run, names, steps, batch_size=BATCH)
-    probing = time.perf_counter() - t0
+    def ours():
+        probe_run(run, names, steps, batch_size=BATCH)
 
-    model = run.trainable(steps[0])
-    n_forwards = sum(FORWARDS.get(n, 1) for n in names)
-    tokens = run.task.sample(BATCH, torch.Generator().manual_seed(0), "cpu", run.task.main_eval).tokens
-    t0 = time.perf_counter()
-    with torch.no_grad():
+    def per_checkpoint_tl():
+        init = run.trainable(steps[0])
+        for _, model in run.models(steps):
+            probes.run_many(names, model, run.task, batch_size=BATCH, init=init)
+
+    @torch.no_grad()
+    def bare():
+        model = run.trainable(steps[0])
         for step in steps:
             model.load_state_dict(io.read_tensors(ckpt_dir(run.path, step) / "model.safetensors"))
-            for _ in range(n_forwards):
-                model(tokens)
-    bare = time.perf_counter() - t0
+            for t in tokens:
+                model(t)
 
-    print(f"{len(steps)} checkpoints, probes: {', '.join(names)}; {n_forwards} forward passes of {BATCH} x "
-          f"{tokens.shape[1]} tokens per checkpoint; torch threads {torch.get_num_threads()}")
-    print(f"  probing       {probing:7.2f} s")
-    print(f"  bare forwards {bare:7.2f} s")
-    print(f"probing / bare forwards = {probing / bare:.2f}x  (target <= 2)")
+    times: dict[str, list[float]] = {"mechsynth": [], "per-checkpoint TL": [], "bare": []}
+    for _ in range(3):  # interleaved rounds; the median of each
+        for name, fn in zip(times, (ours, per_checkpoint_tl, bare)):
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    print(f"{len(steps)} checkpoints; probes: {', '.join(names)}; inputs: {', '.join(sorted(inputs))} "
+          f"({BATCH} sequences each); torch {torch.__version__}, {torch.get_num_threads()} threads")
+    for k, v in med.items():
+        print(f"  {k:<18} {v:7.2f} s")
+    print(f"mechsynth / bare forwards = {med['mechsynth'] / med['bare']:.2f}x  (target <= 2)")
+    print(f"per-checkpoint TL / mechsynth = {med['per-checkpoint TL'] / med['mechsynth']:.2f}x")
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from mechsynth.probes import PROBES, ProbeResult, device_of, head_metrics, register, shape
+from mechsynth.probes import ProbeResult, View, head_metrics, no_hooks, register
 
 
 def resid_hooks(n_layers: int) -> list[str]:
@@ -41,16 +41,13 @@ def prefix_entropy(pattern: Float[Tensor, "batch head query key"]) -> Float[Tens
     return (ent[..., 1:] / norm[1:]).mean(dim=(0, 2))
 
 
-@register("automaton_shortcut", hooks=resid_hooks, truth=("states",), needs_task=True, threshold=0.9,
-          tasks=("automata",))
-@torch.no_grad()
-def automaton_shortcut(model, task, generator, batch_size) -> ProbeResult:
-    n_layers, n_heads, _, _ = shape(model)
-    batch = task.sample(batch_size, generator, "cpu", "eval").to(device_of(model))
-    names = set(PROBES.get("automaton_shortcut").hooks(n_layers))
-    logits, cache = model.run_with_cache(batch.tokens, names_filter=lambda n: n in names)
-    half = batch_size // 2 * batch.tokens.shape[1]  # fit on the first half of the sequences
-    metrics: dict[str, float] = {"acc": float((logits.argmax(-1) == batch.targets).float().mean())}
+@register("automaton_shortcut", reads={"data": resid_hooks, "task:eval_long": no_hooks}, truth=("states",),
+          needs_task=True, threshold=0.9, tasks=("automata",))
+def automaton_shortcut(view: View) -> ProbeResult:
+    n_layers, batch, cache = view.n_layers, view.batch("data"), view.cache("data")
+    batch_size, T = batch.tokens.shape
+    half = batch_size // 2 * T  # fit on the first half of the sequences
+    metrics: dict[str, float] = {"acc": float((view.logits("data").argmax(-1) == batch.targets).float().mean())}
     targets = {"state": batch.truth["states"]} | {k.split(":", 1)[1]: v for k, v in batch.truth.items()
                                                    if k.startswith("factor:")}
     for i, hook in enumerate(["blocks.0.hook_resid_pre"] + [f"blocks.{l}.hook_resid_post" for l in range(n_layers)]):
@@ -59,12 +56,11 @@ def automaton_shortcut(model, task, generator, batch_size) -> ProbeResult:
             metrics[f"linear/{name}/{'embed' if i == 0 else f'L{i - 1}'}"] = ridge_accuracy(feats, labels.flatten(), half)
     per_head = torch.stack([prefix_entropy(cache[f"blocks.{l}.attn.hook_pattern"]) for l in range(n_layers)])
     metrics |= head_metrics("entropy/", per_head)
-    long = task.sample(batch_size, generator, "cpu", "eval_long").to(device_of(model))
-    correct = (model(long.tokens).argmax(-1) == long.targets).float().mean(0)
-    T = batch.tokens.shape[1]
+    long = view.batch("task:eval_long")
+    correct = (view.logits("task:eval_long").argmax(-1) == long.targets).float().mean(0)
     metrics["acc_long"] = float(correct.mean())
     metrics["acc_beyond_train_length"] = float(correct[T:].mean()) if correct.shape[0] > T else math.nan
-    layer, head = divmod(int(per_head.flatten().argmax()), n_heads)
+    layer, head = divmod(int(per_head.flatten().argmax()), view.n_heads)
     render = {"tokens": batch.tokens[0].cpu(),
               "heads": {f"L{layer}H{head}": cache[f"blocks.{layer}.attn.hook_pattern"][0, head].cpu()}}
     return ProbeResult("automaton_shortcut", per_head.cpu(), metrics, render)

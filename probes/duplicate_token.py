@@ -6,8 +6,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from mechsynth.probes import (ProbeResult, attention_hooks, patterns, random_tokens, register, render_heads, shape,
-                              task_tokens)
+from mechsynth.probes import ProbeResult, View, attention_hooks, register, render_heads
 
 
 def duplicate_targets(tokens: Int[Tensor, "batch pos"]) -> torch.Tensor:
@@ -24,12 +23,9 @@ def target_mass(pattern: Float[Tensor, "layer batch head query key"], targets: t
     return (mass * has).sum(dim=(1, 3)) / has.sum(dim=(1, 3)).clamp_min(1)
 
 
-@register("duplicate_token", hooks=attention_hooks, threshold=0.5)
-def duplicate_token(model, task, generator, batch_size) -> ProbeResult:
-    _, _, _, n_ctx = shape(model)
-    tokens = task_tokens(model, task, batch_size, generator).tokens if task is not None else \
-        random_tokens(model, batch_size, n_ctx, generator)
-    pattern = patterns(model, tokens, "duplicate_token")
+@register("duplicate_token", reads={"data": attention_hooks}, threshold=0.5)
+def duplicate_token(view: View) -> ProbeResult:
+    tokens, pattern = view.tokens("data"), view.patterns("data")
     per_head = target_mass(pattern, duplicate_targets(tokens))
     return ProbeResult("duplicate_token", per_head.cpu(), {"max": float(per_head.max())},
                        render_heads(tokens, pattern, per_head))

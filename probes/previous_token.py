@@ -5,8 +5,7 @@ from __future__ import annotations
 from jaxtyping import Float
 from torch import Tensor
 
-from mechsynth.probes import (ProbeResult, attention_hooks, head_metrics, patterns, random_tokens, register,
-                              render_heads, shape, task_tokens)
+from mechsynth.probes import ProbeResult, View, attention_hooks, head_metrics, register, render_heads
 
 
 def offset_score(pattern: Float[Tensor, "layer batch head query key"], offset: int = 1) -> Float[Tensor, "layer head"]:
@@ -15,17 +14,11 @@ def offset_score(pattern: Float[Tensor, "layer batch head query key"], offset: i
 
 
 # 0.4: in-context bigram models keep some attention on the current token (Edelman et al. 2024).
-@register("previous_token", hooks=attention_hooks, threshold=0.4)
-def previous_token(model, task, generator, batch_size) -> ProbeResult:
-    _, _, _, n_ctx = shape(model)
-    rand = random_tokens(model, batch_size, n_ctx, generator)
-    random_pattern = patterns(model, rand, "previous_token")
-    random_score = offset_score(random_pattern)
-    metrics = {"max_random": float(random_score.max()), **head_metrics("random/", random_score)}
-    tokens, pattern, per_head = rand, random_pattern, random_score
-    if task is not None:
-        tokens = task_tokens(model, task, batch_size, generator).tokens
-        pattern = patterns(model, tokens, "previous_token")
-        per_head = offset_score(pattern)
-    metrics["max"] = float(per_head.max())
-    return ProbeResult("previous_token", per_head.cpu(), metrics, render_heads(tokens, pattern, per_head))
+@register("previous_token", reads={"random": attention_hooks, "data": attention_hooks}, threshold=0.4)
+def previous_token(view: View) -> ProbeResult:
+    random_score = offset_score(view.patterns("random"))
+    pattern = view.patterns("data")  # the task's data; random tokens again without a task
+    per_head = offset_score(pattern)
+    metrics = {"max": float(per_head.max()), "max_random": float(random_score.max()),
+               **head_metrics("random/", random_score)}
+    return ProbeResult("previous_token", per_head.cpu(), metrics, render_heads(view.tokens("data"), pattern, per_head))

@@ -3,15 +3,15 @@ hidden support S, and whether the most-attended positions are exactly S."""
 
 from __future__ import annotations
 
-from mechsynth.probes import ProbeResult, attention_hooks, patterns, register, task_tokens
+from mechsynth.probes import ProbeResult, View, attention_hooks, register
 
 
-@register("sparse_selection", hooks=attention_hooks, truth=("support", "readout"), needs_task=True, threshold=0.5,
-          tasks=("sparse_parity", "sparse_boolean"))
-def sparse_selection(model, task, generator, batch_size) -> ProbeResult:
-    batch = task_tokens(model, task, batch_size, generator)
+@register("sparse_selection", reads={"data": attention_hooks}, truth=("support", "readout"), needs_task=True,
+          threshold=0.5, tasks=("sparse_parity", "sparse_boolean"))
+def sparse_selection(view: View) -> ProbeResult:
+    batch = view.batch("data")
     support, readout = batch.truth["support"], batch.truth["readout"]
-    pattern = patterns(model, batch.tokens, "sparse_selection")[:, :, :, readout]  # [layer, batch, head, key]
+    pattern = view.patterns("data")[:, :, :, readout]  # [layer, batch, head, key]
     mean = pattern.mean(1)  # [layer, head, key]
     per_head = mean[..., support].sum(-1)
     layer, head = divmod(int(per_head.flatten().argmax()), per_head.shape[1])

@@ -138,3 +138,49 @@ def test_shortcut_probe_on_a_random_model():
     result = probes.run("automaton_shortcut", model, task)
     assert result.per_head.shape == (2, 2)
     assert {"linear/state/L1", "linear/flip/L0", "linear/rotation/embed", "acc_long"} <= set(result.metrics)
+
+
+@pytest.mark.parametrize("kind", ["mlp", "transformer"])
+def test_hidden_progress_on_planted_weight_movement(kind):
+    """Move the input-facing rows of the support a lot and the others a little: the probe must say so."""
+    import copy
+
+    task = tasks.make("sparse_parity", {"n": 10, "k": 3, "seed": 2})
+    cfg = models.ModelConfig(kind=kind, width=16, n_layers=1, n_heads=2, d_model=16)
+    init = models.build(cfg, task.spec)
+    model = copy.deepcopy(init)
+    weights = model.W_in if kind == "mlp" else model.pos_embed.W_pos
+    with torch.no_grad():
+        weights[:10] += 0.01
+        weights[task.support, 3] += 0.5
+    if kind == "transformer":  # probe TransformerLens's model, comparing with our step-0 module
+        model = models.hooked(model)
+    m = probes.run("hidden_progress", model, task, init=init).metrics
+    assert m["drift_inf"] == pytest.approx(0.51, abs=1e-5)
+    assert m["drift_on_support"] == pytest.approx(0.51, abs=1e-5) and m["drift_off_support"] == pytest.approx(0.01, abs=1e-5)
+    assert m["support_recovered"] == 1.0 and m["drift_ratio"] == pytest.approx(51, rel=1e-3)
+    assert probes.run("hidden_progress", init, task, init=init).metrics["drift_inf"] == 0
+    with pytest.raises(ProbeError, match="init="):
+        probes.run("hidden_progress", init, task)
+
+
+def test_hidden_progress_rises_on_the_loss_plateau(tmp_path):
+    """Barak et al. 2022's MLP on a sparse parity (n = 20, k = 3): for hundreds of steps the loss stays at
+    chance, while the weights of the support bits move away from the rest; then the loss drops."""
+    from mechsynth import load_run, parse_config, train_run
+    from mechsynth.timeline import applicable, probe_run
+
+    data = {"task": {"name": "sparse_parity", "n": 20, "k": 3}, "model": {"kind": "mlp", "width": 100},
+            "train": {"steps": 1500, "batch_size": 32, "lr": 0.1, "optimizer": "sgd", "grad_clip": 0, "eval_every": 100,
+                      "checkpoints": 40, "device": "cpu", "eval_batch_size": 1024}, "wandb": {"mode": "disabled"}}
+    run = load_run(train_run(parse_config(data), tmp_path / "run", progress=False))
+    assert applicable(run) == ["hidden_progress"]
+    tl = probe_run(run, ["hidden_progress"])
+    m = tl.metrics["hidden_progress"]
+    plateau = [i for i, loss in enumerate(tl.loss) if loss > 0.68]  # chance: ln 2 = 0.693
+    end = plateau[-1]
+    assert tl.steps[end] >= 200 and plateau == list(range(end + 1)), "a plateau of at least 200 steps from the start"
+    assert tl.loss[-1] < 0.1, "then the loss drops"
+    assert m["drift_ratio"][end] > 1.5 and m["drift_inf"][end] > 5 * m["drift_inf"][1]
+    early = [r for s, r in zip(tl.steps, m["drift_ratio"]) if 0 < s <= tl.steps[end] / 4]
+    assert max(early) < m["drift_ratio"][end], "the support's lead grows during the plateau"

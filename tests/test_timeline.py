@@ -65,3 +65,25 @@ def test_probe_cli_json_table_and_wandb(demo_run, capsys):
 
     assert main(["probe", str(demo_run), "--steps", "7,9999"]) == 2
     assert "--steps" in capsys.readouterr().err
+
+
+def test_batched_probing_equals_probing_each_checkpoint_in_transformer_lens(demo_run):
+    """probe_run loads checkpoints side by side into our fused model; the same probes on each checkpoint's
+    TransformerLens model, one at a time, give the same numbers."""
+    from mechsynth import probes
+    from mechsynth.timeline import applicable
+
+    run = load_run(demo_run)
+    steps = run.steps[::5]
+    names = applicable(run)
+    assert {"previous_token", "induction", "duplicate_token", "icl_strategy"} <= set(names)
+    tl = probe_run(run, names, steps, batch_size=16)
+    for i, (step, model) in enumerate(run.models(steps)):
+        for name in names:
+            one = probes.run(name, model, run.task, batch_size=16)
+            if one.per_head is not None:
+                for head, series in tl.per_head[name].items():
+                    layer, h = map(int, head[1:].split("H"))
+                    assert series[i] == pytest.approx(float(one.per_head[layer, h]), abs=1e-4), (step, name, head)
+            for key, value in one.metrics.items():
+                assert tl.metrics[name][key][i] == pytest.approx(value, abs=1e-3), (step, name, key)

@@ -217,9 +217,11 @@ class FusedTransformer(HookedRootModule):
             q = self._hook(a.hook_rot_q, apply_rotary(q, cos, sin).transpose(1, 2)).transpose(1, 2)
             k = self._hook(a.hook_rot_k, apply_rotary(k, cos, sin).transpose(1, 2)).transpose(1, 2)
         if hooked_here(a.hook_pattern) or hooked_here(a.hook_attn_scores):
-            scores = q @ k.transpose(-1, -2) / math.sqrt(dh)
-            causal = torch.ones(seq, seq, dtype=torch.bool, device=x.device).triu(1)
-            scores = self._hook(a.hook_attn_scores, scores.masked_fill(causal, float("-inf")))
+            # Scale, causal mask and q·k in one batched matmul: these [batch, head, pos, pos] tensors
+            # dominate probing time, so each extra pass over them counts.
+            mask = torch.full((seq, seq), float("-inf"), device=x.device).triu(1)
+            scores = torch.baddbmm(mask, q.flatten(0, 1), k.flatten(0, 1).transpose(-1, -2), alpha=1 / math.sqrt(dh))
+            scores = self._hook(a.hook_attn_scores, scores.view(mb, h, seq, seq))
             z = self._hook(a.hook_pattern, scores.softmax(-1)) @ v
         else:
             z = F.scaled_dot_product_attention(q, k, v, is_causal=True)
