@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,6 +74,17 @@ def _complete_steps(run_dir: Path) -> list[int]:
                   and (p / "model.safetensors").exists())
 
 
+def is_complete(run_dir: Path | str) -> bool:
+    """A run is complete when it has a checkpoint at its configured `train.steps` — the one
+    definition sweeps use to skip finished runs (checkpoints appear atomically, so this never
+    sees a half-written one)."""
+    cfg_path = Path(run_dir) / "config.json"
+    if not cfg_path.exists():
+        return False
+    steps = io.read_json(cfg_path).get("train", {}).get("steps")
+    return isinstance(steps, int) and steps in _complete_steps(run_dir)
+
+
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     """Records of metrics.jsonl; a line cut short by a kill (the last one) is skipped."""
     path = Path(run_dir) / "metrics.jsonl"
@@ -101,6 +113,9 @@ def train_run(cfg: RunConfig, run_dir: Path | str, *, resume: bool = False, prog
         steps = _complete_steps(run_dir)
         if not steps:
             raise ConfigError("--resume", f"{run_dir} has no complete checkpoint to resume from")
+        # Leftovers of writes a kill interrupted: never read, so only clutter.
+        for stale in [*(run_dir / "checkpoints").glob(".step_*"), *run_dir.glob(".*.tmp")]:
+            shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
         last = ckpt_dir(run_dir, steps[-1])
         model.load_state_dict(io.read_tensors(last / "model.safetensors", device))
         state = io.read_state(last / "state.pt")
