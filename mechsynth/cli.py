@@ -272,6 +272,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return _sweep_report(args)
         if args.command == "demo":
             run_dir = _train(tomllib.loads(DEMO_CONFIG), args.out, "demo", args.set, args.wandb, True)
+            if (run_dir / "seed_0").is_dir():  # train.seeds > 1: probe the first seed
+                print(f"probing seed_0; the others: mechsynth probe {run_dir}/seed_<i>", file=sys.stderr)
+                run_dir = run_dir / "seed_0"
             print(f"probing {len(list((run_dir / 'checkpoints').iterdir()))} checkpoints ...", file=sys.stderr)
             return _probe(run_dir, None, None, 64, False, args.wandb)
     except ConfigError as e:

@@ -32,6 +32,8 @@ class WandbLogger:
             self.run = wandb.init(mode=cfg.mode, project=cfg.project, name=cfg.name or Path(run_dir).name,
                                   group=cfg.group, tags=list(cfg.tags), config=config, dir=str(run_dir),
                                   id=run_id, resume="allow" if run_id else None,
+                                  # each logger owns its own run: seeds side by side log S runs at once
+                                  reinit="create_new",
                                   settings=wandb.Settings(console="off", silent=True))
         except Exception as e:  # noqa: BLE001 - any failure to start must not stop training
             warnings.warn(f"W&B did not start ({type(e).__name__}: {e}); metrics still go to metrics.jsonl",
