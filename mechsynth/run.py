@@ -130,6 +130,8 @@ def train_run(cfg: RunConfig, run_dir: Path | str, *, resume: bool = False, prog
             io.write_state(tmp / "state.pt", {**trainer.state(), "wandb_id": logger.id})
 
         io.atomic_dir(ckpt_dir(run_dir, step), fill)
+        if cfg.wandb.log_checkpoints:
+            logger.checkpoint(ckpt_dir(run_dir, step), step)
 
     try:
         trainer.fit(on_eval, on_checkpoint, set(checkpoint_steps(cfg.train.steps, cfg.train.checkpoints)), progress)
