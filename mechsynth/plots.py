@@ -23,9 +23,10 @@ def _figure(rows: int, cols: int = 1, height: float = 2.6, width: float = 8.0, *
     return fig, fig.subplots(rows, cols, squeeze=False, **kw)
 
 
-def _steps_axis(ax: Axes, label: bool = True) -> None:
+def _steps_axis(ax: Axes, label: bool = True, log: bool = True) -> None:
     # Checkpoints are log-spaced early, where circuits form; symlog keeps step 0 on the axis.
-    ax.set_xscale("symlog", linthresh=1, linscale=0.3)
+    if log:
+        ax.set_xscale("symlog", linthresh=1, linscale=0.3)
     ax.set_xlim(left=0)
     ax.grid(alpha=0.25)
     if label:
@@ -177,6 +178,7 @@ def hidden_progress(tl: Timeline) -> Optional[Figure]:
     ax_drift, ax_ratio = axes[0]
     ax_drift.plot(tl.steps, m["drift_on_support"], color="tab:red", label="support bits")
     ax_drift.plot(tl.steps, m["drift_off_support"], color="tab:gray", label="other bits")
+    ax_drift.set_yscale("log")  # the support pulls ahead by a growing factor while the loss is flat
     ax_drift.set_ylabel("weight drift from step 0 (‖ΔW[i]‖∞)")
     ax_drift.legend(fontsize=7)
     ax_ratio.plot(tl.steps, m["drift_ratio"], color="tab:red", label="support / other drift")
@@ -190,7 +192,7 @@ def hidden_progress(tl: Timeline) -> Optional[Figure]:
             ax.axvline(recovered, color="tab:red", linestyle="--", linewidth=1,
                        label=f"support readable from weights (step {recovered})" if ax is ax_ratio else None)
         _mark_drop(ax, tl.loss_drop_step, label=ax is ax_ratio)
-        _steps_axis(ax)
+        _steps_axis(ax, log=False)  # the plateau is long, and checkpoints are even there
     lines = ax_ratio.get_legend_handles_labels()[0] + loss_ax.get_legend_handles_labels()[0]
-    ax_ratio.legend(lines, [ln.get_label() for ln in lines], fontsize=7, loc="upper left")
+    ax_ratio.legend(lines, [ln.get_label() for ln in lines], fontsize=7, loc="center left")
     return fig

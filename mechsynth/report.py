@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 import torch
+from jaxtyping import Float
 from matplotlib.figure import Figure
+from torch import Tensor
 
 from mechsynth import io, plots, probes, views
 from mechsynth.run import Run, load_run
@@ -28,7 +30,6 @@ table { border-collapse: collapse; font-size: 0.85em; margin: 0.5em 1.5em 0.5em 
 td, th { border-bottom: 1px solid #eee; padding: 0.15em 0.7em; text-align: left; } th { background: #f6f6f8; }
 .tables { display: flex; flex-wrap: wrap; align-items: flex-start; } img { max-width: 100%; }
 nav a { margin-right: 1em; } .note { color: #555; font-size: 0.9em; }
-figure.cv-view { margin: 1em 0 2.5em; } figure.cv-view figcaption { font-weight: 600; margin-bottom: 0.3em; }
 """
 
 
@@ -86,26 +87,34 @@ def _top_heads(tl: Timeline, probe: str, n: int = 2) -> list[str]:
     return list(dict.fromkeys([h for _, h in formed] + by_score))[:n]
 
 
+def _head_pattern(cache, head: str) -> Float[Tensor, "query_pos key_pos"]:
+    layer, h = map(int, head[1:].split("H"))
+    return cache[f"blocks.{layer}.attn.hook_pattern"][0, h].cpu()
+
+
 @torch.no_grad()
 def attention_views(run: Run, tl: Timeline, seed: int = 0) -> list[views.AttentionView]:
     """For each head-scoring probe: its top heads' attention on the probe's own example sequence (the
     first of its input batch), at checkpoints before, during and after formation."""
     chosen = [p for p, heads in tl.per_head.items() if heads and p in probes.names()]
+    first_formed = {p: min([s for s in tl.formation.get(p, {}).values() if s is not None], default=math.inf) for p in chosen}
+    chosen.sort(key=lambda p: first_formed[p])  # the circuits that formed first, first
     if not chosen or not set(tl.steps) <= set(run.steps):
         return []
     plans = {p: (_top_heads(tl, p), _moments(tl, p)) for p in chosen}
     needed = sorted({s for _, moments in plans.values() for s, _ in moments})
     patterns: dict[tuple[str, int], dict[str, torch.Tensor]] = {}
     tokens: dict[str, torch.Tensor] = {}
+    init = run.trainable(run.steps[0])
     for step, model in run.models(needed):
         if not tokens:  # a probe's inputs are seeded, the same at every checkpoint
-            tokens = {p: probes.run(p, model, run.task, batch_size=8, seed=seed).render["tokens"] for p in chosen}
+            tokens = {p: probes.run(p, model, run.task, batch_size=8, seed=seed, init=init).render["tokens"]
+                      for p in chosen}
         for p, (heads, moments) in plans.items():
             if step in dict(moments):
                 _, cache = model.run_with_cache(tokens[p][None].to(next(model.parameters()).device),
                                                 names_filter=lambda n: n.endswith("attn.hook_pattern"))
-                patterns[p, step] = {h: cache[f"blocks.{h[1:].split('H')[0]}.attn.hook_pattern"][0, int(h.split("H")[1])].cpu()
-                                     for h in heads}
+                patterns[p, step] = {h: _head_pattern(cache, h) for h in heads}
     out = []
     for p, (heads, moments) in plans.items():
         pats, names = [], []
@@ -115,7 +124,7 @@ def attention_views(run: Run, tl: Timeline, seed: int = 0) -> list[views.Attenti
                 names.append(f"{head} step {step} ({what})")
         labels = run.task.token_labels(tokens[p])
         out.append(views.AttentionView(f"{p}: heads {', '.join(heads)} on the probe's example", labels,
-                                       torch.stack(pats), names))
+                                       torch.stack(pats), names, columns=len(moments)))
     return out
 
 
@@ -215,8 +224,9 @@ def build(run_dir: Path | str, *, batch_size: int = 64, seed: int = 0) -> Report
                                  '<p class="note">How far the input-facing weights of the support bits and of the '
                                  'other bits have moved from step 0.</p>'))
     if rendered:
-        body = ('<p class="note">circuitsvis renders: hover a thumbnail to enlarge it, click to keep it. Rows are '
-                'queries, columns keys; the labels are what the tokens mean in the task.</p>' +
+        body = ('<p class="note">circuitsvis renders of each probe\'s top heads at checkpoints before, while and after '
+                'they form: rows of each heatmap are queries (destination), columns keys (source); hover a cell for '
+                'its tokens and value. The labels are what the tokens mean in the task.</p>' +
                 views.views_html(rendered, "attn"))
     else:
         body = '<p class="note">No attention renders: this model has no attention heads, or no probe scores heads.</p>'
@@ -237,12 +247,17 @@ def write(run_dir: Path | str, *, batch_size: int = 64, seed: int = 0) -> Report
     return report
 
 
+def attention_page(report: Report) -> str:
+    """The attention renders alone, as a page of their own (the bundle once)."""
+    return views.page(f"attention: {report.path.parent.name}", views.views_html(report.views, "attn"), STYLE)
+
+
 def log_to_wandb(report: Report, logger) -> None:
     """The renders (one page, bundle once), the whole report, the tidy probe table and a line plot per
     probe, into the run's W&B run."""
     tl = report.timeline
     if report.views:
-        logger.html("report/attention", views.page("attention", views.views_html(report.views, "attn"), STYLE))
+        logger.html("report/attention", attention_page(report))
     logger.html("report/page", report.html)
     rows = [[s, p, int(h[1:].split("H")[0]), int(h.split("H")[1]), "score", v]
             for p, heads in tl.per_head.items() for h, series in heads.items() for s, v in zip(tl.steps, series)]

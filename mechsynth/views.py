@@ -45,13 +45,15 @@ def _json_for_script(obj) -> str:
 
 @dataclass
 class AttentionView:
-    """Several attention patterns over one token sequence, shown as circuitsvis `AttentionHeads`:
-    a thumbnail per pattern, the hovered or clicked one large, with token labels on both axes."""
+    """Attention patterns over one token sequence, side by side in a grid (`columns` per row, e.g.
+    checkpoints before, while and after a head forms), each a circuitsvis `AttentionPattern`: a
+    heatmap with the token labels on both axes and each cell's tokens and value on hover."""
 
     title: str
     tokens: list[str]
     patterns: Float[Tensor, "view query_pos key_pos"]
-    names: list[str]  # one per pattern, e.g. "L1H0 step 167 (forming)"
+    names: list[str]  # one per pattern, e.g. "L1H0 step 167 (forms)"
+    columns: int = 3
 
     def __post_init__(self):
         n, q, k = self.patterns.shape
@@ -59,17 +61,22 @@ class AttentionView:
             raise ValueError(f"patterns {tuple(self.patterns.shape)} do not match {len(self.names)} names "
                              f"and {len(self.tokens)} tokens")
 
-    def props(self) -> dict:
-        return {"attention": [[[round(float(v), 4) for v in row] for row in p] for p in self.patterns.tolist()],
-                "tokens": list(self.tokens), "attentionHeadNames": list(self.names),
-                "maxValue": 1.0, "minValue": 0.0, "maskUpperTri": True}
+    def props(self, i: int) -> dict:
+        return {"attention": [[round(float(v), 4) for v in row] for row in self.patterns[i].tolist()],
+                "tokens": list(self.tokens), "maxValue": 1.0, "minValue": 0.0, "maskUpperTri": True,
+                "showAxisLabels": True}
 
     def html(self, div_id: str) -> str:
-        """The view's div and the call that renders into it; the page must contain `bundle_script()` first."""
-        return (f'<figure class="cv-view"><figcaption>{html.escape(self.title)}</figcaption>'
-                f'<div class="cv-root" id="{div_id}"></div>'
-                f'<script>CircuitsVis.render({json.dumps(div_id)}, CircuitsVis.AttentionHeads, '
-                f'{_json_for_script(self.props())});</script></figure>')
+        """The view's divs and the calls that render into them; the page must contain `bundle_script()` first."""
+        cells = "".join(
+            f'<div class="cv-cell"><div class="cv-name" style="text-align:center;font-size:0.85em">{html.escape(name)}</div>'
+            f'<div class="cv-root" id="{div_id}-{i}"></div>'
+            f'<script>CircuitsVis.render({json.dumps(f"{div_id}-{i}")}, CircuitsVis.AttentionPattern, '
+            f'{_json_for_script(self.props(i))});</script></div>'
+            for i, name in enumerate(self.names))
+        grid = f"display:grid;grid-template-columns:repeat({max(1, min(self.columns, len(self.names)))},minmax(0,1fr));gap:12px"
+        return (f'<figure class="cv-view" style="margin:1em 0 2em"><figcaption style="font-weight:600">'
+                f'{html.escape(self.title)}</figcaption><div style="{grid}">{cells}</div></figure>')
 
 
 def views_html(views: Sequence[AttentionView], prefix: str = "cv") -> str:

@@ -17,10 +17,13 @@ def view(n: int = 2, labels=("a", "b", "c")) -> views.AttentionView:
     return views.AttentionView("t", list(labels), pattern, [f"h{i}" for i in range(n)])
 
 
-def props_of(page: str) -> list[dict]:
-    """The props passed to CircuitsVis.render for each view on a page."""
-    calls = re.findall(r'CircuitsVis\.render\("[^"]+", CircuitsVis\.AttentionHeads, (.*?)\);</script>', page)
-    return [json.loads(c.replace("<\\/", "</").replace("<\\!--", "<!--")) for c in calls]
+def props_of(page: str) -> list[list[dict]]:
+    """The props passed to CircuitsVis.render on a page, grouped by view (div ids VIEW-PATTERN)."""
+    calls = re.findall(r'CircuitsVis\.render\("([^"]+)-(\d+)", CircuitsVis\.AttentionPattern, (.*?)\);</script>', page)
+    grouped: dict[str, list[dict]] = {}
+    for view_id, _, props in calls:
+        grouped.setdefault(view_id, []).append(json.loads(props.replace("<\\/", "</").replace("<\\!--", "<!--")))
+    return list(grouped.values())
 
 
 def test_bundle_is_inlined_once_and_cannot_end_its_script_early():
@@ -32,15 +35,16 @@ def test_bundle_is_inlined_once_and_cannot_end_its_script_early():
     parser = html.parser.HTMLParser()
     parser.handle_starttag = lambda tag, attrs: scripts.append(tag) if tag == "script" else None
     parser.feed(page)
-    assert len(scripts) == page.lower().count("</script>") == 4  # the bundle, then one per view
+    assert len(scripts) == page.lower().count("</script>") == 1 + 2 + 3 + 1  # the bundle, then one per pattern
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page), "nothing loaded from the network"
 
 
 def test_view_props_carry_patterns_tokens_and_names_even_with_hostile_labels():
     v = view(2, labels=("</script>", "<!--", "x"))
-    [props] = props_of(views.views_html([v]))
-    assert props["tokens"] == ["</script>", "<!--", "x"] and props["attentionHeadNames"] == ["h0", "h1"]
-    assert torch.tensor(props["attention"]) == pytest.approx(v.patterns, abs=1e-4)
+    page = views.views_html([v])
+    [props] = props_of(page)
+    assert all(p["tokens"] == ["</script>", "<!--", "x"] for p in props) and ">h0<" in page and ">h1<" in page
+    assert torch.tensor([p["attention"] for p in props]) == pytest.approx(v.patterns, abs=1e-4)
 
 
 def test_shape_mismatch_is_a_clear_error():
@@ -53,7 +57,7 @@ def test_notebook_display_is_self_contained_and_ids_are_unique():
     html_a, html_b = a._repr_html_(), b._repr_html_()
     assert "var CircuitsVis=" in html_a and len(props_of(html_b)) == 2
     ids = re.findall(r'id="(cv[^"]+)"', html_a + html_b)
-    assert len(ids) == 3 and len(set(ids)) == 3
+    assert len(ids) == 6 and len(set(ids)) == 6
 
 
 def test_token_labels_say_what_tokens_mean():

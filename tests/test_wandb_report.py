@@ -102,3 +102,20 @@ def test_checkpoints_become_model_artifacts_only_when_asked(tmp_path):
     assert all(f"step-{s}" in a["aliases"] for a, s in zip(logged, steps))
     for a in logged:
         assert {c["path"] for c in a["manifest"]["contents"]} == {"model.safetensors", "meta.json", "state.pt"}
+
+
+def test_a_table_past_the_run_row_limit_goes_to_an_artifact(tmp_path, monkeypatch):
+    import wandb
+
+    from mechsynth.wandb_log import WandbConfig, WandbLogger
+
+    monkeypatch.setattr(wandb.Table, "MAX_ROWS", 2)
+    logger = WandbLogger(WandbConfig(mode="offline"), tmp_path, {})
+    logger.table("probes/table", ["step", "value"], [[0, 1.0], [1, 2.0], [2, 3.0]])
+    logger.table("small", ["step", "value"], [[0, 1.0]])
+    logger.finish()
+    [wandb_file] = (tmp_path / "wandb").glob("offline-run-*/run-*.wandb")
+    [artifact] = [r["artifact"] for r in records(wandb_file) if r["type"] == "artifact" and r["artifact"]["type"] == "table"]
+    assert [c["path"] for c in artifact["manifest"]["contents"]] == ["table.table.json"]
+    summary = inspect(wandb_file)["summary"]
+    assert "probes/table" not in summary and summary["small"]["nrows"] == 1
