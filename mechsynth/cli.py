@@ -83,6 +83,11 @@ def _parser() -> argparse.ArgumentParser:
     sr.add_argument("--rows", help="grid axis down the heatmap (default: the first)")
     sr.add_argument("--cols", help="grid axis across the heatmap (default: the second)")
 
+    rp = sub.add_parser("report", help="write RUN_DIR/report.html: curves, probe timelines, attention renders; opens offline")
+    rp.add_argument("run_dir", help="a run directory (probed first if it has no probes.json)")
+    rp.add_argument("--batch-size", type=int, default=64, help="sequences per probe, when probing")
+    rp.add_argument("--wandb", choices=["online", "offline", "disabled"], help="W&B mode (default: the run's)")
+
     d = sub.add_parser("demo", help="train the default model (markov_icl, 2-layer attention-only) on the CPU")
     d.add_argument("--out", default=None, help="run directory (default: runs/demo-<time>)")
     d.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override a config value")
@@ -250,6 +255,34 @@ def _sweep_report(args) -> int:
     return 0
 
 
+def _report(run_dir: Path, batch_size: int, wandb: Optional[str]) -> int:
+    from dataclasses import replace
+
+    from mechsynth import io, report
+    from mechsynth.run import load_run
+    from mechsynth.timeline import log_to_wandb
+    from mechsynth.wandb_log import WandbLogger
+
+    if not (Path(run_dir) / "config.json").exists():
+        raise ConfigError("run_dir", f"{run_dir} is not a run directory (no config.json)")
+    if batch_size < 1:
+        raise ConfigError("--batch-size", f"must be ≥ 1, got {batch_size}")
+    run = load_run(run_dir)
+    if not run.steps:
+        raise ConfigError("run_dir", f"{run_dir} has no checkpoint yet")
+    rep = report.write(run.path, batch_size=batch_size)
+    cfg = run.config.wandb if wandb is None else replace(run.config.wandb, mode=wandb)
+    if cfg.mode != "disabled":  # into the training run's W&B run
+        last = io.read_state(run.path / "checkpoints" / f"step_{run.steps[-1]:08d}" / "state.pt")
+        logger = WandbLogger(cfg, run.path, run.config.to_dict(), run_id=last.get("wandb_id"))
+        if rep.probed:
+            log_to_wandb(rep.timeline, logger)
+        report.log_to_wandb(rep, logger)
+        logger.finish()
+    print(rep.path)
+    return 0
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -276,7 +309,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 print(f"probing seed_0; the others: mechsynth probe {run_dir}/seed_<i>", file=sys.stderr)
                 run_dir = run_dir / "seed_0"
             print(f"probing {len(list((run_dir / 'checkpoints').iterdir()))} checkpoints ...", file=sys.stderr)
-            return _probe(run_dir, None, None, 64, False, args.wandb)
+            _probe(run_dir, None, None, 64, False, args.wandb)
+            print("writing the report ...", file=sys.stderr)
+            return _report(run_dir, 64, args.wandb)
+        if args.command == "report":
+            return _report(Path(args.run_dir), args.batch_size, args.wandb)
     except ConfigError as e:
         print(f"mechsynth: error: {e}", file=sys.stderr)
         return 2

@@ -166,6 +166,8 @@ def train_run(cfg: RunConfig, run_dir: Path | str, *, resume: bool = False, prog
 
     def on_checkpoint(step: int, metrics: dict[str, float]) -> None:
         write_checkpoint(run_dir, step, trainer.module.state_dict(), metrics, {**trainer.state(), "wandb_id": logger.id})
+        if cfg.wandb.log_checkpoints:
+            logger.checkpoint(ckpt_dir(run_dir, step), step)
 
     try:
         trainer.fit(on_eval, on_checkpoint, set(checkpoint_steps(cfg.train.steps, cfg.train.checkpoints)), progress)
