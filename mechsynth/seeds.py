@@ -98,7 +98,8 @@ def split_optimizer_state(state: dict[str, Any], params: list[Tensor], n: int) -
 def stack_optimizer_state(per_model: list[dict[str, Any]], params: list[Tensor]) -> dict[str, Any]:
     def join(k: int, name: str) -> Any:
         v = per_model[0]["state"][k][name]
-        if torch.is_tensor(v) and v.shape == params[k].shape[1:]:
+        # ("step" is a scalar shared by all models, even where a model's parameter is a scalar too)
+        if torch.is_tensor(v) and v.shape == params[k].shape[1:] and name != "step":
             return torch.stack([s["state"][k][name] for s in per_model])
         return v
 

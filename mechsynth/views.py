@@ -3,8 +3,8 @@
 circuitsvis's `str()` / `show_code()` import its JavaScript from a CDN (blank offline), and its
 `RenderedHTML.local_src` inlines the whole ~1.3 MB bundle into every view; in a notebook its
 `_repr_html_` even probes the network first to choose. Here the bundle goes into a page once, as a
-classic script that defines the global `CircuitsVis`, and each view is a div plus one call into the
-bundle's `render` with the view's props. Nothing is loaded from anywhere.
+classic script that defines the global `CircuitsVis`, and each pattern of a view is a div plus one
+call into the bundle's `render` with its props. Nothing is loaded from anywhere.
 """
 
 from __future__ import annotations
