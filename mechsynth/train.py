@@ -6,7 +6,9 @@ no optimizer state, so runs cannot be resumed, and it trains the unfused hooked 
 
 from __future__ import annotations
 
+import ctypes
 import math
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Literal, Optional, Protocol
@@ -76,6 +78,23 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def keep_freed_memory() -> None:
+    """Let glibc keep freed memory for reuse instead of handing it back to the OS. Its default serves
+    blocks over 32 MiB with fresh mmaps, so every activation of seeds trained side by side (or of a
+    large batch) is page-faulted in and zeroed by the kernel at every step: measured 2x on the
+    batched evaluation. PyTorch's CPU tuning guide suggests jemalloc for the same reason; this needs
+    no preload. Linux with glibc only; elsewhere a no-op."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:  # musl and friends
+        return
+    M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
+    libc.mallopt(M_MMAP_MAX, 0)
+    libc.mallopt(M_TRIM_THRESHOLD, 2**30)
+
+
 def lr_at(step: int, cfg: TrainConfig) -> float:
     """Learning rate for the update that takes the model from `step` to `step + 1`."""
     if step < cfg.warmup_steps:
@@ -124,6 +143,8 @@ class Trainer:
 
     def __init__(self, model: nn.Module, data: DataSource, cfg: TrainConfig, device: torch.device | str = "cpu"):
         self.cfg, self.data, self.device = cfg, data, torch.device(device)
+        if self.device.type == "cpu":
+            keep_freed_memory()
         self.module = model.to(self.device)  # what checkpoints save: never the compiled wrapper
         self.model = torch.compile(self.module) if cfg.compile else self.module
         self.optimizer = make_optimizer(self.module, cfg)
