@@ -63,6 +63,31 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument("--json", action="store_true", help="print the timeline as JSON")
     pr.add_argument("--wandb", choices=["online", "offline", "disabled"], help="W&B mode (default: the run's)")
 
+    sw = sub.add_parser("sweep", help="train a grid of configs × seeds; run it again to finish a killed sweep")
+    sw.add_argument("sweep_file", help="TOML run config (or `base = FILE`) plus a [sweep] table with seeds and [sweep.grid]")
+    sw.add_argument("--out", help="sweep directory (default: runs/<sweep name>)")
+    sw.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override a config value of every run (repeatable)")
+    sw.add_argument("--backend", choices=["local", "ray"], default="local", help="a local process pool (default) or Ray tasks")
+    sw.add_argument("--workers", type=int, help="local backend: runs at a time (default: the CPU count; 1 runs them in turn in this process)")
+    sw.add_argument("--address", help="ray backend: cluster to join ('auto', HOST:PORT); default: start a local Ray")
+    sw.add_argument("--cpus-per-run", type=float, help="ray backend: CPUs each run requests (default: sweep.num_cpus, 1)")
+    sw.add_argument("--gpus-per-run", type=float, help="ray backend: GPUs each run requests (default: sweep.num_gpus; 1 if the run uses CUDA, else 0)")
+    sw.add_argument("--wandb", choices=["online", "offline", "disabled"], help="W&B mode of every run")
+    sw.add_argument("--dry-run", action="store_true", help="validate and print the runs and their state; train nothing")
+
+    sr = sub.add_parser("sweep-report", help="tabulate a sweep's outcomes over its grid (CSV, heatmap, table)")
+    sr.add_argument("sweep_dir", help="a sweep directory (from `mechsynth sweep`)")
+    sr.add_argument("--acc", type=float, default=0.99, help="accuracy at which a run counts as converged (default 0.99)")
+    sr.add_argument("--acc-key", default="eval/acc", help="the accuracy metric (default eval/acc; e.g. eval/acc_last, eval_long/acc)")
+    sr.add_argument("--metric", default="final_acc", help="heatmap quantity: final_acc, frac_converged, conv_step")
+    sr.add_argument("--rows", help="grid axis down the heatmap (default: the first)")
+    sr.add_argument("--cols", help="grid axis across the heatmap (default: the second)")
+
+    rp = sub.add_parser("report", help="write RUN_DIR/report.html: curves, probe timelines, attention renders; opens offline")
+    rp.add_argument("run_dir", help="a run directory (probed first if it has no probes.json)")
+    rp.add_argument("--batch-size", type=int, default=64, help="sequences per probe, when probing")
+    rp.add_argument("--wandb", choices=["online", "offline", "disabled"], help="W&B mode (default: the run's)")
+
     d = sub.add_parser("demo", help="train the default model (markov_icl, 2-layer attention-only) on the CPU")
     d.add_argument("--out", default=None, help="run directory (default: runs/demo-<time>)")
     d.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override a config value")
@@ -176,6 +201,88 @@ def _probe(run_dir: Path, probe_names: Optional[str], steps: Optional[str], batc
     return 0
 
 
+def _sweep(args) -> int:
+    from mechsynth import sweep
+
+    for flag, value, ok, allowed in (("--workers", args.workers, lambda v: v >= 1, "an integer ≥ 1"),
+                                     ("--cpus-per-run", args.cpus_per_run, lambda v: v > 0, "a number > 0"),
+                                     ("--gpus-per-run", args.gpus_per_run, lambda v: v >= 0, "a number ≥ 0")):
+        if value is not None and not ok(value):
+            raise ConfigError(flag, f"must be {allowed}, got {value}")
+    if args.backend != "ray" and (args.address or args.cpus_per_run is not None or args.gpus_per_run is not None):
+        raise ConfigError("--backend", "--address, --cpus-per-run and --gpus-per-run need --backend ray")
+    if args.backend == "ray" and args.workers is not None:
+        raise ConfigError("--workers", "is for the local backend; Ray schedules runs by --cpus-per-run/--gpus-per-run")
+    if args.backend == "ray":
+        from mechsynth import ray_backend
+
+        ray_backend.require()
+    plan = sweep.load_sweep(args.sweep_file, tuple(args.set), args.wandb)
+    sweep_dir = Path(args.out) if args.out else Path("runs") / plan.name
+    if args.dry_run:
+        print("\n".join(sweep.describe_plan(plan, sweep_dir)))
+        return 0
+    try:
+        outcome = sweep.run_sweep(plan, sweep_dir, backend=args.backend, workers=args.workers, address=args.address,
+                                  num_cpus=args.cpus_per_run, num_gpus=args.gpus_per_run)
+    except KeyboardInterrupt:
+        print("mechsynth: interrupted; running runs are checkpointed — run the same command again to finish the sweep",
+              file=sys.stderr)
+        return 130
+    print(sweep_dir)
+    return 1 if outcome.failures else 0
+
+
+def _sweep_report(args) -> int:
+    from mechsynth import sweep_report
+    from mechsynth.sweep import load_plan
+
+    if not 0 < args.acc <= 1:
+        raise ConfigError("--acc", f"must be in (0, 1], got {args.acc}")
+    if args.metric not in sweep_report.METRICS:
+        raise ConfigError("--metric", f"{args.metric!r} is not allowed; allowed: {', '.join(sweep_report.METRICS)}")
+    sweep_dir = Path(args.sweep_dir)
+    sweep_report.check_axes(load_plan(sweep_dir), args.rows, args.cols)
+    plan, rows = sweep_report.summarize(sweep_dir, args.acc_key, args.acc)
+    sweep_report.write_csv(plan, rows, sweep_dir / "sweep_report.csv")
+    sweep_report.heatmap(plan, rows, sweep_dir / "sweep_report.png", args.metric, args.rows, args.cols,
+                         title=sweep_report.title(plan, args.metric, args.acc_key, args.acc))
+    print(sweep_report.format_table(plan, rows))
+    incomplete = sum(r["n_runs"] - r["n_complete"] for r in rows)
+    if incomplete:
+        print(f"{incomplete} runs are not complete and are left out", file=sys.stderr)
+    print(f"table: {sweep_dir / 'sweep_report.csv'}\nfigure: {sweep_dir / 'sweep_report.png'}")
+    return 0
+
+
+def _report(run_dir: Path, batch_size: int, wandb: Optional[str]) -> int:
+    from dataclasses import replace
+
+    from mechsynth import io, report
+    from mechsynth.run import load_run
+    from mechsynth.timeline import log_to_wandb
+    from mechsynth.wandb_log import WandbLogger
+
+    if not (Path(run_dir) / "config.json").exists():
+        raise ConfigError("run_dir", f"{run_dir} is not a run directory (no config.json)")
+    if batch_size < 1:
+        raise ConfigError("--batch-size", f"must be ≥ 1, got {batch_size}")
+    run = load_run(run_dir)
+    if not run.steps:
+        raise ConfigError("run_dir", f"{run_dir} has no checkpoint yet")
+    rep = report.write(run.path, batch_size=batch_size)
+    cfg = run.config.wandb if wandb is None else replace(run.config.wandb, mode=wandb)
+    if cfg.mode != "disabled":  # into the training run's W&B run
+        last = io.read_state(run.path / "checkpoints" / f"step_{run.steps[-1]:08d}" / "state.pt")
+        logger = WandbLogger(cfg, run.path, run.config.to_dict(), run_id=last.get("wandb_id"))
+        if rep.probed:
+            log_to_wandb(rep.timeline, logger)
+        report.log_to_wandb(rep, logger)
+        logger.finish()
+    print(rep.path)
+    return 0
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -192,10 +299,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return 0
         if args.command == "probe":
             return _probe(Path(args.run_dir), args.probes, args.steps, args.batch_size, args.json, args.wandb)
+        if args.command == "sweep":
+            return _sweep(args)
+        if args.command == "sweep-report":
+            return _sweep_report(args)
         if args.command == "demo":
             run_dir = _train(tomllib.loads(DEMO_CONFIG), args.out, "demo", args.set, args.wandb, True)
+            if (run_dir / "seed_0").is_dir():  # train.seeds > 1: probe the first seed
+                print(f"probing seed_0; the others: mechsynth probe {run_dir}/seed_<i>", file=sys.stderr)
+                run_dir = run_dir / "seed_0"
             print(f"probing {len(list((run_dir / 'checkpoints').iterdir()))} checkpoints ...", file=sys.stderr)
-            return _probe(run_dir, None, None, 64, False, args.wandb)
+            _probe(run_dir, None, None, 64, False, args.wandb)
+            print("writing the report ...", file=sys.stderr)
+            return _report(run_dir, 64, args.wandb)
+        if args.command == "report":
+            return _report(Path(args.run_dir), args.batch_size, args.wandb)
     except ConfigError as e:
         print(f"mechsynth: error: {e}", file=sys.stderr)
         return 2

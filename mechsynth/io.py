@@ -30,6 +30,18 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _as_if_created(path: Path, base: int) -> None:
+    """tempfile makes files 0600 and directories 0700; give them the mode a plain open()/mkdir() would,
+    so a run directory can be shared like any other."""
+    os.chmod(path, base & ~_umask())
+
+
 def atomic_write(path: Path, write) -> None:
     """Call `write(tmp_path)`, fsync, then rename over `path`: readers see the old file or the new one."""
     path = Path(path)
@@ -37,6 +49,7 @@ def atomic_write(path: Path, write) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     try:
+        _as_if_created(Path(tmp), 0o666)
         write(Path(tmp))
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
@@ -94,6 +107,7 @@ def atomic_dir(final: Path, fill) -> None:
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.", suffix=".tmp"))
     try:
+        _as_if_created(tmp, 0o777)
         fill(tmp)
         if final.exists():  # a checkpoint re-written on resume: swap the old one out first
             old = final.with_name(f".{final.name}.old")

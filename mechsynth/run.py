@@ -3,11 +3,15 @@
     RUN_DIR/config.json                  everything needed to rebuild task and model
     RUN_DIR/metrics.jsonl                one JSON record per evaluation, keys namespaced (train/loss, eval/acc)
     RUN_DIR/checkpoints/step_00000100/   model.safetensors, meta.json (step, metrics), state.pt (resume)
+
+With `train.seeds = S` > 1, RUN_DIR holds the batched job's config.json and one such run directory per
+seed, RUN_DIR/seed_0 ... RUN_DIR/seed_{S-1} (see mechsynth/seeds.py).
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,6 +77,17 @@ def _complete_steps(run_dir: Path) -> list[int]:
                   and (p / "model.safetensors").exists())
 
 
+def is_complete(run_dir: Path | str) -> bool:
+    """A run is complete when it has a checkpoint at its configured `train.steps` — the one
+    definition sweeps use to skip finished runs (checkpoints appear atomically, so this never
+    sees a half-written one)."""
+    cfg_path = Path(run_dir) / "config.json"
+    if not cfg_path.exists():
+        return False
+    steps = io.read_json(cfg_path).get("train", {}).get("steps")
+    return isinstance(steps, int) and steps in _complete_steps(run_dir)
+
+
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     """Records of metrics.jsonl; a line cut short by a kill (the last one) is skipped."""
     path = Path(run_dir) / "metrics.jsonl"
@@ -89,8 +104,33 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     return out
 
 
+def seed_dir(run_dir: Path | str, i: int) -> Path:
+    """The run directory of seed i of a batched (`train.seeds` > 1) run."""
+    return Path(run_dir) / f"seed_{i}"
+
+
+def truncate_metrics(run_dir: Path, step: int) -> None:
+    """On resume, records after the checkpoint will be produced again; drop them so the file has no duplicates."""
+    kept = [r for r in read_metrics(run_dir) if r["step"] <= step]
+    io.atomic_write(Path(run_dir) / "metrics.jsonl", lambda p: p.write_text("".join(json.dumps(r) + "\n" for r in kept)))
+
+
+def write_checkpoint(run_dir: Path, step: int, weights: dict[str, torch.Tensor], metrics: dict[str, Any],
+                     state: dict[str, Any]) -> None:
+    def fill(tmp: Path) -> None:
+        io.write_tensors(tmp / "model.safetensors", weights)
+        io.write_json(tmp / "meta.json", {"step": step, "metrics": metrics, "time": time.time()})
+        io.write_state(tmp / "state.pt", state)
+
+    io.atomic_dir(ckpt_dir(run_dir, step), fill)
+
+
 def train_run(cfg: RunConfig, run_dir: Path | str, *, resume: bool = False, progress: bool = True) -> Path:
     """Train `cfg` into `run_dir` (a new run), or continue the run there when `resume`."""
+    if cfg.train.seeds > 1:
+        from mechsynth.seeds import train_seeds
+
+        return train_seeds(cfg, run_dir, resume=resume, progress=progress)
     run_dir = Path(run_dir)
     task = cfg.build_task()
     device = resolve_device(cfg.train.device)
@@ -101,14 +141,15 @@ def train_run(cfg: RunConfig, run_dir: Path | str, *, resume: bool = False, prog
         steps = _complete_steps(run_dir)
         if not steps:
             raise ConfigError("--resume", f"{run_dir} has no complete checkpoint to resume from")
+        # Leftovers of writes a kill interrupted: never read, so only clutter.
+        for stale in [*(run_dir / "checkpoints").glob(".step_*"), *run_dir.glob(".*.tmp")]:
+            shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
         last = ckpt_dir(run_dir, steps[-1])
         model.load_state_dict(io.read_tensors(last / "model.safetensors", device))
         state = io.read_state(last / "state.pt")
         trainer.load_state(state)
         wandb_id = state.get("wandb_id")
-        # Records after the checkpoint will be produced again; drop them so the file has no duplicates.
-        kept = [r for r in read_metrics(run_dir) if r["step"] <= trainer.step]
-        io.atomic_write(run_dir / "metrics.jsonl", lambda p: p.write_text("".join(json.dumps(r) + "\n" for r in kept)))
+        truncate_metrics(run_dir, trainer.step)
     else:
         if run_dir.exists() and any(run_dir.iterdir()):
             raise ConfigError("--out", f"{run_dir} already exists and is not empty; choose another directory or --resume it")
@@ -124,12 +165,9 @@ def train_run(cfg: RunConfig, run_dir: Path | str, *, resume: bool = False, prog
         logger.log(metrics, step)
 
     def on_checkpoint(step: int, metrics: dict[str, float]) -> None:
-        def fill(tmp: Path) -> None:
-            io.write_tensors(tmp / "model.safetensors", trainer.module.state_dict())
-            io.write_json(tmp / "meta.json", {"step": step, "metrics": metrics, "time": time.time()})
-            io.write_state(tmp / "state.pt", {**trainer.state(), "wandb_id": logger.id})
-
-        io.atomic_dir(ckpt_dir(run_dir, step), fill)
+        write_checkpoint(run_dir, step, trainer.module.state_dict(), metrics, {**trainer.state(), "wandb_id": logger.id})
+        if cfg.wandb.log_checkpoints:
+            logger.checkpoint(ckpt_dir(run_dir, step), step)
 
     try:
         trainer.fit(on_eval, on_checkpoint, set(checkpoint_steps(cfg.train.steps, cfg.train.checkpoints)), progress)
@@ -164,15 +202,32 @@ class Run:
         self.task: Task = self.config.build_task()
 
     @property
+    def seeds(self) -> list[Run]:
+        """The seeds of a batched run (`train.seeds` > 1), each a run of its own (RUN_DIR/seed_i);
+        a single run is its own only seed."""
+        if self.config.train.seeds == 1:
+            return [self]
+        return [Run(seed_dir(self.path, i)) for i in range(self.config.train.seeds)]
+
+    def _one_model(self) -> None:
+        """Metrics, checkpoints and models live in the seed directories of a batched run, not its parent."""
+        if self.config.train.seeds > 1:
+            raise ConfigError("run_dir", f"{self.path} trained {self.config.train.seeds} seeds side by side; open one "
+                                         f"of them: {seed_dir(self.path, 0)} ... (in Python: load_run(...).seeds[i])")
+
+    @property
     def metrics(self) -> list[dict[str, Any]]:
+        self._one_model()
         return read_metrics(self.path)
 
     @property
     def steps(self) -> list[int]:
         """Steps that have a checkpoint."""
+        self._one_model()
         return _complete_steps(self.path)
 
     def meta(self, step: int) -> dict[str, Any]:
+        self._one_model()
         return io.read_json(ckpt_dir(self.path, step) / "meta.json")
 
     def trainable(self, step: Optional[int] = None, device: str | torch.device = "cpu") -> nn.Module:
@@ -202,9 +257,12 @@ class Run:
             yield step, hooked
 
     def __repr__(self) -> str:
+        if self.config.train.seeds > 1:
+            return f"Run({str(self.path)!r}, task={self.config.task_name}, seeds={self.config.train.seeds})"
         return f"Run({str(self.path)!r}, task={self.config.task_name}, checkpoints={len(self.steps)})"
 
 
 def load_run(path: Path | str) -> Run:
-    """Open a run directory: `.config`, `.metrics`, `.steps`, `.model(step)`."""
+    """Open a run directory: `.config`, `.metrics`, `.steps`, `.model(step)`; for a batched run
+    (`train.seeds` > 1) `.seeds` lists its seeds' runs, which have those."""
     return Run(path)

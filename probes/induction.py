@@ -56,8 +56,10 @@ def induction(view: View) -> ProbeResult:
     # Prefix matching: attention on exactly the position after this token's first-copy occurrence.
     q = torch.arange(half, 2 * half, device=tokens.device)
     prefix = pattern[..., q, q - half + 1].mean(dim=(1, 3))
-    metrics = {"max": float(per_head.max()), **head_metrics("prefix_matching/", prefix),
-               "icl_score": icl_score(view.logits("repeated")[:, :-1], tokens[:, 1:])}
+    metrics = {"max": float(per_head.max()), **head_metrics("prefix_matching/", prefix)}
+    logits = view.logits("repeated")
+    if logits.shape[-1] > int(tokens.max()):  # the outputs name the input tokens (not so for the readout tasks)
+        metrics["icl_score"] = icl_score(logits[:, :-1], tokens[:, 1:])
     copying = copying_score(view.weight)
     if copying is not None:
         metrics.update(head_metrics("copying/", copying))

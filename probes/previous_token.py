@@ -1,4 +1,7 @@
-"""Previous-token heads: attention mass at offset −1 (the first half of an induction circuit)."""
+"""Previous-token heads: attention mass at offset −1 (the first half of an induction circuit).
+
+Also the mass at offsets −2 and −3 (`offset2/L*H*`, `offset3/L*H*`): a model of in-context trigrams
+needs a second layer-0 head that looks two tokens back (Edelman et al. 2024)."""
 
 from __future__ import annotations
 
@@ -6,6 +9,8 @@ from jaxtyping import Float
 from torch import Tensor
 
 from mechsynth.probes import ProbeResult, View, attention_hooks, head_metrics, register, render_heads
+
+FURTHER_OFFSETS = (2, 3)
 
 
 def offset_score(pattern: Float[Tensor, "layer batch head query key"], offset: int = 1) -> Float[Tensor, "layer head"]:
@@ -21,4 +26,7 @@ def previous_token(view: View) -> ProbeResult:
     per_head = offset_score(pattern)
     metrics = {"max": float(per_head.max()), "max_random": float(random_score.max()),
                **head_metrics("random/", random_score)}
+    for offset in FURTHER_OFFSETS:
+        if pattern.shape[-1] > offset:
+            metrics.update(head_metrics(f"offset{offset}/", offset_score(pattern, offset)))
     return ProbeResult("previous_token", per_head.cpu(), metrics, render_heads(view.tokens("data"), pattern, per_head))

@@ -10,8 +10,8 @@ from mechsynth.models import ModelConfig
 from mechsynth.models.tl_compat import hooked_transformer
 
 
-def planted_induction_model(vocab: int = 10, n_ctx: int = 40, n_heads: int = 4, seed: int = 0):
-    """2 layers: an exact previous-token head in layer 0 and an induction head in layer 1, at random
+def planted_induction_model(vocab: int = 10, n_ctx: int = 40, n_heads: int = 4, seed: int = 0, offset: int = 1):
+    """2 layers: an exact previous-token head in layer 0 (looking `offset` tokens back) and an induction head in layer 1, at random
     head indices; every other head has small random weights. Returns (hooked model, prev head, induction head).
 
     Residual stream = [token one-hot | position one-hot | previous token one-hot]. The previous-token
@@ -37,10 +37,11 @@ def planted_induction_model(vocab: int = 10, n_ctx: int = 40, n_heads: int = 4, 
         h = heads[layer]
         for w in ("W_Q", "W_K", "W_V", "W_O"):
             a[w][h] = 0
-        if layer == 0:  # previous token: query position i · key position j = big iff j = i - 1
+        if layer == 0:  # previous token: query position i · key position j = big iff j = i - offset
             a["W_Q"][h, pos, :N] = torch.eye(N)
-            a["W_K"][h, pos, :N] = big * torch.eye(N).roll(1, dims=1)
-            a["W_K"][h, V + N - 1, 0] = 0  # the last position has no successor (roll wraps it to 0)
+            a["W_K"][h, pos, :N] = big * torch.eye(N).roll(offset, dims=1)
+            for j in range(N - offset, N):  # the last positions have no successor (roll wraps them round)
+                a["W_K"][h, V + j, j + offset - N] = 0
             a["W_V"][h, tok, :V] = torch.eye(V)
             a["W_O"][h, :V, prev] = torch.eye(V)
         else:  # induction: query token · key's previous token, then copy the key's token

@@ -184,3 +184,13 @@ def test_hidden_progress_rises_on_the_loss_plateau(tmp_path):
     assert m["drift_ratio"][end] > 1.5 and m["drift_inf"][end] > 5 * m["drift_inf"][1]
     early = [r for s, r in zip(tl.steps, m["drift_ratio"]) if 0 < s <= tl.steps[end] / 4]
     assert max(early) < m["drift_ratio"][end], "the support's lead grows during the plateau"
+
+
+@pytest.mark.parametrize("offset", [1, 2])
+def test_previous_token_probe_reports_heads_looking_further_back(offset):
+    model, head, _ = planted_induction_model(vocab=10, n_ctx=40, n_heads=3, seed=5, offset=offset)
+    result = probes.run("previous_token", model)
+    back = result.per_head[0, head] if offset == 1 else result.metrics[f"offset{offset}/L0H{head}"]
+    assert back >= 0.9
+    others = [result.per_head[0, head]] + [result.metrics[f"offset{d}/L0H{head}"] for d in (2, 3)]
+    assert max(float(v) for i, v in enumerate(others) if i + 1 != offset) < 0.1

@@ -131,6 +131,17 @@ def test_interrupted_writes_leave_no_partial_checkpoint(tmp_path):
     assert not target.exists() and list((tmp_path / "checkpoints").iterdir()) == []
 
 
+def test_atomic_writes_get_the_permissions_of_plain_writes(tmp_path):
+    """Temp files are created private (0600, 0700); the renamed result must look like any other file."""
+    (tmp_path / "plain.json").write_text("{}")
+    (tmp_path / "plain_dir").mkdir()
+    io.write_json(tmp_path / "atomic.json", {})
+    io.atomic_dir(tmp_path / "atomic_dir", lambda tmp: (tmp / "x").write_text(""))
+    mode = lambda p: p.stat().st_mode & 0o777  # noqa: E731
+    assert mode(tmp_path / "atomic.json") == mode(tmp_path / "plain.json")
+    assert mode(tmp_path / "atomic_dir") == mode(tmp_path / "plain_dir")
+
+
 def test_schedules():
     steps = checkpoint_steps(10_000, 100)
     assert steps[0] == 0 and steps[-1] == 10_000 and 80 <= len(steps) <= 101

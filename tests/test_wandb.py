@@ -52,3 +52,26 @@ def test_wandb_failure_warns_once_and_training_goes_on(tmp_path, tiny, monkeypat
         run_dir = train_run(cfg, tmp_path / "run", progress=False)
     assert len([w for w in record if "W&B" in str(w.message)]) == 1
     assert load_run(run_dir).metrics[-1]["step"] == 20
+
+
+def test_seeds_side_by_side_log_one_wandb_run_each_in_one_group(tmp_path, tiny):
+    cfg = parse_config(tiny({"name": "sparse_parity", "n": 6, "k": 2}, wandb="offline",
+                            train={"steps": 10, "eval_every": 5, "seeds": 2}))
+    run_dir = train_run(cfg, tmp_path / "batch", progress=False)
+    summaries = []
+    for i in range(2):
+        files = sorted((run_dir / f"seed_{i}" / "wandb").glob("offline-run-*/run-*.wandb"))
+        assert len(files) == 1, "each seed's W&B run lives in its own run directory"
+        s = inspect(files[0])
+        assert s["state"] == "finished" and s["name"] == f"batch-seed_{i}"
+        assert s["config"]["wandb"]["group"] == "batch" and s["config"]["train"]["seed"] == i
+        assert s["summary"]["eval/acc"] == pytest.approx(load_run(run_dir / f"seed_{i}").metrics[-1]["eval/acc"])
+        summaries.append(s)
+    ids = [s["run_id"] for s in summaries]
+    assert len(set(ids)) == 2
+
+    resumed = parse_config({**cfg.to_dict(), "train": {**cfg.to_dict()["train"], "steps": 15}})
+    train_run(resumed, run_dir, resume=True, progress=False)
+    for i in range(2):
+        after = {inspect(f)["run_id"] for f in (run_dir / f"seed_{i}" / "wandb").glob("offline-run-*/run-*.wandb")}
+        assert after == {ids[i]}, "a resumed batch continues each seed's W&B run"

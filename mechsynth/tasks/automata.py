@@ -186,6 +186,17 @@ class Automata(Task):
                         n_ctx=self.cfg.long_length, token_names=tuple(self.table.symbols),
                         target_names=tuple(self.table.states))
 
+    def token_labels(self, tokens) -> list[str]:
+        """Each input symbol with the state it leads to ("s→r2"): the state is what the model must
+        output there; a symbol not allowed in the current state (Dyck) leaves the state unknown."""
+        labels, state = [], self.table.start
+        for x in tokens.tolist():
+            symbol = self.table.symbols[x] if 0 <= x < len(self.table.symbols) else str(x)
+            state = self.table.delta[state][x] if state is not None and 0 <= x < len(self.table.symbols) else None
+            state = None if state == -1 else state
+            labels.append(f"{symbol}→{self.table.states[state] if state is not None else '?'}")
+        return labels
+
     def sample(self, batch_size, generator, device="cpu", split="train") -> Batch:
         self.check_split(split)
         T = self.cfg.long_length if split == "eval_long" else self.cfg.length

@@ -75,6 +75,12 @@ class Task:
         acc = (logits.argmax(-1) == targets)[mask].float().mean()
         return {"loss": loss.item(), "acc": acc.item()}
 
+    def token_labels(self, tokens: Int[Tensor, "pos"]) -> list[str]:
+        """A label per position of one sequence, for attention renders: what the token means in the
+        task (a bit, a state, a group element). Default: the spec's token names."""
+        names = self.spec.token_names
+        return [names[t] if 0 <= t < len(names) else str(t) for t in tokens.tolist()]
+
     def check_split(self, split: str) -> None:
         if split not in self.splits:
             raise ValueError(f"split: {split!r} is not a split of {self.name}; allowed: {', '.join(self.splits)}")
@@ -96,6 +102,14 @@ def readout_batch(bits: Int[Tensor, "batch n"], labels: Int[Tensor, "batch"], tr
     mask = torch.zeros_like(tokens, dtype=torch.bool)
     mask[:, -1] = True
     return Batch(tokens, targets, mask, truth)
+
+
+def readout_labels(names: tuple[str, ...], tokens: Int[Tensor, "pos"], support: Tensor) -> list[str]:
+    """Labels for a bits-then-readout sequence: the bit values, the hidden support S starred
+    ("1*"), the readout token as "?"; the support is what a sparse-selection head should attend to."""
+    on = set(support.tolist())
+    labels = [names[t] if 0 <= t < len(names) else str(t) for t in tokens.tolist()]
+    return [f"{label}*" if i in on and label != "?" else label for i, label in enumerate(labels)]
 
 
 def task_generator(seed: int) -> torch.Generator:

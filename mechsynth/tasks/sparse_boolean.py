@@ -15,7 +15,7 @@ from jaxtyping import Int
 from torch import Tensor
 
 from mechsynth.config import check, doc
-from mechsynth.tasks.base import TASKS, Batch, Task, TaskSpec, readout_batch, task_generator
+from mechsynth.tasks.base import TASKS, Batch, Task, TaskSpec, readout_batch, readout_labels, task_generator
 
 
 @dataclass(frozen=True)
@@ -75,6 +75,9 @@ class SparseBoolean(Task):
     def spec(self) -> TaskSpec:
         return TaskSpec(d_vocab=3, d_vocab_out=2, n_ctx=self.cfg.length + 1, token_names=("0", "1", "?"),
                         target_names=("0", "1"), token_values=(-1.0, 1.0, 0.0))
+
+    def token_labels(self, tokens) -> list[str]:
+        return readout_labels(self.spec.token_names, tokens, self.support)
 
     def label(self, bits: Int[Tensor, "batch length"]) -> Int[Tensor, "batch"]:
         weights = 2 ** torch.arange(self.cfg.s - 1, -1, -1, device=bits.device)

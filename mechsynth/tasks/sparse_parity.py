@@ -11,7 +11,7 @@ from typing import Literal, Optional
 import torch
 
 from mechsynth.config import check, doc
-from mechsynth.tasks.base import TASKS, Batch, Task, TaskSpec, readout_batch, task_generator
+from mechsynth.tasks.base import TASKS, Batch, Task, TaskSpec, readout_batch, readout_labels, task_generator
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,9 @@ class SparseParity(Task):
         names = ("+1", "-1") if self.cfg.encoding == "pm1" else ("0", "1")
         return TaskSpec(d_vocab=3, d_vocab_out=2, n_ctx=self.cfg.n + 1, token_names=names + ("?",),
                         target_names=names, token_values=values + (0.0,))
+
+    def token_labels(self, tokens) -> list[str]:
+        return readout_labels(self.spec.token_names, tokens, self.support)
 
     def sample(self, batch_size, generator, device="cpu", split="train") -> Batch:
         self.check_split(split)

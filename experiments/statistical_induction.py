@@ -1,0 +1,324 @@
+"""Statistical induction heads (Edelman et al. 2024), side by side with the paper.
+
+A 2-layer attention-only transformer learns in-context Markov chains (`markov_icl`, T = 100):
+  1. k = 3 and k = 2 states, Dirichlet prior: the phases uniform -> unigram -> bigram in the
+     strategy-KL curves, and when the layer-0 previous-token head and the layer-1 induction head form,
+     against the step of the bigram transition;
+  2. k = 3 with a doubly-stochastic prior (uniform stationary distribution, so in-context unigram
+     statistics carry no information): no unigram plateau, and the transition comes sooner (ratio);
+  3. in-context trigrams (order 3) with two heads per layer: two layer-0 heads, looking back 1 and 2.
+
+    python experiments/statistical_induction.py            # the CPU configuration (~10 min on 2 cores)
+    python experiments/statistical_induction.py --full     # bigger models, longer, more seeds
+    python experiments/statistical_induction.py --smoke    # seconds; checks the pipeline only
+
+Writes OUT/statistical_induction.json and OUT/statistical_induction_{stages,priors,trigram}.png.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness  # noqa: E402
+
+from mechsynth import tasks  # noqa: E402
+from mechsynth.run import Run  # noqa: E402
+from mechsynth.timeline import formation_step, probe_run, steepest_drop  # noqa: E402
+
+NAME = "statistical_induction"
+
+SIZES: dict[str, dict[str, Any]] = {
+    # Only checks that everything runs end to end; the numbers mean nothing at this size.
+    "smoke": dict(length=24, d_model=16, batch_size=8, lr=3e-3, steps=24, trigram_steps=24, checkpoints=8,
+                  eval_batch_size=32, kl_batch=32, probe_batch=8, seeds={"k3": 1, "k2": 1, "ds": 1, "trigram": 1}),
+    # Sized to finish in about 10 minutes on a shared 2-core CPU.
+    "cpu": dict(length=100, d_model=32, batch_size=32, lr=3e-3, steps=800, trigram_steps=2500, checkpoints=80,
+                eval_batch_size=128, kl_batch=256, probe_batch=64, seeds={"k3": 3, "k2": 2, "ds": 3, "trigram": 2}),
+    # experiments/markov_icl.toml's model and optimizer (d_model 64, batch 64, lr 1e-3), 10x longer, 5 seeds.
+    "full": dict(length=100, d_model=64, batch_size=64, lr=1e-3, steps=10000, trigram_steps=30000, checkpoints=120,
+                 eval_batch_size=256, kl_batch=512, probe_batch=64, seeds={"k3": 5, "k2": 5, "ds": 5, "trigram": 3}),
+}
+
+# condition -> (task parameters, heads per layer, steps key)
+CONDITIONS = {
+    "k3": ({"k": 3, "order": 2, "prior": "dirichlet"}, 1, "steps"),
+    "k2": ({"k": 2, "order": 2, "prior": "dirichlet"}, 1, "steps"),
+    "ds": ({"k": 3, "order": 2, "prior": "doubly_stochastic"}, 1, "steps"),
+    "trigram": ({"k": 3, "order": 3, "prior": "dirichlet"}, 2, "trigram_steps"),
+}
+GRAM = {2: "bigram", 3: "trigram"}
+
+
+def run_config(cond: str, seed: int, size: dict[str, Any]) -> dict[str, Any]:
+    task, heads, steps_key = CONDITIONS[cond]
+    return {"task": {"name": "markov_icl", "length": size["length"], **task},
+            "model": {"n_layers": 2, "n_heads": heads, "d_model": size["d_model"], "attn_only": True, "init_seed": seed},
+            "train": {"steps": size[steps_key], "batch_size": size["batch_size"], "lr": size["lr"], "seed": seed,
+                      "eval_every": max(1, size[steps_key] // 40), "eval_batch_size": size["eval_batch_size"],
+                      "checkpoints": size["checkpoints"]}}
+
+
+@torch.no_grad()
+def strategy_kls(run: Run, n_seqs: int, seed: int = 12345) -> tuple[list[float], dict[str, list[float]]]:
+    """Held-out loss and KL(strategy ‖ model) at every checkpoint — the icl_strategy probe's quantity, on
+    more sequences, plus the in-context bigram estimate for higher-order chains (a stage the model may
+    pass through on the way to trigrams)."""
+    task = run.task
+    batch = task.sample(n_seqs, torch.Generator().manual_seed(seed), "cpu", task.main_eval)
+    refs = {"uniform": batch.truth["uniform"], "unigram": batch.truth["unigram"]}
+    if task.cfg.order > 2:
+        lower = tasks.make("markov_icl", {"k": task.cfg.k, "order": 2, "length": task.cfg.length})
+        refs["bigram"] = lower.predictors(batch.tokens)["ngram"]
+    refs[GRAM.get(task.cfg.order, f"{task.cfg.order}-gram")] = batch.truth["ngram"]
+    loss, kls = [], {name: [] for name in refs}
+    for step in run.steps:
+        logp = run.trainable(step)(batch.tokens).float().log_softmax(-1)
+        loss.append(float(-logp.gather(-1, batch.targets[..., None]).mean()))
+        for name, q in refs.items():
+            kls[name].append(float((q * (q.clamp_min(1e-30).log() - logp)).sum(-1).mean()))
+    return loss, kls
+
+
+def segments(steps: list[int], kls: dict[str, list[float]]) -> list[dict[str, Any]]:
+    """The nearest strategy over training, as runs of checkpoints: [{strategy, from, to}]."""
+    out: list[dict[str, Any]] = []
+    for i, step in enumerate(steps):
+        nearest = min(kls, key=lambda s: kls[s][i])
+        if out and out[-1]["strategy"] == nearest:
+            out[-1]["to"] = step
+        else:
+            out.append({"strategy": nearest, "from": step, "to": step})
+    return out
+
+
+def head(steps: list[int], series: dict[str, list[float]], layer: int, threshold: float,
+         exclude: Optional[str] = None) -> dict[str, Any]:
+    """The head of `layer` that ends highest on a score, and when it formed: at the probe's threshold,
+    and when it had risen 10% / 50% of the way from its start to its end."""
+    cands = {h: s for h, s in series.items() if h.startswith(f"L{layer}H") and h != exclude}
+    name = max(cands, key=lambda h: cands[h][-1])
+    s = cands[name]
+    return {"head": name, "start": s[0], "final": s[-1], "threshold": threshold,
+            "formed": formation_step(steps, s, threshold), "rise10": harness.rise_step(steps, s, 0.1),
+            "rise50": harness.rise_step(steps, s, 0.5)}
+
+
+def analyse(run: Run, size: dict[str, Any]) -> dict[str, Any]:
+    loss, kls = strategy_kls(run, size["kl_batch"])
+    steps = run.steps
+    final = GRAM.get(run.task.cfg.order, "ngram")
+    segs = segments(steps, kls)
+    nearest_final = [1.0 if min(kls, key=lambda s: kls[s][i]) == final else 0.0 for i in range(len(steps))]
+    unigram = [seg for seg in segs if seg["strategy"] == "unigram"]
+    on_unigram = [i for i in range(len(steps)) if min(kls, key=lambda s: kls[s][i]) == "unigram"]
+    tl = probe_run(run, ["previous_token", "induction"], batch_size=size["probe_batch"])
+    prev = tl.per_head["previous_token"]
+    out = {
+        "steps": steps, "loss": loss, "kl": kls, "segments": segs,
+        "stages": [seg["strategy"] for seg in segs],
+        "transition_step": formation_step(steps, nearest_final, 1.0),  # from here on the model is nearest the n-gram
+        "loss_drop_step": steepest_drop(steps, loss),
+        "unigram_plateau": {"from": unigram[0]["from"], "to": unigram[-1]["to"], "checkpoints": len(on_unigram),
+                            "min_kl": min(kls["unigram"][i] for i in on_unigram)} if on_unigram else None,
+        "final": {"loss": loss[-1], **{f"kl_{k}": v[-1] for k, v in kls.items()}},
+        "heads": {"previous_token": head(steps, prev, 0, 0.4),
+                  "induction": head(steps, tl.per_head["induction"], 1, 0.5)},
+        "series": {"previous_token": prev, "induction": tl.per_head["induction"]},
+    }
+    if run.task.cfg.order > 2:  # a second layer-0 head looking two back
+        offset2 = {h[len("offset2/"):]: s for h, s in tl.metrics["previous_token"].items() if h.startswith("offset2/")}
+        offset3 = {h[len("offset3/"):]: s for h, s in tl.metrics["previous_token"].items() if h.startswith("offset3/")}
+        back1 = head(steps, prev, 0, 0.4)
+        back2 = head(steps, offset2, 0, 0.4, exclude=back1["head"])
+        out["heads"] |= {"back1": back1, "back2": back2,
+                         "back2_of_back1_head": offset2[back1["head"]][-1], "back1_of_back2_head": prev[back2["head"]][-1],
+                         "back3_max": max(s[-1] for h, s in offset3.items() if h.startswith("L0"))}
+        out["series"] |= {"offset2": offset2}
+    return out
+
+
+def summarise(cond: str, per_seed: list[dict[str, Any]]) -> dict[str, Any]:
+    s = {"transition_step": harness.spread([r["transition_step"] for r in per_seed]),
+         "loss_drop_step": harness.spread([r["loss_drop_step"] for r in per_seed]),
+         "stages": [r["stages"] for r in per_seed],
+         "unigram_plateau_checkpoints": harness.spread([(r["unigram_plateau"] or {}).get("checkpoints", 0) for r in per_seed]),
+         "final_loss": harness.spread([r["final"]["loss"] for r in per_seed]),
+         "train_time_s": harness.spread([r["train_time_s"] for r in per_seed])}
+    for name in per_seed[0]["heads"]:
+        if isinstance(per_seed[0]["heads"][name], dict):
+            s[name] = {key: harness.spread([r["heads"][name][key] for r in per_seed]) for key in ("final", "formed", "rise10", "rise50")}
+            s[name]["heads"] = [r["heads"][name]["head"] for r in per_seed]
+    return s
+
+
+def claims(res: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The paper's claims, measured."""
+    out: dict[str, Any] = {}
+    for cond in ("k3", "k2"):
+        seeds = res[cond]["seeds"]
+        out[f"phases_{cond}"] = {
+            "seeds_with_uniform_unigram_bigram": sum(_ordered(r["stages"], ["uniform", "unigram", "bigram"]) for r in seeds),
+            "of": len(seeds)}
+        out[f"heads_vs_transition_{cond}"] = [
+            {"seed": r["seed"], "transition": r["transition_step"],
+             "induction_L1": {k: r["heads"]["induction"][k] for k in ("head", "rise10", "rise50", "formed")},
+             "previous_token_L0": {k: r["heads"]["previous_token"][k] for k in ("head", "rise10", "rise50", "formed")}}
+            for r in seeds]
+    dirichlet = {r["seed"]: r for r in res["k3"]["seeds"]}
+    ds = {r["seed"]: r for r in res["ds"]["seeds"]}
+    paired = [(dirichlet[s]["transition_step"], ds[s]["transition_step"]) for s in sorted(set(dirichlet) & set(ds))]
+    ratios = [a / b for a, b in paired if a and b]
+    out["doubly_stochastic"] = {
+        "transition_dirichlet_over_doubly_stochastic": harness.spread(ratios), "paired_transition_steps": paired,
+        "unigram_plateau_checkpoints_dirichlet": [(r["unigram_plateau"] or {}).get("checkpoints", 0) for r in res["k3"]["seeds"]],
+        "unigram_plateau_checkpoints_doubly_stochastic": [(r["unigram_plateau"] or {}).get("checkpoints", 0) for r in res["ds"]["seeds"]],
+        "min_kl_unigram_dirichlet": [(r["unigram_plateau"] or {}).get("min_kl") for r in res["k3"]["seeds"]],
+        "min_kl_unigram_doubly_stochastic": [(r["unigram_plateau"] or {}).get("min_kl") for r in res["ds"]["seeds"]],
+        "uniform_stage_ends_dirichlet": [r["segments"][0]["to"] for r in res["k3"]["seeds"]],
+        "uniform_stage_ends_doubly_stochastic": [r["segments"][0]["to"] for r in res["ds"]["seeds"]]}
+    out["trigram"] = [{"seed": r["seed"], "stages": r["stages"], "transition": r["transition_step"],
+                       "back1": {k: r["heads"]["back1"][k] for k in ("head", "final", "rise50")},
+                       "back2": {k: r["heads"]["back2"][k] for k in ("head", "final", "rise50")},
+                       "two_distinct_heads": r["heads"]["back1"]["head"] != r["heads"]["back2"]["head"]
+                       and r["heads"]["back1"]["final"] >= 0.4 and r["heads"]["back2"]["final"] >= 0.4}
+                      for r in res["trigram"]["seeds"]]
+    return out
+
+
+def _ordered(stages: list[str], want: list[str]) -> bool:
+    """`want` appears in order (not necessarily adjacent) in `stages`, and the last stage is want[-1]."""
+    it = iter(stages)
+    return all(w in it for w in want) and stages[-1] == want[-1]
+
+
+# ---- figures ------------------------------------------------------------------------------------
+
+COLOURS = {"uniform": "tab:gray", "unigram": "tab:orange", "bigram": "tab:blue", "trigram": "tab:purple"}
+
+
+def _logx(steps: list[int], *series: list[float]) -> list[list]:
+    """Drop step 0, which a log axis cannot show."""
+    keep = [i for i, s in enumerate(steps) if s > 0]
+    return [[steps[i] for i in keep]] + [[s[i] for i in keep] for s in series]
+
+
+def plot_stages(res: dict[str, Any], path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    conds = [c for c in ("k3", "k2") if res[c]["seeds"]]
+    fig, axes = plt.subplots(3, len(conds), figsize=(6 * len(conds), 8), sharex="col", squeeze=False)
+    for col, cond in enumerate(conds):
+        r = res[cond]["seeds"][0]
+        ax = axes[0, col]
+        ax.plot(*_logx(r["steps"], r["loss"]), color="black")
+        ax.set_title(f"k = {res[cond]['task']['k']}, Dirichlet prior (seed {r['seed']})")
+        ax.set_ylabel("held-out loss (nats)")
+        ax = axes[1, col]
+        for name, kl in r["kl"].items():
+            ax.plot(*_logx(r["steps"], kl), label=name, color=COLOURS[name])
+        ax.set_yscale("log")
+        ax.set_ylabel("KL(strategy ‖ model)")
+        ax.legend(title="in-context strategy", fontsize=8)
+        ax = axes[2, col]
+        p, i = r["heads"]["previous_token"], r["heads"]["induction"]
+        ax.plot(*_logx(r["steps"], r["series"]["previous_token"][p["head"]]), color="tab:green",
+                label=f"previous-token score, {p['head']}")
+        ax.plot(*_logx(r["steps"], r["series"]["induction"][i["head"]]), color="tab:red", label=f"induction score, {i['head']}")
+        ax.set_ylabel("head score")
+        ax.set_xlabel("training step")
+        ax.legend(fontsize=8)
+        for row in range(3):
+            axes[row, col].set_xscale("log")
+            if r["transition_step"]:
+                axes[row, col].axvline(r["transition_step"], color="tab:blue", linestyle=":", linewidth=1)
+    fig.suptitle("Statistical induction heads: uniform → unigram → bigram (dotted: bigram transition)")
+    fig.tight_layout()
+    return harness.save_figure(fig, path)
+
+
+def plot_priors(res: dict[str, Any], path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), sharey=True)
+    for ax, cond, title in ((axes[0], "k3", "Dirichlet prior"), (axes[1], "ds", "doubly-stochastic prior")):
+        for j, r in enumerate(res[cond]["seeds"]):
+            for name in ("uniform", "unigram", "bigram"):
+                ax.plot(*_logx(r["steps"], r["kl"][name]), color=COLOURS[name], alpha=1.0 if j == 0 else 0.35,
+                        label=name if j == 0 else None)
+            if r["transition_step"]:
+                ax.axvline(r["transition_step"], color="tab:blue", linestyle=":", linewidth=1)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_title(f"k = 3, {title} ({len(res[cond]['seeds'])} seeds)")
+        ax.set_xlabel("training step")
+    axes[0].set_ylabel("KL(strategy ‖ model)")
+    axes[0].legend(title="in-context strategy", fontsize=8)
+    fig.suptitle("Without unigram information (doubly stochastic) there is no unigram plateau (dotted: bigram transitions)")
+    fig.tight_layout()
+    return harness.save_figure(fig, path)
+
+
+def plot_trigram(res: dict[str, Any], path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    r = res["trigram"]["seeds"][0]
+    fig, (a1, a2) = plt.subplots(2, 1, figsize=(7, 6.5), sharex=True)
+    for name, kl in r["kl"].items():
+        a1.plot(*_logx(r["steps"], kl), label=name, color=COLOURS[name])
+    a1.set_yscale("log")
+    a1.set_ylabel("KL(strategy ‖ model)")
+    a1.legend(title="in-context strategy", fontsize=8)
+    b1, b2 = r["heads"]["back1"]["head"], r["heads"]["back2"]["head"]
+    for h in sorted(r["series"]["previous_token"]):
+        if h.startswith("L0"):
+            a2.plot(*_logx(r["steps"], r["series"]["previous_token"][h]), color="tab:green", linestyle="-" if h == b1 else "--",
+                    label=f"{h}: attention 1 back")
+            a2.plot(*_logx(r["steps"], r["series"]["offset2"][h]), color="tab:brown", linestyle="-" if h == b2 else "--",
+                    label=f"{h}: attention 2 back")
+    a2.set_ylabel("layer-0 head score")
+    a2.set_xlabel("training step")
+    a2.set_xscale("log")
+    a2.legend(fontsize=8)
+    for ax in (a1, a2):
+        if r["transition_step"]:
+            ax.axvline(r["transition_step"], color="tab:purple", linestyle=":", linewidth=1)
+    fig.suptitle(f"In-context trigrams, k = {res['trigram']['task']['k']}, 2 heads per layer (seed {r['seed']})")
+    fig.tight_layout()
+    return harness.save_figure(fig, path)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = harness.parse_args(NAME, __doc__, argv)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    session = harness.Session(NAME, args)
+    size = SIZES[args.size]
+    res: dict[str, Any] = {}
+    for cond in CONDITIONS:
+        res[cond] = {"task": run_config(cond, 0, size)["task"], "seeds": []}
+        for seed in range(size["seeds"][cond]):
+            cfg = run_config(cond, seed, size)
+            t = time.perf_counter()
+            run = session.train(cfg, args.runs / f"{cond}-seed{seed}")
+            t_train = time.perf_counter() - t
+            r = {"seed": seed, "train_time_s": round(t_train, 1), "run": str(run.path), **analyse(run, size)}
+            res[cond]["seeds"].append(r)
+            print(f"{cond} seed {seed}: stages {' -> '.join(r['stages'])}, transition at step {r['transition_step']} "
+                  f"(trained in {t_train:.0f} s)", file=sys.stderr)
+        res[cond]["summary"] = summarise(cond, res[cond]["seeds"])
+    figures = [plot_stages(res, args.out / f"{NAME}_stages.png"), plot_priors(res, args.out / f"{NAME}_priors.png"),
+               plot_trigram(res, args.out / f"{NAME}_trigram.png")]
+    config = {"sizes": size, "runs": {c: run_config(c, 0, size) for c in CONDITIONS}}
+    session.finish(config, {"claims": claims(res), "conditions": res}, figures)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,83 @@
+"""Offline circuitsvis views and task token labels."""
+
+from __future__ import annotations
+
+import html.parser
+import json
+import re
+
+import pytest
+import torch
+
+from mechsynth import tasks, views
+
+
+def view(n: int = 2, labels=("a", "b", "c")) -> views.AttentionView:
+    pattern = torch.softmax(torch.randn(n, len(labels), len(labels)), -1)
+    return views.AttentionView("t", list(labels), pattern, [f"h{i}" for i in range(n)])
+
+
+def props_of(page: str) -> list[list[dict]]:
+    """The props passed to CircuitsVis.render on a page, grouped by view (div ids VIEW-PATTERN)."""
+    calls = re.findall(r'CircuitsVis\.render\("([^"]+)-(\d+)", CircuitsVis\.AttentionPattern, (.*?)\);</script>', page)
+    grouped: dict[str, list[dict]] = {}
+    for view_id, _, props in calls:
+        grouped.setdefault(view_id, []).append(json.loads(props.replace("<\\/", "</").replace("<\\!--", "<!--")))
+    return list(grouped.values())
+
+
+def test_bundle_is_inlined_once_and_cannot_end_its_script_early():
+    js = views.bundle_js()
+    assert "var CircuitsVis=" in js and "</script" not in js.lower() and "sourceMappingURL" not in js
+    page = views.views_html([view(), view(3), view(1)])
+    assert page.count("var CircuitsVis=") == 1
+    scripts = []
+    parser = html.parser.HTMLParser()
+    parser.handle_starttag = lambda tag, attrs: scripts.append(tag) if tag == "script" else None
+    parser.feed(page)
+    assert len(scripts) == page.lower().count("</script>") == 1 + 2 + 3 + 1  # the bundle, then one per pattern
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page), "nothing loaded from the network"
+
+
+def test_view_props_carry_patterns_tokens_and_names_even_with_hostile_labels():
+    v = view(2, labels=("</script>", "<!--", "x"))
+    page = views.views_html([v])
+    [props] = props_of(page)
+    assert all(p["tokens"] == ["</script>", "<!--", "x"] for p in props) and ">h0<" in page and ">h1<" in page
+    assert torch.tensor([p["attention"] for p in props]) == pytest.approx(v.patterns, abs=1e-4)
+
+
+def test_shape_mismatch_is_a_clear_error():
+    with pytest.raises(ValueError, match="do not match"):
+        views.AttentionView("t", ["a", "b"], torch.zeros(1, 3, 3), ["h"])
+
+
+def test_notebook_display_is_self_contained_and_ids_are_unique():
+    a, b = views.show(view()), views.show([view(), view()])
+    html_a, html_b = a._repr_html_(), b._repr_html_()
+    assert "var CircuitsVis=" in html_a and len(props_of(html_b)) == 2
+    ids = re.findall(r'id="(cv[^"]+)"', html_a + html_b)
+    assert len(ids) == 6 and len(set(ids)) == 6
+
+
+def test_token_labels_say_what_tokens_mean():
+    g = torch.Generator().manual_seed(0)
+    auto = tasks.make("automata", {"automaton": "dihedral", "n": 4, "length": 10})
+    batch = auto.sample(2, g, split="eval")
+    labels = auto.token_labels(batch.tokens[0])
+    expect = [f"{auto.table.symbols[x]}→{auto.table.states[s]}" for x, s in
+              zip(batch.tokens[0].tolist(), batch.truth["states"][0].tolist())]
+    assert labels == expect
+
+    for name, params in (("sparse_parity", {"n": 9, "k": 3, "encoding": "01"}), ("sparse_boolean", {"length": 9, "s": 2})):
+        task = tasks.make(name, params)
+        batch = task.sample(1, g, split="eval")
+        labels = task.token_labels(batch.tokens[0])
+        support = set(batch.truth["support"].tolist())
+        assert labels[-1] == "?" and len(labels) == batch.tokens.shape[1]
+        for i, (label, bit) in enumerate(zip(labels[:-1], batch.tokens[0, :-1].tolist())):
+            assert label == f"{bit}{'*' if i in support else ''}"
+
+    markov = tasks.make("markov_icl", {"k": 4, "length": 12})
+    tokens = markov.sample(1, g).tokens[0]
+    assert markov.token_labels(tokens) == [str(t) for t in tokens.tolist()]
