@@ -23,9 +23,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import _select_common as common  # noqa: E402
+import harness  # noqa: E402
 
 from mechsynth import timeline  # noqa: E402
+from mechsynth.run import read_metrics  # noqa: E402
+
+NAME = "automata_depth"
 
 # (name, automaton, n) in the paper's order: solvable groups first, by how many factorization steps.
 GROUPS = [("C2", "parity", 2), ("C3", "cyclic", 3), ("D6", "dihedral", 3), ("D8", "dihedral", 4),
@@ -63,14 +66,15 @@ def config(c: dict[str, Any], group: str, depth: int, seed: int) -> dict[str, An
                       "eval_batch_size": c["eval_batch_size"], "checkpoints": 2, "seed": seed}}
 
 
-def one(s: common.Setup, c: dict[str, Any], group: str, depth: int, seed: int) -> dict[str, Any]:
-    run = common.train(s, config(c, group, depth, seed), f"{group}_L{depth}_seed{seed}")
-    last = common.last_metrics(run)
+def one(s: harness.Session, c: dict[str, Any], group: str, depth: int, seed: int) -> dict[str, Any]:
+    name = f"{group}_L{depth}_seed{seed}"
+    run = s.train({**config(c, group, depth, seed), "wandb": {"name": name}}, s.args.runs / name)
+    last = read_metrics(run.path)[-1]
     tl = timeline.probe_run(run, ["automaton_shortcut"], steps=[run.steps[-1]], batch_size=c["probe_batch"])
     m = {k: v[-1] for k, v in tl.metrics["automaton_shortcut"].items()}
     T = c["length"]
     by_position = last["eval_long/acc_by_position"]
-    out = {"group": group, "depth": depth, "seed": seed, "train_time_s": round(common.train_seconds(run), 2),
+    out = {"group": group, "depth": depth, "seed": seed, "train_time_s": round(harness.train_seconds(run), 2),
            "acc": last["eval/acc"], "acc_last": last["eval/acc_last"],
            "loss": last["eval/loss"], "acc_long_within_T": statistics.fmean(by_position[:T]),
            "acc_long_beyond_T": statistics.fmean(by_position[T:]), "acc_long_by_position": by_position,
@@ -79,7 +83,7 @@ def one(s: common.Setup, c: dict[str, Any], group: str, depth: int, seed: int) -
            "factors": {k.split("/")[1]: [m[f"linear/{k.split('/')[1]}/embed"]] + [m[f"linear/{k.split('/')[1]}/L{layer}"]
                                                                                    for layer in range(depth)]
                        for k in m if k.startswith("linear/") and not k.startswith("linear/state/") and k.endswith("/embed")}}
-    common.log(f"{group} L={depth} seed={seed}: acc {out['acc']:.3f}, beyond T {out['acc_long_beyond_T']:.3f}, "
+    log(f"{group} L={depth} seed={seed}: acc {out['acc']:.3f}, beyond T {out['acc_long_beyond_T']:.3f}, "
                f"linear decoding per layer {[round(a, 2) for a in out['linear_state']]}")
     return out
 
@@ -102,7 +106,7 @@ def summarize(c: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
     return {"table": table, "first_depth_reaching_90pct": reach}
 
 
-def plot(s: common.Setup, c: dict[str, Any], data: dict[str, Any]) -> list[Path]:
+def plot(s: harness.Session, c: dict[str, Any], data: dict[str, Any]) -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -131,7 +135,7 @@ def plot(s: common.Setup, c: dict[str, Any], data: dict[str, Any]) -> list[Path]
         ax.set_xlabel("layers L")
         ax.set_title(title, fontsize=10)
     fig.colorbar(im, ax=axes, fraction=0.03, label="held-out accuracy (%)")
-    paths = [common.save_figure(s, fig, "accuracy")]
+    paths = [harness.save_figure(fig, s.args.out / f"{NAME}_accuracy.png")]
     plt.close(fig)
 
     deepest = max(depths)
@@ -146,7 +150,7 @@ def plot(s: common.Setup, c: dict[str, Any], data: dict[str, Any]) -> list[Path]
     ax.set_title(f"{deepest}-layer models: where the state becomes linearly decodable", fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    paths.append(common.save_figure(s, fig, "decoding"))
+    paths.append(harness.save_figure(fig, s.args.out / f"{NAME}_decoding.png"))
     plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(6.5, 4))
@@ -161,31 +165,32 @@ def plot(s: common.Setup, c: dict[str, Any], data: dict[str, Any]) -> list[Path]
     ax.set_title(f"{deepest}-layer models on sequences twice the training length", fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    paths.append(common.save_figure(s, fig, "length"))
+    paths.append(harness.save_figure(fig, s.args.out / f"{NAME}_length.png"))
     plt.close(fig)
     return paths
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    args = common.parser(__doc__).parse_args(argv)
-    s = common.setup("automata_depth", args)
-    c = SIZES[s.size]
+def main(argv: list[str] | None = None) -> int:
+    args = harness.parse_args(NAME, __doc__, argv)
+    s = harness.Session(NAME, args)
+    c = SIZES[args.size]
     rows = [one(s, c, g, d, seed) for g in c["groups"] for d in c["depths"] for seed in c["seeds"]]
     results = summarize(c, rows)
     results["runs"] = rows
     results["train_time_s_total"] = round(sum(r["train_time_s"] for r in rows), 1)
     results["paper_T100"] = {g: {str(d): v for d, v in PAPER[g].items()} for g in c["groups"]}
-    data = common.record(s, c, results)
-    data["figures"] = [p.name for p in plot(s, c, data)]
-    path = common.write(s, data)
+    s.finish(c, results, plot(s, c, results))
     print("accuracy (%), mean over seeds [paper at T=100]")
     print("group " + "".join(f"{'L=' + str(d):>16}" for d in c["depths"]))
     for g in c["groups"]:
-        cells = [data["table"][g][str(d)] for d in c["depths"]]
+        cells = [results["table"][g][str(d)] for d in c["depths"]]
         print(f"{g:<6}" + "".join(f"{x['mean']:>9.1f} [{'–' if x['paper_T100'] is None else x['paper_T100']:>4}]" for x in cells))
-    print(f"{path} ({data['wall_time_s']:.0f} s)")
-    return data
+    return 0
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -30,7 +30,7 @@ def parse_args(name: str, doc: str, argv: Optional[Sequence[str]] = None) -> arg
                       help="the paper-size configuration (hours on a CPU; see the README)")
     size.add_argument("--smoke", action="store_const", dest="size", const="smoke",
                       help="a tiny configuration that only checks the pipeline (seconds)")
-    p.add_argument("--out", default="assets", help="where the results JSON and figures go (default: assets)")
+    p.add_argument("--out", default=None, help="where the results JSON and figures go (default: assets; for --smoke, RUNS/assets)")
     p.add_argument("--runs", default=None, help=f"where the run directories go (default: runs/{name}-<size>)")
     p.add_argument("--wandb", choices=["online", "offline", "disabled"], default="disabled",
                    help="W&B mode of the training runs (default: disabled; offline writes a W&B run per training run)")
@@ -40,7 +40,8 @@ def parse_args(name: str, doc: str, argv: Optional[Sequence[str]] = None) -> arg
     args = p.parse_args(argv)
     args.size = args.size or "cpu"
     args.runs = Path(args.runs or f"runs/{name}-{args.size}")
-    args.out = Path(args.out)
+    # A smoke run never overwrites the real results in assets/.
+    args.out = Path(args.out or (args.runs / "assets" if args.size == "smoke" else "assets"))
     if args.threads < 1:
         p.error("--threads: must be ≥ 1")
     return args
@@ -68,7 +69,8 @@ class Session:
             old = io.read_json(run_dir / "config.json")
             versions = old.pop("versions", {})
             want = parsed.to_dict()
-            if _without_steps(old) != _without_steps(want):
+            # Parsed again, so a run made before a new config field existed compares with its default.
+            if _training_part(parse_config(old).to_dict()) != _training_part(want):
                 raise ConfigError("--runs", f"{run_dir} holds a run with another config; remove it or choose another --runs")
             run = load_run(run_dir)
             if run.steps and run.steps[-1] >= parsed.train.steps:
@@ -88,7 +90,9 @@ class Session:
         """Write OUT/<name>.json: the numbers, the configuration, where and how long it ran."""
         wall = time.perf_counter() - self.t0
         out = {"experiment": self.name, "size": self.args.size, "command": command(self.name, self.args),
-               "wall_time_s": round(wall, 1), "device": device_name(self.args.device),
+               "wall_time_s": round(wall, 1), "date": time.strftime("%Y-%m-%d"),
+               "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+               "device": device_name(self.args.device),
                "threads": self.args.threads, "runs_trained": self.trained, "runs_reused": self.reused,
                "versions": versions(), "config": config, "results": results,
                "figures": [Path(f).name for f in figures]}
@@ -98,8 +102,9 @@ class Session:
         return path
 
 
-def _without_steps(cfg: dict[str, Any]) -> dict[str, Any]:
-    return {**cfg, "train": {k: v for k, v in cfg["train"].items() if k != "steps"}}
+def _training_part(cfg: dict[str, Any]) -> dict[str, Any]:
+    """What decides the trained weights, less the step budget: W&B settings and steps may differ."""
+    return {**{k: v for k, v in cfg.items() if k != "wandb"}, "train": {k: v for k, v in cfg["train"].items() if k != "steps"}}
 
 
 def command(name: str, args: argparse.Namespace) -> str:
@@ -159,6 +164,19 @@ def power_fit(x: Sequence[float], y: Sequence[float]) -> dict[str, float]:
     return {"exponent": b, "prefactor": math.exp(a), "r2": 1 - ss_res / ss_tot if ss_tot > 0 else 1.0}
 
 
+def linear_fit(x: Sequence[float], y: Sequence[float]) -> Optional[dict[str, float]]:
+    """Least squares y = a + b x, with R² and the root-mean-square residual (None: x has one value)."""
+    if len(set(x)) < 2:
+        return None
+    mx, my = statistics.fmean(x), statistics.fmean(y)
+    b = sum((u - mx) * (v - my) for u, v in zip(x, y)) / sum((u - mx) ** 2 for u in x)
+    a = my - b * mx
+    ss_res = sum((v - a - b * u) ** 2 for u, v in zip(x, y))
+    ss_tot = sum((v - my) ** 2 for v in y)
+    return {"intercept": a, "slope": b, "r2": 1 - ss_res / ss_tot if ss_tot > 0 else 1.0,
+            "rms_residual": math.sqrt(ss_res / len(x))}
+
+
 def pearson(x: Sequence[float], y: Sequence[float]) -> Optional[float]:
     if len(x) < 3:
         return None
@@ -196,6 +214,11 @@ def rise_step(steps: Sequence[int], scores: Sequence[float], fraction: float = 0
     if end <= start:
         return None
     return formation_step(steps, scores, start + fraction * (end - start))
+
+
+def train_seconds(run: Run) -> float:
+    """Training time of a run, first to last checkpoint, whenever it was trained (also when reused)."""
+    return run.meta(run.steps[-1])["time"] - run.meta(run.steps[0])["time"]
 
 
 def save_figure(fig, path: Path) -> Path:

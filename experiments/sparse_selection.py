@@ -27,10 +27,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import _select_common as common  # noqa: E402
+import harness  # noqa: E402
 
 from mechsynth import timeline  # noqa: E402
 
+NAME = "sparse_selection"
 THRESHOLD = 0.99  # a model that reads exactly S computes AND exactly; 2 of the 3 bits score ~0.87
 FITTED = 0.05  # final training loss below this: the model fits its training set (failures are then overfitting)
 
@@ -61,22 +62,23 @@ def config(c: dict[str, Any], T: int, n: int, seed: int) -> dict[str, Any]:
                       "eval_batch_size": c["eval_batch_size"], "checkpoints": c["checkpoints"], "seed": seed}}
 
 
-def attempt(s: common.Setup, c: dict[str, Any], T: int, n: int, seed: int) -> dict[str, Any]:
-    run = common.train(s, config(c, T, n, seed), f"T{T}_n{n}_seed{seed}")
+def attempt(s: harness.Session, c: dict[str, Any], T: int, n: int, seed: int) -> dict[str, Any]:
+    name = f"T{T}_n{n}_seed{seed}"
+    run = s.train({**config(c, T, n, seed), "wandb": {"name": name}}, s.args.runs / name)
     records = [r for r in run.metrics if "eval/acc" in r]
     probe = timeline.probe_run(run, ["sparse_selection"], steps=[run.steps[-1]])
     acc = records[-1]["eval/acc"]
-    common.log(f"T={T:<4} seed={seed} n_train={n:<5} held-out acc {acc:.3f}")
+    log(f"T={T:<4} seed={seed} n_train={n:<5} held-out acc {acc:.3f}")
     return {"T": T, "seed": seed, "n_train": n, "acc": acc, "max_acc": max(r["eval/acc"] for r in records),
             "train_loss": records[-1].get("train/loss"), "fits_training_set": records[-1].get("train/loss", 1.0) < FITTED,
             "generalized": acc >= THRESHOLD,
             "attention_on_support": probe.per_head["sparse_selection"]["L0H0"][-1] if c["n_heads"] == 1
             else probe.metrics["sparse_selection"]["max"][-1],
             "support_recovered": bool(probe.metrics["sparse_selection"]["support_recovered"][-1]),
-            "train_time_s": round(common.train_seconds(run), 2), "run": run}
+            "train_time_s": round(harness.train_seconds(run), 2), "run": run}
 
 
-def smallest_generalizing(s: common.Setup, c: dict[str, Any], T: int, seed: int) -> tuple[dict | None, list[dict]]:
+def smallest_generalizing(s: harness.Session, c: dict[str, Any], T: int, seed: int) -> tuple[dict | None, list[dict]]:
     """Binary search over the grid for the first size that generalizes (None: not even the largest)."""
     sizes, tried = c["grid"], []
     lo, hi = -1, len(sizes)  # invariant: sizes[lo] fails (or lo = -1), sizes[hi] generalizes (or hi = len)
@@ -116,8 +118,8 @@ def summarize(c: dict[str, Any], found: dict[tuple[int, int], dict | None], trie
                          "min": min(values, default=None), "max": max(values, default=None),
                          "not_found": [seed for seed in c["seeds"] if found[T, seed] is None]}
     points = [(T, found[T, seed]["n_train"]) for T in c["lengths"] for seed in c["seeds"] if found[T, seed]]
-    fits = {"n_star_vs_log2_T": common.fit_line([math.log2(T) for T, _ in points], [n for _, n in points]),
-            "n_star_vs_T": common.fit_line([float(T) for T, _ in points], [n for _, n in points]),
+    fits = {"n_star_vs_log2_T": harness.linear_fit([math.log2(T) for T, _ in points], [n for _, n in points]),
+            "n_star_vs_T": harness.linear_fit([float(T) for T, _ in points], [n for _, n in points]),
             "points": len(points)}
     gen = [r for r in tried if r["generalized"]]
     not_gen = [r for r in tried if not r["generalized"]]
@@ -130,7 +132,7 @@ def summarize(c: dict[str, Any], found: dict[tuple[int, int], dict | None], trie
     return {"n_star": per_T, "fits": fits, "support_at_end": support}
 
 
-def plot(s: common.Setup, c: dict[str, Any], data: dict[str, Any]) -> list[Path]:
+def plot(s: harness.Session, c: dict[str, Any], data: dict[str, Any]) -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -166,7 +168,7 @@ def plot(s: common.Setup, c: dict[str, Any], data: dict[str, Any]) -> list[Path]
     ax_acc.set_ylabel("held-out accuracy at the end of training")
     ax_acc.legend(fontsize=8)
     fig.tight_layout()
-    paths.append(common.save_figure(s, fig, "samples"))
+    paths.append(harness.save_figure(fig, s.args.out / f"{NAME}_samples.png"))
     plt.close(fig)
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharex=True)
@@ -184,39 +186,39 @@ def plot(s: common.Setup, c: dict[str, Any], data: dict[str, Any]) -> list[Path]
         a.legend(fontsize=8)
     fig.suptitle("runs at n* (one line per seed): attention concentrates on S as the model generalizes")
     fig.tight_layout()
-    paths.append(common.save_figure(s, fig, "attention"))
+    paths.append(harness.save_figure(fig, s.args.out / f"{NAME}_attention.png"))
     plt.close(fig)
     return paths
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    args = common.parser(__doc__).parse_args(argv)
-    s = common.setup("sparse_selection", args)
-    c = SIZES[s.size]
+def main(argv: list[str] | None = None) -> int:
+    args = harness.parse_args(NAME, __doc__, argv)
+    s = harness.Session(NAME, args)
+    c = SIZES[args.size]
     found, tried = {}, []
     for T in c["lengths"]:
         for seed in c["seeds"]:
             found[T, seed], runs = smallest_generalizing(s, c, T, seed)
             tried += runs
-    timelines = [support_timeline(found[T, seed]) for T in c["lengths"] for seed in c["seeds"] if found[T, seed]]
     results = summarize(c, found, tried)
     results["runs"] = [{k: v for k, v in r.items() if k != "run"} for r in tried]
-    results["support_timelines"] = timelines
+    results["support_timelines"] = [support_timeline(found[T, seed]) for T in c["lengths"] for seed in c["seeds"]
+                                    if found[T, seed]]
     results["threshold"] = THRESHOLD
     results["train_time_s_total"] = round(sum(r["train_time_s"] for r in results["runs"]), 1)
-    data = common.record(s, c, results)
-    figures = plot(s, c, data)
-    data["figures"] = [p.name for p in figures]
-    path = common.write(s, data)
+    s.finish(c, results, plot(s, c, results))
     for T in c["lengths"]:
-        row = data["n_star"][str(T)]
+        row = results["n_star"][str(T)]
         print(f"T={T:<4} n* per seed {row['n_star']}  median {row['median']}")
-    for key, fit in data["fits"].items():
+    for key, fit in results["fits"].items():
         if isinstance(fit, dict):
             print(f"{key}: slope {fit['slope']:.2f}, R² {fit['r2']:.3f}")
-    print(f"{path} ({data['wall_time_s']:.0f} s)")
-    return data
+    return 0
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
