@@ -83,7 +83,7 @@ def one(s: harness.Session, c: dict[str, Any], group: str, depth: int, seed: int
            "factors": {k.split("/")[1]: [m[f"linear/{k.split('/')[1]}/embed"]] + [m[f"linear/{k.split('/')[1]}/L{layer}"]
                                                                                    for layer in range(depth)]
                        for k in m if k.startswith("linear/") and not k.startswith("linear/state/") and k.endswith("/embed")}}
-    log(f"{group} L={depth} seed={seed}: acc {out['acc']:.3f}, beyond T {out['acc_long_beyond_T']:.3f}, "
+    harness.log(f"{group} L={depth} seed={seed}: acc {out['acc']:.3f}, beyond T {out['acc_long_beyond_T']:.3f}, "
                f"linear decoding per layer {[round(a, 2) for a in out['linear_state']]}")
     return out
 
@@ -186,10 +186,6 @@ def main(argv: list[str] | None = None) -> int:
         cells = [results["table"][g][str(d)] for d in c["depths"]]
         print(f"{g:<6}" + "".join(f"{x['mean']:>9.1f} [{'–' if x['paper_T100'] is None else x['paper_T100']:>4}]" for x in cells))
     return 0
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

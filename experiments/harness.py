@@ -8,6 +8,7 @@ import math
 import os
 import platform
 import statistics
+import sys
 import time
 from importlib.metadata import version
 from pathlib import Path
@@ -110,6 +111,11 @@ def _training_part(cfg: dict[str, Any]) -> dict[str, Any]:
 def command(name: str, args: argparse.Namespace) -> str:
     flag = {"smoke": " --smoke", "cpu": "", "full": " --full"}[args.size]
     return f"python experiments/{name}.py{flag}"
+
+
+def log(msg: str) -> None:
+    """Progress, on stderr: stdout is the summary."""
+    print(msg, file=sys.stderr, flush=True)
 
 
 def device_name(device: str) -> str:

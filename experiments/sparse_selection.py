@@ -68,7 +68,7 @@ def attempt(s: harness.Session, c: dict[str, Any], T: int, n: int, seed: int) ->
     records = [r for r in run.metrics if "eval/acc" in r]
     probe = timeline.probe_run(run, ["sparse_selection"], steps=[run.steps[-1]])
     acc = records[-1]["eval/acc"]
-    log(f"T={T:<4} seed={seed} n_train={n:<5} held-out acc {acc:.3f}")
+    harness.log(f"T={T:<4} seed={seed} n_train={n:<5} held-out acc {acc:.3f}")
     return {"T": T, "seed": seed, "n_train": n, "acc": acc, "max_acc": max(r["eval/acc"] for r in records),
             "train_loss": records[-1].get("train/loss"), "fits_training_set": records[-1].get("train/loss", 1.0) < FITTED,
             "generalized": acc >= THRESHOLD,
@@ -214,10 +214,6 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(fit, dict):
             print(f"{key}: slope {fit['slope']:.2f}, R² {fit['r2']:.3f}")
     return 0
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":
