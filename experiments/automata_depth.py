@@ -107,9 +107,6 @@ def summarize(c: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def plot(s: harness.Session, c: dict[str, Any], data: dict[str, Any]) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
 
@@ -136,7 +133,6 @@ def plot(s: harness.Session, c: dict[str, Any], data: dict[str, Any]) -> list[Pa
         ax.set_title(title, fontsize=10)
     fig.colorbar(im, ax=axes, fraction=0.03, label="held-out accuracy (%)")
     paths = [harness.save_figure(fig, s.args.out / f"{NAME}_accuracy.png")]
-    plt.close(fig)
 
     deepest = max(depths)
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -151,7 +147,6 @@ def plot(s: harness.Session, c: dict[str, Any], data: dict[str, Any]) -> list[Pa
     ax.legend(fontsize=8)
     fig.tight_layout()
     paths.append(harness.save_figure(fig, s.args.out / f"{NAME}_decoding.png"))
-    plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for i, g in enumerate(groups):
@@ -166,7 +161,6 @@ def plot(s: harness.Session, c: dict[str, Any], data: dict[str, Any]) -> list[Pa
     ax.legend(fontsize=8)
     fig.tight_layout()
     paths.append(harness.save_figure(fig, s.args.out / f"{NAME}_length.png"))
-    plt.close(fig)
     return paths
 
 

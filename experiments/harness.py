@@ -54,6 +54,9 @@ class Session:
     def __init__(self, name: str, args: argparse.Namespace):
         self.name, self.args = name, args
         torch.set_num_threads(args.threads)
+        import matplotlib
+
+        matplotlib.use("Agg")  # figures go to files; no display needed
         self.t0 = time.perf_counter()
         self.trained, self.reused = 0, 0
 
@@ -228,6 +231,10 @@ def train_seconds(run: Run) -> float:
 
 
 def save_figure(fig, path: Path) -> Path:
+    """Write the figure as a PNG atomically, and close it (pyplot keeps every open figure alive)."""
+    import matplotlib.pyplot as plt
+
     path.parent.mkdir(parents=True, exist_ok=True)
     io.atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
+    plt.close(fig)
     return path

@@ -267,9 +267,6 @@ def plot_scaling(table: dict[int, dict[int, list[Optional[int]]]], summary: dict
 
 def main(argv: Optional[list[str]] = None) -> int:
     args = harness.parse_args(NAME, __doc__, argv)
-    import matplotlib
-
-    matplotlib.use("Agg")
     session = harness.Session(NAME, args)
     size = SIZES[args.size]
     table: dict[int, dict[int, list[Optional[int]]]] = {}

@@ -133,9 +133,6 @@ def summarize(c: dict[str, Any], found: dict[tuple[int, int], dict | None], trie
 
 
 def plot(s: harness.Session, c: dict[str, Any], data: dict[str, Any]) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     paths = []
@@ -169,7 +166,6 @@ def plot(s: harness.Session, c: dict[str, Any], data: dict[str, Any]) -> list[Pa
     ax_acc.legend(fontsize=8)
     fig.tight_layout()
     paths.append(harness.save_figure(fig, s.args.out / f"{NAME}_samples.png"))
-    plt.close(fig)
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharex=True)
     for tl in data["support_timelines"]:
@@ -187,7 +183,6 @@ def plot(s: harness.Session, c: dict[str, Any], data: dict[str, Any]) -> list[Pa
     fig.suptitle("runs at n* (one line per seed): attention concentrates on S as the model generalizes")
     fig.tight_layout()
     paths.append(harness.save_figure(fig, s.args.out / f"{NAME}_attention.png"))
-    plt.close(fig)
     return paths
 
 

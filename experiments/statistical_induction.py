@@ -295,9 +295,6 @@ def plot_trigram(res: dict[str, Any], path: Path) -> Path:
 
 def main(argv: Optional[list[str]] = None) -> int:
     args = harness.parse_args(NAME, __doc__, argv)
-    import matplotlib
-
-    matplotlib.use("Agg")
     session = harness.Session(NAME, args)
     size = SIZES[args.size]
     res: dict[str, Any] = {}
