@@ -1,15 +1,19 @@
 """Seeds side by side vs one after another, from one run: training throughput of `train.seeds = S`.
 
-    python benchmarks/seeds_speed.py [--seeds 32] [--device cpu|cuda] [--steps 20] [--rounds 3]
+    python benchmarks/seeds_speed.py [--seeds 32] [--device cpu|cuda] [--steps 16] [--rounds 5]
 
 The demo-size model (`mechsynth demo`): `markov_icl` k=3, order 2, length 64; a 2-layer attention-only
-transformer, d_model 32, 1 head; batch 64, AdamW, gradient clipping at 1.0. Two ways to train the same
+transformer, d_model 32, 1 head; batch 64, AdamW, gradient clipping at 1.0. Ways to train the same
 S models (init seeds 0..S-1, data seeds 0..S-1):
-  batched     - one SeedsTrainer: every weight stacked on a seed axis, one batched step for all S.
+  batched     - one SeedsTrainer, as `train.seeds = S` runs by default: every weight stacked on a seed
+                axis, one batched clip and optimizer step for all S; `seed_passes = "auto"` runs the
+                forward/backward passes stacked on a GPU and, for this model, per seed on worker
+                threads on a CPU (see mechsynth/seeds.py).
+  stacked     - (CPU only) the same with `seed_passes = "stacked"`, one pass for all S, a GPU's way.
   sequential  - S ordinary Trainers, each stepped in turn: what S separate runs cost.
-Both count model-steps (one optimizer step of one model) per second, data generation included. Rounds
-are interleaved and the median is reported, so machine noise hits both alike. Evaluation (each
-seed's 512 held-out sequences) is timed the same way and printed beside it.
+All count model-steps (one optimizer step of one model) per second, data generation included. Rounds
+are interleaved and the ratio is the median of each round's ratio, so machine noise hits all alike.
+Evaluation (each seed's 512 held-out sequences) is timed the same way and printed beside it.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import os
 import statistics
 import time
 from dataclasses import replace
+from typing import Any
 
 os.environ.setdefault("TQDM_DISABLE", "1")
 
@@ -46,54 +51,60 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", type=int, default=32)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--steps", type=int, default=20, help="steps of each model per round")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=16, help="steps of each model per round")
+    ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
     device, n_seeds, steps = torch.device(args.device), args.seeds, args.steps
     task = tasks.make("markov_icl", {"k": 3, "order": 2, "length": 64})
     mcfg = models.ModelConfig(n_layers=2, n_heads=1, d_model=32, attn_only=True)
     tcfg = TrainConfig(batch_size=64, lr=3e-3, device=args.device)
 
-    batched = SeedsTrainer(models.build(mcfg, task.spec, n_models=n_seeds), task, replace(tcfg, seeds=n_seeds), device)
-    singles = [Trainer(models.build(replace(mcfg, init_seed=i), task.spec), task, replace(tcfg, seed=i), device)
-               for i in range(n_seeds)]
+    def side_by_side(passes: str) -> SeedsTrainer:
+        cfg = replace(tcfg, seeds=n_seeds, seed_passes=passes)
+        return SeedsTrainer(models.build(mcfg, task.spec, n_models=n_seeds), task, cfg, device)
 
-    def run_batched() -> None:
-        for _ in range(steps):
-            batched.train_step()
+    trainers: dict[str, Any] = {"batched": side_by_side("auto")}
+    print(f"seed_passes = 'auto' chose {'stacked' if trainers['batched'].stacked_passes else 'per_seed'} passes")
+    if device.type == "cpu":
+        trainers["stacked"] = side_by_side("stacked")
+    trainers["sequential"] = [Trainer(models.build(replace(mcfg, init_seed=i), task.spec), task, replace(tcfg, seed=i), device)
+                              for i in range(n_seeds)]
 
-    def run_sequential() -> None:
-        for t in singles:
+    def each(t: Any) -> list[Any]:
+        return t if isinstance(t, list) else [t]
+
+    def train(t: Any) -> None:
+        for one in each(t):
             for _ in range(steps):
-                t.train_step()
+                one.train_step()
 
-    def eval_sequential() -> None:
-        for t in singles:
-            t.evaluate()
+    def evaluate(t: Any) -> None:
+        for one in each(t):
+            one.evaluate()
 
     # Warm up (first chunks of data, eval batches, allocator) before timing anything.
-    for t in [batched, *singles]:
-        t.train_step()
-        t.evaluate()
+    for t in trainers.values():
+        for one in each(t):
+            one.train_step()
+            one.evaluate()
 
-    rates: dict[str, list[float]] = {"batched": [], "sequential": []}
-    evals: dict[str, list[float]] = {"batched": [], "sequential": []}
+    rates: dict[str, list[float]] = {k: [] for k in trainers}
+    evals: dict[str, list[float]] = {k: [] for k in trainers}
     for _ in range(args.rounds):
-        rates["batched"].append(n_seeds * steps / timed(run_batched, device))
-        rates["sequential"].append(n_seeds * steps / timed(run_sequential, device))
-        evals["batched"].append(timed(batched.evaluate, device))
-        evals["sequential"].append(timed(eval_sequential, device))
+        for k, t in trainers.items():
+            rates[k].append(n_seeds * steps / timed(lambda: train(t), device))
+            evals[k].append(timed(lambda: evaluate(t), device))
     med = {k: statistics.median(v) for k, v in rates.items()}
-    ev = {k: statistics.median(v) for k, v in evals.items()}
     print(f"device {device}, torch {torch.__version__}, threads {torch.get_num_threads()}")
     print(f"demo-size model: markov_icl k=3 order 2 length 64; 2 layers attention-only, d_model 32, 1 head; "
-          f"batch 64, AdamW, grad clip 1.0; {n_seeds} seeds; median of {args.rounds} rounds of {steps} steps each")
-    for k, v in med.items():
-        print(f"  {k:<10} {v:8.1f} model-steps/s  ({v / n_seeds:.2f} steps/s of all {n_seeds} seeds)")
+          f"batch 64, AdamW, grad clip 1.0; {n_seeds} seeds; {args.rounds} rounds of {steps} steps each")
     target = 8 if device.type == "cuda" else 1.5
-    print(f"batched / sequential = {med['batched'] / med['sequential']:.2f}x  (target >= {target})")
-    print(f"evaluation of all seeds: batched {ev['batched']:.2f} s, sequential {ev['sequential']:.2f} s "
-          f"({ev['sequential'] / ev['batched']:.2f}x)")
+    for k in trainers:
+        ratio = statistics.median(r / s for r, s in zip(rates[k], rates["sequential"]))
+        ev = statistics.median(s / e for e, s in zip(evals[k], evals["sequential"]))
+        print(f"  {k:<10} {med[k]:8.1f} model-steps/s (median)  {ratio:5.2f}x sequential"
+              f"{f' (target >= {target})' if k == 'batched' else ''}; "
+              f"evaluating all seeds {statistics.median(evals[k]):.2f} s ({ev:.2f}x)")
 
 
 if __name__ == "__main__":

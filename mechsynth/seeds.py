@@ -7,6 +7,14 @@ sum over seeds, so each seed's slice of the gradient is the gradient its own run
 AdamW and SGD are elementwise, and gradient clipping uses each seed's own global norm: seed i
 follows the same trajectory as a separate `seeds = 1` run with those two seeds, up to float rounding.
 
+How the forward and backward passes run is `train.seed_passes`. On a GPU one stacked pass for all
+seeds: models this small leave it launch-bound, so S models cost little more than one. On a CPU that
+holds only while a seed's activations are small. Once they outgrow a core's cache (a few MiB), S
+models side by side spill to memory and a stacked pass measured slower per model than one model
+alone; then each seed's pass runs on its own view of its slice of the weights, spread over one
+worker thread per core (which gets more out of the cores than the intra-op threads of small ops
+do). Clipping and the optimizer step stay batched over the stacked weights, as does everything on disk.
+
 On disk each seed is an ordinary run directory, so `load_run`, `mechsynth probe` and `--resume`
 work on it unchanged (a seed can even be continued alone):
 
@@ -20,9 +28,10 @@ from __future__ import annotations
 
 import copy
 import json
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence, TypeVar
 
 import torch
 import torch.nn as nn
@@ -35,12 +44,17 @@ from mechsynth.config import ConfigError
 from mechsynth.run import (RunConfig, _complete_steps, _versions, ckpt_dir, read_metrics, seed_dir, truncate_metrics,
                            write_checkpoint)
 from mechsynth.tasks.base import Batch
-from mechsynth.train import DataSource, Trainer, TrainConfig, checkpoint_steps, held_out_batches, lr_at, resolve_device
+from mechsynth.train import (DataSource, Trainer, TrainConfig, checkpoint_steps, held_out_batches, held_out_metrics,
+                             lr_at, masked_loss, resolve_device)
 from mechsynth.wandb_log import WandbLogger
 
 # Sequences per evaluation forward, summed over seeds: bounds memory when S * eval_batch_size is large.
 # A CPU wants activations near cache size (there 8192 measured 1.5x slower than 1024).
 EVAL_SEQUENCES = {"cpu": 1024, "other": 8192}
+# `seed_passes = "auto"` on a CPU: per-seed passes from this many bytes of one seed's saved activations.
+PER_SEED_FROM_BYTES = 4 * 2**20
+
+T = TypeVar("T")
 
 
 def seed_config(cfg: RunConfig, i: int, name: str) -> RunConfig:
@@ -73,6 +87,29 @@ def clip_per_model_(params: Sequence[Tensor], max_norm: float) -> Float[Tensor, 
     for g in grads:
         g.mul_(coef.view(-1, *(1,) * (g.ndim - 1)))
     return norms
+
+
+def seed_view(model: nn.Module, i: int) -> nn.Module:
+    """Model i of a side-by-side stack as a single model whose parameters are views of its slice of the
+    stacked ones: updating the stack updates the view. Its gradients are its own tensors."""
+    memo = {id(p): nn.Parameter(p.detach()[i]) for p in model.parameters()}
+    view = copy.deepcopy(model, memo)
+    view.n_models = None
+    return view
+
+
+def saved_activation_bytes(model: nn.Module, tokens: Tensor) -> int:
+    """Bytes of the tensors that a forward pass keeps for its backward pass."""
+    total = 0
+
+    def pack(t: Tensor) -> Tensor:
+        nonlocal total
+        total += t.numel() * t.element_size()
+        return t
+
+    with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(tokens)
+    return total
 
 
 def split_weights(weights: dict[str, Tensor], stacked: set[str], n: int) -> list[dict[str, Tensor]]:
@@ -122,25 +159,77 @@ class SeedsTrainer(Trainer):
         self.generators = [torch.Generator(device=self.device).manual_seed(cfg.seed + i) for i in range(cfg.seeds)]
         self._chunk_states = [g.get_state() for g in self.generators]
         self._eval_tokens: dict[str, Tensor] = {}
+        self.stacked_passes = self._stacked_passes()
+        self.views = [] if self.stacked_passes else [seed_view(self.module, i) for i in range(self.n_seeds)]
+        self._pool = None
+        if not self.stacked_passes:
+            self._view_params = [list(v.parameters()) for v in self.views]
+            workers = min(torch.get_num_threads(), self.n_seeds)
+            if workers > 1:
+                # Each worker runs single-threaded ops: two models on two cores beat one model on both.
+                self._pool = ThreadPoolExecutor(workers, thread_name_prefix="mechsynth-seed",
+                                                initializer=torch.set_num_threads, initargs=(1,))
+
+    def _stacked_passes(self) -> bool:
+        if self.cfg.seed_passes != "auto":
+            return self.cfg.seed_passes == "stacked"
+        if self.device.type != "cpu" or self.cfg.compile:  # (compiling S views would cost S compilations)
+            return True
+        tokens = self.data.sample(self.cfg.batch_size, torch.Generator(self.device).manual_seed(0), self.device, "train").tokens
+        return saved_activation_bytes(seed_view(self.module, 0), tokens) < PER_SEED_FROM_BYTES
+
+    def _on_worker(self, fn: Callable[[], T]) -> T:
+        return fn() if self._pool is None else self._pool.submit(fn).result()
+
+    def _each(self, fn: Callable[[int], T]) -> list[T]:
+        """[fn(0), ..., fn(seeds - 1)], on the worker threads when there are any."""
+        if self._pool is None:
+            return [fn(i) for i in range(self.n_seeds)]
+        futures = [self._pool.submit(fn, i) for i in range(self.n_seeds)]
+        try:
+            return [f.result() for f in futures]
+        finally:  # on an error or Ctrl-C, start nothing more
+            for f in futures:
+                f.cancel()
 
     def train_step(self) -> Float[Tensor, "seeds"]:
         for group in self.optimizer.param_groups:
             group["lr"] = lr_at(self.step, self.cfg)
         tokens, targets, mask = self._next_batch()
-        losses = per_model_loss(self.model(tokens), targets, mask)
         self.optimizer.zero_grad(set_to_none=True)
-        losses.sum().backward()
+        if self.stacked_passes:
+            losses = per_model_loss(self.model(tokens), targets, mask)
+            losses.sum().backward()
+            self._update()
+        else:
+            losses = torch.stack(self._each(lambda i: self._seed_backward(i, tokens[i], targets[i], mask[i])))
+            # The update runs on a worker too: after the optimizer's parallel loops this thread's
+            # intra-op threads spin-wait, taking cycles from the workers (measured 4-5% of a step).
+            self._on_worker(self._update)
+        self.step += 1
+        return losses.detach()
+
+    def _update(self) -> None:
+        if not self.stacked_passes:
+            for k, p in enumerate(self.params):
+                p.grad = torch.stack([vp[k].grad for vp in self._view_params])
         if self.cfg.grad_clip:
             clip_per_model_(self.params, self.cfg.grad_clip)
         self.optimizer.step()
-        self.step += 1
-        return losses.detach()
+
+    def _seed_backward(self, i: int, tokens: Tensor, targets: Tensor, mask: Tensor) -> Tensor:
+        """Seed i's loss on its batch, with its gradients left on its view's parameters."""
+        for p in self._view_params[i]:
+            p.grad = None
+        loss = masked_loss(self.views[i](tokens), Batch(tokens, targets, mask))
+        loss.backward()
+        return loss.detach()
 
     def _sample_chunk(self) -> tuple[Tensor, Tensor, Tensor]:
         """`data_chunk` batches for every seed from its own generator: tokens, targets, mask [seeds, n * batch, seq].
         (Ground truth is left out: the loss needs only targets and mask.)"""
         n = self.cfg.data_chunk * self.cfg.batch_size
-        batches = [self.data.sample(n, g, self.device, "train") for g in self.generators]
+        batches = self._each(lambda i: self.data.sample(n, self.generators[i], self.device, "train"))
         return tuple(torch.stack([getattr(b, f) for b in batches]) for f in ("tokens", "targets", "mask"))
 
     def _next_batch(self) -> tuple[Tensor, Tensor, Tensor]:
@@ -155,14 +244,17 @@ class SeedsTrainer(Trainer):
     def eval_batches(self) -> dict[str, list[Batch]]:
         """Each seed's held-out batches, exactly those of its own run (drawn from its data seed)."""
         if not self._eval_batches:
-            per_seed = [held_out_batches(self.data, self.cfg.seed + i, self.cfg.eval_batch_size, self.device)
-                        for i in range(self.n_seeds)]
+            per_seed = self._each(lambda i: held_out_batches(self.data, self.cfg.seed + i, self.cfg.eval_batch_size,
+                                                             self.device))
             self._eval_batches = {split: [b[split] for b in per_seed] for split in per_seed[0]}
             self._eval_tokens = {split: torch.stack([b.tokens for b in bs]) for split, bs in self._eval_batches.items()}
         return self._eval_batches
 
     @torch.no_grad()
     def evaluate(self) -> list[dict[str, float]]:
+        if not self.stacked_passes:
+            batches = self.eval_batches()
+            return self._each(lambda i: held_out_metrics(self.views[i], self.data, {s: b[i] for s, b in batches.items()}))
         was_training = self.model.training
         self.model.eval()
         out: list[dict[str, float]] = [{} for _ in range(self.n_seeds)]

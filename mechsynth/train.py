@@ -42,6 +42,11 @@ class TrainConfig:
     seeds: int = doc("train this many models side by side in one batched computation; model i uses data seed "
                      "seed + i and model.init_seed + i, so it equals a separate run with those values and "
                      "seeds = 1, and gets its own run directory RUN_DIR/seed_i", 1)
+    seed_passes: Literal["auto", "stacked", "per_seed"] = doc(
+        "with seeds > 1, how the forward and backward passes run: 'stacked' (one batched pass for all seeds), "
+        "'per_seed' (each seed's own pass, spread over one worker thread per core; the optimizer step stays "
+        "batched), or 'auto': stacked on a GPU; on a CPU per_seed when one seed's pass keeps >= 4 MiB of "
+        "activations for its backward pass, else stacked", "auto")
     device: str = doc("'auto' (CUDA when available), 'cpu', 'cuda', 'cuda:1', ...", "auto")
     compile: bool = doc("torch.compile the model (fuses kernels; ~1 min of compiling up front; measured gains are small at these sizes)", False)
 
@@ -138,6 +143,16 @@ def held_out_batches(data: DataSource, seed: int, batch_size: int, device: torch
     return out
 
 
+@torch.no_grad()
+def held_out_metrics(model: nn.Module, data: DataSource, batches: dict[str, Batch]) -> dict[str, float]:
+    """The task's metrics of the model on each held-out batch, as {"split/metric": value}."""
+    was_training = model.training
+    model.eval()
+    out = {f"{split}/{k}": v for split, b in batches.items() for k, v in data.metrics(model(b.tokens), b).items()}
+    model.train(was_training)
+    return out
+
+
 class Trainer:
     """Owns the model, optimizer and data stream; `state()` / `load_state()` make it resumable bit for bit."""
 
@@ -162,16 +177,8 @@ class Trainer:
             self._eval_batches = held_out_batches(self.data, self.cfg.seed, self.cfg.eval_batch_size, self.device)
         return self._eval_batches
 
-    @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
-        was_training = self.model.training
-        self.model.eval()
-        out = {}
-        for split, batch in self.eval_batches().items():
-            for k, v in self.data.metrics(self.model(batch.tokens), batch).items():
-                out[f"{split}/{k}"] = v
-        self.model.train(was_training)
-        return out
+        return held_out_metrics(self.model, self.data, self.eval_batches())
 
     def train_step(self) -> torch.Tensor:
         """One update; returns the (device) loss without syncing, so GPU steps stay asynchronous."""

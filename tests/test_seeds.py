@@ -18,7 +18,9 @@ from mechsynth import io, load_run, parse_config, train_run
 from mechsynth.cli import main
 from mechsynth.config import ConfigError
 from mechsynth.run import ckpt_dir, seed_dir
-from mechsynth.seeds import SeedsTrainer, clip_per_model_
+from mechsynth import models, tasks
+from mechsynth.seeds import SeedsTrainer, clip_per_model_, saved_activation_bytes, seed_view
+from mechsynth.train import TrainConfig
 
 CASES = {
     # MLP layers, AdamW with weight decay, a warmup and cosine schedule, clipping far below the gradient norm.
@@ -50,11 +52,12 @@ def assert_records_close(a: list[dict], b: list[dict]) -> None:
             assert ra[k] == pytest.approx(rb[k], rel=1e-4, abs=1e-5), (ra["step"], k)
 
 
+@pytest.mark.parametrize("passes", ["stacked", "per_seed"])
 @pytest.mark.parametrize("kind", list(CASES))
-def test_batched_seeds_equal_separate_runs(tmp_path, tiny, kind):
+def test_batched_seeds_equal_separate_runs(tmp_path, tiny, kind, passes):
     task, model, train = CASES[kind]
     # data_chunk 4: every seed crosses several chunks of its own data stream.
-    data = tiny(task, model, {**train, "seeds": 3, "seed": 7, "data_chunk": 4, "eval_every": 5})
+    data = tiny(task, model, {**train, "seeds": 3, "seed": 7, "data_chunk": 4, "eval_every": 5, "seed_passes": passes})
     batched = train_run(parse_config(data), tmp_path / "batched", progress=False)
     assert sorted(p.name for p in batched.iterdir()) == ["config.json", "seed_0", "seed_1", "seed_2"]
     for i in range(3):
@@ -97,6 +100,40 @@ def test_clip_per_model_is_clip_grad_norm_of_each_model():
         for p, q in zip(stacked, single):
             torch.testing.assert_close(p.grad[i], q.grad)
     assert norms[0] < 0.5 < norms[1], "one model below the limit (untouched), others clipped"
+
+
+def test_seed_view_shares_its_slice_of_the_stacked_weights():
+    task = tasks.make("markov_icl", {"k": 3, "length": 8})
+    stacked = models.build(models.ModelConfig(n_layers=1, d_model=8, init_seed=5), task.spec, n_models=3)
+    view = seed_view(stacked, 1)
+    alone = models.build(models.ModelConfig(n_layers=1, d_model=8, init_seed=6), task.spec)
+    tokens = task.sample(4, torch.Generator().manual_seed(0)).tokens
+    torch.testing.assert_close(view(tokens), alone(tokens), atol=0, rtol=0)
+    with torch.no_grad():  # what the optimizer's in-place step does
+        stacked.unembed.b_U.add_(1.0)
+    torch.testing.assert_close(view(tokens), alone(tokens) + 1.0)
+    assert all(p.data_ptr() == q[1].data_ptr() for p, q in zip(view.parameters(), stacked.parameters()))
+
+
+def test_saved_activation_bytes_counts_what_backward_keeps():
+    w = torch.randn(5, 7, requires_grad=True)
+    # x @ w keeps x [3, 5] for w's gradient (not w: x needs none); relu keeps its output [3, 7]
+    assert saved_activation_bytes(lambda x: torch.relu(x @ w), torch.randn(3, 5)) == (15 + 21) * 4
+    assert saved_activation_bytes(lambda x: torch.relu(x @ w), torch.randn(3, 5, requires_grad=True)) == (15 + 35 + 21) * 4
+
+
+@pytest.mark.parametrize("task, model, batch, expected", [
+    # the demo model: 8 MiB of activations per seed, past a core's cache: per-seed passes
+    ({"name": "markov_icl", "k": 3, "length": 64}, {"n_layers": 2, "d_model": 32, "attn_only": True}, 64, False),
+    # the parity MLP: 31 KiB per seed, overhead-bound: one stacked pass
+    ({"name": "sparse_parity", "n": 50, "k": 3}, {"kind": "mlp", "width": 100}, 32, True),
+])
+def test_auto_seed_passes_on_cpu(task, model, batch, expected):
+    t = tasks.make(task.pop("name"), task)
+    m = models.build(models.ModelConfig(**model), t.spec, n_models=2)
+    trainer = SeedsTrainer(m, t, TrainConfig(seeds=2, batch_size=batch, device="cpu"), "cpu")
+    assert trainer.stacked_passes is expected
+    assert len(trainer.views) == (0 if expected else 2)
 
 
 def test_batched_resume_is_bit_exact(tmp_path, tiny):

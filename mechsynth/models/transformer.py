@@ -138,10 +138,6 @@ class FusedTransformer(HookedRootModule):
         """[n_layers, ...], or [n_models, n_layers, ...] side by side."""
         return torch.stack([getattr(b.attn, name) for b in self.blocks], 0 if self.n_models is None else 1)
 
-    def _w(self, p: Tensor) -> Tensor:
-        """A weight with the model axis in front (size 1 for a single model)."""
-        return p if self.n_models is not None else p.unsqueeze(0)
-
     def _hook(self, hp: HookPoint, x: Tensor) -> Tensor:
         return hp(x) if hooked_here(hp) else x
 
@@ -158,16 +154,26 @@ class FusedTransformer(HookedRootModule):
         return self._hook(holder.hook_normalized, out)
 
     @staticmethod
-    def _mm(x: Float[Tensor, "mb pos d_in"], w: Float[Tensor, "m d_in d_out"], b: Float[Tensor, "m d_out"]) -> Tensor:
-        """x @ w + b for each model: one batched matmul over [model, batch * pos, d_in]."""
+    def _mm(x: Float[Tensor, "mb pos d_in"], w: Float[Tensor, "*m d_in d_out"], b: Float[Tensor, "*m d_out"]) -> Tensor:
+        """x @ w + b for each model: one batched matmul over [model, batch * pos, d_in]. (A single model
+        skips the model axis: every op we save is one fewer Python call, and the per-seed passes of
+        seeds side by side run single models on threads that share Python's GIL.)"""
+        if w.ndim == 2:
+            return torch.addmm(b, x.reshape(-1, x.shape[-1]), w).view(*x.shape[:-1], w.shape[-1])
         out = torch.baddbmm(b.unsqueeze(1), x.reshape(w.shape[0], -1, x.shape[-1]), w)
         return out.view(*x.shape[:-1], w.shape[-1])
+
+    def _add_pos(self, x: Float[Tensor, "mb pos d_model"], pos: Tensor) -> Tensor:
+        """x + each model's positional embedding ([pos, d_model], or [m, 1, pos, d_model] side by side)."""
+        if self.n_models is None:
+            return x + pos
+        return (x.view(self.n_models, -1, *x.shape[1:]) + pos).view(x.shape)
 
     def forward(self, tokens: Int[Tensor, "... batch pos"]) -> Float[Tensor, "... batch pos d_vocab_out"]:
         """tokens [batch, pos] -> logits [batch, pos, vocab]. Side by side, tokens [batch, pos] are read by
         every model and tokens [n_models, batch, pos] give each model its own; logits are then
         [n_models, batch, pos, vocab]."""
-        cfg, m, w = self.cfg, self.n_models or 1, self._w
+        cfg, m = self.cfg, self.n_models or 1
         seq = tokens.shape[-1]
         if seq > self.n_ctx:
             raise ValueError(f"input has {seq} positions but the model's n_ctx is {self.n_ctx}")
@@ -176,40 +182,44 @@ class FusedTransformer(HookedRootModule):
                 tokens = tokens.expand(m, *tokens.shape)
             # Each model's rows are offset into one table: F.embedding's backward is much faster than indexing's.
             tokens = tokens + (torch.arange(m, device=tokens.device) * self.d_vocab).view(m, 1, 1)
-        x = self._hook(self.hook_embed, F.embedding(tokens.reshape(-1, seq), w(self.embed.W_E).flatten(0, 1)))
+        W_E = self.embed.W_E if self.n_models is None else self.embed.W_E.flatten(0, 1)
+        x = self._hook(self.hook_embed, F.embedding(tokens.reshape(-1, seq), W_E))
         pos = None
         if cfg.positional != "rotary":
-            pos = w(self.pos_embed.W_pos)[:, None, :seq]  # [m, 1, pos, d_model], broadcast over the batch
-            if hooked_here(self.hook_pos_embed):
-                pos = self.hook_pos_embed(pos.expand(m, x.shape[0] // m, seq, -1).reshape(x.shape)).view(m, -1, seq, x.shape[-1])
+            # [pos, d_model], or [m, 1, pos, d_model] side by side: broadcast over the batch
+            pos = self.pos_embed.W_pos[:seq] if self.n_models is None else self.pos_embed.W_pos[:, None, :seq]
+            if hooked_here(self.hook_pos_embed):  # the hook sees TransformerLens's [batch, pos, d_model]
+                if self.n_models is None:
+                    pos = self.hook_pos_embed(pos.expand(x.shape))
+                else:
+                    pos = self.hook_pos_embed(pos.expand(m, x.shape[0] // m, seq, -1).reshape(x.shape)).view(m, -1, seq, x.shape[-1])
             if cfg.positional == "standard":
-                x, pos = (x.view(m, -1, seq, x.shape[-1]) + pos).view(x.shape), None
+                x, pos = self._add_pos(x, pos), None
         for block in self.blocks:
             x = self._hook(block.hook_resid_pre, x)
             x = x + self._hook(block.hook_attn_out, self._attention(self._norm(x, getattr(block, "ln1", None)), block.attn, pos))
             if not cfg.attn_only:
                 x = self._hook(block.hook_resid_mid, x)
                 mlp = block.mlp
-                pre = self._hook(mlp.hook_pre, self._mm(self._norm(x, getattr(block, "ln2", None)), w(mlp.W_in), w(mlp.b_in)))
+                pre = self._hook(mlp.hook_pre, self._mm(self._norm(x, getattr(block, "ln2", None)), mlp.W_in, mlp.b_in))
                 post = self._hook(mlp.hook_post, ACTIVATIONS[cfg.act_fn](pre))
-                x = x + self._hook(block.hook_mlp_out, self._mm(post, w(mlp.W_out), w(mlp.b_out)))
+                x = x + self._hook(block.hook_mlp_out, self._mm(post, mlp.W_out, mlp.b_out))
             x = self._hook(block.hook_resid_post, x)
-        logits = self._mm(self._norm(x, getattr(self, "ln_final", None)), w(self.unembed.W_U), w(self.unembed.b_U))
+        logits = self._mm(self._norm(x, getattr(self, "ln_final", None)), self.unembed.W_U, self.unembed.b_U)
         return logits if self.n_models is None else logits.view(m, -1, seq, logits.shape[-1])
 
     def _attention(self, x: Float[Tensor, "mb pos d_model"], a: nn.Module, pos: Optional[Tensor]) -> Tensor:
         mb, seq, dm = x.shape
-        h, dh, w = self.cfg.n_heads, self.cfg.head_dim, self._w
+        h, dh, lead = self.cfg.n_heads, self.cfg.head_dim, () if self.n_models is None else (self.n_models,)
         # One [d_model, 3 * head_index * d_head] matmul per model for Q, K and V (einsum over the
         # per-head layout would broadcast x across heads); re-laying out the small weights is cheap.
-        W = torch.cat([w(a.W_Q), w(a.W_K), w(a.W_V)], 1).permute(0, 2, 1, 3).reshape(-1, dm, 3 * h * dh)
-        B = torch.cat([w(a.b_Q), w(a.b_K), w(a.b_V)], 1).reshape(-1, 3 * h * dh)
+        W = torch.cat([a.W_Q, a.W_K, a.W_V], -3).transpose(-3, -2).reshape(*lead, dm, 3 * h * dh)
+        B = torch.cat([a.b_Q, a.b_K, a.b_V], -2).reshape(*lead, 3 * h * dh)
         if pos is None:
             qkv = self._mm(x, W, B)
         else:  # shortformer: positions inform where to attend, never what is moved
-            m, qk = W.shape[0], 2 * h * dh
-            qk_in = (x.view(m, -1, seq, dm) + pos).view(x.shape)
-            qkv = torch.cat([self._mm(qk_in, W[..., :qk], B[..., :qk]), self._mm(x, W[..., qk:], B[..., qk:])], -1)
+            qk = 2 * h * dh
+            qkv = torch.cat([self._mm(self._add_pos(x, pos), W[..., :qk], B[..., :qk]), self._mm(x, W[..., qk:], B[..., qk:])], -1)
         q, k, v = (self._hook(hp, t) for hp, t in zip((a.hook_q, a.hook_k, a.hook_v), qkv.view(mb, seq, 3, h, dh).unbind(2)))
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [mb, head, pos, d_head]
         if self.cfg.positional == "rotary":
@@ -226,4 +236,4 @@ class FusedTransformer(HookedRootModule):
         else:
             z = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         z = self._hook(a.hook_z, z.transpose(1, 2))  # [mb, pos, head, d_head]
-        return self._mm(z.reshape(mb, seq, h * dh), w(a.W_O).flatten(1, 2), w(a.b_O))
+        return self._mm(z.reshape(mb, seq, h * dh), a.W_O.flatten(-3, -2), a.b_O)
