@@ -6,12 +6,14 @@ no optimizer state, so runs cannot be resumed, and it trains the unfused hooked 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import math
+import signal
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Optional, Protocol
+from typing import Any, Callable, Iterator, Literal, Optional, Protocol
 
 import torch
 import torch.nn as nn
@@ -143,6 +145,30 @@ def held_out_batches(data: DataSource, seed: int, batch_size: int, device: torch
     return out
 
 
+@contextlib.contextmanager
+def interrupts_between_steps() -> Iterator[Callable[[], bool]]:
+    """Ctrl-C (SIGINT; Ray's cancel too) is held until the current step is done: a step cut midway could
+    leave the weights half updated, or the data stream a batch ahead of the step count, and the
+    checkpoint written on the way out would keep that. Yields `pending()`; a second Ctrl-C acts at once."""
+    pending = False
+
+    def hold(signum: int, frame: Any) -> None:
+        nonlocal pending
+        if pending:
+            raise KeyboardInterrupt
+        pending = True
+
+    try:
+        previous = signal.signal(signal.SIGINT, hold)
+    except ValueError:  # not the main thread, where Python handles signals: nothing to hold
+        yield lambda: False
+        return
+    try:
+        yield lambda: pending
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 @torch.no_grad()
 def held_out_metrics(model: nn.Module, data: DataSource, batches: dict[str, Batch]) -> dict[str, float]:
     """The task's metrics of the model on each held-out batch, as {"split/metric": value}."""
@@ -214,26 +240,29 @@ class Trainer:
         self.model.train()
         bar = tqdm(total=self.cfg.steps, initial=self.step, disable=not progress, unit="step", dynamic_ncols=True)
         running, n_running, t0, s0 = None, 0, time.perf_counter(), self.step
-        if self.step == 0:  # a resumed run already has this step's record
-            metrics = self.evaluate()
-            on_eval(self.step, metrics)
-            if self.step in checkpoint_at:
-                on_checkpoint(self.step, metrics)
-        while self.step < self.cfg.steps:
-            loss = self.train_step()
-            running = loss.clone() if running is None else running.add_(loss)
-            n_running += 1
-            bar.update(1)
-            is_ckpt = self.step in checkpoint_at
-            if is_ckpt or self.step % self.cfg.eval_every == 0 or self.step == self.cfg.steps:
-                mean_loss = running / n_running  # [] or, side by side, [seeds]
-                metrics = self.record(mean_loss)
-                rate = (self.step - s0) / max(1e-9, time.perf_counter() - t0)
-                bar.set_postfix(loss=f"{mean_loss.mean().item():.4f}", steps_per_s=f"{rate:.1f}")
-                running, n_running = None, 0
+        with interrupts_between_steps() as interrupted:
+            if self.step == 0:  # a resumed run already has this step's record
+                metrics = self.evaluate()
                 on_eval(self.step, metrics)
-                if is_ckpt:
+                if self.step in checkpoint_at:
                     on_checkpoint(self.step, metrics)
+            while self.step < self.cfg.steps:
+                loss = self.train_step()
+                running = loss.clone() if running is None else running.add_(loss)
+                n_running += 1
+                bar.update(1)
+                is_ckpt = self.step in checkpoint_at
+                if is_ckpt or self.step % self.cfg.eval_every == 0 or self.step == self.cfg.steps:
+                    mean_loss = running / n_running  # [] or, side by side, [seeds]
+                    metrics = self.record(mean_loss)
+                    rate = (self.step - s0) / max(1e-9, time.perf_counter() - t0)
+                    bar.set_postfix(loss=f"{mean_loss.mean().item():.4f}", steps_per_s=f"{rate:.1f}")
+                    running, n_running = None, 0
+                    on_eval(self.step, metrics)
+                    if is_ckpt:
+                        on_checkpoint(self.step, metrics)
+                if interrupted():
+                    raise KeyboardInterrupt
         bar.close()
 
     def record(self, train_loss: torch.Tensor) -> dict[str, float]:

@@ -19,6 +19,8 @@ from mechsynth.cli import main
 from mechsynth.config import ConfigError
 from mechsynth.run import ckpt_dir, seed_dir
 from mechsynth import models, tasks
+from mechsynth import seeds as seeds_module
+from mechsynth import train as train_module
 from mechsynth.seeds import SeedsTrainer, clip_per_model_, saved_activation_bytes, seed_view
 from mechsynth.train import TrainConfig
 
@@ -169,6 +171,36 @@ def test_batched_resume_is_bit_exact(tmp_path, tiny):
         wa, wb = weights(a.path, 40), weights(b.path, 40)
         assert all(torch.equal(wa[k], wb[k]) for k in wa), f"seed {i}"
         assert held_out(a.metrics) == held_out(b.metrics)
+
+
+@pytest.mark.parametrize("seeds", [1, 3])
+def test_ctrl_c_midway_through_a_step_finishes_it_first(tmp_path, tiny, monkeypatch, seeds):
+    """A real SIGINT raised inside step 23's loss (on a worker thread, side by side): the step completes,
+    the run stops with a checkpoint at 24, and resuming it ends exactly where an uncut run does."""
+    data = tiny({"name": "markov_icl", "k": 3, "length": 16}, {"n_layers": 2, "n_heads": 2, "d_model": 16},
+                {"steps": 40, "checkpoints": 8, "seeds": seeds, "data_chunk": 5, "seed_passes": "per_seed"})
+    cfg = parse_config(data)
+    full = train_run(cfg, tmp_path / "full", progress=False)
+    module = train_module if seeds == 1 else seeds_module
+    original, calls = module.masked_loss, []
+
+    def loss_then_ctrl_c(*args):
+        calls.append(1)
+        if len(calls) == 23 * seeds + seeds:  # in step 23 (calls count from 1)
+            signal.raise_signal(signal.SIGINT)
+        return original(*args)
+
+    monkeypatch.setattr(module, "masked_loss", loss_then_ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        train_run(cfg, tmp_path / "cut", progress=False)
+    monkeypatch.setattr(module, "masked_loss", original)
+    dirs = [tmp_path / "cut"] if seeds == 1 else [seed_dir(tmp_path / "cut", i) for i in range(seeds)]
+    assert all(load_run(d).steps[-1] == 24 for d in dirs), "the step under way was finished and checkpointed"
+    train_run(cfg, tmp_path / "cut", resume=True, progress=False)
+    for d in dirs:
+        ref = full / d.relative_to(tmp_path / "cut")
+        wa, wb = weights(ref, 40), weights(d, 40)
+        assert all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
 def test_sigkill_then_resume_matches_uninterrupted_batched_run(tmp_path, tiny):
