@@ -132,7 +132,7 @@ def plot(s: harness.Session, c: dict[str, Any], data: dict[str, Any]) -> list[Pa
         ax.set_xlabel("layers L")
         ax.set_title(title, fontsize=10)
     fig.colorbar(im, ax=axes, fraction=0.03, label="held-out accuracy (%)")
-    paths = [harness.save_figure(fig, s.args.out / f"{NAME}_accuracy.png")]
+    paths = [harness.save_figure(fig, s.args.out / f"{NAME}_accuracy.png", tight=False)]
 
     deepest = max(depths)
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -145,7 +145,6 @@ def plot(s: harness.Session, c: dict[str, Any], data: dict[str, Any]) -> list[Pa
     ax.set_ylabel("linear decoding of the state (%)")
     ax.set_title(f"{deepest}-layer models: where the state becomes linearly decodable", fontsize=10)
     ax.legend(fontsize=8)
-    fig.tight_layout()
     paths.append(harness.save_figure(fig, s.args.out / f"{NAME}_decoding.png"))
 
     fig, ax = plt.subplots(figsize=(6.5, 4))
@@ -159,7 +158,6 @@ def plot(s: harness.Session, c: dict[str, Any], data: dict[str, Any]) -> list[Pa
     ax.set_ylim(0, 102)
     ax.set_title(f"{deepest}-layer models on sequences twice the training length", fontsize=10)
     ax.legend(fontsize=8)
-    fig.tight_layout()
     paths.append(harness.save_figure(fig, s.args.out / f"{NAME}_length.png"))
     return paths
 

@@ -230,10 +230,13 @@ def train_seconds(run: Run) -> float:
     return run.meta(run.steps[-1])["time"] - run.meta(run.steps[0])["time"]
 
 
-def save_figure(fig, path: Path) -> Path:
-    """Write the figure as a PNG atomically, and close it (pyplot keeps every open figure alive)."""
+def save_figure(fig, path: Path, tight: bool = True) -> Path:
+    """Lay the figure out tight (unless it places its own colorbar), write it as a PNG atomically, and
+    close it (pyplot keeps every open figure alive)."""
     import matplotlib.pyplot as plt
 
+    if tight:
+        fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     io.atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
     plt.close(fig)

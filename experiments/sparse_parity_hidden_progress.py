@@ -214,7 +214,6 @@ def plot_curves(hp: list[dict[str, Any]], tf: list[dict[str, Any]], n: int, tf_n
             ax.set_xlim(0, 1.3)
             ax.axvline(1.0, color="black", linestyle=":", linewidth=1)
     fig.suptitle("Sparse parity: a flat loss while the weights on the support pull ahead (hidden progress)")
-    fig.tight_layout()
     return harness.save_figure(fig, path)
 
 
@@ -232,7 +231,6 @@ def plot_prediction(hp: list[dict[str, Any]], path: Path) -> Path:
     ax.set_ylabel("step of convergence")
     ax.legend(fontsize=8)
     ax.set_title("Each point: one seed (MLP, k = 3)")
-    fig.tight_layout()
     return harness.save_figure(fig, path)
 
 
@@ -261,7 +259,6 @@ def plot_scaling(table: dict[int, dict[int, list[Optional[int]]]], summary: dict
     ax.set_ylabel("SGD steps to 99% held-out accuracy")
     ax.legend(fontsize=8)
     ax.set_title("width-100 ReLU MLP, batch 32, lr 0.1")
-    fig.tight_layout()
     return harness.save_figure(fig, path)
 
 

@@ -164,7 +164,6 @@ def plot(s: harness.Session, c: dict[str, Any], data: dict[str, Any]) -> list[Pa
     ax_acc.set_xlabel("training set size n (every run of the binary searches)")
     ax_acc.set_ylabel("held-out accuracy at the end of training")
     ax_acc.legend(fontsize=8)
-    fig.tight_layout()
     paths.append(harness.save_figure(fig, s.args.out / f"{NAME}_samples.png"))
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharex=True)
@@ -181,7 +180,6 @@ def plot(s: harness.Session, c: dict[str, Any], data: dict[str, Any]) -> list[Pa
         a.set_xlabel("training step")
         a.legend(fontsize=8)
     fig.suptitle("runs at n* (one line per seed): attention concentrates on S as the model generalizes")
-    fig.tight_layout()
     paths.append(harness.save_figure(fig, s.args.out / f"{NAME}_attention.png"))
     return paths
 

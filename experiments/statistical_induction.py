@@ -238,7 +238,6 @@ def plot_stages(res: dict[str, Any], path: Path) -> Path:
             if r["transition_step"]:
                 axes[row, col].axvline(r["transition_step"], color="tab:blue", linestyle=":", linewidth=1)
     fig.suptitle("Statistical induction heads: uniform → unigram → bigram (dotted: bigram transition)")
-    fig.tight_layout()
     return harness.save_figure(fig, path)
 
 
@@ -260,7 +259,6 @@ def plot_priors(res: dict[str, Any], path: Path) -> Path:
     axes[0].set_ylabel("KL(strategy ‖ model)")
     axes[0].legend(title="in-context strategy", fontsize=8)
     fig.suptitle("Without unigram information (doubly stochastic) there is no unigram plateau (dotted: bigram transitions)")
-    fig.tight_layout()
     return harness.save_figure(fig, path)
 
 
@@ -289,7 +287,6 @@ def plot_trigram(res: dict[str, Any], path: Path) -> Path:
         if r["transition_step"]:
             ax.axvline(r["transition_step"], color="tab:purple", linestyle=":", linewidth=1)
     fig.suptitle(f"In-context trigrams, k = {res['trigram']['task']['k']}, 2 heads per layer (seed {r['seed']})")
-    fig.tight_layout()
     return harness.save_figure(fig, path)
 
 
