@@ -22,10 +22,9 @@ from pathlib import Path
 
 import torch
 
-from mechsynth import io, load_run, parse_config, probes, train_run
+from mechsynth import load_run, parse_config, probes, train_run
 from mechsynth.cli import DEMO_CONFIG
 from mechsynth.config import tomllib
-from mechsynth.run import ckpt_dir
 from mechsynth.timeline import applicable, probe_run
 
 BATCH = 64
@@ -56,7 +55,7 @@ def main() -> None:
     def bare():
         model = run.trainable(steps[0])
         for step in steps:
-            model.load_state_dict(io.read_tensors(ckpt_dir(run.path, step) / "model.safetensors"))
+            model.load_state_dict(run.weights(step))
             for t in tokens:
                 model(t)
 

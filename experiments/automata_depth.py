@@ -26,7 +26,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402
 
 from mechsynth import timeline  # noqa: E402
-from mechsynth.run import read_metrics  # noqa: E402
 
 NAME = "automata_depth"
 
@@ -69,7 +68,7 @@ def config(c: dict[str, Any], group: str, depth: int, seed: int) -> dict[str, An
 def one(s: harness.Session, c: dict[str, Any], group: str, depth: int, seed: int) -> dict[str, Any]:
     name = f"{group}_L{depth}_seed{seed}"
     run = s.train({**config(c, group, depth, seed), "wandb": {"name": name}}, s.args.runs / name)
-    last = read_metrics(run.path)[-1]
+    last = run.metrics[-1]
     tl = timeline.probe_run(run, ["automaton_shortcut"], steps=[run.steps[-1]], batch_size=c["probe_batch"])
     m = {k: v[-1] for k, v in tl.metrics["automaton_shortcut"].items()}
     T = c["length"]

@@ -16,9 +16,11 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from mechsynth import io
+from mechsynth import io, rundir
 from mechsynth.config import ConfigError
-from mechsynth.run import Run, load_run, parse_config, train_run
+from mechsynth.run import Run, load_run
+from mechsynth.runconfig import parse_config
+from mechsynth.runner import train_run
 
 SIZES = ("smoke", "cpu", "full")
 
@@ -69,24 +71,19 @@ class Session:
         cfg["train"] = {"device": self.args.device, **cfg["train"]}
         parsed = parse_config(cfg)
         run_dir = Path(run_dir)
-        if (run_dir / "config.json").exists():
-            old = io.read_json(run_dir / "config.json")
-            versions = old.pop("versions", {})
-            want = parsed.to_dict()
-            # Parsed again, so a run made before a new config field existed compares with its default.
-            if _training_part(parse_config(old).to_dict()) != _training_part(want):
-                raise ConfigError("--runs", f"{run_dir} holds a run with another config; remove it or choose another --runs")
+        state = rundir.status(run_dir)
+        if state == "foreign":
+            raise ConfigError("--runs", f"{run_dir} holds files but no readable run; move it away or choose another --runs")
+        if state != "new":
             run = load_run(run_dir)
-            if run.steps and run.steps[-1] >= parsed.train.steps:
+            if run.steps and run.steps[-1] >= parsed.train.steps:  # (also a run trained longer than asked)
+                rundir.check_resumable(run.config.to_dict(), parsed.to_dict(), field="--runs")
                 self.reused += 1
                 return run
-            if run.steps:
-                io.write_json(run_dir / "config.json", {**want, "versions": versions})
-                train_run(parsed, run_dir, resume=True, progress=False)
-                self.trained += 1
-                return load_run(run_dir)
-            raise ConfigError("--runs", f"{run_dir} holds a run without checkpoints; remove it")
-        train_run(parsed, run_dir, progress=False)
+            # Continue it: only keys a resume may change (steps, device, W&B) may differ.
+            train_run(parsed, run_dir, resume=True, progress=False)
+        else:
+            train_run(parsed, run_dir, progress=False)
         self.trained += 1
         return load_run(run_dir)
 
@@ -104,11 +101,6 @@ class Session:
         io.write_json(path, _finite(out))
         print(f"{path} ({wall:.0f} s)")
         return path
-
-
-def _training_part(cfg: dict[str, Any]) -> dict[str, Any]:
-    """What decides the trained weights, less the step budget: W&B settings and steps may differ."""
-    return {**{k: v for k, v in cfg.items() if k != "wandb"}, "train": {k: v for k, v in cfg["train"].items() if k != "steps"}}
 
 
 def command(name: str, args: argparse.Namespace) -> str:

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import sys
 import time
 from pathlib import Path
 from typing import Optional, Sequence
 
-from mechsynth.config import ConfigError, apply_override, describe, read_toml, tomllib
+from mechsynth.config import apply_override, describe, read_toml, tomllib
+from mechsynth.errors import ConfigError, DivergedError, UserError
+
+DIVERGED = 3  # exit code of a run whose loss stopped being finite (2: a user error; 130: Ctrl-C)
 
 # The demo: 2-layer attention-only transformer on in-context bigrams (Edelman et al. 2024). On a 2-core
 # CPU it passes the uniform -> unigram -> bigram stages in ~300 steps (~15 s) and trains 2000 in ~75 s.
@@ -37,8 +41,6 @@ checkpoints = 100
 mode = "offline"
 """
 
-RESUMABLE = ("train.steps", "train.device", "train.eval_every", "wandb.")
-
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mechsynth", description="Train small hooked transformers on synthetic tasks and watch circuits form.")
@@ -52,7 +54,7 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override a config value (repeatable)")
     tr.add_argument("--out", help="run directory (default: runs/<config name>-<time>)")
     tr.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its last checkpoint")
-    tr.add_argument("--wandb", choices=["online", "offline", "disabled"], help="W&B mode (default: the config's, offline)")
+    tr.add_argument("--wandb", choices=["online", "offline", "disabled"], help="W&B mode (default: the config's, else WANDB_MODE, else offline)")
     tr.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     pr = sub.add_parser("probe", help="probe every checkpoint of a run and report when each circuit forms")
@@ -116,41 +118,42 @@ def _cmd_tasks(args) -> int:
 
 def _train(data: dict, out: Optional[str], default_name: str, overrides: Sequence[str], wandb: Optional[str],
            progress: bool) -> Path:
-    from mechsynth.run import parse_config, train_run
+    from mechsynth.runconfig import parse_config
+    from mechsynth.runner import train_run
 
     for o in overrides:
         apply_override(data, o)
     if wandb:
-        data.setdefault("wandb", {})["mode"] = wandb
+        apply_override(data, f'wandb.mode="{wandb}"')
     cfg = parse_config(data)
     run_dir = Path(out) if out else Path("runs") / f"{default_name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    print(f"training {cfg.task_name} -> {run_dir}", file=sys.stderr)
-    train_run(cfg, run_dir, progress=progress)
+    train_run(cfg, run_dir, progress=progress, log=_say)
     print(run_dir)
     return run_dir
 
 
 def _resume(args) -> int:
-    from mechsynth import io
-    from mechsynth.run import parse_config, train_run
+    from mechsynth import rundir
+    from mechsynth.run import parse_stored
+    from mechsynth.runconfig import parse_config
+    from mechsynth.runner import train_run
 
     run_dir = Path(args.resume)
-    if not (run_dir / "config.json").exists():
-        raise ConfigError("--resume", f"{run_dir} is not a run directory (no config.json)")
-    data = io.read_json(run_dir / "config.json")
-    data.pop("versions", None)
+    stored = parse_stored(run_dir).to_dict()
+    data = copy.deepcopy(stored)
     for o in args.set:
-        if not o.startswith(RESUMABLE):
-            raise ConfigError("--set", f"{o.split('=')[0]!r} cannot change on resume; allowed: train.steps, train.device, train.eval_every, wandb.*")
         apply_override(data, o)
     if args.wandb:
         data["wandb"]["mode"] = args.wandb
     cfg = parse_config(data)
-    if args.set or args.wandb:
-        io.write_json(run_dir / "config.json", {**cfg.to_dict(), "versions": io.read_json(run_dir / "config.json").get("versions", {})})
-    train_run(cfg, run_dir, resume=True, progress=not args.no_progress)
+    rundir.check_resumable(stored, cfg.to_dict())
+    train_run(cfg, run_dir, resume=True, progress=not args.no_progress, log=_say)
     print(run_dir)
     return 0
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr)
 
 
 def _probe(run_dir: Path, probe_names: Optional[str], steps: Optional[str], batch_size: int, as_json: bool,
@@ -160,11 +163,11 @@ def _probe(run_dir: Path, probe_names: Optional[str], steps: Optional[str], batc
     from mechsynth import io, probes
     from mechsynth.run import load_run
     from mechsynth.timeline import applicable, log_to_wandb, probe_run, summary, write_table
-    from mechsynth.wandb_log import WandbLogger
+    from mechsynth.wandb_log import WandbLogger, resolve_mode
 
-    if not (Path(run_dir) / "config.json").exists():
-        raise ConfigError("run_dir", f"{run_dir} is not a run directory (no config.json)")
     run = load_run(run_dir)
+    if not run.steps:
+        raise ConfigError("run_dir", f"{run_dir} has no checkpoint yet")
     names = applicable(run)
     if probe_names:
         names = [n.strip() for n in probe_names.split(",") if n.strip()]
@@ -188,9 +191,8 @@ def _probe(run_dir: Path, probe_names: Optional[str], steps: Optional[str], batc
     write_table(tl, run.path / "probes.csv")
     io.write_json(run.path / "probes.json", tl.to_json())
     cfg = run.config.wandb if wandb is None else replace(run.config.wandb, mode=wandb)
-    if cfg.mode != "disabled":
-        last = io.read_state(run.path / "checkpoints" / f"step_{run.steps[-1]:08d}" / "state.pt")
-        logger = WandbLogger(cfg, run.path, run.config.to_dict(), run_id=last.get("wandb_id"))
+    if resolve_mode(cfg) != "disabled":
+        logger = WandbLogger(cfg, run.path, run.config.to_dict(), run_id=run.state(run.steps[-1]).get("wandb_id"))
         log_to_wandb(tl, logger)
         logger.finish()
     if as_json:
@@ -217,7 +219,8 @@ def _sweep(args) -> int:
         from mechsynth import ray_backend
 
         ray_backend.require()
-    plan = sweep.load_sweep(args.sweep_file, tuple(args.set), args.wandb)
+    # A Ray head node need not have the runs' device (a GPU): their workers check it, each run on its own.
+    plan = sweep.load_sweep(args.sweep_file, tuple(args.set), args.wandb, resources=args.backend != "ray")
     sweep_dir = Path(args.out) if args.out else Path("runs") / plan.name
     if args.dry_run:
         print("\n".join(sweep.describe_plan(plan, sweep_dir)))
@@ -258,13 +261,11 @@ def _sweep_report(args) -> int:
 def _report(run_dir: Path, batch_size: int, wandb: Optional[str]) -> int:
     from dataclasses import replace
 
-    from mechsynth import io, report
+    from mechsynth import report
     from mechsynth.run import load_run
     from mechsynth.timeline import log_to_wandb
-    from mechsynth.wandb_log import WandbLogger
+    from mechsynth.wandb_log import WandbLogger, resolve_mode
 
-    if not (Path(run_dir) / "config.json").exists():
-        raise ConfigError("run_dir", f"{run_dir} is not a run directory (no config.json)")
     if batch_size < 1:
         raise ConfigError("--batch-size", f"must be ≥ 1, got {batch_size}")
     run = load_run(run_dir)
@@ -272,9 +273,8 @@ def _report(run_dir: Path, batch_size: int, wandb: Optional[str]) -> int:
         raise ConfigError("run_dir", f"{run_dir} has no checkpoint yet")
     rep = report.write(run.path, batch_size=batch_size)
     cfg = run.config.wandb if wandb is None else replace(run.config.wandb, mode=wandb)
-    if cfg.mode != "disabled":  # into the training run's W&B run
-        last = io.read_state(run.path / "checkpoints" / f"step_{run.steps[-1]:08d}" / "state.pt")
-        logger = WandbLogger(cfg, run.path, run.config.to_dict(), run_id=last.get("wandb_id"))
+    if resolve_mode(cfg) != "disabled":  # into the training run's W&B run
+        logger = WandbLogger(cfg, run.path, run.config.to_dict(), run_id=run.state(run.steps[-1]).get("wandb_id"))
         if rep.probed:
             log_to_wandb(rep.timeline, logger)
         report.log_to_wandb(rep, logger)
@@ -314,9 +314,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return _report(run_dir, 64, args.wandb)
         if args.command == "report":
             return _report(Path(args.run_dir), args.batch_size, args.wandb)
-    except ConfigError as e:
+    except UserError as e:
         print(f"mechsynth: error: {e}", file=sys.stderr)
         return 2
+    except DivergedError as e:
+        print(f"mechsynth: {e}", file=sys.stderr)
+        return DIVERGED
     except KeyboardInterrupt:
         print("mechsynth: interrupted; the last step is checkpointed — continue with `mechsynth train --resume DIR`",
               file=sys.stderr)

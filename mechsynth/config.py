@@ -7,25 +7,94 @@ what is allowed; the CLI prints that one line and exits 2 before any work starts
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
+import reprlib
 import sys
 import types
 import typing
 from dataclasses import field
 from pathlib import Path
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Any, Literal, Optional, Union, get_args, get_origin
+
+from mechsynth.errors import ConfigError
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
+# Bounds shared by several configs. Each lies far beyond anything this package trains; past it a value
+# can only hang (a loop of 10**20 steps) or exhaust memory, so it is refused before any work starts.
+# Seeds: torch generators take seeds below 2**64 and the code adds small offsets (seed + i for seeds
+# side by side, seed + 1_000_003 * k for held-out splits), so seeds stop at the int64 maximum.
+MAX_SEED = 2**63 - 1
+MAX_STEPS = 10**9  # about 12 days at 1000 steps/s
+MAX_CTX = 2**16  # tokens in a sequence (attention costs n_ctx**2)
+MAX_WIDTH = 2**16  # d_model, d_head
 
-class ConfigError(ValueError):
-    """A bad configuration value. `str(err)` is one line: "field: what is wrong; allowed: ..."."""
+# Values in messages are shortened: a 10 MB string or a 300-deep list must still give one short line.
+_repr = reprlib.Repr()
+_repr.maxstring, _repr.maxother, _repr.maxlong, _repr.maxlevel, _repr.maxlist, _repr.maxdict = 60, 60, 40, 3, 6, 4
 
-    def __init__(self, field: str, message: str):
-        self.field = field
-        super().__init__(f"{field}: {message}")
+
+def show(value: Any) -> str:
+    """A short one-line repr of a user-given value, for error messages."""
+    return _repr.repr(value)
+
+
+def key_name(key: Any) -> str:
+    """A user-given key as it appears in a field name: as is when plain, else quoted (a key may hold a
+    newline, which would break the one-line error)."""
+    return key if isinstance(key, str) and re.fullmatch(r"[A-Za-z0-9_\-]+", key) else show(key)
+
+
+def fmt_int(v: int) -> str:
+    """2**63 - 1 and 10**9 rather than their digits, in help strings and messages."""
+    for base, start in ((2, 16), (10, 6)):
+        for delta, tail in ((0, ""), (1, " - 1")):
+            e = round(math.log(v + delta, base)) if v + delta > 0 else 0
+            if e >= start and base**e == v + delta:
+                return f"{base}**{e}{tail}"
+    return str(v)
+
+
+def _allowed(lo: Any, hi: Any) -> str:
+    if hi is None:
+        return f"≥ {lo}"
+    if lo is None:
+        return f"≤ {fmt_int(hi)}"
+    return f"{lo} to {fmt_int(hi)}"
+
+
+def check_value(value: Any, meta: Any, name: str) -> None:
+    """The checks a field's metadata declares (see `doc`): finite floats and an integer range."""
+    if not meta.get("nonfinite"):
+        check_finite(value, name)
+    lo, hi = meta.get("lo"), meta.get("hi")
+    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)) or (lo is None and hi is None):
+        return
+    allowed = _allowed(lo, hi) + (f" ({meta['why']})" if meta.get("why") else "")
+    if lo is not None and value < lo:
+        raise ConfigError(name, f"must be ≥ {lo}, got {show(value)}; allowed: {allowed}")
+    if hi is not None and value > hi:
+        raise ConfigError(name, f"must be ≤ {fmt_int(hi)}, got {show(value)}; allowed: {allowed}")
+
+
+def check_finite(value: Any, name: str) -> None:
+    """inf and nan (which TOML allows) in a size or a rate only ever give a hang or a NaN run."""
+    values = value if isinstance(value, tuple) else (value,)
+    bad = [v for v in values if isinstance(v, float) and not math.isfinite(v)]
+    check(not bad, name, f"must be a finite number, got {show(value)}; allowed: finite numbers (no inf or nan)")
+
+
+def check_fields(obj: Any) -> None:
+    """Every field's declared checks (`doc(..., lo=, hi=)`, finite floats), for `__post_init__`: a config
+    built in Python (e.g. `dataclasses.replace`) is held to the same bounds as one read from TOML.
+    Called first, so the other checks never see an absurd value (k**(order-1) with order = 10**20)."""
+    for f in dataclasses.fields(obj):
+        if f.init:
+            check_value(getattr(obj, f.name), f.metadata, f.name)
 
 
 def check(cond: bool, field: str, message: str) -> None:
@@ -34,14 +103,16 @@ def check(cond: bool, field: str, message: str) -> None:
         raise ConfigError(field, message)
 
 
-def _coerce(value: Any, tp: Any, name: str) -> Any:
-    """Check `value` against a (simple) type annotation, converting int->float and list->tuple."""
+def _coerce(value: Any, tp: Any, name: str, finite: bool = True) -> Any:
+    """Check `value` against a (simple) type annotation, converting int->float and list->tuple.
+    Floats must be finite unless `finite=False` (a field that says so in its metadata)."""
     origin = get_origin(tp)
     if tp is Any:
         return value
     if origin is Literal:
         allowed = get_args(tp)
-        check(value in allowed, name, f"{value!r} is not allowed; allowed: {', '.join(map(repr, allowed))}")
+        ok = any(type(value) is type(a) and value == a for a in allowed)  # (True is not 1)
+        check(ok, name, f"{show(value)} is not allowed; allowed: {', '.join(map(repr, allowed))}")
         return value
     if origin in (Union, types.UnionType):
         args = get_args(tp)
@@ -50,29 +121,38 @@ def _coerce(value: Any, tp: Any, name: str) -> Any:
         for arg in args:
             if arg is not type(None):
                 try:
-                    return _coerce(value, arg, name)
+                    coerced = _coerce(value, arg, name, finite=False)
                 except ConfigError:
-                    pass
-        raise ConfigError(name, f"{value!r} has the wrong type; expected {_type_name(tp)}")
+                    continue
+                if finite:  # the right type but not finite: say that, not "wrong type"
+                    check_finite(coerced, name)
+                return coerced
+        raise ConfigError(name, f"{show(value)} has the wrong type; expected {_type_name(tp)}")
     if origin in (tuple, list):
-        check(isinstance(value, (list, tuple)), name, f"expected a list, got {value!r}")
+        check(isinstance(value, (list, tuple)), name, f"expected a list, got {show(value)}")
         args = get_args(tp)
         inner = args[0] if args else Any
-        return tuple(_coerce(v, inner, f"{name}[{i}]") for i, v in enumerate(value))
+        return tuple(_coerce(v, inner, f"{name}[{i}]", finite) for i, v in enumerate(value))
     if origin is dict:
-        check(isinstance(value, dict), name, f"expected a table, got {value!r}")
+        check(isinstance(value, dict), name, f"expected a table, got {show(value)}")
         return dict(value)
     if tp is bool:
-        check(isinstance(value, bool), name, f"expected true or false, got {value!r}")
+        check(isinstance(value, bool), name, f"expected true or false, got {show(value)}")
         return value
     if tp is int:
-        check(isinstance(value, int) and not isinstance(value, bool), name, f"expected an integer, got {value!r}")
+        check(isinstance(value, int) and not isinstance(value, bool), name, f"expected an integer, got {show(value)}")
         return value
     if tp is float:
-        check(isinstance(value, (int, float)) and not isinstance(value, bool), name, f"expected a number, got {value!r}")
-        return float(value)
+        check(isinstance(value, (int, float)) and not isinstance(value, bool), name, f"expected a number, got {show(value)}")
+        try:
+            number = float(value)
+        except OverflowError:  # an integer past float's range (10**400)
+            raise ConfigError(name, f"must be a finite number, got {show(value)}; allowed: finite numbers") from None
+        if finite:
+            check_finite(number, name)
+        return number
     if tp is str:
-        check(isinstance(value, str), name, f"expected a string, got {value!r}")
+        check(isinstance(value, str), name, f"expected a string, got {show(value)}")
         return value
     return value
 
@@ -90,14 +170,17 @@ def _type_name(tp: Any) -> str:
 
 def from_dict(cls: type, data: dict[str, Any], section: str):
     """Build dataclass `cls` from a TOML table, naming `section.key` in every error."""
-    check(isinstance(data, dict), section, f"expected a table, got {data!r}")
+    check(isinstance(data, dict), section, f"expected a table, got {show(data)}")
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     kwargs = {}
     for key, value in data.items():
         if key not in fields:
-            raise ConfigError(f"{section}.{key}", f"unknown key; allowed: {', '.join(sorted(fields))}")
-        kwargs[key] = _coerce(value, hints[key], f"{section}.{key}")
+            raise ConfigError(f"{section}.{key_name(key)}", f"unknown key; allowed: {', '.join(sorted(fields))}")
+        meta = fields[key].metadata
+        kwargs[key] = _coerce(value, hints[key], f"{section}.{key}", finite=not meta.get("nonfinite"))
+        # Here as well as in __post_init__ (check_fields): before the class's own checks run.
+        check_value(kwargs[key], meta, f"{section}.{key}")
     try:
         return cls(**kwargs)
     except ConfigError as e:
@@ -128,11 +211,17 @@ def to_dict(cfg: Any) -> dict[str, Any]:
     return {k: _jsonable(v) for k, v in dataclasses.asdict(cfg).items()}
 
 
-def doc(help: str, default: Any = dataclasses.MISSING) -> Any:
-    """A dataclass field with a help string (shown by `mechsynth tasks` and `--help`)."""
+def doc(help: str, default: Any = dataclasses.MISSING, *, lo: Optional[int] = None, hi: Optional[int] = None,
+        why: str = "", nonfinite: bool = False) -> Any:
+    """A dataclass field with a help string (shown by `mechsynth tasks` and `--help`). `lo`/`hi` bound an
+    integer (inclusive; `why` says why the upper bound is where it is), and both go into the help.
+    Floats must be finite unless `nonfinite`. `from_dict` and `check_fields` enforce both."""
+    if lo is not None or hi is not None:
+        help = f"{help} [{_allowed(lo, hi)}{f'; {why}' if why else ''}]"
+    meta = {"help": help, "lo": lo, "hi": hi, "why": why, "nonfinite": nonfinite}
     if isinstance(default, (list, dict)):
-        return field(default_factory=lambda: default, metadata={"help": help})
-    return field(default=default, metadata={"help": help})
+        return field(default_factory=lambda: default, metadata=meta)
+    return field(default=default, metadata=meta)
 
 
 def read_toml(path: str | Path) -> dict[str, Any]:
@@ -145,6 +234,8 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         raise ConfigError("config", f"cannot read {str(path)!r}: {e}") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError("config", f"{str(path)!r} is not valid TOML: {e}") from None
+    except RecursionError:  # tomllib parses nested arrays and tables recursively
+        raise ConfigError("config", f"{str(path)!r} nests arrays or tables too deeply; allowed: a few levels") from None
 
 
 def apply_override(data: dict[str, Any], assignment: str) -> None:
@@ -156,9 +247,14 @@ def apply_override(data: dict[str, Any], assignment: str) -> None:
         value = tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:
         value = raw
+    except RecursionError:
+        raise ConfigError(".".join(map(key_name, path.strip().split("."))),
+                          "the --set value nests arrays or tables too deeply; allowed: a few levels") from None
     *sections, key = path.strip().split(".")
     node = data
-    for s in sections:
+    for i, s in enumerate(sections):
         node = node.setdefault(s, {})
-        check(isinstance(node, dict), "--set", f"{path!r}: {s!r} is not a section")
+        where = ".".join(map(key_name, sections[:i + 1]))
+        check(isinstance(node, dict), where, f"is {show(node)}, not a table, so --set {show(path.strip())}=... "
+                                             "cannot go into it; allowed: a table")
     node[key] = value

@@ -1,25 +1,37 @@
-"""Files that survive kills: atomic writes (temp file, then rename) and loads that name the bad file."""
+"""Files that survive kills and full disks: atomic writes (temp file, then rename), loads that name the
+bad file, and a full disk reported as the path being written."""
 
 from __future__ import annotations
 
+import errno
+import io as _io
 import json
 import os
 import shutil
 import tempfile
+import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load as load_safetensors
+from safetensors.torch import save as save_safetensors
+
+from mechsynth.errors import CorruptFileError, DiskFullError
+
+T = TypeVar("T")
+_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
-class CorruptFileError(RuntimeError):
-    """A file that exists but cannot be read back (truncated, corrupt, wrong format)."""
-
-    def __init__(self, path: Path | str, why: str):
-        super().__init__(f"{path}: cannot be read ({why})")
-        self.path = Path(path)
+def guard_disk(path: Path | str, fn: Callable[[], T]) -> T:
+    """Run `fn`, turning "no space left" into DiskFullError naming `path`."""
+    try:
+        return fn()
+    except OSError as e:
+        if e.errno in _FULL:
+            raise DiskFullError(path) from None
+        raise
 
 
 def _fsync_dir(path: Path) -> None:
@@ -42,22 +54,30 @@ def _as_if_created(path: Path, base: int) -> None:
     os.chmod(path, base & ~_umask())
 
 
-def atomic_write(path: Path, write) -> None:
+def remove(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+
+
+def atomic_write(path: Path, write: Callable[[Path], Any]) -> None:
     """Call `write(tmp_path)`, fsync, then rename over `path`: readers see the old file or the new one."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        _as_if_created(Path(tmp), 0o666)
-        write(Path(tmp))
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        _fsync_dir(path.parent)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+
+    def attempt() -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        os.close(fd)
+        try:
+            _as_if_created(Path(tmp), 0o666)
+            write(Path(tmp))
+            with open(tmp, "rb") as f:
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            _fsync_dir(path.parent)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    guard_disk(path, attempt)
 
 
 def write_json(path: Path, obj: Any) -> None:
@@ -69,55 +89,100 @@ def read_json(path: Path) -> Any:
         return json.loads(Path(path).read_text())
     except FileNotFoundError:
         raise
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CorruptFileError(path, str(e)) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise CorruptFileError(path, str(e) or type(e).__name__) from None
+
+
+def tensors_bytes(tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> bytes:
+    return save_safetensors({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, metadata=metadata)
+
+
+def tensors_from_bytes(blob: bytes, path: Path | str, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
+    """Tensors from safetensors bytes read from `path` (named in the error if they are not valid)."""
+    try:
+        tensors = load_safetensors(blob)
+    except (SafetensorError, ValueError, RuntimeError, OverflowError) as e:
+        raise CorruptFileError(path, f"not a valid safetensors file: {e}") from None
+    return {k: v.to(device) for k, v in tensors.items()}
 
 
 def write_tensors(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> None:
-    tensors = {k: v.detach().contiguous().cpu() for k, v in tensors.items()}
-    atomic_write(path, lambda p: save_file(tensors, str(p), metadata=metadata))
+    blob = tensors_bytes(tensors, metadata)
+    atomic_write(path, lambda p: p.write_bytes(blob))
 
 
 def read_tensors(path: Path, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
     try:
-        return load_file(str(path), device=str(device))
+        blob = Path(path).read_bytes()
     except FileNotFoundError:
         raise
-    except (SafetensorError, OSError, ValueError, RuntimeError) as e:
+    except OSError as e:
         raise CorruptFileError(path, str(e)) from None
+    return tensors_from_bytes(blob, path, device)
+
+
+def state_bytes(state: dict[str, Any]) -> bytes:
+    buf = _io.BytesIO()
+    torch.save(state, buf)
+    return buf.getvalue()
+
+
+def state_from_bytes(blob: bytes, path: Path | str) -> dict[str, Any]:
+    """Optimizer/RNG state. `weights_only=True`: tensors and plain containers only, never arbitrary objects."""
+    try:
+        with warnings.catch_warnings():  # torch warns about pickles it is about to refuse anyway
+            warnings.simplefilter("ignore")
+            state = torch.load(_io.BytesIO(blob), map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - torch raises many types for a damaged zip or a refused pickle
+        if "weights_only" in str(e) or "Unsupported global" in str(e):
+            # torch's own message suggests weights_only=False, i.e. running the file's code: never.
+            raise CorruptFileError(path, "it holds Python objects other than tensors and plain values, which "
+                                         "mechsynth never loads (loading them could run code from the file)") from None
+        raise CorruptFileError(path, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
+    if not isinstance(state, dict):
+        raise CorruptFileError(path, f"holds a {type(state).__name__}, not a training state")
+    return state
 
 
 def write_state(path: Path, state: dict[str, Any]) -> None:
-    atomic_write(path, lambda p: torch.save(state, p))
+    blob = state_bytes(state)
+    atomic_write(path, lambda p: p.write_bytes(blob))
 
 
 def read_state(path: Path) -> dict[str, Any]:
-    """Optimizer/RNG state. `weights_only=True`: tensors and plain containers only, never arbitrary objects."""
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        blob = Path(path).read_bytes()
     except FileNotFoundError:
         raise
-    except Exception as e:  # torch raises many types for a damaged zip/pickle
-        raise CorruptFileError(path, f"{type(e).__name__}: {e}") from None
+    except OSError as e:
+        raise CorruptFileError(path, str(e)) from None
+    return state_from_bytes(blob, path)
 
 
-def atomic_dir(final: Path, fill) -> None:
+def atomic_dir(final: Path, fill: Callable[[Path], Any]) -> None:
     """Build a directory under a temp name with `fill(tmp_dir)`, then rename it into place."""
     final = Path(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.", suffix=".tmp"))
-    try:
-        _as_if_created(tmp, 0o777)
-        fill(tmp)
-        if final.exists():  # a checkpoint re-written on resume: swap the old one out first
-            old = final.with_name(f".{final.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(final, old)
-            os.replace(tmp, final)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, final)
-        _fsync_dir(final.parent)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+
+    def attempt() -> None:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.", suffix=".tmp"))
+        try:
+            _as_if_created(tmp, 0o777)
+            fill(tmp)
+            for f in tmp.iterdir():
+                with open(f, "rb") as fh:
+                    os.fsync(fh.fileno())
+            if final.exists():  # a checkpoint re-written on resume: swap the old one out first
+                old = final.with_name(f".{final.name}.old")
+                shutil.rmtree(old, ignore_errors=True)
+                os.replace(final, old)
+                os.replace(tmp, final)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                os.replace(tmp, final)
+            _fsync_dir(final.parent)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+    guard_disk(final, attempt)

@@ -86,7 +86,8 @@ def head_timelines(tl: Timeline, thresholds: dict[str, float]) -> Optional[Figur
     ax.plot(tl.steps, [math.nan if v is None else v for v in tl.loss], color="black")
     ax.set_ylabel("held-out loss")
     _mark_drop(ax, tl.loss_drop_step, label=True)
-    ax.legend(fontsize=7, loc="upper right")
+    if tl.loss_drop_step is not None:  # (a run cut short may have no drop to mark)
+        ax.legend(fontsize=7, loc="upper right")
     _steps_axis(ax, label=False)
     for ax, probe in zip(axes[1:, 0], probes):
         heads = tl.per_head[probe]
@@ -178,7 +179,8 @@ def hidden_progress(tl: Timeline) -> Optional[Figure]:
     ax_drift, ax_ratio = axes[0]
     ax_drift.plot(tl.steps, m["drift_on_support"], color="tab:red", label="support bits")
     ax_drift.plot(tl.steps, m["drift_off_support"], color="tab:gray", label="other bits")
-    ax_drift.set_yscale("log")  # the support pulls ahead by a growing factor while the loss is flat
+    if any(v > 0 for v in m["drift_on_support"] + m["drift_off_support"]):  # (step 0 alone has moved nowhere)
+        ax_drift.set_yscale("log")  # the support pulls ahead by a growing factor while the loss is flat
     ax_drift.set_ylabel("weight drift from step 0 (‖ΔW[i]‖∞)")
     ax_drift.legend(fontsize=7)
     ax_ratio.plot(tl.steps, m["drift_ratio"], color="tab:red", label="support / other drift")

@@ -8,9 +8,10 @@ same path there (a shared filesystem), because each run reads and writes its own
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
-from mechsynth.config import ConfigError
+from mechsynth.errors import ConfigError
+from mechsynth.sweep_job import Resources, failed, run_job
 
 INSTALL_HINT = "ray is not installed; install it with: pip install 'mechsynth[ray]'"
 
@@ -32,20 +33,17 @@ def _gpus_for(config: dict[str, Any], cluster_gpus: float) -> float:
     return 1.0 if device == "auto" and cluster_gpus > 0 else 0.0
 
 
-def run(tasks: list, *, address: Optional[str], num_cpus: float, num_gpus: Optional[float],
-        on_result: Callable[[Any, dict], None]) -> None:
+def run(tasks: list[tuple[Any, str]], on_result: Callable[[Any, dict], None], resources: Resources) -> None:
     """Run `tasks` [(job, run_dir)] as Ray tasks and call `on_result(job, result)` as each finishes.
-    Without `address`, starts a fresh local Ray instance (never attaches to a stray one) and stops
-    it afterwards; with one ("auto", "HOST:PORT", "ray://..."), connects to that cluster."""
+    Without `resources.address`, starts a fresh local Ray instance (never attaches to a stray one) and
+    stops it afterwards; with one ("auto", "HOST:PORT", "ray://..."), connects to that cluster."""
     import ray
-
-    from mechsynth.sweep import run_job
 
     started = not ray.is_initialized()
     if started:
         kwargs: dict[str, Any] = {"logging_level": logging.WARNING}
-        if address:
-            ray.init(address=address, **kwargs)
+        if resources.address:
+            ray.init(address=resources.address, **kwargs)
         else:
             ray.init(address="local", include_dashboard=False, **kwargs)
     try:
@@ -53,9 +51,9 @@ def run(tasks: list, *, address: Optional[str], num_cpus: float, num_gpus: Optio
         remote = ray.remote(run_job)
         refs = {}
         for job, run_dir in tasks:
-            gpus = num_gpus if num_gpus is not None else _gpus_for(job.config, cluster_gpus)
-            threads = max(1, int(num_cpus))
-            ref = remote.options(num_cpus=num_cpus, num_gpus=gpus, name=job.dir).remote(run_dir, job.config, threads)
+            gpus = resources.num_gpus if resources.num_gpus is not None else _gpus_for(job.config, cluster_gpus)
+            threads = max(1, int(resources.num_cpus))
+            ref = remote.options(num_cpus=resources.num_cpus, num_gpus=gpus, name=job.dir).remote(run_dir, job.config, threads)
             refs[ref] = job
         pending = list(refs)
         try:
@@ -65,7 +63,7 @@ def run(tasks: list, *, address: Optional[str], num_cpus: float, num_gpus: Optio
                     try:
                         result = ray.get(ref)
                     except ray.exceptions.RayError as e:  # the task's process or node died
-                        result = {"status": "failed", "error": f"{type(e).__name__}: {e}".split("\n")[0], "traceback": str(e)}
+                        result = {**failed(f"{type(e).__name__}: {e}".split("\n")[0]), "traceback": str(e)}
                     on_result(refs[ref], result)
         except KeyboardInterrupt:
             # Cancel raises KeyboardInterrupt inside each task: train_run checkpoints before exiting.

@@ -17,7 +17,8 @@ from jaxtyping import Float
 from matplotlib.figure import Figure
 from torch import Tensor
 
-from mechsynth import io, plots, probes, views
+from mechsynth import io, plots, probes, rundir, views
+from mechsynth.errors import CorruptFileError
 from mechsynth.run import Run, load_run
 from mechsynth.timeline import Timeline, applicable, probe_run, summary, write_table
 
@@ -46,10 +47,13 @@ class Report:
 def load_timeline(path: Path) -> Timeline:
     """A Timeline from `probes.json` (as `mechsynth probe` writes it)."""
     data = io.read_json(path)
-    probed = data.get("probes", {})
-    return Timeline(data["steps"], data["loss"], {n: p["per_head"] for n, p in probed.items()},
-                    {n: p["metrics"] for n, p in probed.items()}, {n: p["formation"] for n, p in probed.items()},
-                    data.get("loss_drop_step"))
+    try:
+        probed = data.get("probes", {})
+        return Timeline(data["steps"], data["loss"], {n: p["per_head"] for n, p in probed.items()},
+                        {n: p["metrics"] for n, p in probed.items()}, {n: p["formation"] for n, p in probed.items()},
+                        data.get("loss_drop_step"))
+    except (KeyError, TypeError, AttributeError) as e:
+        raise CorruptFileError(path, f"not a probe timeline ({type(e).__name__}: {e}); delete it to probe again") from None
 
 
 def timeline_of(run: Run, batch_size: int = 64, seed: int = 0) -> tuple[Timeline, bool]:
@@ -155,7 +159,7 @@ def _section(anchor: str, title: str, body: str) -> tuple[str, str, str]:
 
 def _config_tables(run: Run) -> str:
     cfg = run.config.to_dict()
-    versions = io.read_json(run.path / "config.json").get("versions", {})
+    versions = rundir.read_config(run.path).get("versions", {})
     last = run.metrics[-1] if run.metrics else {}
     stats = [("checkpoints", len(run.steps)), ("last step", last.get("step"))] + \
         [(k, v) for k, v in last.items() if k != "step" and isinstance(v, (int, float))]

@@ -27,10 +27,8 @@ work on it unchanged (a seed can even be continued alone):
 from __future__ import annotations
 
 import copy
-import json
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from pathlib import Path
 from typing import Any, Callable, Sequence, TypeVar
 
 import torch
@@ -39,14 +37,9 @@ import torch.nn.functional as F
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from mechsynth import io, models
-from mechsynth.config import ConfigError
-from mechsynth.run import (RunConfig, _complete_steps, _versions, ckpt_dir, read_metrics, seed_dir, truncate_metrics,
-                           write_checkpoint)
+from mechsynth.runconfig import RunConfig
 from mechsynth.tasks.base import Batch
-from mechsynth.train import (DataSource, Trainer, TrainConfig, checkpoint_steps, held_out_batches, held_out_metrics,
-                             lr_at, masked_loss, resolve_device)
-from mechsynth.wandb_log import WandbLogger
+from mechsynth.train import DataSource, Trainer, TrainConfig, held_out_batches, held_out_metrics, lr_at, masked_loss
 
 # Sequences per evaluation forward, summed over seeds: bounds memory when S * eval_batch_size is large.
 # A CPU wants activations near cache size (there 8192 measured 1.5x slower than 1024).
@@ -272,13 +265,22 @@ class SeedsTrainer(Trainer):
         lr = lr_at(self.step - 1, self.cfg)
         return [{"train/loss": loss, "train/lr": lr, **m} for loss, m in zip(train_loss.tolist(), self.evaluate())]
 
+    def seed_records(self, metrics: list[dict[str, float]]) -> list[dict[str, float]]:
+        return metrics
+
+    def seed_states(self) -> list[dict[str, Any]]:
+        return self.state()
+
+    def load_seed_states(self, states: list[dict[str, Any]]) -> None:
+        self.load_state(states)
+
     def state(self) -> list[dict[str, Any]]:
         """Each seed's resumable state, in the format of a single run's `Trainer.state()`."""
         optimizers = split_optimizer_state(self.optimizer.state_dict(), self.params, self.n_seeds)
         return [{"optimizer": opt, "generator": g, "chunk_pos": self._chunk_pos, "step": self.step}
                 for opt, g in zip(optimizers, self._chunk_states)]
 
-    def weights(self) -> list[dict[str, Tensor]]:
+    def seed_weights(self) -> list[dict[str, Tensor]]:
         """Each seed's weights as a single model's state dict."""
         return split_weights(self.module.state_dict(), self.stacked, self.n_seeds)
 
@@ -294,78 +296,4 @@ class SeedsTrainer(Trainer):
             self._chunk = self._sample_chunk()
 
 
-def resume_step(run_dir: Path, n: int) -> int:
-    """The last step checkpointed by every seed. A kill while the seeds' records or checkpoints were being
-    written leaves some seeds one record or checkpoint ahead; that step is redone. More than one ahead means
-    the seed was continued on its own, and resuming the batch would overwrite that work: refused."""
-    steps = [set(_complete_steps(seed_dir(run_dir, i))) for i in range(n)]
-    common = set.intersection(*steps)
-    if not common:
-        raise ConfigError("--resume", f"{run_dir} has no checkpoint that all {n} seed directories share to resume from")
-    step = max(common)
-    records = [[r["step"] for r in read_metrics(seed_dir(run_dir, i))] for i in range(n)]
-    shared = min(r[-1] if r else -1 for r in records)
-    for i in range(n):
-        ahead = sorted({x for x in steps[i] if x > step} | {x for x in records[i] if x > shared})
-        if len(ahead) > 1:
-            raise ConfigError("--resume", f"{seed_dir(run_dir, i)} has records or checkpoints at steps {ahead} that the "
-                                          "other seeds lack: it was continued on its own; resume it alone")
-    return step
-
-
-def train_seeds(cfg: RunConfig, run_dir: Path | str, *, resume: bool = False, progress: bool = True) -> Path:
-    """`train_run` for `train.seeds` > 1: a new batched run in `run_dir`, or continue the one there."""
-    run_dir, n = Path(run_dir), cfg.train.seeds
-    task = cfg.build_task()
-    model = models.build(cfg.model, task.spec, n_models=n)
-    trainer = SeedsTrainer(model, task, cfg.train, resolve_device(cfg.train.device))
-    seed_cfgs = [seed_config(cfg, i, run_dir.name) for i in range(n)]
-    dirs = [seed_dir(run_dir, i) for i in range(n)]
-    wandb_ids = [None] * n
-    if resume:
-        step = resume_step(run_dir, n)
-        weights = [io.read_tensors(ckpt_dir(d, step) / "model.safetensors") for d in dirs]
-        states = [io.read_state(ckpt_dir(d, step) / "state.pt") for d in dirs]
-        model.load_state_dict(stack_weights(weights, trainer.stacked))
-        trainer.load_state(states)
-        wandb_ids = [s.get("wandb_id") for s in states]
-        for d, c in zip(dirs, seed_cfgs):  # the batch's config may have changed (--set train.steps=...)
-            truncate_metrics(d, step)
-            io.write_json(d / "config.json", {**c.to_dict(), "versions": io.read_json(d / "config.json").get("versions", {})})
-    else:
-        if run_dir.exists() and any(run_dir.iterdir()):
-            raise ConfigError("--out", f"{run_dir} already exists and is not empty; choose another directory or --resume it")
-        versions = _versions()
-        io.write_json(run_dir / "config.json", {**cfg.to_dict(), "versions": versions})
-        for d, c in zip(dirs, seed_cfgs):
-            io.write_json(d / "config.json", {**c.to_dict(), "versions": versions})
-
-    loggers = [WandbLogger(c.wandb, d, c.to_dict(), run_id=wid) for c, d, wid in zip(seed_cfgs, dirs, wandb_ids)]
-    files = [open(d / "metrics.jsonl", "a") for d in dirs]
-
-    def on_eval(step: int, records: list[dict[str, Any]]) -> None:
-        for f, logger, metrics in zip(files, loggers, records):
-            f.write(json.dumps({"step": step, **metrics}) + "\n")
-            f.flush()
-            logger.log(metrics, step)
-
-    def on_checkpoint(step: int, records: list[dict[str, Any]]) -> None:
-        for d, logger, w, metrics, state in zip(dirs, loggers, trainer.weights(), records, trainer.state()):
-            write_checkpoint(d, step, w, metrics, {**state, "wandb_id": logger.id})
-
-    try:
-        trainer.fit(on_eval, on_checkpoint, set(checkpoint_steps(cfg.train.steps, cfg.train.checkpoints)), progress)
-    except KeyboardInterrupt:
-        # Keep the work done so far: checkpoint the current step in every seed so --resume loses nothing.
-        if any(trainer.step not in _complete_steps(d) for d in dirs):
-            on_checkpoint(trainer.step, trainer.evaluate())
-        raise
-    finally:
-        for f in files:
-            f.close()
-        for logger in loggers:
-            logger.finish()
-    return run_dir
-
-
-__all__ = ["SeedsTrainer", "clip_per_model_", "per_model_loss", "seed_config", "train_seeds"]
+__all__ = ["SeedsTrainer", "clip_per_model_", "per_model_loss", "seed_config"]

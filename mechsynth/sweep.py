@@ -16,33 +16,30 @@ A sweep file is a run config (or `base = "other.toml"`) plus a `[sweep]` table:
       {label = "D8", "task.automaton" = "dihedral", "task.n" = 4},
     ]
 
-Running a sweep again skips complete runs (`run.is_complete`), resumes runs that have a checkpoint
-and restarts the rest from scratch, so a killed sweep finishes by starting the same command again.
+Running a sweep again skips complete runs (`rundir.is_complete`), continues the others, and starts
+those not begun, so a killed sweep finishes by starting the same command again. A run directory is never
+deleted: one that holds files but no readable run config is moved aside.
 """
 
 from __future__ import annotations
 
 import copy
 import itertools
-import os
 import re
-import shutil
 import sys
-import time
-import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
-from mechsynth import io
+from mechsynth import io, local_pool, rundir
 from mechsynth.config import ConfigError, apply_override, check, read_toml
-from mechsynth.run import SECTIONS, _complete_steps, is_complete, parse_config
+from mechsynth.runconfig import SECTIONS, parse_config
+from mechsynth.sweep_job import Backend, Resources
+from mechsynth.wandb_log import resolve_mode
 
 SWEEP_KEYS = ("name", "seeds", "grid", "num_cpus", "num_gpus")
 # Seeds are the sweep's own axis; a grid over them would collide with `seeds`.
 SEED_KEYS = ("train.seed", "model.init_seed")
-# Restarting a sweep may change where and how runs log, never what they compute.
-FREE_KEYS = (("train", "device"), ("wandb", "mode"))
 
 
 @dataclass(frozen=True)
@@ -177,8 +174,10 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._=,+-]", "_", name)
 
 
-def load_sweep(path: str | Path, overrides: tuple[str, ...] = (), wandb_mode: Optional[str] = None) -> Plan:
-    """Read a sweep file and expand it into validated runs; any bad field raises ConfigError before work."""
+def load_sweep(path: str | Path, overrides: tuple[str, ...] = (), wandb_mode: Optional[str] = None,
+               resources: bool = True) -> Plan:
+    """Read a sweep file and expand it into validated runs; any bad field raises ConfigError before work.
+    `resources`: also check that this machine has each run's device and memory (see `parse_config`)."""
     path = Path(path)
     data = _read_with_base(path)
     for o in overrides:
@@ -188,7 +187,7 @@ def load_sweep(path: str | Path, overrides: tuple[str, ...] = (), wandb_mode: Op
     for key in sweep:
         check(key in SWEEP_KEYS, f"sweep.{key}", f"unknown key; allowed: {', '.join(SWEEP_KEYS)}")
     if wandb_mode:
-        data.setdefault("wandb", {})["mode"] = wandb_mode
+        apply_override(data, f'wandb.mode="{wandb_mode}"')
 
     name = sweep.get("name", path.stem)
     check(isinstance(name, str) and name != "" and _safe(name) == name, "sweep.name",
@@ -230,7 +229,8 @@ def load_sweep(path: str | Path, overrides: tuple[str, ...] = (), wandb_mode: Op
             _set(config, "model.init_seed", seed)
             config["wandb"].setdefault("name", f"{name}/{point}/seed_{seed}")
             try:
-                cfg = parse_config(config)
+                cfg = parse_config(config, resources=resources)
+                resolve_mode(cfg.wandb)
             except ConfigError as e:
                 raise ConfigError(e.field, f"{str(e).split(': ', 1)[1]} (sweep point {point}, seed {seed})") from None
             jobs.append(Job(point, seed, {a.key: a.labels[i] for a, i in zip(axes, combo)}, cfg.to_dict()))
@@ -251,13 +251,10 @@ def _flatten_axes(grid: dict[str, Any], prefix: str = "") -> Iterator[tuple[str,
 
 
 def _comparable(plan_json: dict[str, Any]) -> dict[str, Any]:
-    """What must match for a restart to continue the same sweep (device and W&B mode may change)."""
-    runs = []
-    for r in plan_json["runs"]:
-        cfg = copy.deepcopy(r["config"])
-        for section, key in FREE_KEYS:
-            cfg.get(section, {}).pop(key, None)
-        runs.append((r["dir"], cfg))
+    """What must match for a restart to continue the same sweep: everything but the keys a resumed run
+    may change (`rundir.RESUMABLE`: steps, device, W&B, ...)."""
+    runs = [(r["dir"], {k: v for k, v in _flatten(r["config"]).items() if not rundir.may_change_on_resume(k)})
+            for r in plan_json["runs"]]
     return {"name": plan_json["name"], "axes": plan_json["axes"], "seeds": plan_json["seeds"], "runs": runs}
 
 
@@ -269,8 +266,7 @@ def _difference(old: dict[str, Any], new: dict[str, Any]) -> str:
         return f"its grid is {fmt(old)}, this one is {fmt(new)}"
     if old["seeds"] != new["seeds"]:
         return f"its seeds are {old['seeds']}, these are {new['seeds']}"
-    for (d, a), (_, b) in zip(old["runs"], new["runs"]):
-        fa, fb = _flatten(a), _flatten(b)
+    for (d, fa), (_, fb) in zip(old["runs"], new["runs"]):
         for key in sorted(set(fa) | set(fb)):
             if fa.get(key) != fb.get(key):
                 return f"{d} has {key}={fa.get(key)!r}, this one {key}={fb.get(key)!r}"
@@ -286,7 +282,9 @@ def check_dir(plan: Plan, sweep_dir: Path) -> bool:
             raise ConfigError("--out", f"{sweep_dir} holds a different sweep ({_difference(old, new)}); "
                                        "choose another directory, or delete it to start over")
         return True
-    if sweep_dir.exists() and any(sweep_dir.iterdir()):
+    if sweep_dir.exists() and not sweep_dir.is_dir():
+        raise ConfigError("--out", f"{sweep_dir} is a file; give a directory for the sweep")
+    if sweep_dir.exists() and any(p.name != rundir.LOCK for p in sweep_dir.iterdir()):
         raise ConfigError("--out", f"{sweep_dir} is not empty and has no sweep.json; choose another directory")
     return False
 
@@ -295,7 +293,8 @@ def prepare(plan: Plan, sweep_dir: Path) -> None:
     """Write sweep.json for a new sweep, or check that an existing one holds this same plan."""
     if not check_dir(plan, sweep_dir):
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        io.write_json(sweep_dir / "sweep.json", plan.to_json())
+    if not (sweep_dir / "sweep.json").exists() or io.read_json(sweep_dir / "sweep.json") != plan.to_json():
+        io.write_json(sweep_dir / "sweep.json", plan.to_json())  # new, or a resumable key changed
 
 
 def load_plan(sweep_dir: Path | str) -> Plan:
@@ -306,120 +305,9 @@ def load_plan(sweep_dir: Path | str) -> Plan:
 
 
 def state(run_dir: Path) -> str:
-    """'complete', 'partial' (has a checkpoint to resume from) or 'new' (nothing worth keeping)."""
-    if is_complete(run_dir):
-        return "complete"
-    return "partial" if _complete_steps(run_dir) else "new"
-
-
-class SweepLock:
-    """One `mechsynth sweep` per directory at a time: two would train the same run into one place.
-    flock is released by the kernel when the holder dies, so a kill never leaves a stale lock."""
-
-    def __init__(self, sweep_dir: Path):
-        self.path, self.fd = sweep_dir / ".lock", None
-
-    def __enter__(self) -> "SweepLock":
-        import fcntl
-
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(self.fd)
-            raise ConfigError("--out", f"another `mechsynth sweep` is running in {self.path.parent}") from None
-        except OSError:
-            pass  # a filesystem without locks (some network mounts): go on unguarded
-        return self
-
-    def __exit__(self, *exc) -> None:
-        os.close(self.fd)
-
-
-# ---------------------------------------------------------------------------------------------
-# Running one job (in a pool worker or a Ray task)
-
-
-def run_job(run_dir: str, config: dict[str, Any], threads: int = 1) -> dict[str, Any]:
-    """Bring one run to completion: skip it if complete, resume it from its last checkpoint, or
-    train it from scratch. Decided here, at run time, so a retried task does the right thing.
-    Never raises for a failed run: returns {"status": "failed", "error", "traceback"}."""
-    import torch
-
-    from mechsynth.run import read_metrics, train_run
-
-    torch.set_num_threads(max(1, threads))
-    path, t0 = Path(run_dir), time.time()
-    try:
-        cfg = parse_config(copy.deepcopy(config))
-        s = state(path)
-        if s == "complete":
-            status = "skipped"
-        elif s == "partial":
-            train_run(cfg, path, resume=True, progress=False)
-            status = "resumed"
-        else:
-            shutil.rmtree(path, ignore_errors=True)  # a start killed before its first checkpoint
-            train_run(cfg, path, progress=False)
-            status = "done"
-    except Exception as e:  # noqa: BLE001 - one run's failure is reported, the others go on
-        return {"status": "failed", "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(),
-                "seconds": time.time() - t0}
-    last = read_metrics(path)
-    return {"status": status, "seconds": time.time() - t0, "final": last[-1] if last else {}}
-
-
-def _init_worker(threads: int) -> None:
-    """Pool worker start: few torch threads (workers share the cores), and die with the parent so a
-    killed sweep leaves no orphan training into the directory that a restart will use."""
-    import torch
-
-    torch.set_num_threads(threads)
-    if sys.platform.startswith("linux"):
-        try:
-            import ctypes
-            import signal
-
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        except OSError:
-            pass
-
-
-def cpu_count() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
-
-
-def run_local(tasks: list[tuple[Job, str]], workers: int, on_result: Callable[[Job, dict], None]) -> None:
-    """Each run in a process of a spawn pool (fork would copy torch's thread pools and CUDA state);
-    with one worker, each run in turn in this process."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-    from concurrent.futures.process import BrokenProcessPool
-
-    threads = max(1, cpu_count() // workers)
-    if workers == 1:  # one at a time: in this process, saving a worker's start-up (imports) per sweep
-        for job, run_dir in tasks:
-            on_result(job, run_job(run_dir, job.config, threads))
-        return
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_init_worker, initargs=(threads,))
-    try:
-        futures = {pool.submit(run_job, run_dir, job.config, threads): job for job, run_dir in tasks}
-        for f in as_completed(futures):
-            try:
-                result = f.result()
-            except BrokenProcessPool as e:
-                result = {"status": "failed", "error": f"worker process died ({e})", "traceback": ""}
-            on_result(futures[f], result)
-    except KeyboardInterrupt:
-        # The workers got the same Ctrl-C: each checkpoints its current step. Wait for that.
-        pool.shutdown(wait=True, cancel_futures=True)
-        raise
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+    """'complete', 'partial' (a run of ours to continue), 'new', or 'foreign' (files but no run config:
+    moved aside, never deleted, when the sweep gets to it)."""
+    return rundir.status(run_dir)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -437,13 +325,15 @@ def run_sweep(plan: Plan, sweep_dir: Path | str, *, backend: str = "local", work
               log: Callable[[str], None] = lambda s: print(s, file=sys.stderr)) -> Outcome:
     """Run every incomplete run of `plan` into `sweep_dir`; returns counts by status and failures."""
     sweep_dir = Path(sweep_dir).resolve()
-    prepare(plan, sweep_dir)
-    with SweepLock(sweep_dir):
+    check_dir(plan, sweep_dir)
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    with rundir.RunLock([sweep_dir], what="sweep"):
+        prepare(plan, sweep_dir)
         states = [state(sweep_dir / j.dir) for j in plan.jobs]
         todo = [(j, str(sweep_dir / j.dir)) for j, s in zip(plan.jobs, states) if s != "complete"]
-        n = {s: states.count(s) for s in ("complete", "partial", "new")}
+        n = {s: states.count(s) for s in ("complete", "partial", "new", "foreign")}
         log(f"sweep {plan.name}: {len(plan.jobs)} runs — {n['complete']} complete, {n['partial']} to resume, "
-            f"{n['new']} to start — in {sweep_dir}")
+            f"{n['new'] + n['foreign']} to start — in {sweep_dir}")
         counts = {"complete": n["complete"], "done": 0, "resumed": 0, "skipped": 0, "failed": 0}
         failures: list[dict[str, Any]] = []
         finished = [0]
@@ -452,6 +342,8 @@ def run_sweep(plan: Plan, sweep_dir: Path | str, *, backend: str = "local", work
             finished[0] += 1
             counts[result["status"]] = counts.get(result["status"], 0) + 1
             head = f"[{finished[0]}/{len(todo)}] {job.dir}"
+            if "moved_aside" in result:
+                log(f"{head}: held files but no readable run config; moved aside to {result['moved_aside']}")
             if result["status"] == "failed":
                 failures.append({"run": job.dir, "error": result["error"], "traceback": result.get("traceback", "")})
                 log(f"{head} FAILED: {result['error']}")
@@ -461,13 +353,9 @@ def run_sweep(plan: Plan, sweep_dir: Path | str, *, backend: str = "local", work
                 + "".join(f"  {k}={v:.3f}" for k, v in acc.items()))
 
         if todo:
-            if backend == "ray":
-                from mechsynth import ray_backend
-
-                ray_backend.run(todo, address=address, num_cpus=num_cpus or plan.num_cpus,
-                                num_gpus=num_gpus if num_gpus is not None else plan.num_gpus, on_result=on_result)
-            else:
-                run_local(todo, workers or min(cpu_count(), len(todo)), on_result)
+            resources = Resources(workers or min(local_pool.cpu_count(), len(todo)), address, num_cpus or plan.num_cpus,
+                                  num_gpus if num_gpus is not None else plan.num_gpus)
+            _backend(backend)(todo, on_result, resources)
         failed_path = sweep_dir / "failures.json"
         if failures:
             io.write_json(failed_path, failures)
@@ -476,6 +364,14 @@ def run_sweep(plan: Plan, sweep_dir: Path | str, *, backend: str = "local", work
         elif failed_path.exists():
             failed_path.unlink()
         return Outcome(counts, failures)
+
+
+def _backend(name: str) -> Backend:
+    if name == "ray":
+        from mechsynth import ray_backend
+
+        return ray_backend.run
+    return local_pool.run
 
 
 def describe_plan(plan: Plan, sweep_dir: Path) -> list[str]:

@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from mechsynth import io
+from mechsynth import io, rundir
 from mechsynth.config import ConfigError
-from mechsynth.run import is_complete, read_metrics
 from mechsynth.sweep import Plan
 
 METRICS = {  # heatmap quantity -> (column, how a cell is written, colour range)
@@ -36,14 +35,20 @@ class RunOutcome:
     conv_step: Optional[int]
 
 
-def outcome(run_dir: Path, acc_key: str, threshold: float) -> Optional[RunOutcome]:
-    """A complete run's outcome; None for a run that is not complete."""
-    if not is_complete(run_dir):
-        return None
-    records = [r for r in read_metrics(run_dir) if isinstance(r.get(acc_key), (int, float))]
+def outcomes(run_dir: Path, acc_key: str, threshold: float) -> list[RunOutcome]:
+    """A complete run's outcome, one per model it trained (seeds side by side: one per seed); none for a
+    run that is not complete."""
+    if not rundir.is_complete(run_dir):
+        return []
+    return [_outcome(d, acc_key, threshold) for d in rundir.members(run_dir, rundir.n_seeds(rundir.read_config(run_dir)))]
+
+
+def _outcome(run_dir: Path, acc_key: str, threshold: float) -> RunOutcome:
+    metrics = rundir.read_metrics(run_dir)
+    records = [r for r in metrics if isinstance(r.get(acc_key), (int, float))]
     if not records:
         raise ConfigError("--acc-key", f"{acc_key!r} is not in {run_dir}/metrics.jsonl; "
-                                       f"allowed: {', '.join(sorted(k for k in read_metrics(run_dir)[-1] if k.endswith('acc')))}")
+                                       f"allowed: {', '.join(sorted(k for k in metrics[-1] if k.endswith('acc')))}")
     final = records[-1][acc_key]
     reached = next((r["step"] for r in records if r[acc_key] >= threshold), None)
     return RunOutcome(final, final >= threshold, reached if final >= threshold else None)
@@ -64,22 +69,20 @@ def summarize(sweep_dir: Path | str, acc_key: str = "eval/acc", threshold: float
     sweep_dir = Path(sweep_dir)
     plan = load_plan(sweep_dir)
     rows: dict[str, dict[str, Any]] = {}
-    outcomes: dict[str, list[RunOutcome]] = {}
+    done: dict[str, list[RunOutcome]] = {}
     for job in plan.jobs:
         rows.setdefault(job.point, {"point": job.point, **job.labels, "n_runs": 0})
-        rows[job.point]["n_runs"] += 1
-        o = outcome(sweep_dir / job.dir, acc_key, threshold)
-        outcomes.setdefault(job.point, [])
-        if o is not None:
-            outcomes[job.point].append(o)
+        seeds = job.config["train"].get("seeds", 1)
+        rows[job.point]["n_runs"] += seeds
+        done.setdefault(job.point, []).extend(outcomes(sweep_dir / job.dir, acc_key, threshold))
     nan = float("nan")
     for point, row in rows.items():
-        done = outcomes[point]
-        steps = [o.conv_step for o in done if o.converged]
-        accs = [o.final_acc for o in done]
+        got = done[point]
+        steps = [o.conv_step for o in got if o.converged]
+        accs = [o.final_acc for o in got]
         row.update({
-            "n_complete": len(done),
-            "frac_converged": len(steps) / len(done) if done else nan,
+            "n_complete": len(got),
+            "frac_converged": len(steps) / len(got) if got else nan,
             "conv_step_median": statistics.median(steps) if steps else nan,
             "conv_step_q25": _quantile(steps, 0.25) if steps else nan,
             "conv_step_q75": _quantile(steps, 0.75) if steps else nan,

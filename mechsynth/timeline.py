@@ -12,7 +12,7 @@ import torch
 import torch.nn as nn
 
 from mechsynth import io, models, probes
-from mechsynth.run import Run, ckpt_dir
+from mechsynth.run import Run
 
 
 @dataclass
@@ -91,7 +91,7 @@ def probe_run(run: Run, names: Optional[Sequence[str]] = None, steps: Optional[S
     params = dict(stacked.named_parameters())
     for start in range(0, len(steps), size):
         chunk = steps[start:start + size]
-        weights = [io.read_tensors(ckpt_dir(run.path, s) / "model.safetensors") for s in chunk]
+        weights = [run.weights(s) for s in chunk]
         weights += [weights[-1]] * (size - len(chunk))  # pad the last chunk; its extra results are dropped
         stacked.load_state_dict({k: torch.stack([w[k] for w in weights]) if k in params else weights[0][k]
                                  for k in weights[0]})  # buffers (e.g. the MLP's token values) are shared

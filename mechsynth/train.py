@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import math
+import re
 import signal
 import sys
 import time
@@ -19,52 +20,61 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from mechsynth.config import ConfigError, check, doc
+from mechsynth.config import MAX_SEED, MAX_STEPS, check, check_fields, doc, show
+from mechsynth.errors import DivergedError
 from mechsynth.tasks.base import Batch, align
+
+
+# Device names `train.device` accepts (ASCII digits: `\d` would take other scripts' digits too).
+DEVICE = re.compile(r"auto|cpu|mps|cuda(:[0-9]{1,4})?", re.ASCII)
+DEVICES = "auto, cpu, cuda, cuda:N (N = 0, 1, ...), mps"
 
 
 @dataclass(frozen=True)
 class TrainConfig:
-    steps: int = doc("optimizer steps", 2000)
-    batch_size: int = doc("sequences per step, sampled fresh on the training device", 64)
+    steps: int = doc("optimizer steps", 2000, lo=1, hi=MAX_STEPS, why="about 12 days at 1000 steps/s")
+    batch_size: int = doc("sequences per step, sampled fresh on the training device", 64, lo=1, hi=2**20)
     lr: float = doc("peak learning rate", 1e-3)
     optimizer: Literal["adamw", "adam", "sgd"] = doc("optimizer", "adamw")
     betas: tuple[float, float] = doc("Adam betas", (0.9, 0.999))
     momentum: float = doc("SGD momentum", 0.0)
     weight_decay: float = doc("weight decay (decoupled for adamw, L2 for adam/sgd)", 0.0)
-    warmup_steps: int = doc("linear warmup from 0 to lr over this many steps", 0)
+    warmup_steps: int = doc("linear warmup from 0 to lr over this many steps", 0, lo=0, hi=MAX_STEPS)
     schedule: Literal["constant", "cosine"] = doc("after warmup: constant, or cosine decay to min_lr_frac * lr", "constant")
     min_lr_frac: float = doc("floor of the cosine schedule as a fraction of lr", 0.0)
     grad_clip: Optional[float] = doc("clip the global gradient norm to this; 0 or unset = no clipping", 1.0)
-    data_chunk: int = doc("training batches generated per call to the task: amortizes kernel launches on a GPU", 16)
-    eval_every: int = doc("evaluate every this many steps (and at every checkpoint)", 100)
-    eval_batch_size: int = doc("sequences per evaluation split (a fixed held-out batch)", 512)
-    checkpoints: int = doc("about this many checkpoints, log-spaced early and linear later", 100)
-    seed: int = doc("seed of the training data stream (and of the held-out batches)", 0)
+    data_chunk: int = doc("training batches generated per call to the task: amortizes kernel launches on a GPU", 16,
+                          lo=1, hi=4096, why="the chunk is held in memory")
+    eval_every: int = doc("evaluate every this many steps (and at every checkpoint)", 100, lo=1, hi=MAX_STEPS)
+    eval_batch_size: int = doc("sequences per evaluation split (a fixed held-out batch)", 512, lo=1, hi=2**20)
+    checkpoints: int = doc("about this many checkpoints, log-spaced early and linear later", 100, lo=2, hi=10_000,
+                           why="each one is written to disk")
+    seed: int = doc("seed of the training data stream (and of the held-out batches)", 0, lo=0, hi=MAX_SEED,
+                    why="torch seeds are 64-bit and held-out splits add offsets")
     seeds: int = doc("train this many models side by side in one batched computation; model i uses data seed "
                      "seed + i and model.init_seed + i, so it equals a separate run with those values and "
-                     "seeds = 1, and gets its own run directory RUN_DIR/seed_i", 1)
+                     "seeds = 1, and gets its own run directory RUN_DIR/seed_i", 1, lo=1, hi=1024,
+                     why="each seed has its own run directory and W&B run")
     seed_passes: Literal["auto", "stacked", "per_seed"] = doc(
         "with seeds > 1, how the forward and backward passes run: 'stacked' (one batched pass for all seeds), "
         "'per_seed' (each seed's own pass, spread over one worker thread per core; the optimizer step stays "
         "batched), or 'auto': stacked on a GPU; on a CPU per_seed when one seed's pass keeps >= 4 MiB of "
         "activations for its backward pass, else stacked", "auto")
-    device: str = doc("'auto' (CUDA when available), 'cpu', 'cuda', 'cuda:1', ...", "auto")
+    device: str = doc("'auto' (CUDA when available), 'cpu', 'cuda', 'cuda:N', or 'mps' (Apple GPUs); one this "
+                      "machine lacks is refused when the config is parsed", "auto")
     compile: bool = doc("torch.compile the model (fuses kernels; ~1 min of compiling up front; measured gains are small at these sizes)", False)
 
     def __post_init__(self):
-        for name in ("steps", "batch_size", "data_chunk", "eval_every", "eval_batch_size", "seeds"):
-            check(getattr(self, name) >= 1, name, f"must be ≥ 1, got {getattr(self, name)}")
-        check(self.lr > 0 and math.isfinite(self.lr), "lr", f"must be a positive number, got {self.lr}")
+        check_fields(self)  # bounds and finite floats first
+        check(self.lr > 0, "lr", f"must be a positive number, got {self.lr}")
         check(self.weight_decay >= 0, "weight_decay", f"must be ≥ 0, got {self.weight_decay}")
-        check(self.warmup_steps >= 0, "warmup_steps", f"must be ≥ 0, got {self.warmup_steps}")
         check(0 <= self.min_lr_frac <= 1, "min_lr_frac", f"must be in [0, 1], got {self.min_lr_frac}")
         check(self.grad_clip is None or self.grad_clip >= 0, "grad_clip", f"must be ≥ 0 or unset, got {self.grad_clip}")
-        check(self.checkpoints >= 2, "checkpoints", f"must be ≥ 2 (the first and last step), got {self.checkpoints}")
-        check(all(0 <= b < 1 for b in self.betas) and len(self.betas) == 2, "betas", f"must be two numbers in [0, 1), got {self.betas}")
+        check(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), "betas",
+              f"must be two numbers in [0, 1), got {show(self.betas)}")
         check(0 <= self.momentum < 1, "momentum", f"must be in [0, 1), got {self.momentum}")
-        check(self.device == "auto" or self.device.split(":")[0] in ("cpu", "cuda", "mps"), "device",
-              f"{self.device!r} is not allowed; allowed: auto, cpu, cuda, cuda:N, mps")
+        check(isinstance(self.device, str) and DEVICE.fullmatch(self.device) is not None, "device",
+              f"{show(self.device)} is not allowed; allowed: {DEVICES}")
 
 
 class DataSource(Protocol):
@@ -78,10 +88,19 @@ class DataSource(Protocol):
 
 
 def resolve_device(name: str) -> torch.device:
+    """The torch device `train.device` names on this machine; ConfigError (naming train.device) for a
+    malformed name or a device this machine lacks (CUDA or MPS unavailable, cuda:N past the last GPU)."""
+    check(isinstance(name, str) and DEVICE.fullmatch(name) is not None, "train.device",
+          f"{show(name)} is not allowed; allowed: {DEVICES}")
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError("train.device", f"{name!r} but CUDA is not available here; allowed: auto, cpu")
+    if name.startswith("cuda"):
+        check(torch.cuda.is_available(), "train.device", f"{name!r} but CUDA is not available here; allowed: auto, cpu")
+        count, index = torch.cuda.device_count(), int(name.split(":")[1]) if ":" in name else 0
+        check(index < count, "train.device",
+              f"{name!r} but this machine has {count} CUDA device(s); allowed: auto, cpu, cuda, cuda:0 to cuda:{count - 1}")
+    if name == "mps":
+        check(torch.backends.mps.is_available(), "train.device", "'mps' but MPS is not available here; allowed: auto, cpu")
     return torch.device(name)
 
 
@@ -255,6 +274,7 @@ class Trainer:
                 if is_ckpt or self.step % self.cfg.eval_every == 0 or self.step == self.cfg.steps:
                     mean_loss = running / n_running  # [] or, side by side, [seeds]
                     metrics = self.record(mean_loss)
+                    self.check_finite(metrics, weights=is_ckpt)
                     rate = (self.step - s0) / max(1e-9, time.perf_counter() - t0)
                     bar.set_postfix(loss=f"{mean_loss.mean().item():.4f}", steps_per_s=f"{rate:.1f}")
                     running, n_running = None, 0
@@ -264,6 +284,33 @@ class Trainer:
                 if interrupted():
                     raise KeyboardInterrupt
         bar.close()
+
+    def check_finite(self, metrics: Any, weights: bool = False) -> None:
+        """Raise DivergedError when a loss in `record()`'s metrics (or, for a checkpoint, a weight) is not
+        finite: training on would only write NaN checkpoints. Checked where metrics are recorded anyway,
+        so a GPU step never waits for it."""
+        bad = [i for i, m in enumerate(self.seed_records(metrics))
+               if any(k.endswith("loss") and isinstance(v, float) and not math.isfinite(v) for k, v in m.items())]
+        if weights and not bad:
+            bad = [i for i, w in enumerate(self.seed_weights()) if not all(bool(t.isfinite().all()) for t in w.values()
+                                                                          if t.is_floating_point())]
+        if bad:
+            raise DivergedError(f"the loss is not finite at step {self.step}", self.step, None, bad)
+
+    def seed_records(self, metrics: Any) -> list[dict[str, float]]:
+        """`record()`'s metrics as one dict per model trained (here one; side by side, one per seed)."""
+        return [metrics]
+
+    def seed_weights(self) -> list[dict[str, torch.Tensor]]:
+        """Each model's weights as a single model's state dict (what its checkpoint holds)."""
+        return [self.module.state_dict()]
+
+    def seed_states(self) -> list[dict[str, Any]]:
+        """Each model's resumable state, as `state()` gives it for a single run."""
+        return [self.state()]
+
+    def load_seed_states(self, states: list[dict[str, Any]]) -> None:
+        self.load_state(states[0])
 
     def record(self, train_loss: torch.Tensor) -> dict[str, float]:
         """What `on_eval` gets: the mean training loss since the last record, the LR and held-out metrics."""

@@ -2,22 +2,68 @@
 
 from __future__ import annotations
 
+import math
+import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-from mechsynth.config import doc
+from mechsynth.config import check, doc, show
+from mechsynth.errors import ConfigError
+
+MODES = ("online", "offline", "disabled")
+# WANDB_MODE as W&B itself spells it: "dryrun" and "run" are its older names for offline and online.
+_ENV_MODES = {"online": "online", "run": "online", "offline": "offline", "dryrun": "offline", "disabled": "disabled"}
 
 
 @dataclass(frozen=True)
 class WandbConfig:
-    mode: Literal["online", "offline", "disabled"] = doc("offline needs no account or network; `wandb sync` uploads later", "offline")
+    mode: Optional[Literal["online", "offline", "disabled"]] = doc(
+        "offline needs no account or network (`wandb sync` uploads later); unset = WANDB_MODE from the "
+        "environment, else offline (the --wandb flag overrides both)", None)
     project: str = doc("W&B project", "mechsynth")
     name: Optional[str] = doc("run name; unset = the run directory's name", None)
     group: Optional[str] = doc("W&B group (seeds and sweeps share one)", None)
     tags: tuple[str, ...] = doc("W&B tags", ())
     log_checkpoints: bool = doc("also save every checkpoint as a W&B model artifact (copies its files into the W&B run)", False)
+    init_timeout: float = doc(
+        "seconds to wait for the W&B server when a run starts (mode online); when it expires: one warning, "
+        "and training goes on without W&B, its metrics still in metrics.jsonl", 5.0)
+
+    def __post_init__(self) -> None:
+        check(self.mode is None or (isinstance(self.mode, str) and self.mode in MODES), "mode",
+              f"{show(self.mode)} is not allowed; allowed: {', '.join(map(repr, MODES))}, or unset (WANDB_MODE, "
+              "else offline)")
+        t = self.init_timeout  # (the range test also rejects nan and inf, and never converts a huge int)
+        check(isinstance(t, (int, float)) and not isinstance(t, bool) and 0 < t <= 3600, "init_timeout",
+              f"{show(t)} is not allowed; allowed: a number of seconds > 0 and <= 3600")
+
+
+def resolve_mode(cfg: WandbConfig) -> str:
+    """The W&B mode a run uses: the config's (where the --wandb flag also lands), else WANDB_MODE from
+    the environment (W&B's own spellings: "dryrun" = offline, "run" = online), else offline.
+    Raises ConfigError("WANDB_MODE", ...) for any other value of WANDB_MODE."""
+    if cfg.mode is not None:
+        return cfg.mode
+    raw = os.environ.get("WANDB_MODE", "")
+    if not raw.strip():
+        return "offline"
+    mode = _ENV_MODES.get(raw.strip().lower())
+    if mode is None:
+        raise ConfigError("WANDB_MODE", f"{show(raw)} is not allowed; allowed: {', '.join(_ENV_MODES)}, or unset "
+                                        "(= offline)")
+    return mode
+
+
+def _missing(v: Any) -> bool:
+    """None, NaN or inf: W&B would chart them as gaps or spikes, or reject them; they stay in metrics.jsonl."""
+    return v is None or (isinstance(v, float) and not math.isfinite(v))
+
+
+def _loggable(v: Any) -> bool:
+    """A finite int or float (bools are ints to W&B too)."""
+    return isinstance(v, (int, float)) and not _missing(v)
 
 
 class WandbLogger:
@@ -25,19 +71,31 @@ class WandbLogger:
 
     def __init__(self, cfg: WandbConfig, run_dir: Path, config: dict[str, Any], run_id: Optional[str] = None):
         self.run = None
-        if cfg.mode == "disabled":
+        mode = resolve_mode(cfg)  # a bad WANDB_MODE is the user's to fix: ConfigError, not a warning
+        if mode == "disabled":
             return
+        # W&B's own error telemetry (to W&B, not your runs): after a failed start it posts the error to
+        # the same unreachable server at exit, which then waits 10-12 s more for a server that never
+        # answers. Off, unless WANDB_ERROR_REPORTING is set; read when W&B starts its service process.
+        os.environ.setdefault("WANDB_ERROR_REPORTING", "false")
         try:
             import wandb
 
-            self.run = wandb.init(mode=cfg.mode, project=cfg.project, name=cfg.name or Path(run_dir).name,
+            self.run = wandb.init(mode=mode, project=cfg.project, name=cfg.name or Path(run_dir).name,
                                   group=cfg.group, tags=list(cfg.tags), config=config, dir=str(run_dir),
                                   id=run_id, resume="allow" if run_id else None,
                                   # each logger owns its own run: seeds side by side log S runs at once
                                   reinit="create_new",
-                                  settings=wandb.Settings(console="off", silent=True))
+                                  # init_timeout bounds wandb.init's wait for the server (default
+                                  # 90 s); past it W&B raises, and the except below warns and goes on
+                                  settings=wandb.Settings(console="off", silent=True,
+                                                          init_timeout=float(cfg.init_timeout)))
         except Exception as e:  # noqa: BLE001 - any failure to start must not stop training
-            warnings.warn(f"W&B did not start ({type(e).__name__}: {e}); metrics still go to metrics.jsonl",
+            # one line: W&B's own text goes on with advice for wandb.init callers, not for our config
+            why = (str(e).strip().splitlines() or [""])[0]
+            hint = (f"; a slow server may need more than [wandb] init_timeout = {cfg.init_timeout:g} s"
+                    if "timed out" in str(e).lower() or isinstance(e, TimeoutError) else "")
+            warnings.warn(f"W&B did not start ({type(e).__name__}: {why}); metrics still go to metrics.jsonl{hint}",
                           stacklevel=2)
             self.run = None
 
@@ -46,8 +104,9 @@ class WandbLogger:
         return self.run.id if self.run is not None else None
 
     def log(self, metrics: dict[str, Any], step: int) -> None:
-        if self.run is not None:  # scalars only: lists (e.g. accuracy by position) stay in metrics.jsonl
-            self.run.log({k: v for k, v in metrics.items() if isinstance(v, (int, float))}, step=step)
+        # finite scalars only: lists (e.g. accuracy by position), NaN, inf and None stay in metrics.jsonl
+        if self.run is not None:
+            self.run.log({k: v for k, v in metrics.items() if _loggable(v)}, step=step)
 
     def log_against(self, x_key: str, rows: list[dict[str, Any]]) -> None:
         """Log series against their own x axis (e.g. probe scores against training step, logged after
@@ -57,7 +116,7 @@ class WandbLogger:
         for key in {k for row in rows for k in row if k != x_key}:
             self.run.define_metric(key, step_metric=x_key)
         for row in rows:
-            self.run.log(row)
+            self.run.log({k: v for k, v in row.items() if k == x_key or not _missing(v)})
 
     def html(self, key: str, page: str) -> None:
         """A self-contained HTML page as media. `inject=False`: W&B's default adds a stylesheet link

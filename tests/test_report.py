@@ -129,7 +129,7 @@ def test_parity_reports_hidden_progress_and_selection_renders(tmp_path_factory):
 
 def test_report_cli(markov_run, tmp_path, capsys):
     assert main(["report", str(tmp_path)]) == 2
-    assert capsys.readouterr().err.strip() == f"mechsynth: error: run_dir: {tmp_path} is not a run directory (no config.json)"
+    assert capsys.readouterr().err.strip() == f"mechsynth: error: {tmp_path}: is not a mechsynth run (no config.json)"
     assert main(["report", str(markov_run), "--wandb", "disabled"]) == 0
     assert capsys.readouterr().out.strip() == str(markov_run / "report.html")
 

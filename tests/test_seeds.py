@@ -17,7 +17,7 @@ import torch
 from mechsynth import io, load_run, parse_config, train_run
 from mechsynth.cli import main
 from mechsynth.config import ConfigError
-from mechsynth.run import ckpt_dir, seed_dir
+from mechsynth.rundir import ckpt_dir, seed_dir
 from mechsynth import models, tasks
 from mechsynth import seeds as seeds_module
 from mechsynth import train as train_module

@@ -17,8 +17,9 @@ import torch
 
 from mechsynth import io, load_run, parse_config, train_run
 from mechsynth.cli import main
-from mechsynth.run import ckpt_dir, is_complete
-from mechsynth.sweep import cpu_count, load_plan, load_sweep, state
+from mechsynth.rundir import ckpt_dir, is_complete
+from mechsynth.local_pool import cpu_count
+from mechsynth.sweep import load_plan, load_sweep, state
 
 BASE = """
 [task]
@@ -220,20 +221,20 @@ def test_partial_runs_resume_new_ones_restart_and_failures_are_reported(tmp_path
     runs = [out / j.dir for j in plan.jobs]
     finished = {p: io.read_tensors(ckpt_dir(p, 60) / "model.safetensors") for p in runs}
     steps = load_run(runs[0]).steps
-    # Run 0: cut back to a middle checkpoint (partial). Run 1: its start only (no checkpoint).
-    # Run 2: partial with a damaged optimizer state, so its resume fails.
+    # Run 0: cut back to a middle checkpoint. Run 1: its start only (no checkpoint: continued from step 0).
+    # Run 2: a damaged optimizer state, so its resume fails and names the file.
     for p, keep in ((runs[0], 2), (runs[1], 0), (runs[2], 2)):
         for s in steps[keep:]:
             shutil.rmtree(ckpt_dir(p, s))
     (ckpt_dir(runs[2], steps[1]) / "state.pt").write_bytes(b"not a torch file")
-    assert [state(p) for p in runs] == ["partial", "new", "partial"]
+    assert [state(p) for p in runs] == ["partial", "partial", "partial"]
 
     assert main(["sweep", path, "--out", str(out), "--workers", "1"]) == 1
     err = capsys.readouterr().err
-    assert "0 complete, 2 to resume, 1 to start" in err
+    assert "0 complete, 3 to resume, 0 to start" in err
     assert f"{plan.jobs[2].dir} FAILED: CorruptFileError" in err and "state.pt" in err
     failures = io.read_json(out / "failures.json")
-    assert [f["run"] for f in failures] == [plan.jobs[2].dir] and "Traceback" in failures[0]["traceback"]
+    assert [f["run"] for f in failures] == [plan.jobs[2].dir] and "state.pt" in failures[0]["error"]
     for p in runs[:2]:  # resumed and restarted runs end exactly where the uninterrupted ones did
         w = io.read_tensors(ckpt_dir(p, 60) / "model.safetensors")
         assert all(torch.equal(w[k], finished[p][k]) for k in w)

@@ -16,7 +16,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from mechsynth.config import check, doc
+from mechsynth.config import MAX_CTX, check, check_fields, doc
 from mechsynth.tasks.base import TASKS, Batch, Task, TaskSpec
 
 GROUPS = ("parity", "cyclic", "dihedral", "quaternion", "alternating", "symmetric", "c2_cubed")
@@ -27,13 +27,17 @@ AUTOMATA = GROUPS + ("flipflop", "gridworld", "dyck", "car")
 class AutomataConfig:
     automaton: Literal["parity", "cyclic", "dihedral", "quaternion", "alternating", "symmetric", "c2_cubed",
                        "flipflop", "gridworld", "dyck", "car"] = doc("which automaton to simulate", "parity")
-    n: int = doc("size: C_n, D_2n (n-gon), A_n, S_n, gridworld cells, Dyck max depth", 3)
+    n: int = doc("size: C_n, D_2n (n-gon), A_n, S_n, gridworld cells, Dyck max depth", 3, lo=1, hi=64)
     alphabet: Literal["generators", "all"] = doc("group inputs: a generating set, or every group element", "generators")
-    length: int = doc("T, the training (and eval) sequence length", 20)
-    eval_length: Optional[int] = doc("length of the out-of-distribution eval_long split; unset = 2 * length", None)
+    length: int = doc("T, the training (and eval) sequence length", 20, lo=1, hi=MAX_CTX)
+    eval_length: Optional[int] = doc("length of the out-of-distribution eval_long split; unset = 2 * length", None,
+                                     lo=1, hi=MAX_CTX)
 
     def __post_init__(self):
-        check(self.length >= 1, "length", f"must be ≥ 1, got {self.length}")
+        check_fields(self)  # bounds and finite floats first
+        check(self.eval_length is not None or 2 * self.length <= MAX_CTX, "length",
+              f"with eval_length unset (= 2 * length) must be ≤ {MAX_CTX // 2}, got {self.length}; allowed: "
+              f"1 to {MAX_CTX // 2}, or set eval_length ≤ {MAX_CTX}")
         check(self.eval_length is None or self.eval_length >= self.length, "eval_length",
               f"must be ≥ length={self.length} or unset, got {self.eval_length}")
         lo, hi = {"cyclic": (2, 64), "dihedral": (3, 32), "alternating": (3, 6), "symmetric": (3, 6),
@@ -46,6 +50,19 @@ class AutomataConfig:
     @property
     def long_length(self) -> int:
         return self.eval_length if self.eval_length is not None else 2 * self.length
+
+    # For the memory estimate (mechsynth/budget.py) before anything is built.
+    @property
+    def context_field(self) -> str:
+        return "task.eval_length" if self.eval_length is not None else "task.length"
+
+    def sample_bytes(self, n_seqs: int, split: str) -> tuple[int, int]:
+        """(bytes of `sample(n_seqs, split=split)`'s batch, peak bytes while making it): int64 inputs and
+        states (targets are the states), a bool mask and up to 3 factor labels; while sampling, each
+        step's state (Dyck: its draws and symbols too)."""
+        T = self.long_length if split == "eval_long" else self.length
+        batch = n_seqs * T * (8 + 8 + 1 + 3 * 8)
+        return batch, batch + n_seqs * T * (8 + 4 + 8 + 8)
 
 
 @dataclass

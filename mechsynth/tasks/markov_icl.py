@@ -8,34 +8,56 @@ reference predictor the model is closest to; `truth` carries those predictors.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from mechsynth.config import check, doc
+from mechsynth.config import MAX_CTX, check, check_fields, doc
 from mechsynth.tasks.base import TASKS, Batch, Task, TaskSpec, compose_prefix
+
+
+MAX_ALPHA = 1e6
 
 
 @dataclass(frozen=True)
 class MarkovICLConfig:
-    k: int = doc("number of states (the vocabulary)", 3)
-    order: int = doc("n of the n-gram: 2 = bigram (next token depends on 1 previous), 3 = trigram, ...", 2)
-    length: int = doc("T, tokens per sequence fed to the model", 100)
-    alpha: float = doc("Dirichlet concentration of the transition rows", 1.0)
+    k: int = doc("number of states (the vocabulary)", 3, lo=2, hi=4096, why="k**(order-1) contexts ≤ 4096")
+    order: int = doc("n of the n-gram: 2 = bigram (next token depends on 1 previous), 3 = trigram, ...", 2, lo=2, hi=13,
+                     why="k**(order-1) contexts ≤ 4096")
+    length: int = doc("T, tokens per sequence fed to the model", 100, lo=2, hi=MAX_CTX)
+    alpha: float = doc("Dirichlet concentration of the transition rows; > 0 and ≤ 10**6 (past float32's range the "
+                       "Gamma sampler never accepts a draw; at 10**6 the rows are already uniform)", 1.0)
     prior: Literal["dirichlet", "doubly_stochastic", "unigram"] = doc(
         "rows iid Dirichlet; doubly stochastic (uniform stationary distribution); or one row shared by all contexts", "dirichlet")
 
     def __post_init__(self):
-        check(self.k >= 2, "k", f"must be ≥ 2, got {self.k}")
-        check(self.order >= 2, "order", f"must be ≥ 2, got {self.order}")
+        check_fields(self)  # bounds and finite floats first: k**(order-1) with order = 10**20 would never end
         check(self.k ** (self.order - 1) <= 4096, "order", f"k**(order-1) contexts must be ≤ 4096, got {self.k ** (self.order - 1)}")
         check(self.length >= self.order, "length", f"must be ≥ order={self.order}, got {self.length}")
-        check(self.alpha > 0, "alpha", f"must be > 0, got {self.alpha}")
+        check(0 < self.alpha <= MAX_ALPHA, "alpha", f"must be in (0, 10**6], got {self.alpha}; allowed: 0 < alpha ≤ 10**6 "
+              "(rows are uniform long before; past float32's range the Gamma sampler never accepts a draw)")
         check(self.prior != "doubly_stochastic" or self.order == 2, "prior",
               "'doubly_stochastic' is defined for order=2 only; allowed with order>2: 'dirichlet', 'unigram'")
+
+    # For the memory estimate (mechsynth/budget.py) before anything is built.
+    context_field: ClassVar[str] = "task.length"
+
+    def sample_bytes(self, n_seqs: int, split: str) -> tuple[int, int]:
+        """(bytes of `sample(n_seqs, split=split)`'s batch, peak bytes while making it), per sequence:
+        the transition rows and their Gamma draws (C x k), the lifted chain and its stationary solve
+        (C x C, float64), the walk's draws and maps (steps x C, int64; the comparison steps x C x k), and for
+        an evaluation split the reference predictors' transition counts (T x C x k)."""
+        C, k, T = self.k ** (self.order - 1), self.k, self.length
+        steps = T + 2 - self.order
+        kept = T * 17 + (C * k + C) * 4 + (0 if split == "train" else 4 * T * k * 4)
+        rows = 10 * C * k * 4
+        chain = 12 * k**3 + 8 * k * k if self.prior == "doubly_stochastic" else 28 * C * C
+        walk = steps * C * (4 + k + 6 * 8)
+        predictors = 0 if split == "train" else 20 * T * C * k
+        return n_seqs * kept, n_seqs * (kept + rows + chain + walk + predictors)
 
 
 def sample_gamma(alpha: float, shape: tuple[int, ...], generator: torch.Generator, device) -> Tensor:

@@ -8,28 +8,31 @@ complexity that grows only like log T.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Optional
+from typing import ClassVar, Literal, Optional
 
 import torch
 from jaxtyping import Int
 from torch import Tensor
 
-from mechsynth.config import check, doc
+from mechsynth.config import MAX_CTX, MAX_SEED, check, check_fields, doc
 from mechsynth.tasks.base import TASKS, Batch, Task, TaskSpec, readout_batch, readout_labels, task_generator
+from mechsynth.tasks.sparse_parity import MAX_TRAIN_BITS
 
 
 @dataclass(frozen=True)
 class SparseBooleanConfig:
-    length: int = doc("T, the number of input bits", 16)
-    s: int = doc("number of relevant positions |S|", 3)
+    length: int = doc("T, the number of input bits", 16, lo=1, hi=MAX_CTX - 1, why="the sequence is length + 1 tokens")
+    s: int = doc("number of relevant positions |S|", 3, lo=1, hi=16, why="the truth table has 2**s rows")
     function: Literal["and", "or", "majority", "parity", "table"] = doc("the Boolean function of the s bits", "and")
     table: tuple[int, ...] = doc("truth table for function='table': 2**s outputs, indexed by the s bits read as a binary number (first bit most significant)", ())
     bias: Optional[float] = doc("probability that an input bit is 1; unset = 0.5, or for 'and'/'or' the value making the label balanced", None)
-    n_train: Optional[int] = doc("fixed training set of this many examples; unset = fresh samples", None)
-    seed: int = doc("seed of the hidden positions S (and of the fixed training set)", 0)
+    n_train: Optional[int] = doc("fixed training set of this many examples; unset = fresh samples; n_train * length "
+                                 "≤ 2**26 bits", None, lo=1, hi=2**26, why="it is built when the config is read")
+    seed: int = doc("seed of the hidden positions S (and of the fixed training set)", 0, lo=0, hi=MAX_SEED,
+                    why="torch seeds are 64-bit")
 
     def __post_init__(self):
-        check(self.length >= 1, "length", f"must be ≥ 1, got {self.length}")
+        check_fields(self)  # bounds and finite floats first
         check(1 <= self.s <= self.length, "s", f"must be between 1 and length={self.length}, got {self.s}")
         check(self.s <= 16, "s", f"must be ≤ 16 (the truth table has 2**s rows), got {self.s}")
         if self.function == "table":
@@ -38,7 +41,22 @@ class SparseBooleanConfig:
         else:
             check(not self.table, "table", "is only allowed with function='table'")
         check(self.bias is None or 0.0 < self.bias < 1.0, "bias", f"must be in (0, 1) or unset, got {self.bias}")
-        check(self.n_train is None or self.n_train >= 1, "n_train", f"must be ≥ 1 or unset, got {self.n_train}")
+        check(self.n_train is None or self.n_train * self.length <= MAX_TRAIN_BITS, "n_train",
+              f"n_train * length = {self.n_train * self.length if self.n_train else 0} bits is too many; allowed: "
+              "n_train * length ≤ 2**26 (the fixed training set is built in memory when the config is read)")
+
+    # For the memory estimate (mechsynth/budget.py) before anything is built.
+    context_field: ClassVar[str] = "task.length"
+
+    @property
+    def fixed_bytes(self) -> int:
+        """The fixed training set: int64 bits."""
+        return 0 if self.n_train is None else self.n_train * self.length * 8
+
+    def sample_bytes(self, n_seqs: int, split: str) -> tuple[int, int]:
+        """(bytes of `sample(n_seqs, split=split)`'s batch, peak bytes while making it)."""
+        batch = n_seqs * ((self.length + 1) * 17 + 16)  # int64 tokens and targets, bool mask; labels
+        return batch, batch + n_seqs * self.length * 13  # float32 draws, bool, int64 bits
 
 
 def truth_table(function: str, s: int, table: tuple[int, ...] = ()) -> Int[Tensor, "rows"]:

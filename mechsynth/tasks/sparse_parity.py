@@ -6,28 +6,50 @@ Sequence: the n input bits, then a readout token; the label is scored at the rea
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Optional
+from typing import ClassVar, Literal, Optional
 
 import torch
 
-from mechsynth.config import check, doc
+from mechsynth.config import MAX_CTX, MAX_SEED, check, check_fields, doc
 from mechsynth.tasks.base import TASKS, Batch, Task, TaskSpec, readout_batch, readout_labels, task_generator
+
+
+# The fixed training set (n_train examples of n bits) is built when the config is read: 2**26 bits are
+# 512 MiB as int64, far more than the finite-sample experiments use (n_train of 10**3 to 10**5).
+MAX_TRAIN_BITS = 2**26
 
 
 @dataclass(frozen=True)
 class SparseParityConfig:
-    n: int = doc("number of input bits", 10)
-    k: int = doc("size of the hidden support S", 2)
+    n: int = doc("number of input bits", 10, lo=1, hi=MAX_CTX - 1, why="the sequence is n + 1 tokens")
+    k: int = doc("size of the hidden support S", 2, lo=1)
     encoding: Literal["pm1", "01"] = doc("bit values: ±1 (label = product) or 0/1 (label = sum mod 2)", "pm1")
     noise: float = doc("probability that a training label is flipped", 0.0)
-    n_train: Optional[int] = doc("fixed training set of this many examples (finite-sample regime); unset = fresh samples", None)
-    seed: int = doc("seed of the hidden support S (and of the fixed training set)", 0)
+    n_train: Optional[int] = doc("fixed training set of this many examples (finite-sample regime); unset = fresh samples; "
+                                 "n_train * n ≤ 2**26 bits", None, lo=1, hi=2**26, why="it is built when the config is read")
+    seed: int = doc("seed of the hidden support S (and of the fixed training set)", 0, lo=0, hi=MAX_SEED,
+                    why="torch seeds are 64-bit")
 
     def __post_init__(self):
-        check(self.n >= 1, "n", f"must be ≥ 1, got {self.n}")
+        check_fields(self)  # bounds and finite floats first
         check(1 <= self.k <= self.n, "k", f"must be between 1 and n={self.n}, got {self.k}")
         check(0.0 <= self.noise < 0.5, "noise", f"must be in [0, 0.5), got {self.noise}")
-        check(self.n_train is None or self.n_train >= 1, "n_train", f"must be ≥ 1 or unset, got {self.n_train}")
+        check(self.n_train is None or self.n_train * self.n <= MAX_TRAIN_BITS, "n_train",
+              f"n_train * n = {self.n_train * self.n if self.n_train else 0} bits is too many; allowed: n_train * n ≤ 2**26 "
+              "(the fixed training set is built in memory when the config is read)")
+
+    # For the memory estimate (mechsynth/budget.py) before anything is built.
+    context_field: ClassVar[str] = "task.n"
+
+    @property
+    def fixed_bytes(self) -> int:
+        """The fixed training set: int64 bits plus two int64 labels per example."""
+        return 0 if self.n_train is None else self.n_train * (self.n + 2) * 8
+
+    def sample_bytes(self, n_seqs: int, split: str) -> tuple[int, int]:
+        """(bytes of `sample(n_seqs, split=split)`'s batch, peak bytes while making it)."""
+        batch = n_seqs * ((self.n + 1) * 17 + 16)  # int64 tokens and targets, bool mask; labels
+        return batch, batch + n_seqs * (self.n * 8 + 16)  # the bits, flips
 
 
 def parity_labels(bits: torch.Tensor, support: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,59 @@
+"""What goes wrong for a user, as exceptions that say so in one line.
+
+`UserError` is everything a user can fix: a bad config value, a damaged or missing file, a run
+directory in use, a full disk. The CLI prints it as one line and exits 2; in Python it is raised
+as is. A run whose loss stops being finite is `DivergedError` (exit 3): not a mistake in the input,
+but the run cannot go on.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+
+class UserError(Exception):
+    """Something the user can fix. `str(err)` is one line."""
+
+
+class ConfigError(UserError, ValueError):
+    """A bad configuration value. `str(err)` is "field: what is wrong; allowed: ..."."""
+
+    def __init__(self, field: str, message: str):
+        self.field = field
+        super().__init__(f"{field}: {message}")
+
+
+class RunFileError(UserError):
+    """A file of a run that is missing, cannot be read, or holds something it should not."""
+
+    def __init__(self, path: Path | str, why: str):
+        self.path = Path(path)
+        super().__init__(f"{path}: {why}")
+
+
+class CorruptFileError(RunFileError, RuntimeError):
+    """A file that exists but cannot be read back (truncated, damaged, wrong format, wrong checksum)."""
+
+    def __init__(self, path: Path | str, why: str):
+        super().__init__(path, f"cannot be read ({why})")
+
+
+class DiskFullError(RunFileError, OSError):
+    """No space left (or quota reached) while writing `path`; what was written before is intact."""
+
+    def __init__(self, path: Path | str):
+        super().__init__(path, "no space left on the device while writing it; free some space and run again "
+                               "(everything written before is intact; a training run continues with --resume)")
+
+
+class RunInUseError(UserError):
+    """Another process holds the run (or sweep) directory."""
+
+
+class DivergedError(Exception):
+    """The training loss (or a held-out loss, or a weight) stopped being finite."""
+
+    def __init__(self, message: str, step: int, last_checkpoint: int | None = None, seeds: Sequence[int] = ()):
+        self.step, self.last_checkpoint, self.seeds = step, last_checkpoint, list(seeds)
+        super().__init__(message)

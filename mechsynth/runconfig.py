@@ -1,0 +1,56 @@
+"""A run's whole configuration: the task, the model, training and W&B, validated together."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from mechsynth import budget, models, tasks
+from mechsynth.config import check, from_dict, key_name, show, to_dict
+from mechsynth.models import ModelConfig
+from mechsynth.tasks.base import Task
+from mechsynth.train import TrainConfig, resolve_device
+from mechsynth.wandb_log import WandbConfig
+
+SECTIONS = ("task", "model", "train", "wandb")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    task_name: str
+    task_params: dict[str, Any]
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    wandb: WandbConfig = field(default_factory=WandbConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"task": {"name": self.task_name, **self.task_params}, "model": to_dict(self.model),
+                "train": to_dict(self.train), "wandb": to_dict(self.wandb)}
+
+    def build_task(self) -> Task:
+        return tasks.make(self.task_name, self.task_params)
+
+
+def parse_config(data: dict[str, Any], *, resources: bool = True) -> RunConfig:
+    """Validate a whole config (TOML tables) before any work: unknown sections/keys, types, ranges, the
+    checks that need task and model together (e.g. sequence longer than n_ctx), and with `resources`
+    (the default) what this machine must have: the device `train.device` names, and memory for the
+    run's estimated peak (mechsynth/budget.py). Opening a finished run elsewhere (another machine, no
+    GPU) needs only the first part: `resources=False`."""
+    check(isinstance(data, dict), "config", f"must be a table of sections, got {show(data)}; allowed: {', '.join(SECTIONS)}")
+    for key in data:
+        check(key in SECTIONS, key_name(key), f"unknown section; allowed: {', '.join(SECTIONS)}")
+    for section, table in data.items():  # `task = 5` is a value, not a [task] table
+        check(isinstance(table, dict), section, f"must be a table ([{section}]), got {show(table)}")
+    task_table = dict(data.get("task", {}))
+    name = task_table.pop("name", None)
+    check(isinstance(name, str), "task.name", f"missing or not a string; allowed: {', '.join(tasks.names())}")
+    task = tasks.make(name, task_table)
+    cfg = RunConfig(name, {k: (list(v) if isinstance(v, tuple) else v) for k, v in to_dict(task.cfg).items()},
+                    from_dict(ModelConfig, data.get("model", {}), "model"),
+                    from_dict(TrainConfig, data.get("train", {}), "train"),
+                    from_dict(WandbConfig, data.get("wandb", {}), "wandb"))
+    models.validate(cfg.model, task.spec)
+    if resources:
+        budget.check(cfg.model, cfg.train, task, resolve_device(cfg.train.device))
+    return cfg

@@ -1,0 +1,183 @@
+"""Training a config into a run directory — new or continued, one model or seeds side by side — on one path.
+
+A single run is the one-seed case of seeds side by side: the same code locks the directory, loads the
+checkpoint to continue from, writes config.json, appends metrics, writes checkpoints and logs to W&B
+for each member directory (RUN_DIR itself, or RUN_DIR/seed_i; see mechsynth/rundir.py). Nothing is
+written until everything a resume needs has been read and checked, so a resume that fails leaves the
+run exactly as it was.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from mechsynth import models, rundir
+from mechsynth.errors import ConfigError, CorruptFileError, DivergedError
+from mechsynth.run import load_weights, parse_stored
+from mechsynth.runconfig import RunConfig
+from mechsynth.seeds import SeedsTrainer, seed_config, stack_weights
+from mechsynth.train import Trainer, checkpoint_steps, resolve_device
+from mechsynth.wandb_log import WandbLogger, resolve_mode
+
+
+def train_run(cfg: RunConfig, run_dir: Path | str, *, resume: bool = False, progress: bool = True,
+              log: Optional[Callable[[str], None]] = None) -> Path:
+    """Train `cfg` into `run_dir` (new: absent or empty), or continue the run there when `resume` (from its
+    last checkpoint; from step 0 if it has none yet). With `resume`, `cfg` may differ from the stored
+    config only in keys `rundir.RESUMABLE` allows. `log` gets one line saying where training starts."""
+    run_dir, n = Path(run_dir), cfg.train.seeds
+    resolve_mode(cfg.wandb)  # a bad WANDB_MODE fails here, before any work
+    dirs = rundir.members(run_dir, n)
+    cfgs = [cfg] if n == 1 else [seed_config(cfg, i, run_dir.name) for i in range(n)]
+    if resume:
+        # Parsed, so a run made before a config field existed compares with that field's default.
+        rundir.check_resumable(parse_stored(run_dir).to_dict(), cfg.to_dict(), field="--resume")
+    else:
+        _check_new(run_dir)
+    task = cfg.build_task()
+    device = resolve_device(cfg.train.device)
+    made = [d for d in dict.fromkeys([run_dir, *dirs]) if not d.exists()]
+    fresh = True  # nothing written yet: a failure undoes the directories this call made
+    try:
+        for d in made:
+            d.mkdir(parents=True)
+        with rundir.RunLock(dict.fromkeys([run_dir, *dirs])):
+            if not resume:
+                _check_new(run_dir, ours=made)  # again, now that we hold it: another process may have started here
+            model = models.build(cfg.model, task.spec, n_models=None if n == 1 else n)
+            trainer = Trainer(model, task, cfg.train, device) if n == 1 else SeedsTrainer(model, task, cfg.train, device)
+            wandb_ids: list[Optional[str]] = [None] * n
+            start = None
+            if resume:
+                start = resume_step(dirs)
+                if start is not None:
+                    wandb_ids = _load(trainer, dirs, start)
+                if log:
+                    log(f"continuing {run_dir} from step {start}" if start is not None else
+                        f"continuing {run_dir} from step 0 (it has no checkpoint yet)")
+                fresh = False  # everything is read: only now change the directory
+                _rewrite_configs(run_dir, cfg, dirs, cfgs, start)
+            else:
+                if log:
+                    log(f"training {cfg.task_name} -> {run_dir}")
+                version = rundir.versions()
+                fresh = False
+                for d, c in [(run_dir, cfg)] + (list(zip(dirs, cfgs)) if n > 1 else []):
+                    rundir.io.write_json(d / rundir.CONFIG, {**c.to_dict(), "versions": version})
+            _fit(trainer, cfg, run_dir, dirs, cfgs, wandb_ids, start, progress)
+    except BaseException:
+        if fresh:
+            for d in reversed(made):
+                _remove_if_empty(d)
+        raise
+    return run_dir
+
+
+def _fit(trainer: Trainer, cfg: RunConfig, run_dir: Path, dirs: list[Path], cfgs: list[RunConfig],
+         wandb_ids: list[Optional[str]], start: Optional[int], progress: bool) -> None:
+    loggers = [WandbLogger(c.wandb, d, c.to_dict(), run_id=w) for c, d, w in zip(cfgs, dirs, wandb_ids)]
+    writers: list[rundir.MetricsWriter] = []
+    last = [start]  # the last checkpoint on disk
+
+    def on_eval(step: int, metrics: Any) -> None:
+        for writer, logger, m in zip(writers, loggers, trainer.seed_records(metrics)):
+            writer.write(step, m)
+            logger.log(m, step)
+
+    def on_checkpoint(step: int, metrics: Any) -> None:
+        for d, c, logger, w, m, s in zip(dirs, cfgs, loggers, trainer.seed_weights(), trainer.seed_records(metrics),
+                                         trainer.seed_states()):
+            rundir.write_checkpoint(d, step, w, m, {**s, "wandb_id": logger.id})
+            if c.wandb.log_checkpoints:
+                logger.checkpoint(rundir.ckpt_dir(d, step), step)
+        last[0] = step
+
+    try:
+        writers.extend(rundir.MetricsWriter(d) for d in dirs)
+        trainer.fit(on_eval, on_checkpoint, set(checkpoint_steps(cfg.train.steps, cfg.train.checkpoints)), progress)
+    except KeyboardInterrupt:
+        # Keep the work done so far: checkpoint the step reached so --resume loses nothing.
+        if any(trainer.step not in rundir.steps(d) for d in dirs):
+            metrics = trainer.evaluate()
+            try:
+                trainer.check_finite(metrics, weights=True)
+                on_checkpoint(trainer.step, metrics)
+            except DivergedError:
+                pass
+        raise
+    except DivergedError as e:
+        seeds = f" (seed{'s' if len(e.seeds) > 1 else ''} {', '.join(map(str, e.seeds))})" if cfg.train.seeds > 1 else ""
+        kept = (f"the last finite checkpoint, step {last[0]}, is kept: probe and report work up to it"
+                if last[0] is not None else "no checkpoint was written")
+        raise DivergedError(f"{run_dir}: training diverged: the loss is not finite at step {e.step}{seeds}; {kept}. "
+                            "Train again with a smaller train.lr", e.step, last[0], e.seeds) from None
+    finally:
+        for writer in writers:
+            writer.close()
+        for logger in loggers:
+            logger.finish()
+
+
+def _load(trainer: Trainer, dirs: list[Path], step: int) -> list[Optional[str]]:
+    """Weights and resumable state of every member at `step` into `trainer`; returns their W&B run ids."""
+    weights = [rundir.read_weights(d, step) for d in dirs]
+    states = [rundir.read_state(d, step) for d in dirs]
+    load_weights(trainer.module, weights[0] if len(dirs) == 1 else stack_weights(weights, trainer.stacked),
+                 rundir.ckpt_dir(dirs[0], step) / rundir.WEIGHTS)
+    try:
+        trainer.load_seed_states(states)
+    except (KeyError, ValueError, TypeError, RuntimeError, IndexError) as e:
+        raise CorruptFileError(rundir.ckpt_dir(dirs[0], step) / rundir.STATE,
+                               f"not the training state of this run ({type(e).__name__}: {e})") from None
+    return [s.get("wandb_id") for s in states]
+
+
+def resume_step(dirs: list[Path]) -> Optional[int]:
+    """The last step checkpointed by every member (None: none yet, so training restarts at step 0). A kill
+    while the seeds' records or checkpoints were being written leaves some seeds one record or checkpoint
+    ahead; that step is redone. More than one ahead means the seed was continued on its own, and resuming
+    the batch would overwrite that work: refused."""
+    steps = [set(rundir.steps(d)) for d in dirs]
+    common = set.intersection(*steps)
+    step = max(common) if common else None
+    records = [[r["step"] for r in rundir.read_metrics(d)] for d in dirs]  # also: every metrics file is sound
+    shared = min(r[-1] if r else -1 for r in records)
+    for d, own, rec in zip(dirs, steps, records):
+        ahead = sorted({x for x in own if step is None or x > step} | {x for x in rec if x > shared})
+        if len(dirs) > 1 and len(ahead) > 1:
+            raise ConfigError("--resume", f"{d} has records or checkpoints at steps {ahead} that the other seeds lack: "
+                                          "it was continued on its own; resume it alone")
+    return step
+
+
+def _rewrite_configs(run_dir: Path, cfg: RunConfig, dirs: list[Path], cfgs: list[RunConfig], start: Optional[int]) -> None:
+    """Before continuing from `start`: drop what a kill left half-written and the records after `start`
+    (they will be produced again), and store the config as given (its resumable keys may have changed)."""
+    pairs = [(run_dir, cfg)] + (list(zip(dirs, cfgs)) if len(dirs) > 1 else [])
+    for d, c in pairs:
+        path = d / rundir.CONFIG
+        old = rundir.io.read_json(path) if path.exists() else {}
+        if not isinstance(old, dict) or rundir.changed_keys(old, c.to_dict()):
+            version = old.get("versions", {}) if isinstance(old, dict) else {}
+            rundir.io.write_json(path, {**c.to_dict(), "versions": version or rundir.versions()})
+    for d in dirs:
+        rundir.remove_stale_temps(d)
+        rundir.truncate_metrics(d, start)
+
+
+def _check_new(run_dir: Path, ours: list[Path] = ()) -> None:
+    """A new run goes into an absent or empty directory (`ours`: the seed directories this call made)."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ConfigError("--out", f"{run_dir} is a file; give a directory to train into")
+    if run_dir.is_dir() and any(p.name != rundir.LOCK and p not in ours for p in run_dir.iterdir()):
+        raise ConfigError("--out", f"{run_dir} already exists and is not empty; choose another directory or --resume it")
+
+
+def _remove_if_empty(run_dir: Path) -> None:
+    """Undo creating a run directory that got nothing (a start that failed); never touches a file we did not make."""
+    (run_dir / rundir.LOCK).unlink(missing_ok=True)
+    try:
+        run_dir.rmdir()
+    except OSError:
+        pass

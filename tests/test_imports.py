@@ -1,0 +1,75 @@
+"""The module graph: no import cycles (lazy imports inside functions count too), and each outside edge
+(wandb, ray, circuitsvis, TransformerLens model classes) imported in one place."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+# Where each package's files live (mechsynth.probes ships from probes/).
+ROOTS = {"mechsynth": REPO / "mechsynth", "mechsynth.probes": REPO / "probes"}
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for package, root in ROOTS.items():
+        for path in root.rglob("*.py"):
+            parts = path.relative_to(root).with_suffix("").parts
+            name = ".".join((package, *parts))
+            out[name.removesuffix(".__init__")] = path
+    return out
+
+
+def imports(path: Path, name: str, known: set[str]) -> set[str]:
+    """Every mechsynth module `path` imports, at module level or inside functions."""
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            subs = {f"{base}.{a.name}" for a in node.names}
+            found |= subs & known
+            if not subs <= known:  # names defined in the module itself (not `from package import submodule`)
+                found.add(base)
+    return {m for m in found if m in known and m != name}
+
+
+def test_no_import_cycles():
+    mods = modules()
+    graph = {name: imports(path, name, set(mods)) for name, path in mods.items()}
+    cycles, state = [], {}
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = "open"
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == "open":
+                cycles.append(stack[stack.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt, stack + [nxt])
+        state[node] = "done"
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
+    assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
+    assert "mechsynth.rundir" in graph and graph["mechsynth.rundir"] <= {"mechsynth.io", "mechsynth.errors"}, \
+        "the run-directory module is a leaf: it knows files, not models or training"
+
+
+def test_each_edge_is_imported_in_one_place():
+    owners = {"wandb": "mechsynth.wandb_log", "ray": "mechsynth.ray_backend", "circuitsvis": "mechsynth.views",
+              "transformer_lens": "mechsynth.models.tl_compat"}
+    users: dict[str, set[str]] = {k: set() for k in owners}
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            for n in names:
+                if n.split(".")[0] in owners:
+                    users[n.split(".")[0]].add(name)
+    assert all(users[k] <= {owners[k]} for k in owners), users
