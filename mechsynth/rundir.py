@@ -126,11 +126,12 @@ def move_aside(run_dir: Path | str) -> Path:
 # ---- the resume policy ----------------------------------------------------------------------------
 
 
-def _flat(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"task": {"n": 2}} and {"task.n": 2} both become {"task.n": 2} (TOML allows either spelling)."""
     out = {}
     for k, v in config.items():
         if isinstance(v, dict):
-            out.update(_flat(v, f"{prefix}{k}."))
+            out.update(flatten(v, f"{prefix}{k}."))
         else:
             out[f"{prefix}{k}"] = v
     return out
@@ -138,7 +139,7 @@ def _flat(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def changed_keys(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """Dotted config keys whose values differ ("versions" is provenance, not config)."""
-    a, b = _flat({k: v for k, v in old.items() if k != "versions"}), _flat({k: v for k, v in new.items() if k != "versions"})
+    a, b = flatten({k: v for k, v in old.items() if k != "versions"}), flatten({k: v for k, v in new.items() if k != "versions"})
     return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
 
 
@@ -150,7 +151,7 @@ def check_resumable(old: dict[str, Any], new: dict[str, Any], field: str = "--se
     """Raise ConfigError unless `new` differs from the stored `old` only in keys a resume may change."""
     fixed = [k for k in changed_keys(old, new) if not may_change_on_resume(k)]
     if fixed:
-        a, b = _flat(old), _flat(new)
+        a, b = flatten(old), flatten(new)
         raise ConfigError(field, f"{fixed[0]} cannot change when a run is continued (stored {a.get(fixed[0])!r}, "
                                  f"given {b.get(fixed[0])!r}); allowed to change: {', '.join(RESUMABLE)}*")
 

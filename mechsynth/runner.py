@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from mechsynth import models, rundir
+from mechsynth import io, models, rundir
 from mechsynth.errors import ConfigError, CorruptFileError, DivergedError
 from mechsynth.run import load_weights, parse_stored
 from mechsynth.runconfig import RunConfig
@@ -64,7 +64,7 @@ def train_run(cfg: RunConfig, run_dir: Path | str, *, resume: bool = False, prog
                 version = rundir.versions()
                 fresh = False
                 for d, c in [(run_dir, cfg)] + (list(zip(dirs, cfgs)) if n > 1 else []):
-                    rundir.io.write_json(d / rundir.CONFIG, {**c.to_dict(), "versions": version})
+                    io.write_json(d / rundir.CONFIG, {**c.to_dict(), "versions": version})
             _fit(trainer, cfg, run_dir, dirs, cfgs, wandb_ids, start, progress)
     except BaseException:
         if fresh:
@@ -157,10 +157,10 @@ def _rewrite_configs(run_dir: Path, cfg: RunConfig, dirs: list[Path], cfgs: list
     pairs = [(run_dir, cfg)] + (list(zip(dirs, cfgs)) if len(dirs) > 1 else [])
     for d, c in pairs:
         path = d / rundir.CONFIG
-        old = rundir.io.read_json(path) if path.exists() else {}
+        old = io.read_json(path) if path.exists() else {}
         if not isinstance(old, dict) or rundir.changed_keys(old, c.to_dict()):
             version = old.get("versions", {}) if isinstance(old, dict) else {}
-            rundir.io.write_json(path, {**c.to_dict(), "versions": version or rundir.versions()})
+            io.write_json(path, {**c.to_dict(), "versions": version or rundir.versions()})
     for d in dirs:
         rundir.remove_stale_temps(d)
         rundir.truncate_metrics(d, start)

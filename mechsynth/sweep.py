@@ -115,17 +115,6 @@ def _merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """{"task": {"n": 2}} and {"task.n": 2} both become {"task.n": 2} (TOML allows either spelling)."""
-    out = {}
-    for k, v in table.items():
-        if isinstance(v, dict):
-            out.update(_flatten(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
 def _set(config: dict[str, Any], dotted: str, value: Any) -> None:
     section, key = dotted.split(".", 1)
     config.setdefault(section, {})[key] = copy.deepcopy(value)
@@ -151,7 +140,7 @@ def _parse_axis(key: str, values: Any) -> Axis:
     if all(isinstance(v, dict) for v in values):
         labels, settings = [], []
         for i, table in enumerate(values):
-            flat = _flatten(table)
+            flat = rundir.flatten(table)
             label = flat.pop("label", None)
             check(len(flat) > 0, f"{field}[{i}]", "sets no config key")
             for dotted in flat:
@@ -253,7 +242,7 @@ def _flatten_axes(grid: dict[str, Any], prefix: str = "") -> Iterator[tuple[str,
 def _comparable(plan_json: dict[str, Any]) -> dict[str, Any]:
     """What must match for a restart to continue the same sweep: everything but the keys a resumed run
     may change (`rundir.RESUMABLE`: steps, device, W&B, ...)."""
-    runs = [(r["dir"], {k: v for k, v in _flatten(r["config"]).items() if not rundir.may_change_on_resume(k)})
+    runs = [(r["dir"], {k: v for k, v in rundir.flatten(r["config"]).items() if not rundir.may_change_on_resume(k)})
             for r in plan_json["runs"]]
     return {"name": plan_json["name"], "axes": plan_json["axes"], "seeds": plan_json["seeds"], "runs": runs}
 

@@ -372,3 +372,16 @@ def test_sweep_moves_a_directory_it_cannot_read_aside(tmp_path, capsys):
     aside = [p for p in job.parent.iterdir() if p.name.startswith("seed_0.aside-")]
     assert len(aside) == 1 and str(aside[0]) in err
     assert snapshot(aside[0]) == before and rundir.is_complete(job)
+
+
+def test_out_pointing_at_a_file_is_refused_and_the_file_kept(tmp_path, capsys):
+    target = tmp_path / "notes.txt"
+    target.write_text("mine")
+    cfg = write_config(tmp_path)
+    sweep = tmp_path / "sweep.toml"
+    sweep.write_text(CONFIG + '[sweep]\nseeds = 1\n')
+    for argv in (["train", cfg, "--out", str(target)], ["sweep", str(sweep), "--out", str(target)]):
+        assert main(argv) == 2
+        line = one_error_line(capsys)
+        assert line.startswith("mechsynth: error: --out") and "is a file" in line, line
+        assert target.read_text() == "mine"
