@@ -198,6 +198,36 @@ def held_out_metrics(model: nn.Module, data: DataSource, batches: dict[str, Batc
     return out
 
 
+class Progress:
+    """A tqdm bar on a terminal; elsewhere (a log file, CI) one plain line per ~5% of training, not a
+    carriage return per step."""
+
+    def __init__(self, total: int, start: int, enabled: bool):
+        self.total, self.enabled, self.tty = total, enabled, sys.stderr.isatty()
+        self.every, self.next = max(1, total // 20), start + max(1, total // 20)
+        self.bar = None
+        if enabled and self.tty:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=total, initial=start, unit="step", dynamic_ncols=True)
+
+    def update(self, n: int) -> None:
+        if self.bar is not None:
+            self.bar.update(n)
+
+    def show(self, step: int, **values: str) -> None:
+        if self.bar is not None:
+            self.bar.set_postfix(**values)
+        elif self.enabled and (step >= self.next or step == self.total):
+            self.next = step + self.every
+            print(f"step {step}/{self.total}  " + "  ".join(f"{k} {v}" for k, v in values.items()), file=sys.stderr,
+                  flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
 class Trainer:
     """Owns the model, optimizer and data stream; `state()` / `load_state()` make it resumable bit for bit."""
 
@@ -254,10 +284,8 @@ class Trainer:
             checkpoint_at: set[int], progress: bool = True) -> None:
         """Train to `cfg.steps`, evaluating every `eval_every` steps and at each checkpoint step. The
         callbacks get `record()`'s metrics: a dict (a list of dicts, one per seed, side by side)."""
-        from tqdm.auto import tqdm
-
         self.model.train()
-        bar = tqdm(total=self.cfg.steps, initial=self.step, disable=not progress, unit="step", dynamic_ncols=True)
+        bar = Progress(self.cfg.steps, self.step, progress)
         running, n_running, t0, s0 = None, 0, time.perf_counter(), self.step
         with interrupts_between_steps() as interrupted:
             if self.step == 0:  # a resumed run already has this step's record
@@ -276,7 +304,7 @@ class Trainer:
                     metrics = self.record(mean_loss)
                     self.check_finite(metrics, weights=is_ckpt)
                     rate = (self.step - s0) / max(1e-9, time.perf_counter() - t0)
-                    bar.set_postfix(loss=f"{mean_loss.mean().item():.4f}", steps_per_s=f"{rate:.1f}")
+                    bar.show(self.step, loss=f"{mean_loss.mean().item():.4f}", steps_per_s=f"{rate:.1f}")
                     running, n_running = None, 0
                     on_eval(self.step, metrics)
                     if is_ckpt:

@@ -198,3 +198,18 @@ def test_cpu_training_reuses_freed_memory_instead_of_faulting_it_in_again():
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     torch.empty(2**24).fill_(1.0)
     assert resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before < 2000
+
+
+def test_progress_off_a_terminal_is_a_few_plain_lines(tmp_path):
+    """A log file or CI gets about one line per 5% of training, not a carriage return per step."""
+    import subprocess
+    import sys
+
+    cfg = tmp_path / "cfg.toml"
+    cfg.write_text('[task]\nname = "sparse_parity"\nn = 6\nk = 2\n[model]\nn_layers = 1\nd_model = 16\n'
+                   '[train]\nsteps = 200\nbatch_size = 8\neval_every = 5\neval_batch_size = 16\ncheckpoints = 10\n'
+                   'device = "cpu"\n[wandb]\nmode = "disabled"\n')
+    err = subprocess.run([sys.executable, "-m", "mechsynth.cli", "train", str(cfg), "--out", str(tmp_path / "run")],
+                         capture_output=True, text=True, check=True).stderr
+    lines = [line for line in err.splitlines() if line.startswith("step ")]
+    assert "\r" not in err and 15 <= len(lines) <= 21 and lines[-1].startswith("step 200/200  loss "), err
