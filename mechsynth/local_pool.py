@@ -32,32 +32,60 @@ def cpu_count() -> int:
         return os.cpu_count() or 1
 
 
+def _how_workers_ended(workers: list[Any]) -> str:
+    """How the pool's workers that ended did (a signal's name, or an exit code), for the report."""
+    import signal
+
+    codes = [p.exitcode for p in workers if p.exitcode is not None]
+    named = [signal.Signals(-c).name if c < 0 and -c in signal.Signals._value2member_map_ else f"exit code {c}"
+             for c in codes]
+    return ", ".join(named) or "how is unknown"
+
+
 def run(tasks: list[tuple[Any, str]], on_result: Callable[[Any, dict], None], resources: Resources) -> None:
     """Each run in a process of a spawn pool (fork would copy torch's thread pools and CUDA state);
     with one worker, each run in turn in this process."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-    from concurrent.futures.process import BrokenProcessPool
-
     workers = resources.workers
     threads = max(1, cpu_count() // workers)
     if workers == 1:  # one at a time: in this process, saving a worker's start-up (imports) per sweep
         for task, run_dir in tasks:
             on_result(task, run_job(run_dir, task.config, threads))
         return
+    # A worker that dies (killed, out of memory) breaks the whole pool and every run still in it. Those
+    # runs get one more try in a fresh pool (they continue from their checkpoints); a run whose pool
+    # breaks twice is reported failed.
+    todo, tried = list(tasks), set()
+    while todo:
+        cut = _run_pool(todo, on_result, workers, threads)
+        for task, run_dir, why in cut:
+            if run_dir in tried:
+                on_result(task, failed(f"its worker process died ({why}) twice; start the sweep again to retry it"))
+        todo = [(task, run_dir) for task, run_dir, _ in cut if run_dir not in tried]
+        tried |= {run_dir for _, run_dir in todo}
+
+
+def _run_pool(tasks: list[tuple[Any, str]], on_result: Callable[[Any, dict], None], workers: int,
+              threads: int) -> list[tuple[Any, str, str]]:
+    """Run `tasks` in one spawn pool; returns those cut off by a worker's death, with how it died."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures.process import BrokenProcessPool
+
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
                                initializer=_init_worker, initargs=(threads,))
+    cut = []
     try:
-        futures = {pool.submit(run_job, run_dir, task.config, threads): task for task, run_dir in tasks}
+        futures = {pool.submit(run_job, run_dir, task.config, threads): (task, run_dir) for task, run_dir in tasks}
+        procs = list(pool._processes.values())  # (the pool forgets a worker that died: keep them to say how)
         for f in as_completed(futures):
             try:
-                result = f.result()
-            except BrokenProcessPool as e:
-                result = failed(f"worker process died ({e})")
-            on_result(futures[f], result)
+                on_result(futures[f][0], f.result())
+            except BrokenProcessPool:
+                cut.append((*futures[f], _how_workers_ended(procs)))
     except KeyboardInterrupt:
         # The workers got the same Ctrl-C: each checkpoints its current step. Wait for that.
         pool.shutdown(wait=True, cancel_futures=True)
         raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+    return cut
