@@ -17,8 +17,8 @@ import torch
 
 from mechsynth import io, load_run, parse_config, train_run
 from mechsynth.cli import main
-from mechsynth.rundir import ckpt_dir, is_complete
 from mechsynth.local_pool import cpu_count
+from mechsynth.rundir import ckpt_dir, is_complete
 from mechsynth.sweep import load_plan, load_sweep, state
 
 BASE = """
@@ -311,3 +311,49 @@ def test_ray_sweep_on_a_local_ray_instance(tmp_path, capsys):
     ref = train_with_threads(parse_config(job.config), tmp_path / "ref", 1)
     wa, wb = (io.read_tensors(ckpt_dir(d, 60) / "model.safetensors") for d in (ref, out / job.dir))
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def _pool_workers() -> list[int]:
+    """Pids of this process's spawned pool workers."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            cmdline = (stat.parent / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(fields[1]) == os.getpid() and b"spawn_main" in cmdline:
+            out.append(int(stat.parent.name))
+    return out
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="finds the pool's workers through /proc")
+def test_a_worker_killed_mid_run_costs_its_runs_one_retry_not_the_sweep(tmp_path, capsys):
+    """One pool worker SIGKILLed mid-run breaks the pool; the runs it cut off continue in a fresh one."""
+    import threading
+
+    path = sweep_file(tmp_path, '[sweep]\nseeds = 2', base=BASE.replace("steps = 60", "steps = 400")
+                      .replace("checkpoints = 4", "checkpoints = 20").replace("eval_every = 5", "eval_every = 50"))
+    out, killed = tmp_path / "out", []
+
+    def kill_one_worker() -> None:
+        deadline = time.time() + 240
+        while time.time() < deadline:
+            if all(len(list((out / f"runs/base/seed_{s}/checkpoints").glob("step_*"))) >= 4 for s in range(2)):
+                workers = _pool_workers()
+                if workers:
+                    os.kill(workers[0], signal.SIGKILL)
+                    killed.append(workers[0])
+                    return
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=kill_one_worker)
+    watcher.start()
+    code = main(["sweep", path, "--out", str(out), "--workers", "2"])
+    watcher.join()
+    err = capsys.readouterr().err
+    assert killed, "the kill should land while the runs train"
+    assert code == 0, err
+    for s in range(2):
+        run = out / f"runs/base/seed_{s}"
+        assert is_complete(run) and load_run(run).metrics[-1]["step"] == 400  # (load_run checks step order)
