@@ -12,8 +12,20 @@ from pathlib import Path
 from typing import Sequence
 
 
-class UserError(Exception):
+class _Picklable:
+    """Errors cross process boundaries (sweep workers, Ray tasks): rebuild them from their own arguments,
+    not from the one-line message (which is what `Exception` pickles, and what their __init__ rejects)."""
+
+    def __reduce__(self):
+        return type(self), self._init_args
+
+
+class UserError(_Picklable, Exception):
     """Something the user can fix. `str(err)` is one line."""
+
+    def __init__(self, message: str):
+        self._init_args = (message,)
+        super().__init__(message)
 
 
 class ConfigError(UserError, ValueError):
@@ -22,6 +34,7 @@ class ConfigError(UserError, ValueError):
     def __init__(self, field: str, message: str):
         self.field = field
         super().__init__(f"{field}: {message}")
+        self._init_args = (field, message)
 
 
 class RunFileError(UserError):
@@ -30,6 +43,7 @@ class RunFileError(UserError):
     def __init__(self, path: Path | str, why: str):
         self.path = Path(path)
         super().__init__(f"{path}: {why}")
+        self._init_args = (path, why)
 
 
 class CorruptFileError(RunFileError, RuntimeError):
@@ -37,6 +51,7 @@ class CorruptFileError(RunFileError, RuntimeError):
 
     def __init__(self, path: Path | str, why: str):
         super().__init__(path, f"cannot be read ({why})")
+        self._init_args = (path, why)
 
 
 class DiskFullError(RunFileError, OSError):
@@ -45,15 +60,17 @@ class DiskFullError(RunFileError, OSError):
     def __init__(self, path: Path | str):
         super().__init__(path, "no space left on the device while writing it; free some space and run again "
                                "(everything written before is intact; a training run continues with --resume)")
+        self._init_args = (path,)
 
 
 class RunInUseError(UserError):
     """Another process holds the run (or sweep) directory."""
 
 
-class DivergedError(Exception):
+class DivergedError(_Picklable, Exception):
     """The training loss (or a held-out loss, or a weight) stopped being finite."""
 
     def __init__(self, message: str, step: int, last_checkpoint: int | None = None, seeds: Sequence[int] = ()):
         self.step, self.last_checkpoint, self.seeds = step, last_checkpoint, list(seeds)
         super().__init__(message)
+        self._init_args = (message, step, last_checkpoint, list(seeds))

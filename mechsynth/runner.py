@@ -163,7 +163,7 @@ def _rewrite_configs(run_dir: Path, cfg: RunConfig, dirs: list[Path], cfgs: list
             io.write_json(path, {**c.to_dict(), "versions": version or rundir.versions()})
     for d in dirs:
         rundir.remove_stale_temps(d)
-        rundir.truncate_metrics(d, start)
+        rundir.truncate_metrics(d, start or None)  # from step 0, `fit` records step 0 again
 
 
 def _check_new(run_dir: Path, ours: list[Path] = ()) -> None:

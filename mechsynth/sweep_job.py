@@ -60,12 +60,12 @@ def run_job(run_dir: str, config: dict[str, Any], threads: int = 1) -> dict[str,
         else:
             train_run(cfg, path, progress=False)
             status = "done"
+        last = rundir.read_metrics(rundir.members(path, cfg.train.seeds)[0])
     except (UserError, DivergedError) as e:  # one line says it all
         return {**out, "status": "failed", "error": f"{type(e).__name__}: {e}", "traceback": "", "seconds": time.time() - t0}
     except Exception as e:  # noqa: BLE001 - one run's failure is reported, the others go on
         return {**out, "status": "failed", "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(),
                 "seconds": time.time() - t0}
-    last = rundir.read_metrics(rundir.members(path, cfg.train.seeds)[0])
     return {**out, "status": status, "seconds": time.time() - t0, "final": last[-1] if last else {}}
 
 

@@ -385,3 +385,25 @@ def test_out_pointing_at_a_file_is_refused_and_the_file_kept(tmp_path, capsys):
         line = one_error_line(capsys)
         assert line.startswith("mechsynth: error: --out") and "is a file" in line, line
         assert target.read_text() == "mine"
+
+
+def test_errors_cross_process_boundaries_intact():
+    """Sweep workers and Ray tasks send errors back pickled: each must come back as itself."""
+    from mechsynth import errors
+
+    for err in (errors.UserError("x"), errors.ConfigError("train.lr", "bad"), errors.RunFileError("a/b", "missing"),
+                errors.CorruptFileError("a/b", "damaged"), errors.DiskFullError("a/b"), errors.RunInUseError("busy"),
+                errors.DivergedError("diverged", 7, 5, [1])):
+        back = pickle.loads(pickle.dumps(err))
+        assert type(back) is type(err) and str(back) == str(err) and vars(back) == vars(err)
+
+
+def test_resuming_from_the_step_0_checkpoint_records_step_0_once(trained, tmp_path, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(trained, run)
+    for s in rundir.steps(run)[1:]:  # killed right after its first checkpoint
+        shutil.rmtree(rundir.ckpt_dir(run, s))
+    rundir.truncate_metrics(run, 0)
+    assert main(["train", "--resume", str(run), "--no-progress"]) == 0
+    steps = [r["step"] for r in load_run(run).metrics]  # (load_run refuses repeated steps)
+    assert steps == [r["step"] for r in load_run(trained).metrics] and weights_equal(trained, run, 20)
