@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import sys
 import time
@@ -133,21 +132,17 @@ def _train(data: dict, out: Optional[str], default_name: str, overrides: Sequenc
 
 
 def _resume(args) -> int:
-    from mechsynth import rundir
     from mechsynth.run import parse_stored
     from mechsynth.runconfig import parse_config
     from mechsynth.runner import train_run
 
     run_dir = Path(args.resume)
-    stored = parse_stored(run_dir).to_dict()
-    data = copy.deepcopy(stored)
+    data = parse_stored(run_dir).to_dict()
     for o in args.set:
         apply_override(data, o)
     if args.wandb:
         data["wandb"]["mode"] = args.wandb
-    cfg = parse_config(data)
-    rundir.check_resumable(stored, cfg.to_dict())
-    train_run(cfg, run_dir, resume=True, progress=not args.no_progress, log=_say)
+    train_run(parse_config(data), run_dir, resume=True, progress=not args.no_progress, log=_say)
     print(run_dir)
     return 0
 

@@ -106,11 +106,6 @@ def tensors_from_bytes(blob: bytes, path: Path | str, device: str | torch.device
     return {k: v.to(device) for k, v in tensors.items()}
 
 
-def write_tensors(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> None:
-    blob = tensors_bytes(tensors, metadata)
-    atomic_write(path, lambda p: p.write_bytes(blob))
-
-
 def read_tensors(path: Path, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
     try:
         blob = Path(path).read_bytes()
@@ -142,11 +137,6 @@ def state_from_bytes(blob: bytes, path: Path | str) -> dict[str, Any]:
     if not isinstance(state, dict):
         raise CorruptFileError(path, f"holds a {type(state).__name__}, not a training state")
     return state
-
-
-def write_state(path: Path, state: dict[str, Any]) -> None:
-    blob = state_bytes(state)
-    atomic_write(path, lambda p: p.write_bytes(blob))
 
 
 def read_state(path: Path) -> dict[str, Any]:

@@ -36,10 +36,13 @@ def _how_workers_ended(workers: list[Any]) -> str:
     """How the pool's workers that ended did (a signal's name, or an exit code), for the report."""
     import signal
 
-    codes = [p.exitcode for p in workers if p.exitcode is not None]
-    named = [signal.Signals(-c).name if c < 0 and -c in signal.Signals._value2member_map_ else f"exit code {c}"
-             for c in codes]
-    return ", ".join(named) or "how is unknown"
+    def how(code: int) -> str:
+        try:
+            return signal.Signals(-code).name if code < 0 else f"exit code {code}"
+        except ValueError:
+            return f"signal {-code}"
+
+    return ", ".join(how(p.exitcode) for p in workers if p.exitcode is not None) or "how is unknown"
 
 
 def run(tasks: list[tuple[Any, str]], on_result: Callable[[Any, dict], None], resources: Resources) -> None:

@@ -87,9 +87,12 @@ def is_complete(run_dir: Path | str) -> bool:
     """Every model of the run has a checkpoint at its configured `train.steps` (seeds side by side: each
     seed directory). The one definition sweeps and experiments use to skip finished runs."""
     try:
-        config = read_config(run_dir)
+        return _complete(run_dir, read_config(run_dir))
     except RunFileError:
         return False
+
+
+def _complete(run_dir: Path | str, config: dict[str, Any]) -> bool:
     last = config["train"].get("steps")
     return all(last in steps(d) for d in members(run_dir, n_seeds(config)))
 
@@ -105,10 +108,10 @@ def status(run_dir: Path | str) -> Status:
     if not run_dir.exists() or (run_dir.is_dir() and not any(run_dir.iterdir())):
         return "new"
     try:
-        read_config(run_dir)
+        config = read_config(run_dir)
     except RunFileError:
         return "foreign"
-    return "complete" if is_complete(run_dir) else "partial"
+    return "complete" if _complete(run_dir, config) else "partial"
 
 
 def move_aside(run_dir: Path | str) -> Path:
@@ -166,15 +169,16 @@ def read_metrics(run_dir: Path | str) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     try:
-        lines = path.read_text().splitlines()
+        text = path.read_text()
     except (OSError, UnicodeDecodeError) as e:
         raise CorruptFileError(path, str(e)) from None
+    lines = text.splitlines()
     out: list[dict[str, Any]] = []
     for i, line in enumerate(lines):
         try:
             record = json.loads(line)
         except json.JSONDecodeError:
-            if i == len(lines) - 1 and not path.read_bytes().endswith(b"\n"):
+            if i == len(lines) - 1 and not text.endswith("\n"):
                 break  # the line a kill cut short
             raise CorruptFileError(path, f"line {i + 1} is not JSON") from None
         step = record.get("step") if isinstance(record, dict) else None

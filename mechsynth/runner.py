@@ -37,12 +37,13 @@ def train_run(cfg: RunConfig, run_dir: Path | str, *, resume: bool = False, prog
         _check_new(run_dir)
     task = cfg.build_task()
     device = resolve_device(cfg.train.device)
-    made = [d for d in dict.fromkeys([run_dir, *dirs]) if not d.exists()]
+    owned = list(dict.fromkeys([run_dir, *dirs]))  # (one seed: the run directory is its only member)
+    made = [d for d in owned if not d.exists()]
     fresh = True  # nothing written yet: a failure undoes the directories this call made
     try:
         for d in made:
             d.mkdir(parents=True)
-        with rundir.RunLock(dict.fromkeys([run_dir, *dirs])):
+        with rundir.RunLock(owned):
             if not resume:
                 _check_new(run_dir, ours=made)  # again, now that we hold it: another process may have started here
             model = models.build(cfg.model, task.spec, n_models=None if n == 1 else n)
@@ -63,7 +64,7 @@ def train_run(cfg: RunConfig, run_dir: Path | str, *, resume: bool = False, prog
                     log(f"training {cfg.task_name} -> {run_dir}")
                 version = rundir.versions()
                 fresh = False
-                for d, c in [(run_dir, cfg)] + (list(zip(dirs, cfgs)) if n > 1 else []):
+                for d, c in _config_files(run_dir, cfg, dirs, cfgs):
                     io.write_json(d / rundir.CONFIG, {**c.to_dict(), "versions": version})
             _fit(trainer, cfg, run_dir, dirs, cfgs, wandb_ids, start, progress)
     except BaseException:
@@ -154,8 +155,7 @@ def resume_step(dirs: list[Path]) -> Optional[int]:
 def _rewrite_configs(run_dir: Path, cfg: RunConfig, dirs: list[Path], cfgs: list[RunConfig], start: Optional[int]) -> None:
     """Before continuing from `start`: drop what a kill left half-written and the records after `start`
     (they will be produced again), and store the config as given (its resumable keys may have changed)."""
-    pairs = [(run_dir, cfg)] + (list(zip(dirs, cfgs)) if len(dirs) > 1 else [])
-    for d, c in pairs:
+    for d, c in _config_files(run_dir, cfg, dirs, cfgs):
         path = d / rundir.CONFIG
         old = io.read_json(path) if path.exists() else {}
         if not isinstance(old, dict) or rundir.changed_keys(old, c.to_dict()):
@@ -164,6 +164,11 @@ def _rewrite_configs(run_dir: Path, cfg: RunConfig, dirs: list[Path], cfgs: list
     for d in dirs:
         rundir.remove_stale_temps(d)
         rundir.truncate_metrics(d, start or None)  # from step 0, `fit` records step 0 again
+
+
+def _config_files(run_dir: Path, cfg: RunConfig, dirs: list[Path], cfgs: list[RunConfig]) -> list[tuple[Path, RunConfig]]:
+    """Where a config.json goes: the run directory, and (side by side) each seed's with its own config."""
+    return [(run_dir, cfg)] + (list(zip(dirs, cfgs)) if len(dirs) > 1 else [])
 
 
 def _check_new(run_dir: Path, ours: list[Path] = ()) -> None:

@@ -7,7 +7,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional, Protocol
+from typing import Any, Callable, Optional
 
 
 @dataclass(frozen=True)
@@ -18,13 +18,6 @@ class Resources:
     address: Optional[str] = None
     num_cpus: float = 1.0
     num_gpus: Optional[float] = None   # None: 1 for runs that need CUDA, else 0
-
-
-class Task(Protocol):
-    """A sweep's job as backends see it: where it runs and its complete config."""
-
-    dir: str
-    config: dict[str, Any]
 
 
 # What a backend is: `run(tasks, on_result, resources)` runs each (task, run_dir) to completion with

@@ -233,6 +233,7 @@ class Trainer:
 
     def __init__(self, model: nn.Module, data: DataSource, cfg: TrainConfig, device: torch.device | str = "cpu"):
         self.cfg, self.data, self.device = cfg, data, torch.device(device)
+        self.n_seeds = 1  # models trained (side by side: SeedsTrainer's parameters have a leading seed axis)
         if self.device.type == "cpu":
             keep_freed_memory()
         self.module = model.to(self.device)  # what checkpoints save: never the compiled wrapper
@@ -319,9 +320,9 @@ class Trainer:
         so a GPU step never waits for it."""
         bad = [i for i, m in enumerate(self.seed_records(metrics))
                if any(k.endswith("loss") and isinstance(v, float) and not math.isfinite(v) for k, v in m.items())]
-        if weights and not bad:
-            bad = [i for i, w in enumerate(self.seed_weights()) if not all(bool(t.isfinite().all()) for t in w.values()
-                                                                          if t.is_floating_point())]
+        if weights and not bad:  # every model's parameters at once, in place: one sync, no copies
+            finite = torch.stack([p.detach().isfinite().reshape(self.n_seeds, -1).all(1) for p in self.module.parameters()])
+            bad = [i for i, ok in enumerate(finite.all(0).tolist()) if not ok]
         if bad:
             raise DivergedError(f"the loss is not finite at step {self.step}", self.step, None, bad)
 
