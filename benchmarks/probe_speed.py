@@ -23,8 +23,7 @@ from pathlib import Path
 import torch
 
 from mechsynth import load_run, parse_config, probes, train_run
-from mechsynth.cli import DEMO_CONFIG
-from mechsynth.config import tomllib
+from mechsynth import configs
 from mechsynth.timeline import applicable, probe_run
 
 BATCH = 64
@@ -34,7 +33,7 @@ def main() -> None:
     if len(sys.argv) > 1:
         run_dir = Path(sys.argv[1])
     else:
-        data = tomllib.loads(DEMO_CONFIG)
+        data = configs.load("demo")
         data["train"] |= {"checkpoints": 100, "device": "cpu"}
         data["wandb"] = {"mode": "disabled"}
         run_dir = train_run(parse_config(data), Path(tempfile.mkdtemp()) / "run", progress=False)

@@ -56,7 +56,7 @@ def main() -> None:
     args = ap.parse_args()
     device, n_seeds, steps = torch.device(args.device), args.seeds, args.steps
     task = tasks.make("markov_icl", {"k": 3, "order": 2, "length": 64})
-    mcfg = models.ModelConfig(n_layers=2, n_heads=1, d_model=32, attn_only=True)
+    mcfg = models.TransformerConfig(n_layers=2, n_heads=1, d_model=32, attn_only=True)
     tcfg = TrainConfig(batch_size=64, lr=3e-3, device=args.device)
 
     def side_by_side(passes: str) -> SeedsTrainer:

@@ -80,7 +80,7 @@ def main() -> None:
     args = ap.parse_args()
     device = torch.device(args.device)
     task = tasks.make("markov_icl", {"k": 3, "length": T})
-    mcfg = models.ModelConfig(n_layers=N_LAYERS, n_heads=N_HEADS, d_model=D_MODEL, attn_only=True)
+    mcfg = models.TransformerConfig(n_layers=N_LAYERS, n_heads=N_HEADS, d_model=D_MODEL, attn_only=True)
     tcfg = TrainConfig(batch_size=BATCH, lr=1e-3, grad_clip=None, device=args.device)
 
     trainer = Trainer(models.build(mcfg, task.spec), task, tcfg, device)
@@ -105,7 +105,7 @@ def main() -> None:
         from transformer_lens.tools.training import TrainConfig as TLTrainConfig, train as tl_train
     else:
         from transformer_lens.train import HookedTransformerTrainConfig as TLTrainConfig, train as tl_train
-    fused = models.build(models.ModelConfig(**{**mcfg.__dict__, "n_ctx": T + 1}), task.spec)
+    fused = models.build(models.TransformerConfig(**{**mcfg.__dict__, "n_ctx": T + 1}), task.spec)
     tl_model = models.hooked(fused, device).train()
     g = torch.Generator().manual_seed(1)
     seqs = [task.sample(BATCH, g) for _ in range(args.steps + 3)]

@@ -2,12 +2,14 @@
 beside the paper's table at T = 100; where each layer makes the state linearly decodable; and how the
 solution holds up beyond the training length.
 
-    python experiments/automata_depth.py           # CPU size: T = 16, depths 1/2/4, 2 seeds (6-16 min on 2 shared cores)
+    python experiments/automata_depth.py           # CPU size: T = 16, depths 1/2/4, 3 seeds (2 shared cores)
     python experiments/automata_depth.py --full    # the paper's T = 100, depths 1/2/3/4/6, 3 seeds (a GPU)
     python experiments/automata_depth.py --smoke   # seconds; for the tests
 
-Each (group, depth, seed) trains a transformer on fresh sequences to predict the state after every
-symbol. Accuracy is over all positions of 512 held-out sequences of the training length (as in the
+The runs are the sweep experiments/automata_depth.toml (_smoke.toml, _full.toml for the other sizes),
+trained into --runs on a local process pool (--workers; --backend ray, --device cuda), each point's
+seeds side by side; runs already there are reused. Each (group, depth, seed) trains a transformer on
+fresh sequences to predict the state after every symbol. Accuracy is over all positions of 512 held-out sequences of the training length (as in the
 paper's table). Each final model is probed with `automaton_shortcut`: ridge-regression decoding of the
 state from the residual stream after each layer, and accuracy on sequences twice as long.
 
@@ -25,13 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import harness  # noqa: E402
 
-from mechsynth import timeline  # noqa: E402
+from mechsynth import io, timeline  # noqa: E402
 
 NAME = "automata_depth"
-
-# (name, automaton, n) in the paper's order: solvable groups first, by how many factorization steps.
-GROUPS = [("C2", "parity", 2), ("C3", "cyclic", 3), ("D6", "dihedral", 3), ("D8", "dihedral", 4),
-          ("Q8", "quaternion", 2), ("A5", "alternating", 5), ("S5", "symmetric", 5)]
 
 # Liu et al. 2023, accuracy (%) against depth at T = 100, as listed in the seed talk "Guiding machine
 # learning design with insights from simple testbeds" (Liu). None: a cell not legible in that text
@@ -44,36 +42,31 @@ PAPER = {"C2": {1: None, 2: 99.8, 3: 99.9, 4: 100, 5: 100, 6: 99.5},
          "A5": {1: 12.5, 2: 23.1, 3: 32.5, 4: 46.7, 5: 71.2, 6: 98.8},
          "S5": {1: 7.9, 2: 11.8, 3: 14.6, 4: 19.7, 5: 26.0, 6: 28.4}}
 
-SIZES: dict[str, dict[str, Any]] = {
-    "smoke": {"groups": ["C2", "S5"], "depths": [1, 2], "seeds": [0], "length": 8, "d_model": 16, "n_heads": 2,
-              "steps": 30, "batch_size": 16, "lr": 3e-3, "warmup_steps": 5, "eval_batch_size": 64, "probe_batch": 32},
-    "cpu": {"groups": [g for g, _, _ in GROUPS], "depths": [1, 2, 4], "seeds": [0, 1], "length": 16, "d_model": 32,
-            "n_heads": 4, "steps": 1000, "batch_size": 32, "lr": 3e-3, "warmup_steps": 100, "eval_batch_size": 512,
-            "probe_batch": 256},
-    "full": {"groups": [g for g, _, _ in GROUPS], "depths": [1, 2, 3, 4, 6], "seeds": [0, 1, 2], "length": 100,
-             "d_model": 128, "n_heads": 4, "steps": 20000, "batch_size": 64, "lr": 1e-3, "warmup_steps": 500,
-             "eval_batch_size": 1024, "probe_batch": 256},
-}
+# The runs are experiments/automata_depth.toml (CPU size; _smoke.toml, _full.toml): groups × depths ×
+# seeds, each point's seeds side by side. What follows is the analysis: its own sizes only.
+SIZES: dict[str, dict[str, Any]] = {"smoke": {"probe_batch": 32}, "cpu": {"probe_batch": 256}, "full": {"probe_batch": 256}}
 
 
-def config(c: dict[str, Any], group: str, depth: int, seed: int) -> dict[str, Any]:
-    _, automaton, n = next(g for g in GROUPS if g[0] == group)
-    return {"task": {"name": "automata", "automaton": automaton, "n": n, "length": c["length"]},
-            "model": {"n_layers": depth, "n_heads": c["n_heads"], "d_model": c["d_model"], "init_seed": seed},
-            "train": {"steps": c["steps"], "batch_size": c["batch_size"], "lr": c["lr"], "warmup_steps": c["warmup_steps"],
-                      "schedule": "cosine", "min_lr_frac": 0.1, "eval_every": max(1, c["steps"] // 10),
-                      "eval_batch_size": c["eval_batch_size"], "checkpoints": 2, "seed": seed}}
+def grid(runs: harness.Runs, size: str) -> dict[str, Any]:
+    """What the analysis needs to know of the sweep: groups, depths, seeds and the shared settings."""
+    axes = {a.key: a.labels for a in runs.plan.axes}
+    one = runs.plan.jobs[0].config
+    return {**SIZES[size], "groups": list(axes["group"]), "depths": [int(d) for d in axes["model.n_layers"]],
+            "seeds": list(runs.plan.seeds), "length": one["task"]["length"], "d_model": one["model"]["d_model"],
+            "n_heads": one["model"]["n_heads"], **{k: one["train"][k] for k in ("steps", "batch_size", "lr", "warmup_steps",
+                                                                                  "eval_batch_size")}}
 
 
-def one(s: harness.Session, c: dict[str, Any], group: str, depth: int, seed: int) -> dict[str, Any]:
-    name = f"{group}_L{depth}_seed{seed}"
-    run = s.train({**config(c, group, depth, seed), "wandb": {"name": name}}, s.args.runs / name)
+def one(runs: harness.Runs, c: dict[str, Any], group: str, depth: int, seed: int) -> dict[str, Any]:
+    run = runs.run(seed, group=group, n_layers=depth)
     last = run.metrics[-1]
     tl = timeline.probe_run(run, ["automaton_shortcut"], steps=[run.steps[-1]], batch_size=c["probe_batch"])
     m = {k: v[-1] for k, v in tl.metrics["automaton_shortcut"].items()}
     T = c["length"]
     by_position = last["eval_long/acc_by_position"]
+    batch = run.path.parent / "config.json"  # this seed trained side by side with the point's other seeds
     out = {"group": group, "depth": depth, "seed": seed, "train_time_s": round(harness.train_seconds(run), 2),
+           "batch_seeds": io.read_json(batch)["train"]["seeds"] if batch.exists() else 1,
            "acc": last["eval/acc"], "acc_last": last["eval/acc_last"],
            "loss": last["eval/loss"], "acc_long_within_T": statistics.fmean(by_position[:T]),
            "acc_long_beyond_T": statistics.fmean(by_position[T:]), "acc_long_by_position": by_position,
@@ -164,11 +157,13 @@ def plot(s: harness.Session, c: dict[str, Any], data: dict[str, Any]) -> list[Pa
 def main(argv: list[str] | None = None) -> int:
     args = harness.parse_args(NAME, __doc__, argv)
     s = harness.Session(NAME, args)
-    c = SIZES[args.size]
-    rows = [one(s, c, g, d, seed) for g in c["groups"] for d in c["depths"] for seed in c["seeds"]]
+    runs = s.sweep()
+    c = grid(runs, args.size)
+    rows = [one(runs, c, g, d, seed) for g in c["groups"] for d in c["depths"] for seed in c["seeds"]]
     results = summarize(c, rows)
     results["runs"] = rows
-    results["train_time_s_total"] = round(sum(r["train_time_s"] for r in rows), 1)
+    # Seeds side by side: each seed's time is its batch's, counted once per batch.
+    results["train_time_s_total"] = round(sum(r["train_time_s"] / r["batch_seeds"] for r in rows), 1)
     results["paper_T100"] = {g: {str(d): v for d, v in PAPER[g].items()} for g in c["groups"]}
     s.finish(c, results, plot(s, c, results))
     print("accuracy (%), mean over seeds [paper at T=100]")
@@ -180,4 +175,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(harness.cli(main))

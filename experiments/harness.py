@@ -1,5 +1,23 @@
-"""What the reproduction scripts in experiments/ share: one command line, training that reuses or
-continues runs already on disk, a results JSON that says how it was made, and small statistics."""
+"""What the reproduction scripts in experiments/ share: one command line, training through the sweep
+machinery (runs already on disk are reused or continued), a results JSON that says how it was made, and
+small statistics.
+
+A script's runs are a sweep file beside it: experiments/<name>.toml is the CPU size, <name>_smoke.toml
+and <name>_full.toml (`base = "<name>.toml"`) the others. `Session.sweep()` trains it into --runs
+(seeds side by side where the configs allow; mechsynth/sweep_units.py) and returns the runs to analyse:
+
+    session = harness.Session(NAME, args)
+    runs = session.sweep()                              # experiments/NAME[_size].toml -> args.runs
+    for job in runs.jobs(condition="k3"):               # a grid axis by its key or the key's last part
+        run = runs.load(job)                            # load_run(args.runs / "runs/condition=k3/seed_0")
+
+Runs that are not one grid (adaptive searches) are given in Python, a round at a time: each call trains
+the runs it names (a sweep of explicit configs) into the same directory and returns them; a run already
+there is reused, or continued when asked for more steps; a different config for it is an error.
+
+    runs = session.train_runs([({"T": 16, "n": 45}, seed, config) for seed in seeds], seed_keys=("task.seed",))
+    run = runs.run(0, T=16, n=45)                       # load_run(args.runs / "runs/T=16,n=45/seed_0")
+"""
 
 from __future__ import annotations
 
@@ -8,21 +26,28 @@ import math
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import torch
 
-from mechsynth import io, rundir
+from mechsynth import io
 from mechsynth.config import ConfigError
+from mechsynth.errors import UserError
 from mechsynth.run import Run, load_run
-from mechsynth.runconfig import parse_config
-from mechsynth.runner import train_run
+from mechsynth.sweep import Job, Plan, load_sweep, plan_of_runs, run_sweep
+from mechsynth.sweep_job import BACKENDS
+from mechsynth.sweep_plan import label
+from mechsynth.wandb_log import MODES
 
 SIZES = ("smoke", "cpu", "full")
+EXPERIMENTS = Path(__file__).resolve().parent
+# (labels, seed, config): one run of `Session.train_runs`; labels name its point ({"T": 16, "n": 45})
+RunSpec = tuple[Mapping[str, Any], int, Mapping[str, Any]]
 
 
 def parse_args(name: str, doc: str, argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -34,12 +59,17 @@ def parse_args(name: str, doc: str, argv: Optional[Sequence[str]] = None) -> arg
     size.add_argument("--smoke", action="store_const", dest="size", const="smoke",
                       help="a tiny configuration that only checks the pipeline (seconds)")
     p.add_argument("--out", default=None, help="where the results JSON and figures go (default: assets; for --smoke, RUNS/assets)")
-    p.add_argument("--runs", default=None, help=f"where the run directories go (default: runs/{name}-<size>)")
-    p.add_argument("--wandb", choices=["online", "offline", "disabled"], default="disabled",
+    p.add_argument("--runs", default=None, help=f"the sweep directory the runs go to (default: runs/{name}-<size>)")
+    p.add_argument("--wandb", choices=MODES, default="disabled",
                    help="W&B mode of the training runs (default: disabled; offline writes a W&B run per training run)")
     p.add_argument("--threads", type=int, default=1,
-                   help="torch CPU threads (default 1: these models are so small that more threads mostly wait on each other)")
+                   help="torch CPU threads of each training job and of the analysis (default 1: these models are so "
+                        "small that more threads mostly wait on each other)")
     p.add_argument("--device", default="cpu", help="training device: cpu, cuda, auto (default: cpu)")
+    p.add_argument("--backend", choices=BACKENDS, default="local",
+                   help="where the runs train: a local process pool (default) or Ray (see `mechsynth sweep`)")
+    p.add_argument("--workers", type=int, default=None, help="local backend: jobs at a time (default: the CPU count)")
+    p.add_argument("--address", default=None, help="ray backend: an existing cluster (default: a local Ray instance)")
     args = p.parse_args(argv)
     args.size = args.size or "cpu"
     args.runs = Path(args.runs or f"runs/{name}-{args.size}")
@@ -47,7 +77,44 @@ def parse_args(name: str, doc: str, argv: Optional[Sequence[str]] = None) -> arg
     args.out = Path(args.out or (args.runs / "assets" if args.size == "smoke" else "assets"))
     if args.threads < 1:
         p.error("--threads: must be ≥ 1")
+    if args.workers is not None and (args.workers < 1 or args.backend == "ray"):
+        p.error("--workers: must be ≥ 1, and is for the local backend")
+    if args.address and args.backend != "ray":
+        p.error("--address: needs --backend ray")
     return args
+
+
+class Runs:
+    """The runs of one sweep (or round) in the sweep directory `dir`, to load for analysis."""
+
+    # (a plain class: the tests load this file without registering it as a module, which dataclasses need)
+    def __init__(self, dir: Path, plan: Plan):
+        self.dir, self.plan = dir, plan
+
+    def jobs(self, **labels: Any) -> list[Job]:
+        """The runs whose grid labels match, in plan order (points, then seeds); an axis is named by its key
+        or the key's last part (`n_layers=2` for "model.n_layers")."""
+        keys = {a.key for a in self.plan.axes}
+        want = {}
+        for name, value in labels.items():
+            key = [k for k in keys if k == name] or [k for k in keys if k.split(".")[-1] == name]
+            if len(key) != 1:
+                raise ConfigError(name, f"is not an axis of {self.plan.name}; allowed: {', '.join(sorted(keys))}")
+            want[key[0]] = label(value)
+        return [j for j in self.plan.jobs if all(j.labels.get(k) == v for k, v in want.items())]
+
+    def load(self, job: Job) -> Run:
+        return load_run(self.dir / job.dir)
+
+    def run(self, seed: int, **labels: Any) -> Run:
+        """The run of one point and seed."""
+        found = [j for j in self.jobs(**labels) if j.seed == seed]
+        if len(found) != 1:
+            raise ConfigError("labels", f"{labels}, seed {seed} names {len(found)} runs of {self.plan.name}, not one")
+        return self.load(found[0])
+
+    def all(self) -> list[Run]:
+        return [self.load(j) for j in self.plan.jobs]
 
 
 class Session:
@@ -62,30 +129,54 @@ class Session:
         self.t0 = time.perf_counter()
         self.trained, self.reused = 0, 0
 
-    def train(self, cfg: dict[str, Any], run_dir: Path) -> Run:
-        """Train `cfg` into `run_dir`. A run already there with the same config is reused, or
-        continued when it has fewer steps (so a longer budget, or a killed command, costs only the
-        missing steps); one with a different config is an error, never overwritten."""
-        cfg = {**cfg, "wandb": {"mode": self.args.wandb, "project": "mechsynth-experiments",
-                                "group": self.name, **cfg.get("wandb", {})}}
-        cfg["train"] = {"device": self.args.device, **cfg["train"]}
-        parsed = parse_config(cfg)
-        run_dir = Path(run_dir)
-        state = rundir.status(run_dir)
-        if state == "foreign":
-            raise ConfigError("--runs", f"{run_dir} holds files but no readable run; move it away or choose another --runs")
-        if state != "new":
-            run = load_run(run_dir)
-            if run.steps and run.steps[-1] >= parsed.train.steps:  # (also a run trained longer than asked)
-                rundir.check_resumable(run.config.to_dict(), parsed.to_dict(), field="--runs")
-                self.reused += 1
-                return run
-            # Continue it: only keys a resume may change (steps, device, W&B) may differ.
-            train_run(parsed, run_dir, resume=True, progress=False)
-        else:
-            train_run(parsed, run_dir, progress=False)
-        self.trained += 1
-        return load_run(run_dir)
+    def sweep_file(self) -> Path:
+        """experiments/<name>.toml at the CPU size, experiments/<name>_<size>.toml otherwise."""
+        return EXPERIMENTS / (f"{self.name}.toml" if self.args.size == "cpu" else f"{self.name}_{self.args.size}.toml")
+
+    def sweep(self, overrides: Sequence[str] = (), file: Optional[Path] = None) -> Runs:
+        """Train the experiment's sweep file (`sweep_file()`, or `file`) into --runs and return its runs."""
+        plan = load_sweep(file or self.sweep_file(), (*overrides, f'train.device="{self.args.device}"'),
+                          self.args.wandb, resources=self.args.backend != "ray")
+        return self._run(plan)
+
+    def train_runs(self, runs: Sequence[RunSpec], *, seed_keys: Sequence[str] = (), side_by_side: bool = True) -> Runs:
+        """One round of explicit runs, trained as a sweep into --runs (with the runs of earlier rounds).
+        The seed sets train.seed, model.init_seed and `seed_keys` (e.g. "task.seed": each seed its own
+        task; such seeds train separately). A run already there is skipped when it has the steps asked
+        for (or more), else continued; a different config for it is an error, never overwritten."""
+        specs = [(labels, seed, {**config, "train": {**config.get("train", {}), "device": self.args.device},
+                                 "wandb": {"project": "mechsynth-experiments", **config.get("wandb", {})}})
+                 for labels, seed, config in runs]
+        plan = plan_of_runs(self.name, specs, seed_keys=seed_keys, side_by_side=side_by_side,
+                            wandb_mode=self.args.wandb, resources=self.args.backend != "ray")
+        return self._run(plan)
+
+    def _run(self, plan: Plan) -> Runs:
+        sweep_dir = self.args.runs
+        if self.args.backend == "ray":
+            from mechsynth import ray_backend
+
+            ray_backend.require()
+        if sweep_dir.is_dir() and not (sweep_dir / "sweep.json").exists() and any(sweep_dir.iterdir()):
+            raise ConfigError("--runs", f"{sweep_dir} holds files but no sweep.json (runs of an earlier version of this "
+                                        "script, one directory per run?); move it away or choose another --runs")
+        try:
+            outcome = run_sweep(plan, sweep_dir, backend=self.args.backend, workers=self.args.workers,
+                                address=self.args.address, threads=self.args.threads, extend=True, log=log)
+        except ConfigError as e:
+            if e.field != "--out":
+                raise
+            raise ConfigError("--runs", str(e).split(": ", 1)[1]) from None
+        finally:
+            torch.set_num_threads(self.args.threads)  # a one-worker pool trains in this process
+        if outcome.failures:
+            first = outcome.failures[0]
+            raise UserError(f"{len(outcome.failures)} training job(s) failed, first {first['run']}: {first['error']} "
+                            f"(tracebacks in {sweep_dir / 'failures.json'}); run the command again to retry")
+        c = outcome.counts
+        self.trained += c["done"] + c["resumed"]
+        self.reused += c["complete"] + c["skipped"]
+        return Runs(sweep_dir.resolve(), plan)
 
     def finish(self, config: dict[str, Any], results: dict[str, Any], figures: Sequence[Path]) -> Path:
         """Write OUT/<name>.json: the numbers, the configuration, where and how long it ran."""
@@ -95,12 +186,21 @@ class Session:
                "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
                "device": device_name(self.args.device),
                "threads": self.args.threads, "runs_trained": self.trained, "runs_reused": self.reused,
-               "versions": versions(), "config": config, "results": results,
+               "commit": commit(), "versions": versions(), "config": config, "results": results,
                "figures": [Path(f).name for f in figures]}
         path = self.args.out / f"{self.name}.json"
         io.write_json(path, _finite(out))
         print(f"{path} ({wall:.0f} s)")
         return path
+
+
+def cli(main: Any) -> int:
+    """Run a script's `main()` from the command line: a mistake the user can fix is one line, exit 2."""
+    try:
+        return main()
+    except UserError as e:
+        print(f"{Path(sys.argv[0]).name}: error: {e}", file=sys.stderr)
+        return 2
 
 
 def command(name: str, args: argparse.Namespace) -> str:
@@ -123,6 +223,21 @@ def device_name(device: str) -> str:
     except (OSError, StopIteration):
         pass
     return f"CPU: {model}, {os.cpu_count()} cores visible"
+
+
+def commit() -> Optional[str]:
+    """The checkout's commit, with "-dirty" when tracked files other than assets/ (which the experiments
+    write) differ from it; None outside a git checkout."""
+    def git(*args: str) -> Optional[str]:
+        try:
+            out = subprocess.run(["git", *args], cwd=EXPERIMENTS, capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return out.stdout.strip() if out.returncode == 0 else None
+
+    head = git("rev-parse", "--short=12", "HEAD")
+    changed = git("status", "--porcelain", "--untracked-files=no", "--", ":/", ":(exclude,top)assets")
+    return None if head is None else head + ("-dirty" if changed else "")
 
 
 def versions() -> dict[str, str]:

@@ -8,13 +8,21 @@
      exponent of n);
   3. noisy labels (a fraction of training labels flipped) still converge.
 
-    python experiments/sparse_parity_hidden_progress.py            # the CPU configuration (~10 min on 2 cores)
+    python experiments/sparse_parity_hidden_progress.py            # the CPU configuration (5-10 min on 2 shared cores)
     python experiments/sparse_parity_hidden_progress.py --full     # larger n, more seeds, n = 50 transformer
     python experiments/sparse_parity_hidden_progress.py --smoke    # seconds; checks the pipeline only
 
 A run converges at the first evaluation with held-out accuracy ≥ 0.99 (on clean labels). Runs train
 in doubling budgets, each continuing the last, until they converge or reach a cap; a run that never
-converges counts as censored. Writes OUT/sparse_parity_hidden_progress.json and
+converges counts as censored. The budgets go in rounds: each round trains every run not yet converged
+(or capped) to its next budget, all together (`Session.train_runs`: a local process pool, --workers;
+--backend ray, --device cuda): ⌈log2(cap / first budget)⌉ + 1 rounds at most (8 at the CPU size). The
+runs go to --runs as a sweep directory, runs/<point>/seed_<seed> with points
+model=mlp,k=<k>,n=<n>,noise=<noise> and model=transformer,k=3,n=<n>; runs already there are reused,
+and continued when a longer budget asks for more steps. (The CPU size's time was measured training one
+run at a time; a round's runs now share the cores.)
+
+Writes OUT/sparse_parity_hidden_progress.json and
 OUT/sparse_parity_hidden_progress_{curves,prediction,scaling}.png.
 """
 
@@ -71,20 +79,41 @@ def transformer_config(n: int, k: int, seed: int, size: dict[str, Any]) -> dict[
                       "eval_batch_size": min(512, size["eval_batch_size"]), "checkpoints": size["checkpoints"]}}
 
 
+def probed(size: dict[str, Any], k: int, n: int) -> bool:
+    """The MLP runs whose hidden progress is probed (at every one of their many checkpoints)."""
+    return k == 3 and n == size["hp_n"]
+
+
 def converged_at(run: Run) -> Optional[int]:
     return next((r["step"] for r in run.metrics if r.get("eval/acc", 0) >= CONVERGED_ACC), None)
 
 
-def train_until_converged(session: harness.Session, cfg: dict[str, Any], run_dir: Path, first: int, cap: int
-                          ) -> tuple[Run, Optional[int], float]:
-    """Train in budgets first, 2·first, 4·first, ... (each continuing the last) until converged or at cap."""
-    t0, budget = time.perf_counter(), first
-    while True:
-        run = session.train({**cfg, "train": {**cfg["train"], "steps": budget}}, run_dir)
-        step = converged_at(run)
-        if step is not None or budget >= cap:
-            return run, step, time.perf_counter() - t0
-        budget = min(2 * budget, cap)
+def adaptive(labels: dict[str, Any], seed: int, cfg: dict[str, Any], first: int, cap: int) -> dict[str, Any]:
+    """One run to train until it converges: its point (`labels`), seed, config (without steps) and budgets."""
+    return {"labels": labels, "seed": seed, "config": cfg, "first": first, "cap": cap, "budget": None,
+            "run": None, "converged_at": None}
+
+
+def train_until_converged(session: harness.Session, todo: list[dict[str, Any]]) -> tuple[list[int], list[float]]:
+    """Train each run of `todo` (see `adaptive`) in budgets first, 2·first, 4·first, ... (each continuing
+    the last) until it converges or reaches its cap; sets its "run" and "converged_at". One round per
+    budget: every open run's next budget trains in one `train_runs`. Returns the runs and seconds of each
+    round."""
+    rounds, seconds = [], []
+    while todo:
+        for r in todo:
+            r["budget"] = r["first"] if r["budget"] is None else min(2 * r["budget"], r["cap"])
+        harness.log(f"round {len(rounds) + 1}: {len(todo)} runs")
+        t = time.perf_counter()
+        runs = session.train_runs([(r["labels"], r["seed"], {**r["config"], "train": {**r["config"]["train"], "steps": r["budget"]}})
+                                   for r in todo], seed_keys=("task.seed",))  # the seed also draws S: separate runs
+        rounds.append(len(todo))
+        seconds.append(round(time.perf_counter() - t, 1))
+        for r in todo:
+            r["run"] = runs.run(r["seed"], **r["labels"])
+            r["converged_at"] = converged_at(r["run"])
+        todo = [r for r in todo if r["converged_at"] is None and r["budget"] < r["cap"]]
+    return rounds, seconds
 
 
 # ---- hidden progress ----------------------------------------------------------------------------
@@ -265,43 +294,35 @@ def plot_scaling(table: dict[int, dict[int, list[Optional[int]]]], summary: dict
 def main(argv: Optional[list[str]] = None) -> int:
     args = harness.parse_args(NAME, __doc__, argv)
     session = harness.Session(NAME, args)
-    size = SIZES[args.size]
+    size, tf_size = SIZES[args.size], SIZES[args.size]["transformer"]
+    mlps = {(k, n, seed): adaptive({"model": "mlp", "k": k, "n": n, "noise": 0.0}, seed,
+                                   mlp_config(n, k, seed, size, checkpoints=size["checkpoints"] if probed(size, k, n) else 4),
+                                   size["first_budget"], size["cap"])
+            for k, ns in size["scaling"].items() for n in ns for seed in range(size["seeds"])}
+    tfs = [adaptive({"model": "transformer", "k": 3, "n": tf_size["n"]}, seed, transformer_config(tf_size["n"], 3, seed, size),
+                    tf_size["first_budget"], tf_size["cap"]) for seed in range(tf_size["seeds"])]
+    noisy_runs = [adaptive({"model": "mlp", "k": 3, "n": size["hp_n"], "noise": size["noise"]}, seed,
+                           mlp_config(size["hp_n"], 3, seed, size, noise=size["noise"]), size["first_budget"], size["cap"])
+                  for seed in range(size["noise_seeds"])]
+    rounds, seconds = train_until_converged(session, [*mlps.values(), *tfs, *noisy_runs])
+
+    t = time.perf_counter()
     table: dict[int, dict[int, list[Optional[int]]]] = {}
-    hp_runs, timings = [], {}
+    hp_runs = []
     for k, ns in size["scaling"].items():
         table[k] = {}
         for n in ns:
-            table[k][n] = []
-            t = time.perf_counter()
-            for seed in range(size["seeds"]):
-                probed = k == 3 and n == size["hp_n"]
-                cfg = mlp_config(n, k, seed, size, checkpoints=size["checkpoints"] if probed else 4)
-                run, t_conv, _ = train_until_converged(session, cfg,
-                                                       args.runs / f"mlp-n{n}-k{k}-seed{seed}", size["first_budget"], size["cap"])
-                table[k][n].append(t_conv)
-                if probed:
-                    hp_runs.append({"seed": seed, **progress(run, t_conv)})
-            timings[f"mlp_k{k}_n{n}"] = round(time.perf_counter() - t, 1)
-            print(f"MLP k={k} n={n}: converged at {table[k][n]} ({timings[f'mlp_k{k}_n{n}']:.0f} s)", file=sys.stderr)
-    tf_size, tf_runs = size["transformer"], []
-    t = time.perf_counter()
-    for seed in range(tf_size["seeds"]):
-        run, t_conv, _ = train_until_converged(session, transformer_config(tf_size["n"], 3, seed, size),
-                                               args.runs / f"transformer-n{tf_size['n']}-k3-seed{seed}",
-                                               tf_size["first_budget"], tf_size["cap"])
-        tf_runs.append({"seed": seed, **progress(run, t_conv)})
-    timings["transformer"] = round(time.perf_counter() - t, 1)
+            table[k][n] = [mlps[k, n, seed]["converged_at"] for seed in range(size["seeds"])]
+            if probed(size, k, n):
+                hp_runs += [{"seed": seed, **progress(mlps[k, n, seed]["run"], mlps[k, n, seed]["converged_at"])}
+                            for seed in range(size["seeds"])]
+            print(f"MLP k={k} n={n}: converged at {table[k][n]}", file=sys.stderr)
+    tf_runs = [{"seed": r["seed"], **progress(r["run"], r["converged_at"])} for r in tfs]
     print(f"transformer n={tf_size['n']}: converged at {[r['converged_at'] for r in tf_runs]}", file=sys.stderr)
-    noisy = []
-    t = time.perf_counter()
-    for seed in range(size["noise_seeds"]):
-        run, t_conv, _ = train_until_converged(session, mlp_config(size["hp_n"], 3, seed, size, noise=size["noise"]),
-                                               args.runs / f"mlp-n{size['hp_n']}-k3-noise{size['noise']}-seed{seed}",
-                                               size["first_budget"], size["cap"])
-        noisy.append({"seed": seed, "converged_at": t_conv, "clean_converged_at": table[3][size["hp_n"]][seed],
-                      "final_eval_acc": run.metrics[-1]["eval/acc"]})
-    timings["noisy"] = round(time.perf_counter() - t, 1)
+    noisy = [{"seed": r["seed"], "converged_at": r["converged_at"], "clean_converged_at": table[3][size["hp_n"]][r["seed"]],
+              "final_eval_acc": r["run"].metrics[-1]["eval/acc"]} for r in noisy_runs]
     print(f"noisy labels: converged at {[r['converged_at'] for r in noisy]}", file=sys.stderr)
+    timings = {"training_rounds": seconds, "probes": round(time.perf_counter() - t, 1)}
 
     summary = scaling_summary(table)
     ratios = [r["converged_at"] / r["clean_converged_at"] for r in noisy if r["converged_at"] and r["clean_converged_at"]]
@@ -319,6 +340,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         "noisy_labels": {"noise": size["noise"], "n": size["hp_n"], "k": 3, "runs": noisy,
                          "converged": sum(r["converged_at"] is not None for r in noisy),
                          "slowdown_vs_clean_same_seed": harness.spread(ratios)},
+        "runs_per_round": rounds,
         "timings_s": timings,
     }
     figures = [plot_curves(hp_runs, tf_runs, size["hp_n"], tf_size["n"], args.out / f"{NAME}_curves.png"),
@@ -332,4 +354,4 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(harness.cli(main))

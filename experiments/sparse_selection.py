@@ -2,7 +2,7 @@
 needs to learn a 3-sparse AND of T bits, as T grows — the theory says ~log T — and whether the readout
 attention concentrates on the hidden support S as it learns.
 
-    python experiments/sparse_selection.py            # CPU size: T = 16..128, 5 seeds (15-17 min on 2 shared cores)
+    python experiments/sparse_selection.py            # CPU size: T = 16..128, 5 seeds, 80 runs (~17 min on 2 shared cores)
     python experiments/sparse_selection.py --full     # T = 16..512, 8 seeds, wider model, finer grid, longer training (a GPU)
     python experiments/sparse_selection.py --smoke    # seconds; for the tests
 
@@ -13,6 +13,13 @@ grid finds n*, the smallest grid size that generalizes, in ~log2(grid) runs. The
 against log2 T and against T. The run at n* is probed at every checkpoint with `sparse_selection`
 (attention from the readout onto S, and whether the top-|S| attended positions are exactly S); every
 other run is probed at its last checkpoint.
+
+The searches go in rounds: each round trains the next midpoint of every (T, seed) search still open,
+all together (`Session.train_runs`: a local process pool, --workers; --backend ray, --device cuda),
+then probes them and narrows each search: at most ceil(log2(len(grid) + 1)) rounds (5 at the CPU
+size, 6 with --full). The runs go to --runs as a sweep directory, runs/T=<T>,n=<n>/seed_<seed>; runs
+already there are reused. (The ~17 min of the CPU size was measured training one run at a time; a
+round's runs now share the cores.)
 
 Writes OUT/sparse_selection.json and OUT/sparse_selection_{samples,attention}.png.
 """
@@ -30,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402
 
 from mechsynth import timeline  # noqa: E402
+from mechsynth.run import Run  # noqa: E402
 
 NAME = "sparse_selection"
 THRESHOLD = 0.99  # a model that reads exactly S computes AND exactly; 2 of the 3 bits score ~0.87
@@ -62,9 +70,8 @@ def config(c: dict[str, Any], T: int, n: int, seed: int) -> dict[str, Any]:
                       "eval_batch_size": c["eval_batch_size"], "checkpoints": c["checkpoints"], "seed": seed}}
 
 
-def attempt(s: harness.Session, c: dict[str, Any], T: int, n: int, seed: int) -> dict[str, Any]:
-    name = f"T{T}_n{n}_seed{seed}"
-    run = s.train({**config(c, T, n, seed), "wandb": {"name": name}}, s.args.runs / name)
+def attempt(run: Run, c: dict[str, Any], T: int, n: int, seed: int) -> dict[str, Any]:
+    """Whether one trained run generalized, and where its readout attends at the end."""
     records = [r for r in run.metrics if "eval/acc" in r]
     probe = timeline.probe_run(run, ["sparse_selection"], steps=[run.steps[-1]])
     acc = records[-1]["eval/acc"]
@@ -78,20 +85,32 @@ def attempt(s: harness.Session, c: dict[str, Any], T: int, n: int, seed: int) ->
             "train_time_s": round(harness.train_seconds(run), 2), "run": run}
 
 
-def smallest_generalizing(s: harness.Session, c: dict[str, Any], T: int, seed: int) -> tuple[dict | None, list[dict]]:
-    """Binary search over the grid for the first size that generalizes (None: not even the largest)."""
-    sizes, tried = c["grid"], []
-    lo, hi = -1, len(sizes)  # invariant: sizes[lo] fails (or lo = -1), sizes[hi] generalizes (or hi = len)
-    best = None
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        result = attempt(s, c, T, sizes[mid], seed)
-        tried.append(result)
-        if result["generalized"]:
-            hi, best = mid, result
-        else:
-            lo = mid
-    return best, tried
+def smallest_generalizing(s: harness.Session, c: dict[str, Any]) -> tuple[dict[tuple[int, int], dict | None], list[dict], list[int]]:
+    """Binary search over the grid, for every (T, seed), for the first size that generalizes (None: not
+    even the largest). All searches take one step per round, and a round's runs train together. Returns
+    the result at n* per (T, seed), every run tried (search by search, in the order tried) and the
+    number of runs of each round."""
+    sizes = c["grid"]
+    # invariant per search: sizes[lo] fails (or lo = -1), sizes[hi] generalizes (or hi = len)
+    bounds = {(T, seed): (-1, len(sizes)) for T in c["lengths"] for seed in c["seeds"]}
+    found: dict[tuple[int, int], dict | None] = {key: None for key in bounds}
+    tried, rounds = [], []
+    while mids := {key: (lo + hi) // 2 for key, (lo, hi) in bounds.items() if hi - lo > 1}:
+        harness.log(f"round {len(rounds) + 1}: {len(mids)} runs")
+        runs = s.train_runs([({"T": T, "n": sizes[m]}, seed, config(c, T, sizes[m], seed)) for (T, seed), m in mids.items()],
+                            seed_keys=("task.seed",))  # each seed its own S and training set
+        rounds.append(len(mids))
+        for (T, seed), mid in mids.items():
+            result = attempt(runs.run(seed, T=T, n=sizes[mid]), c, T, sizes[mid], seed)
+            tried.append(result)
+            lo, hi = bounds[T, seed]
+            if result["generalized"]:
+                bounds[T, seed], found[T, seed] = (lo, mid), result
+            else:
+                bounds[T, seed] = (mid, hi)
+    order = list(bounds)
+    tried.sort(key=lambda r: order.index((r["T"], r["seed"])))  # stable: each search's runs in the order tried
+    return found, tried, rounds
 
 
 def support_timeline(result: dict[str, Any]) -> dict[str, Any]:
@@ -188,16 +207,13 @@ def main(argv: list[str] | None = None) -> int:
     args = harness.parse_args(NAME, __doc__, argv)
     s = harness.Session(NAME, args)
     c = SIZES[args.size]
-    found, tried = {}, []
-    for T in c["lengths"]:
-        for seed in c["seeds"]:
-            found[T, seed], runs = smallest_generalizing(s, c, T, seed)
-            tried += runs
+    found, tried, rounds = smallest_generalizing(s, c)
     results = summarize(c, found, tried)
     results["runs"] = [{k: v for k, v in r.items() if k != "run"} for r in tried]
     results["support_timelines"] = [support_timeline(found[T, seed]) for T in c["lengths"] for seed in c["seeds"]
                                     if found[T, seed]]
     results["threshold"] = THRESHOLD
+    results["runs_per_round"] = rounds
     results["train_time_s_total"] = round(sum(r["train_time_s"] for r in results["runs"]), 1)
     s.finish(c, results, plot(s, c, results))
     for T in c["lengths"]:
@@ -210,4 +226,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(harness.cli(main))

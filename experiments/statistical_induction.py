@@ -12,13 +12,17 @@ A 2-layer attention-only transformer learns in-context Markov chains (`markov_ic
     python experiments/statistical_induction.py --full     # bigger models, longer, more seeds
     python experiments/statistical_induction.py --smoke    # seconds; checks the pipeline only
 
+The runs are the sweep experiments/statistical_induction.toml (_smoke.toml, _full.toml for the other
+sizes), trained into --runs (a sweep directory: runs/condition=k3/seed_0, ...) on a local process pool
+(--workers; --backend ray, --device cuda), each condition's seeds side by side; runs already there are
+reused. This script analyses them.
+
 Writes OUT/statistical_induction.json and OUT/statistical_induction_{stages,priors,trigram}.png.
 """
 
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 from typing import Any, Optional
 
@@ -33,35 +37,18 @@ from mechsynth.timeline import formation_step, probe_run, steepest_drop  # noqa:
 
 NAME = "statistical_induction"
 
+# The runs are experiments/statistical_induction.toml (CPU size; _smoke.toml, _full.toml): the four
+# conditions below × 3 seeds (smoke 2, full 5), each condition's seeds side by side. What follows is the
+# analysis: its own sizes only.
 SIZES: dict[str, dict[str, Any]] = {
-    # Only checks that everything runs end to end; the numbers mean nothing at this size.
-    "smoke": dict(length=24, d_model=16, batch_size=8, lr=3e-3, steps=24, trigram_steps=24, checkpoints=8,
-                  eval_batch_size=32, kl_batch=32, probe_batch=8, seeds={"k3": 1, "k2": 1, "ds": 1, "trigram": 1}),
-    # Sized to finish in about 10 minutes on a shared 2-core CPU.
-    "cpu": dict(length=100, d_model=32, batch_size=32, lr=3e-3, steps=800, trigram_steps=2500, checkpoints=80,
-                eval_batch_size=128, kl_batch=256, probe_batch=64, seeds={"k3": 3, "k2": 2, "ds": 3, "trigram": 2}),
-    # experiments/markov_icl.toml's model and optimizer (d_model 64, batch 64, lr 1e-3), 10x longer, 5 seeds.
-    "full": dict(length=100, d_model=64, batch_size=64, lr=1e-3, steps=10000, trigram_steps=30000, checkpoints=120,
-                 eval_batch_size=256, kl_batch=512, probe_batch=64, seeds={"k3": 5, "k2": 5, "ds": 5, "trigram": 3}),
+    "smoke": dict(kl_batch=32, probe_batch=8),
+    "cpu": dict(kl_batch=256, probe_batch=64),
+    "full": dict(kl_batch=512, probe_batch=64),
 }
 
-# condition -> (task parameters, heads per layer, steps key)
-CONDITIONS = {
-    "k3": ({"k": 3, "order": 2, "prior": "dirichlet"}, 1, "steps"),
-    "k2": ({"k": 2, "order": 2, "prior": "dirichlet"}, 1, "steps"),
-    "ds": ({"k": 3, "order": 2, "prior": "doubly_stochastic"}, 1, "steps"),
-    "trigram": ({"k": 3, "order": 3, "prior": "dirichlet"}, 2, "trigram_steps"),
-}
+# the sweep's `condition` axis: k3 and k2 (Dirichlet prior), ds (doubly stochastic, k = 3), trigram
+CONDITIONS = ("k3", "k2", "ds", "trigram")
 GRAM = {2: "bigram", 3: "trigram"}
-
-
-def run_config(cond: str, seed: int, size: dict[str, Any]) -> dict[str, Any]:
-    task, heads, steps_key = CONDITIONS[cond]
-    return {"task": {"name": "markov_icl", "length": size["length"], **task},
-            "model": {"n_layers": 2, "n_heads": heads, "d_model": size["d_model"], "attn_only": True, "init_seed": seed},
-            "train": {"steps": size[steps_key], "batch_size": size["batch_size"], "lr": size["lr"], "seed": seed,
-                      "eval_every": max(1, size[steps_key] // 40), "eval_batch_size": size["eval_batch_size"],
-                      "checkpoints": size["checkpoints"]}}
 
 
 @torch.no_grad()
@@ -294,25 +281,27 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = harness.parse_args(NAME, __doc__, argv)
     session = harness.Session(NAME, args)
     size = SIZES[args.size]
+    runs = session.sweep()
     res: dict[str, Any] = {}
     for cond in CONDITIONS:
-        res[cond] = {"task": run_config(cond, 0, size)["task"], "seeds": []}
-        for seed in range(size["seeds"][cond]):
-            cfg = run_config(cond, seed, size)
-            t = time.perf_counter()
-            run = session.train(cfg, args.runs / f"{cond}-seed{seed}")
-            t_train = time.perf_counter() - t
-            r = {"seed": seed, "train_time_s": round(t_train, 1), "run": str(run.path), **analyse(run, size)}
+        jobs = runs.jobs(condition=cond)
+        res[cond] = {"task": jobs[0].config["task"], "seeds": []}
+        for job in jobs:
+            run = runs.load(job)
+            # side by side, a seed's training time is its batch's: all the condition's seeds together
+            r = {"seed": job.seed, "train_time_s": round(harness.train_seconds(run), 1), "run": str(args.runs / job.dir),
+                 **analyse(run, size)}
             res[cond]["seeds"].append(r)
-            print(f"{cond} seed {seed}: stages {' -> '.join(r['stages'])}, transition at step {r['transition_step']} "
-                  f"(trained in {t_train:.0f} s)", file=sys.stderr)
+            print(f"{cond} seed {job.seed}: stages {' -> '.join(r['stages'])}, transition at step {r['transition_step']}",
+                  file=sys.stderr)
         res[cond]["summary"] = summarise(cond, res[cond]["seeds"])
     figures = [plot_stages(res, args.out / f"{NAME}_stages.png"), plot_priors(res, args.out / f"{NAME}_priors.png"),
                plot_trigram(res, args.out / f"{NAME}_trigram.png")]
-    config = {"sizes": size, "runs": {c: run_config(c, 0, size) for c in CONDITIONS}}
+    config = {"sizes": size, "sweep": session.sweep_file().name, "seeds": list(runs.plan.seeds),
+              "runs": {c: runs.jobs(condition=c)[0].config for c in CONDITIONS}}
     session.finish(config, {"claims": claims(res), "conditions": res}, figures)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(harness.cli(main))

@@ -15,9 +15,11 @@ pattern (batch x heads x n_ctx**2) as if attention were computed unfused, the lo
 (logits, log-softmax, gradient). `check` refuses a config only when the estimate exceeds the device's
 total memory (physical RAM for a CPU, the GPU's memory for CUDA): clearly too large, never a normal run.
 
-Sizes come from the config and the task's spec, never from a built model. A task's Config may
-describe its own data (`sample_bytes(n, split) -> (batch bytes, peak bytes)`, `fixed_bytes`,
-`context_field`); without them the estimate counts int64 tokens and targets and a bool mask.
+Sizes come from the config and the task's spec, never from a built model: each model kind sizes its
+own (mechsynth/models/<kind>.py), each optimizer counts its state (mechsynth/optimizers/). A task's
+Config may describe its own data (`sample_bytes(n, split) -> (batch bytes, peak bytes)`,
+`fixed_bytes`, `context_field`); without them the estimate counts int64 tokens and targets and a bool
+mask.
 """
 
 from __future__ import annotations
@@ -28,12 +30,11 @@ from typing import Any
 
 import torch
 
+from mechsynth import optimizers
 from mechsynth.config import ConfigError
-from mechsynth.models import ModelConfig
+from mechsynth.models.base import FLOAT, ModelKind
 from mechsynth.tasks.base import Task
 from mechsynth.train import TrainConfig
-
-FLOAT = 4  # bytes: weights, activations and optimizer state are float32
 
 
 @dataclass(frozen=True)
@@ -66,62 +67,22 @@ class Estimate:
         return max((*self.resident, self.peak), key=lambda p: p.bytes)
 
 
-# ---- parameters ---------------------------------------------------------------------------------------
+# ---- the model: each kind sizes its own (mechsynth/models/<kind>.py) -----------------------------------
 
-def transformer_params(cfg: ModelConfig, d_vocab: int, d_vocab_out: int, n_ctx: int) -> tuple[int, int]:
-    """(parameters in the blocks, in the embeddings, unembedding and final norm) of one FusedTransformer."""
-    dm, h, dh, L = cfg.d_model, cfg.n_heads, cfg.head_dim, cfg.n_layers
-    norm = 2 * dm if cfg.normalization == "LN" else 0  # LNPre and none have no weights
-    attn = 4 * h * dm * dh + 3 * h * dh + dm  # W_Q, W_K, W_V, W_O; b_Q, b_K, b_V; b_O
-    mlp = 0 if cfg.attn_only else norm + 2 * dm * cfg.mlp_dim + cfg.mlp_dim + dm
-    pos = 0 if cfg.positional == "rotary" else n_ctx * dm
-    return L * (norm + attn + mlp), d_vocab * dm + pos + norm + dm * d_vocab_out + d_vocab_out
-
-
-def mlp_params(cfg: ModelConfig, n_inputs: int, d_vocab_out: int) -> int:
-    return n_inputs * cfg.width + cfg.width + cfg.width * d_vocab_out + d_vocab_out
-
-
-def param_count(cfg: ModelConfig, task: Task) -> int:
+def param_count(cfg: ModelKind, task: Task) -> int:
     """Parameters of one model as `models.build(cfg, task.spec)` makes it."""
-    spec = task.spec
-    if cfg.kind == "mlp":
-        return mlp_params(cfg, spec.n_ctx - 1, spec.d_vocab_out)
-    return sum(transformer_params(cfg, spec.d_vocab, spec.d_vocab_out, _model_ctx(cfg, task)))
+    return cfg.param_count(task.spec)
 
 
-def _model_ctx(cfg: ModelConfig, task: Task) -> int:
-    return cfg.n_ctx if cfg.n_ctx is not None else task.spec.n_ctx
-
-
-# ---- activations --------------------------------------------------------------------------------------
-
-def activation_bytes(cfg: ModelConfig, task: Task, batch: int) -> tuple[int, int]:
+def activation_bytes(cfg: ModelKind, task: Task, batch: int) -> tuple[int, int]:
     """(bytes one model's forward keeps for its backward pass on `batch` sequences, of which one layer's
-    attention pattern). Per position and layer: the norms' inputs and outputs, Q, K, V, the attention
-    output (and its copy laid out for W_O), the MLP's hidden layer before and after its activation."""
-    spec = task.spec
-    T, V = spec.n_ctx, spec.d_vocab_out
-    if cfg.kind == "mlp":  # input bits, hidden before and after the activation, output
-        return batch * FLOAT * (spec.n_ctx - 1 + 2 * cfg.width + 3 * V), 0
-    dm, hd, L = cfg.d_model, cfg.n_heads * cfg.head_dim, cfg.n_layers
-    norm = 2 * dm if cfg.normalization != "none" else dm
-    layer = norm + 5 * hd + (0 if cfg.attn_only else norm + 2 * cfg.mlp_dim)
-    ends = dm + norm + 3 * V  # embedding; final norm, logits, log-softmax and its gradient
-    pattern = batch * cfg.n_heads * T * T * FLOAT
-    return batch * T * FLOAT * (L * layer + ends) + pattern, pattern
+    attention pattern)."""
+    return cfg.activation_bytes(task.spec, batch)
 
 
-def eval_activation_bytes(cfg: ModelConfig, task: Task, batch: int) -> tuple[int, int]:
-    """(bytes of a forward without gradients: a few tensors of the widest layer at a time, the logits and
-    the metrics' copies of them, of which one layer's attention pattern)."""
-    spec = task.spec
-    if cfg.kind == "mlp":
-        return batch * FLOAT * (spec.n_ctx - 1 + 2 * cfg.width + 3 * spec.d_vocab_out), 0
-    T = spec.n_ctx
-    widest = max(cfg.d_model, 3 * cfg.n_heads * cfg.head_dim, 0 if cfg.attn_only else cfg.mlp_dim)
-    pattern = batch * cfg.n_heads * T * T * FLOAT
-    return batch * T * FLOAT * (3 * widest + 3 * spec.d_vocab_out) + pattern, pattern
+def eval_activation_bytes(cfg: ModelKind, task: Task, batch: int) -> tuple[int, int]:
+    """(bytes of a forward without gradients, of which one layer's attention pattern)."""
+    return cfg.eval_activation_bytes(task.spec, batch)
 
 
 # ---- data ---------------------------------------------------------------------------------------------
@@ -142,40 +103,19 @@ def context_field(task: Task) -> str:
 
 # ---- the estimate -------------------------------------------------------------------------------------
 
-def _weight_field(cfg: ModelConfig, task: Task) -> str:
-    """The model field to blame when the weights dominate: the layer count for a deep model, else the
-    width whose matrices are largest (W_pos: the context length)."""
-    if cfg.kind == "mlp":
-        return "model.width"
-    n_ctx = _model_ctx(cfg, task)
-    blocks, embeddings = transformer_params(cfg, task.spec.d_vocab, task.spec.d_vocab_out, n_ctx)
-    if blocks < embeddings:
-        if cfg.positional != "rotary" and 2 * n_ctx * cfg.d_model > embeddings:
-            return "model.n_ctx" if cfg.n_ctx is not None else context_field(task)
-        return "model.d_model"
-    if cfg.n_layers > 1:
-        return "model.n_layers"
-    attention = cfg.n_heads * cfg.d_model * cfg.head_dim
-    mlp = 0 if cfg.attn_only else cfg.d_model * cfg.mlp_dim
-    if attention >= mlp:
-        return "model.d_head" if cfg.d_head is not None else "model.d_model"
-    return "model.d_mlp" if cfg.d_mlp is not None else "model.d_model"
-
-
 def optimizer_slots(cfg: TrainConfig) -> int:
-    """Parameter-sized buffers besides the weights: the gradient, the optimizer's state (Adam: two
-    moments; SGD: momentum, if any) and one temporary of its update."""
-    state = 2 if cfg.optimizer in ("adam", "adamw") else (1 if cfg.momentum > 0 else 0)
-    return 1 + state + 1
+    """Parameter-sized buffers besides the weights: the gradient, the optimizer's state (its own count:
+    Adam two moments, SGD its momentum if any) and one temporary of its update."""
+    return 1 + optimizers.get(cfg.optimizer).state_slots(cfg) + 1
 
 
-def estimate(model: ModelConfig, train: TrainConfig, task: Task) -> Estimate:
+def estimate(model: ModelKind, train: TrainConfig, task: Task) -> Estimate:
     """The memory a run of this config needs (see the module docstring)."""
     S = train.seeds
     params = param_count(model, task)
     # Side by side with per-seed passes, gradients are stacked from the seeds' views: one more copy.
     weights = S * params * FLOAT * (1 + optimizer_slots(train) + (1 if S > 1 else 0))
-    weight_field = _weight_field(model, task)
+    weight_field = model.weight_field(task.spec, context_field(task))
     chunk = train.data_chunk * train.batch_size
     chunk_kept, chunk_peak = sample_bytes(task, chunk, "train")
     eval_splits = [s for s in task.splits if s != "train"]
@@ -228,7 +168,7 @@ def fmt_bytes(n: float) -> str:
     raise AssertionError  # unreachable
 
 
-def check(model: ModelConfig, train: TrainConfig, task: Task, device: torch.device,
+def check(model: ModelKind, train: TrainConfig, task: Task, device: torch.device,
           available: int | None = None) -> Estimate:
     """Raise ConfigError, naming the field that drives the estimate, when the run clearly cannot fit in
     `device`'s memory (`available` bytes; default: the device's total). Returns the estimate."""

@@ -6,39 +6,16 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional
 
-from mechsynth.config import apply_override, describe, read_toml, tomllib
+from mechsynth.config import apply_override, describe, read_toml
 from mechsynth.errors import ConfigError, DivergedError, UserError
+from mechsynth.sweep_job import BACKENDS
+from mechsynth.wandb_log import MODES
 
 DIVERGED = 3  # exit code of a run whose loss stopped being finite (2: a user error; 130: Ctrl-C)
-
-# The demo: 2-layer attention-only transformer on in-context bigrams (Edelman et al. 2024). On a 2-core
-# CPU it passes the uniform -> unigram -> bigram stages in ~300 steps (~15 s) and trains 2000 in ~75 s.
-DEMO_CONFIG = """
-[task]
-name = "markov_icl"
-k = 3
-order = 2
-length = 64
-
-[model]
-n_layers = 2
-n_heads = 1
-d_model = 32
-attn_only = true
-
-[train]
-steps = 2000
-batch_size = 64
-lr = 3e-3
-eval_every = 50
-checkpoints = 100
-
-[wandb]
-mode = "offline"
-"""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -53,7 +30,7 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override a config value (repeatable)")
     tr.add_argument("--out", help="run directory (default: runs/<config name>-<time>)")
     tr.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its last checkpoint")
-    tr.add_argument("--wandb", choices=["online", "offline", "disabled"], help="W&B mode (default: the config's, else WANDB_MODE, else offline)")
+    tr.add_argument("--wandb", choices=MODES, help="W&B mode (default: the config's, else WANDB_MODE, else offline)")
     tr.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     pr = sub.add_parser("probe", help="probe every checkpoint of a run and report when each circuit forms")
@@ -62,18 +39,18 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument("--steps", help="comma-separated checkpoint steps (default: all)")
     pr.add_argument("--batch-size", type=int, default=64, help="sequences per probe")
     pr.add_argument("--json", action="store_true", help="print the timeline as JSON")
-    pr.add_argument("--wandb", choices=["online", "offline", "disabled"], help="W&B mode (default: the run's)")
+    pr.add_argument("--wandb", choices=MODES, help="W&B mode (default: the run's)")
 
     sw = sub.add_parser("sweep", help="train a grid of configs × seeds; run it again to finish a killed sweep")
     sw.add_argument("sweep_file", help="TOML run config (or `base = FILE`) plus a [sweep] table with seeds and [sweep.grid]")
     sw.add_argument("--out", help="sweep directory (default: runs/<sweep name>)")
     sw.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override a config value of every run (repeatable)")
-    sw.add_argument("--backend", choices=["local", "ray"], default="local", help="a local process pool (default) or Ray tasks")
+    sw.add_argument("--backend", choices=BACKENDS, default="local", help="a local process pool (default) or Ray tasks")
     sw.add_argument("--workers", type=int, help="local backend: runs at a time (default: the CPU count; 1 runs them in turn in this process)")
     sw.add_argument("--address", help="ray backend: cluster to join ('auto', HOST:PORT); default: start a local Ray")
     sw.add_argument("--cpus-per-run", type=float, help="ray backend: CPUs each run requests (default: sweep.num_cpus, 1)")
     sw.add_argument("--gpus-per-run", type=float, help="ray backend: GPUs each run requests (default: sweep.num_gpus; 1 if the run uses CUDA, else 0)")
-    sw.add_argument("--wandb", choices=["online", "offline", "disabled"], help="W&B mode of every run")
+    sw.add_argument("--wandb", choices=MODES, help="W&B mode of every run")
     sw.add_argument("--dry-run", action="store_true", help="validate and print the runs and their state; train nothing")
 
     sr = sub.add_parser("sweep-report", help="tabulate a sweep's outcomes over its grid (CSV, heatmap, table)")
@@ -87,12 +64,12 @@ def _parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("report", help="write RUN_DIR/report.html: curves, probe timelines, attention renders; opens offline")
     rp.add_argument("run_dir", help="a run directory (probed first if it has no probes.json)")
     rp.add_argument("--batch-size", type=int, default=64, help="sequences per probe, when probing")
-    rp.add_argument("--wandb", choices=["online", "offline", "disabled"], help="W&B mode (default: the run's)")
+    rp.add_argument("--wandb", choices=MODES, help="W&B mode (default: the run's)")
 
     d = sub.add_parser("demo", help="train the default model (markov_icl, 2-layer attention-only) on the CPU")
     d.add_argument("--out", default=None, help="run directory (default: runs/demo-<time>)")
     d.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override a config value")
-    d.add_argument("--wandb", choices=["online", "offline", "disabled"], help="W&B mode")
+    d.add_argument("--wandb", choices=MODES, help="W&B mode")
     return p
 
 
@@ -155,22 +132,24 @@ def _probe(run_dir: Path, probe_names: Optional[str], steps: Optional[str], batc
            wandb: Optional[str]) -> int:
     from dataclasses import replace
 
-    from mechsynth import io, probes
+    from mechsynth import probes, timeline
     from mechsynth.run import load_run
-    from mechsynth.timeline import applicable, log_to_wandb, probe_run, summary, write_table
     from mechsynth.wandb_log import WandbLogger, resolve_mode
 
     run = load_run(run_dir)
     if not run.steps:
         raise ConfigError("run_dir", f"{run_dir} has no checkpoint yet")
-    names = applicable(run)
+    names = timeline.applicable(run)
     if probe_names:
-        names = [n.strip() for n in probe_names.split(",") if n.strip()]
-        for n in names:
+        asked = [n.strip() for n in probe_names.split(",") if n.strip()]
+        model = run.trainable(run.steps[0])
+        for n in asked:
             if n not in probes.names():
                 raise ConfigError("--probes", f"unknown probe {n!r}; allowed: {', '.join(probes.names())}")
-            if n not in applicable(run):
-                raise ConfigError("--probes", f"{n!r} does not apply to this run; allowed: {', '.join(applicable(run))}")
+            why = probes.why_not(n, model, run.task)
+            if why is not None:
+                raise ConfigError("--probes", f"{n!r} does not apply to this run: {why}; allowed: {', '.join(names)}")
+        names = asked
     chosen = run.steps
     if steps:
         try:
@@ -182,19 +161,18 @@ def _probe(run_dir: Path, probe_names: Optional[str], steps: Optional[str], batc
             raise ConfigError("--steps", f"no checkpoint at {missing}; allowed: {run.steps}")
     if batch_size < 1:
         raise ConfigError("--batch-size", f"must be ≥ 1, got {batch_size}")
-    tl = probe_run(run, names, chosen, batch_size=batch_size)
-    write_table(tl, run.path / "probes.csv")
-    io.write_json(run.path / "probes.json", tl.to_json())
+    tl = timeline.probe_run(run, names, chosen, batch_size=batch_size)
+    timeline.save(tl, run.path)
     cfg = run.config.wandb if wandb is None else replace(run.config.wandb, mode=wandb)
     if resolve_mode(cfg) != "disabled":
         logger = WandbLogger(cfg, run.path, run.config.to_dict(), run_id=run.state(run.steps[-1]).get("wandb_id"))
-        log_to_wandb(tl, logger)
+        timeline.log_to_wandb(tl, logger)
         logger.finish()
     if as_json:
         print(json.dumps(tl.to_json()))
     else:
-        print("\n".join(summary(tl, getattr(run.task, "strategies", ()))))
-        print(f"table: {run.path / 'probes.csv'}")
+        print("\n".join(timeline.summary(tl, run.task)))
+        print(f"table: {run.path / timeline.CSV}")
     return 0
 
 
@@ -299,7 +277,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.command == "sweep-report":
             return _sweep_report(args)
         if args.command == "demo":
-            run_dir = _train(tomllib.loads(DEMO_CONFIG), args.out, "demo", args.set, args.wandb, True)
+            from mechsynth import configs
+
+            run_dir = _train(configs.load("demo"), args.out, "demo", args.set, args.wandb, True)
             if (run_dir / "seed_0").is_dir():  # train.seeds > 1: probe the first seed
                 print(f"probing seed_0; the others: mechsynth probe {run_dir}/seed_<i>", file=sys.stderr)
                 run_dir = run_dir / "seed_0"

@@ -2,6 +2,10 @@
 
 Every user-facing mistake raises `ConfigError(field, message)`, whose text names the field and
 what is allowed; the CLI prints that one line and exits 2 before any work starts.
+
+Under pytest every annotation in mechsynth is checked at run time (pyproject.toml: jaxtyping's import hook
+with beartype), except the config classes' constructors (`validates_itself`): they take any value and say
+themselves what is wrong with it, naming the field.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import types
 import typing
 from dataclasses import field
 from pathlib import Path
-from typing import Any, Literal, Optional, Union, get_args, get_origin
+from typing import Any, Literal, Optional, TypeVar, Union, get_args, get_origin
 
 from mechsynth.errors import ConfigError
 
@@ -95,6 +99,18 @@ def check_fields(obj: Any) -> None:
     for f in dataclasses.fields(obj):
         if f.init:
             check_value(getattr(obj, f.name), f.metadata, f.name)
+
+
+C = TypeVar("C", bound=type)
+
+
+def validates_itself(cls: C) -> C:
+    """Marks a config dataclass whose `__post_init__` checks every field: its constructor takes any value,
+    so that the ConfigError naming the field is what a wrong value gets, never the test-time type checker's
+    error (which skips an `__init__` marked no_type_check). The class keeps its type hints: `from_dict`
+    reads them, where `typing.no_type_check` on the class would hide them."""
+    typing.no_type_check(cls.__init__)
+    return cls
 
 
 def check(cond: bool, field: str, message: str) -> None:

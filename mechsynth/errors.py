@@ -8,8 +8,8 @@ but the run cannot go on.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 
 class _Picklable:

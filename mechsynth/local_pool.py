@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from mechsynth.sweep_job import Resources, failed, run_job
 
@@ -49,7 +50,7 @@ def run(tasks: list[tuple[Any, str]], on_result: Callable[[Any, dict], None], re
     """Each run in a process of a spawn pool (fork would copy torch's thread pools and CUDA state);
     with one worker, each run in turn in this process."""
     workers = resources.workers
-    threads = max(1, cpu_count() // workers)
+    threads = resources.threads or max(1, cpu_count() // workers)
     if workers == 1:  # one at a time: in this process, saving a worker's start-up (imports) per sweep
         for task, run_dir in tasks:
             on_result(task, run_job(run_dir, task.config, threads))

@@ -8,7 +8,8 @@ same path there (a shared filesystem), because each run reads and writes its own
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from mechsynth.errors import ConfigError
 from mechsynth.sweep_job import Resources, failed, run_job

@@ -1,8 +1,12 @@
-"""A name -> object registry that refuses duplicates, so each task or probe spells its name once."""
+"""A name -> object registry that refuses duplicates, so each task, probe, model kind or optimizer
+spells its name once. Lookups first import the plugins named in MECHSYNTH_PLUGINS (mechsynth/plugins.py)."""
 
 from __future__ import annotations
 
-from typing import Generic, Iterator, TypeVar
+from collections.abc import Iterator
+from typing import Generic, TypeVar
+
+from mechsynth import plugins
 
 T = TypeVar("T")
 
@@ -26,6 +30,7 @@ class Registry(Generic[T]):
         return deco
 
     def get(self, name: str) -> T:
+        plugins.load()
         if name not in self._items:
             from mechsynth.config import ConfigError
 
@@ -33,10 +38,12 @@ class Registry(Generic[T]):
         return self._items[name]
 
     def names(self) -> list[str]:
+        plugins.load()
         return sorted(self._items)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())
 
     def __contains__(self, name: object) -> bool:
+        plugins.load()
         return name in self._items

@@ -8,19 +8,19 @@ from __future__ import annotations
 import html
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 import torch
 from jaxtyping import Float
 from matplotlib.figure import Figure
 from torch import Tensor
 
-from mechsynth import io, plots, probes, rundir, views
-from mechsynth.errors import CorruptFileError
+from mechsynth import hooks, io, models, plots, probes, rundir, timeline, views
 from mechsynth.run import Run, load_run
-from mechsynth.timeline import Timeline, applicable, probe_run, summary, write_table
+from mechsynth.timeline import Timeline, applicable, probe_run, summary
 
 STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", "DejaVu Sans", sans-serif; margin: 0 auto; max-width: 1100px;
@@ -44,27 +44,13 @@ class Report:
     probed: bool = False  # the timeline was probed for this report (there was no probes.json)
 
 
-def load_timeline(path: Path) -> Timeline:
-    """A Timeline from `probes.json` (as `mechsynth probe` writes it)."""
-    data = io.read_json(path)
-    try:
-        probed = data.get("probes", {})
-        return Timeline(data["steps"], data["loss"], {n: p["per_head"] for n, p in probed.items()},
-                        {n: p["metrics"] for n, p in probed.items()}, {n: p["formation"] for n, p in probed.items()},
-                        data.get("loss_drop_step"))
-    except (KeyError, TypeError, AttributeError) as e:
-        raise CorruptFileError(path, f"not a probe timeline ({type(e).__name__}: {e}); delete it to probe again") from None
-
-
 def timeline_of(run: Run, batch_size: int = 64, seed: int = 0) -> tuple[Timeline, bool]:
     """The run's probe timeline: probes.json if `mechsynth probe` wrote one, else probe every checkpoint
     now (and write probes.json and probes.csv). Returns (timeline, whether it was just probed)."""
-    path = run.path / "probes.json"
-    if path.exists():
-        return load_timeline(path), False
+    if (run.path / timeline.JSON).exists():
+        return timeline.load(run.path), False
     tl = probe_run(run, applicable(run), batch_size=batch_size, seed=seed)
-    write_table(tl, run.path / "probes.csv")
-    io.write_json(path, tl.to_json())
+    timeline.save(tl, run.path)
     return tl, True
 
 
@@ -92,8 +78,8 @@ def _top_heads(tl: Timeline, probe: str, n: int = 2) -> list[str]:
 
 
 def _head_pattern(cache, head: str) -> Float[Tensor, "query_pos key_pos"]:
-    layer, h = map(int, head[1:].split("H"))
-    return cache[f"blocks.{layer}.attn.hook_pattern"][0, h].cpu()
+    layer, h = hooks.parse_head(head)
+    return cache[hooks.attn_pattern(layer)][0, h].cpu()
 
 
 @torch.no_grad()
@@ -116,8 +102,9 @@ def attention_views(run: Run, tl: Timeline, seed: int = 0) -> list[views.Attenti
                       for p in chosen}
         for p, (heads, moments) in plans.items():
             if step in dict(moments):
+                wanted = set(hooks.attention_patterns(hooks.attention_layers(model)))
                 _, cache = model.run_with_cache(tokens[p][None].to(next(model.parameters()).device),
-                                                names_filter=lambda n: n.endswith("attn.hook_pattern"))
+                                                names_filter=lambda n: n in wanted)
                 patterns[p, step] = {h: _head_pattern(cache, h) for h in heads}
     out = []
     for p, (heads, moments) in plans.items():
@@ -186,25 +173,29 @@ def _last_metrics(tl: Timeline) -> str:
     return f'<details><summary>every probe metric at the last checkpoint</summary><div class="tables">{"".join(tables)}</div></details>'
 
 
+def _sections(tl: Timeline) -> list[probes.Section]:
+    return [p.section for p in timeline.shown_probes(tl) if p.section is not None]
+
+
+def probe_figures(tl: Timeline, task: Any) -> dict[str, Figure]:
+    """The probes' own figures (strategy KL, linear probes, hidden progress, ...) for this timeline, by
+    section name; a probe with nothing to draw has none."""
+    figs = {s.name: s.figure(tl, task) for s in _sections(tl)}
+    return {k: f for k, f in figs.items() if f is not None}
+
+
 def build(run_dir: Path | str, *, batch_size: int = 64, seed: int = 0) -> Report:
     """Assemble the report of a run (probing it first if it has no probes.json) without writing it."""
     run = load_run(run_dir)
     tl, probed = timeline_of(run, batch_size, seed)
     thresholds = {p: probes.PROBES.get(p).threshold for p in tl.per_head if p in probes.names()}
-    strategies = list(getattr(run.task, "strategies", ()))
     figs = {"curves": plots.curves(run.metrics, tl.loss_drop_step, tl.formed()),
-            "timelines": plots.head_timelines(tl, thresholds),
-            "strategy_kl": plots.strategy_kl(tl, strategies),
-            "linear_probes": plots.linear_probes(tl),
-            "hidden_progress": plots.hidden_progress(tl)}
+            "timelines": plots.head_timelines(tl, thresholds)} | probe_figures(tl, run.task)
     figs = {k: f for k, f in figs.items() if f is not None}
     rendered = attention_views(run, tl, seed)
 
     cfg = run.config
-    model = cfg.model
-    arch = (f"MLP, width {model.width}" if model.kind == "mlp" else
-            f"{model.n_layers}-layer{' attention-only' if model.attn_only else ''} transformer, {model.n_heads} heads, d_model {model.d_model}")
-    sections = [_section("summary", "Summary", f"<pre>{html.escape(chr(10).join(summary(tl, strategies)))}</pre>"),
+    sections = [_section("summary", "Summary", f"<pre>{html.escape(chr(10).join(summary(tl, run.task)))}</pre>"),
                 _section("config", "Configuration", _config_tables(run)),
                 _section("curves", "Loss and accuracy", _img(figs["curves"], "loss and accuracy curves") +
                          '<p class="note">Dotted: the step where the held-out loss falls fastest (per unit of log-step). '
@@ -214,19 +205,10 @@ def build(run_dir: Path | str, *, batch_size: int = 64, seed: int = 0) -> Report
                                  '<p class="note">Each head\'s score at every probed checkpoint; dash-dotted: the '
                                  'probe\'s threshold; dashed: the step after which a head stays above it (formation); '
                                  'dotted: the loss drop.</p>' + _formation_table(tl)))
-    if "strategy_kl" in figs:
-        sections.append(_section("strategies", "In-context strategies", _img(figs["strategy_kl"], "strategy KL") +
-                                 '<p class="note">KL from each reference predictor to the model\'s next-token '
-                                 'distribution on held-out sequences; the nearest names the stage (shaded).</p>'))
-    if "linear_probes" in figs:
-        sections.append(_section("linear", "Linear probes per layer", _img(figs["linear_probes"], "linear probes") +
-                                 '<p class="note">Ridge-regression decoding of the automaton state (and its factors) '
-                                 'from the residual stream after each layer, on held-out sequences; right: the model\'s '
-                                 'accuracy at the training length and beyond it.</p>'))
-    if "hidden_progress" in figs:
-        sections.append(_section("hidden", "Hidden progress", _img(figs["hidden_progress"], "hidden progress") +
-                                 '<p class="note">How far the input-facing weights of the support bits and of the '
-                                 'other bits have moved from step 0.</p>'))
+    for own in _sections(tl):
+        if own.name in figs:
+            sections.append(_section(own.name, own.title, _img(figs[own.name], own.title.lower()) +
+                                     f'<p class="note">{html.escape(own.note, quote=False)}</p>'))
     if rendered:
         body = ('<p class="note">circuitsvis renders of each probe\'s top heads at checkpoints before, while and after '
                 'they form: rows of each heatmap are queries (destination), columns keys (source); hover a cell for '
@@ -238,7 +220,8 @@ def build(run_dir: Path | str, *, batch_size: int = 64, seed: int = 0) -> Report
     sections.append(_section("metrics", "Probe metrics", _last_metrics(tl)))
 
     nav = "<nav>" + "".join(f'<a href="#{a}">{html.escape(t)}</a>' for a, t, _ in sections) + "</nav>"
-    head = (f"<h1>{html.escape(run.path.name)}</h1><p class=\"sub\">{html.escape(cfg.task_name)} · {html.escape(arch)} · "
+    head = (f"<h1>{html.escape(run.path.name)}</h1><p class=\"sub\">{html.escape(cfg.task_name)} · "
+            f"{html.escape(models.describe(cfg.model))} · "
             f"{len(tl.steps)} checkpoints probed · report written {time.strftime('%Y-%m-%d %H:%M')}</p>")
     page = views.page(f"mechsynth report: {run.path.name}", head + nav + "\n".join(s for _, _, s in sections), STYLE)
     return Report(run.path / "report.html", page, tl, figs, rendered, probed)
@@ -259,17 +242,8 @@ def attention_page(report: Report) -> str:
 def log_to_wandb(report: Report, logger) -> None:
     """The renders (one page, bundle once), the whole report, the tidy probe table and a line plot per
     probe, into the run's W&B run."""
-    tl = report.timeline
     if report.views:
         logger.html("report/attention", attention_page(report))
     logger.html("report/page", report.html)
-    rows = [[s, p, int(h[1:].split("H")[0]), int(h.split("H")[1]), "score", v]
-            for p, heads in tl.per_head.items() for h, series in heads.items() for s, v in zip(tl.steps, series)]
-    rows += [[s, p, -1, -1, m, float(v)] for p, ms in tl.metrics.items() for m, series in ms.items()
-             for s, v in zip(tl.steps, series)]
-    logger.table("probes/table", ["step", "probe", "layer", "head", "metric", "value"], rows)
-    for p, heads in tl.per_head.items():
-        logger.line_series(f"plots/{p}", tl.steps, heads, f"{p}: score per head", "step")
-    kl = {k[3:]: v for k, v in tl.metrics.get("icl_strategy", {}).items() if k.startswith("kl/")}
-    logger.line_series("plots/icl_strategy_kl", tl.steps, kl, "KL(strategy ‖ model)", "step")
-    logger.summary({"report/formed": len(tl.formed())})
+    timeline.log_plots_to_wandb(report.timeline, logger)
+    logger.summary({"report/formed": len(report.timeline.formed())})

@@ -22,6 +22,8 @@ def parse_stored(run_dir: Path | str, data: Optional[dict[str, Any]] = None) -> 
     config is named as the damaged file (not as a bad --set)."""
     data = dict(rundir.read_config(run_dir) if data is None else data)
     data.pop("versions", None)
+    if "model" in data:  # runs made before each model kind had its own config stored every kind's fields
+        data["model"] = models.stored_table(data["model"])
     try:  # opened anywhere (a CPU-only machine too): the device and memory are checked when it trains
         return parse_config(data, resources=False)
     except ConfigError as e:
@@ -97,10 +99,7 @@ class Run:
         hooked = None
         for step in self.steps if steps is None else steps:
             model = self.trainable(step, device)
-            if hooked is None or not isinstance(model, models.FusedTransformer):
-                hooked = models.hooked(model, device)
-            else:
-                models.load_weights(hooked, model.cfg, {k: v.detach() for k, v in model.state_dict().items()})
+            hooked = models.hooked(model, device) if hooked is None else models.reload(hooked, model)
             yield step, hooked
 
     def __repr__(self) -> str:

@@ -7,7 +7,7 @@ from typing import Any
 
 from mechsynth import budget, models, tasks
 from mechsynth.config import check, from_dict, key_name, show, to_dict
-from mechsynth.models import ModelConfig
+from mechsynth.models import ModelKind
 from mechsynth.tasks.base import Task
 from mechsynth.train import TrainConfig, resolve_device
 from mechsynth.wandb_log import WandbConfig
@@ -19,12 +19,12 @@ SECTIONS = ("task", "model", "train", "wandb")
 class RunConfig:
     task_name: str
     task_params: dict[str, Any]
-    model: ModelConfig = field(default_factory=ModelConfig)
+    model: ModelKind = field(default_factory=lambda: models.parse({}))  # a registered kind's config
     train: TrainConfig = field(default_factory=TrainConfig)
     wandb: WandbConfig = field(default_factory=WandbConfig)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"task": {"name": self.task_name, **self.task_params}, "model": to_dict(self.model),
+        return {"task": {"name": self.task_name, **self.task_params}, "model": models.to_dict(self.model),
                 "train": to_dict(self.train), "wandb": to_dict(self.wandb)}
 
     def build_task(self) -> Task:
@@ -47,7 +47,7 @@ def parse_config(data: dict[str, Any], *, resources: bool = True) -> RunConfig:
     check(isinstance(name, str), "task.name", f"missing or not a string; allowed: {', '.join(tasks.names())}")
     task = tasks.make(name, task_table)
     cfg = RunConfig(name, {k: (list(v) if isinstance(v, tuple) else v) for k, v in to_dict(task.cfg).items()},
-                    from_dict(ModelConfig, data.get("model", {}), "model"),
+                    models.parse(data.get("model", {}), "model"),
                     from_dict(TrainConfig, data.get("train", {}), "train"),
                     from_dict(WandbConfig, data.get("wandb", {}), "wandb"))
     models.validate(cfg.model, task.spec)

@@ -23,8 +23,9 @@ import json
 import math
 import os
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable, Literal, Optional
+from typing import Any, Literal, Optional
 
 from mechsynth import io
 from mechsynth.errors import ConfigError, CorruptFileError, RunFileError, RunInUseError

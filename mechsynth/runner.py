@@ -9,8 +9,9 @@ run exactly as it was.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from mechsynth import io, models, rundir
 from mechsynth.errors import ConfigError, CorruptFileError, DivergedError

@@ -1,11 +1,12 @@
 """Seeds side by side: `[train] seeds = S` trains S independent models as one batched computation.
 
-The model is built with `n_models=S`: every weight has a leading seed axis, and model i starts
+The model is built with `n_models=S`: every weight has a leading model axis (`n_models`), and model i starts
 exactly like a single model with `init_seed + i`. Seed i draws its own data stream (data seed
 `train.seed + i`), its loss is the mean over its own batch, and the loss we differentiate is the
-sum over seeds, so each seed's slice of the gradient is the gradient its own run would get. Adam,
-AdamW and SGD are elementwise, and gradient clipping uses each seed's own global norm: seed i
-follows the same trajectory as a separate `seeds = 1` run with those two seeds, up to float rounding.
+sum over seeds, so each seed's slice of the gradient is the gradient its own run would get. The
+optimizer must be elementwise (each optimizer declares it, mechsynth/optimizers/; TrainConfig refuses
+another with seeds > 1), and gradient clipping uses each seed's own global norm: seed i follows the
+same trajectory as a separate `seeds = 1` run with those two seeds, up to float rounding.
 
 How the forward and backward passes run is `train.seed_passes`. On a GPU one stacked pass for all
 seeds: models this small leave it launch-bound, so S models cost little more than one. On a CPU that
@@ -27,9 +28,10 @@ work on it unchanged (a seed can even be continued alone):
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, TypeVar
 
 import torch
 import torch.nn as nn
@@ -59,10 +61,10 @@ def seed_config(cfg: RunConfig, i: int, name: str) -> RunConfig:
                    wandb=replace(cfg.wandb, name=f"{base}-seed_{i}", group=cfg.wandb.group or base))
 
 
-def per_model_loss(logits: Float[Tensor, "model batch pos vocab_out"], targets: Int[Tensor, "model batch seq"],
-                   mask: Bool[Tensor, "model batch seq"]) -> Float[Tensor, "model"]:
+def per_model_loss(logits: Float[Tensor, "n_models batch out_pos d_vocab_out"], targets: Int[Tensor, "n_models batch pos"],
+                   mask: Bool[Tensor, "n_models batch pos"]) -> Float[Tensor, "n_models"]:
     """`masked_loss` of each model on its own batch: mean cross-entropy over its scored positions (models
-    that answer only at the last `pos` positions are scored there)."""
+    that answer only at the last `out_pos` positions are scored there)."""
     p = logits.shape[2]
     targets, mask = targets[..., -p:], mask[..., -p:]
     ce = F.cross_entropy(logits.flatten(0, 2).float(), torch.where(mask, targets, -100).flatten(), ignore_index=-100,
@@ -71,7 +73,7 @@ def per_model_loss(logits: Float[Tensor, "model batch pos vocab_out"], targets: 
 
 
 @torch.no_grad()
-def clip_per_model_(params: Sequence[Tensor], max_norm: float) -> Float[Tensor, "model"]:
+def clip_per_model_(params: Sequence[Tensor], max_norm: float) -> Float[Tensor, "n_models"]:
     """`clip_grad_norm_` for each model separately: params are stacked on a leading model axis, and each
     model's gradients are scaled by its own global norm. Returns the norms before clipping."""
     grads = [p.grad for p in params if p.grad is not None]
@@ -91,8 +93,9 @@ def seed_view(model: nn.Module, i: int) -> nn.Module:
     return view
 
 
-def saved_activation_bytes(model: nn.Module, tokens: Tensor) -> int:
-    """Bytes of the tensors that a forward pass keeps for its backward pass."""
+def saved_activation_bytes(model: Callable[[Tensor], Any], tokens: Tensor) -> int:
+    """Bytes of the tensors that a forward pass of `model` (a module, or any function of the tokens) keeps
+    for its backward pass."""
     total = 0
 
     def pack(t: Tensor) -> Tensor:
@@ -141,7 +144,7 @@ def stack_optimizer_state(per_model: list[dict[str, Any]], params: list[Tensor])
 
 class SeedsTrainer(Trainer):
     """Trains a model built with `n_models = cfg.seeds` as cfg.seeds separate runs. `train_step` returns
-    the per-seed losses [seeds]; `record`, `evaluate` and `state` give a list with one entry per seed,
+    the per-seed losses [n_models]; `record`, `evaluate` and `state` give a list with one entry per seed,
     each what a single run's Trainer would give."""
 
     def __init__(self, model: nn.Module, data: DataSource, cfg: TrainConfig, device: torch.device | str = "cpu"):
@@ -185,7 +188,7 @@ class SeedsTrainer(Trainer):
             for f in futures:
                 f.cancel()
 
-    def train_step(self) -> Float[Tensor, "seeds"]:
+    def train_step(self) -> Float[Tensor, "n_models"]:
         for group in self.optimizer.param_groups:
             group["lr"] = lr_at(self.step, self.cfg)
         tokens, targets, mask = self._next_batch()
@@ -210,7 +213,8 @@ class SeedsTrainer(Trainer):
             clip_per_model_(self.params, self.cfg.grad_clip)
         self.optimizer.step()
 
-    def _seed_backward(self, i: int, tokens: Tensor, targets: Tensor, mask: Tensor) -> Tensor:
+    def _seed_backward(self, i: int, tokens: Int[Tensor, "batch pos"], targets: Int[Tensor, "batch pos"],
+                       mask: Bool[Tensor, "batch pos"]) -> Float[Tensor, ""]:
         """Seed i's loss on its batch, with its gradients left on its view's parameters."""
         for p in self._view_params[i]:
             p.grad = None
@@ -218,14 +222,16 @@ class SeedsTrainer(Trainer):
         loss.backward()
         return loss.detach()
 
-    def _sample_chunk(self) -> tuple[Tensor, Tensor, Tensor]:
-        """`data_chunk` batches for every seed from its own generator: tokens, targets, mask [seeds, n * batch, seq].
-        (Ground truth is left out: the loss needs only targets and mask.)"""
+    def _sample_chunk(self) -> tuple[Int[Tensor, "n_models batch pos"], Int[Tensor, "n_models batch pos"],
+                                     Bool[Tensor, "n_models batch pos"]]:
+        """`data_chunk` batches for every seed from its own generator: tokens, targets, mask, each
+        [n_models, data_chunk * batch_size, pos]. (Ground truth is left out: the loss needs only targets and mask.)"""
         n = self.cfg.data_chunk * self.cfg.batch_size
         batches = self._each(lambda i: self.data.sample(n, self.generators[i], self.device, "train"))
         return tuple(torch.stack([getattr(b, f) for b in batches]) for f in ("tokens", "targets", "mask"))
 
-    def _next_batch(self) -> tuple[Tensor, Tensor, Tensor]:
+    def _next_batch(self) -> tuple[Int[Tensor, "n_models batch pos"], Int[Tensor, "n_models batch pos"],
+                                   Bool[Tensor, "n_models batch pos"]]:
         n, b = self.cfg.data_chunk, self.cfg.batch_size
         if self._chunk is None or self._chunk_pos == n:
             if self._chunk is not None:
@@ -261,7 +267,7 @@ class SeedsTrainer(Trainer):
         self.model.train(was_training)
         return out
 
-    def record(self, train_loss: Float[Tensor, "seeds"]) -> list[dict[str, float]]:
+    def record(self, train_loss: Float[Tensor, "n_models"]) -> list[dict[str, float]]:
         lr = lr_at(self.step - 1, self.cfg)
         return [{"train/loss": loss, "train/lr": lr, **m} for loss, m in zip(train_loss.tolist(), self.evaluate())]
 

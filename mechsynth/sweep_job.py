@@ -1,38 +1,63 @@
-"""One run of a sweep, as a backend runs it (in a pool worker or a Ray task), and what backends share."""
+"""One job of a sweep, as a backend runs it (in a pool worker or a Ray task), and what backends share.
+
+A job is one run, or a grid point's seeds side by side (`train.seeds` > 1 into runs/<point>; see
+mechsynth/sweep_units.py). Whether to skip, continue or start it is decided here, at run time, from
+what is on disk, so a job retried after its worker died does the right thing.
+"""
 
 from __future__ import annotations
 
 import copy
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Literal, Optional, get_args
 
 
 @dataclass(frozen=True)
 class Resources:
-    """What a backend may use: `workers` (local pool), or `address`, `num_cpus`, `num_gpus` (Ray)."""
+    """What a backend may use: `workers` and `threads` (local pool), or `address`, `num_cpus`, `num_gpus` (Ray)."""
 
     workers: int = 1
     address: Optional[str] = None
     num_cpus: float = 1.0
     num_gpus: Optional[float] = None   # None: 1 for runs that need CUDA, else 0
+    threads: Optional[int] = None      # torch CPU threads per job (local); None: the CPU count / workers
 
 
-# What a backend is: `run(tasks, on_result, resources)` runs each (task, run_dir) to completion with
-# `run_job` and calls `on_result(task, result)` as each finishes.
+# What a backend is: `run(units, on_result, resources)` runs each (unit, run_dir) to completion with
+# `run_job(run_dir, unit.config, threads)` and calls `on_result(unit, result)` as each finishes.
 Backend = Callable[[list[tuple[Any, str]], Callable[[Any, dict], None], Resources], None]
+BackendName = Literal["local", "ray"]
+BACKENDS: tuple[str, ...] = get_args(BackendName)
+
+State = Literal["complete", "partial", "new", "foreign"]
+
+
+def run_state(run_dir: Path | str, steps: Optional[int] = None) -> State:
+    """`rundir.status`, measured against `steps` when given (a sweep's plan may ask for more or fewer steps
+    than a run on disk was configured with): 'complete' once every model of the run has a checkpoint at
+    or past `steps`, so a run trained longer is kept as it is and a shorter one is continued."""
+    from mechsynth import rundir
+
+    state = rundir.status(run_dir)
+    if steps is None or state not in ("complete", "partial"):
+        return state
+    members = rundir.members(run_dir, rundir.n_seeds(rundir.read_config(run_dir)))
+    return "complete" if min(max(rundir.steps(d), default=-1) for d in members) >= steps else "partial"
 
 
 def run_job(run_dir: str, config: dict[str, Any], threads: int = 1) -> dict[str, Any]:
-    """Bring one run to completion: skip it if complete, continue it if it is ours (from its last
+    """Bring one job to completion: skip it if complete, continue it if it is ours (from its last
     checkpoint, or from step 0), or train it from scratch. A directory that holds files but no readable
-    run config is moved aside, never deleted. Decided here, at run time, so a retried task does the
-    right thing. Never raises for a failed run: returns {"status": "failed", "error", "traceback"}."""
+    run config is moved aside, never deleted (seeds side by side: never over runs of its seeds). Never
+    raises for a failed run: returns {"status": "failed", "error", "traceback"}; else "status" (done,
+    resumed, skipped), "seconds" and "finals" (each model's last metrics record)."""
     import torch
 
-    from mechsynth import rundir
+    from mechsynth import rundir, sweep_units
     from mechsynth.errors import DivergedError, UserError
     from mechsynth.runconfig import parse_config
     from mechsynth.runner import train_run
@@ -41,8 +66,15 @@ def run_job(run_dir: str, config: dict[str, Any], threads: int = 1) -> dict[str,
     path, t0, out = Path(run_dir), time.time(), {}
     try:
         cfg = parse_config(copy.deepcopy(config))
-        state = rundir.status(path)
-        if state == "foreign":
+        n = cfg.train.seeds
+        state = run_state(path, cfg.train.steps)
+        if state == "foreign" and n > 1 and sweep_units.is_vacant(path, n):
+            sweep_units.clear_vacant(path, n)  # a batch killed before it wrote its config
+            state = "new"
+        elif state == "foreign":
+            if n > 1 and any((d / rundir.CONFIG).exists() for d in rundir.members(path, n)):
+                raise UserError(f"{path} holds runs of its seeds trained on their own; a batch does not train over "
+                                "them (set [sweep] side_by_side = false)")
             out["moved_aside"] = str(rundir.move_aside(path))
             state = "new"
         if state == "complete":
@@ -53,15 +85,15 @@ def run_job(run_dir: str, config: dict[str, Any], threads: int = 1) -> dict[str,
         else:
             train_run(cfg, path, progress=False)
             status = "done"
-        last = rundir.read_metrics(rundir.members(path, cfg.train.seeds)[0])
+        finals = [(rundir.read_metrics(d) or [{}])[-1] for d in rundir.members(path, n)]
     except (UserError, DivergedError) as e:  # one line says it all
         return {**out, "status": "failed", "error": f"{type(e).__name__}: {e}", "traceback": "", "seconds": time.time() - t0}
     except Exception as e:  # noqa: BLE001 - one run's failure is reported, the others go on
         return {**out, "status": "failed", "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(),
                 "seconds": time.time() - t0}
-    return {**out, "status": status, "seconds": time.time() - t0, "final": last[-1] if last else {}}
+    return {**out, "status": status, "seconds": time.time() - t0, "finals": finals}
 
 
 def failed(why: str) -> dict[str, Any]:
-    """The result of a run whose worker (process, Ray task or node) died."""
+    """The result of a job whose worker (process, Ray task or node) died."""
     return {"status": "failed", "error": why, "traceback": ""}

@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 from mechsynth import io, rundir
 from mechsynth.config import ConfigError
-from mechsynth.sweep import Plan
+from mechsynth.sweep_plan import Plan
 
 METRICS = {  # heatmap quantity -> (column, how a cell is written, colour range)
     "final_acc": ("final_acc_mean", lambda v: f"{100 * v:.1f}", (0.0, 1.0)),

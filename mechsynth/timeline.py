@@ -1,18 +1,25 @@
-"""Probe every checkpoint of a run and find when each circuit forms, next to the loss curve."""
+"""Probe every checkpoint of a run and find when each circuit forms, next to the loss curve; and the
+one writer and reader of a run's probe timeline (probes.json, the tidy probes.csv and W&B's table)."""
 
 from __future__ import annotations
 
 import csv
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 import torch
 import torch.nn as nn
 
-from mechsynth import io, models, probes
+from mechsynth import hooks, io, models, probes
+from mechsynth.errors import CorruptFileError
+from mechsynth.probes import formation_step  # (importable from here too, as before)
 from mechsynth.run import Run
+
+JSON, CSV = "probes.json", "probes.csv"  # in the run directory
+COLUMNS = ["step", "probe", "layer", "head", "metric", "value"]
 
 
 @dataclass
@@ -29,21 +36,23 @@ class Timeline:
                 "probes": {name: {"per_head": self.per_head[name], "metrics": self.metrics[name],
                                   "formation": self.formation[name]} for name in self.per_head}}
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Timeline":
+        """The inverse of `to_json`; KeyError, TypeError or ValueError when `data` is not a timeline."""
+        probed = data.get("probes", {})
+        tl = cls(list(data["steps"]), list(data["loss"]), {n: dict(p["per_head"]) for n, p in probed.items()},
+                 {n: dict(p["metrics"]) for n, p in probed.items()}, {n: dict(p["formation"]) for n, p in probed.items()},
+                 data.get("loss_drop_step"))
+        n = len(tl.steps)
+        lengths = [len(tl.loss)] + [len(v) for d in (tl.per_head, tl.metrics) for series in d.values() for v in series.values()]
+        if any(length != n for length in lengths):
+            raise ValueError(f"a series does not have one value per step ({n} steps)")
+        return tl
+
     def formed(self) -> list[tuple[str, str, int]]:
         """(probe, head, step) for every head that formed a circuit, earliest first."""
         out = [(p, h, s) for p, heads in self.formation.items() for h, s in heads.items() if s is not None]
         return sorted(out, key=lambda x: x[2])
-
-
-def formation_step(steps: Sequence[int], scores: Sequence[float], threshold: float) -> Optional[int]:
-    """The first step after which the score stays at or above `threshold` (None if it never settles there)."""
-    formed = None
-    for step, score in zip(steps, scores):
-        if score >= threshold:
-            formed = step if formed is None else formed
-        else:
-            formed = None
-    return formed
 
 
 def steepest_drop(steps: Sequence[int], loss: Sequence[Optional[float]], window: float = 1.5) -> Optional[int]:
@@ -100,7 +109,8 @@ def probe_run(run: Run, names: Optional[Sequence[str]] = None, steps: Optional[S
                 if result.per_head is not None:
                     for layer in range(result.per_head.shape[0]):
                         for head in range(result.per_head.shape[1]):
-                            tl.per_head[name].setdefault(f"L{layer}H{head}", []).append(float(result.per_head[layer, head]))
+                            tl.per_head[name].setdefault(hooks.head_label(layer, head), []).append(
+                                float(result.per_head[layer, head]))
                 for key, value in result.metrics.items():
                     tl.metrics[name].setdefault(key, []).append(value)
     for name in names:
@@ -110,64 +120,83 @@ def probe_run(run: Run, names: Optional[Sequence[str]] = None, steps: Optional[S
     return tl
 
 
-def stages(tl: Timeline) -> list[tuple[str, int]]:
-    """icl_strategy's nearest strategy as (name, first step) for each change of stage."""
-    series = tl.metrics.get("icl_strategy", {}).get("stage")
-    if not series:
-        return []
-    out: list[tuple[str, int]] = []
-    for step, stage in zip(tl.steps, series):
-        if not out or out[-1][0] != int(stage):
-            out.append((int(stage), step))
+def shown_probes(tl: Timeline) -> list[probes.Probe]:
+    """The registered probes in the timeline, in its order (a probes.json may name a probe since removed)."""
+    return [probes.PROBES.get(name) for name in tl.metrics if name in probes.PROBES]
+
+
+def summary(tl: Timeline, task: Any = None) -> list[str]:
+    """Human-readable lines: when each circuit formed, beside the loss drop, then each probe's own lines."""
+    lines = [f"loss falls fastest at step {tl.loss_drop_step}"]
+    thresholds = {p.name: p.threshold for p in shown_probes(tl)}
+    for probe, head, step in tl.formed():
+        lines.append(f"{probe:<16} {head} formed at step {step} (score ≥ {thresholds.get(probe, '?')})")
+    own = [line for p in shown_probes(tl) if p.summary is not None for line in p.summary(tl, task)]
+    # "No circuit" speaks of heads: say it where heads were scored, or where nothing else was said.
+    if not tl.formed() and (any(tl.per_head.values()) or not own):
+        own.append("no circuit stayed above its threshold")
+    return lines + own
+
+
+def rows(tl: Timeline) -> list[list[Any]]:
+    """The tidy table, one row per (step, probe, layer, head, metric, value): per-head scores (metric
+    "score"), then every other metric with layer and head None. probes.csv and W&B's table both hold it."""
+    out: list[list[Any]] = []
+    for name, heads in tl.per_head.items():
+        for head, series in heads.items():
+            layer, h = hooks.parse_head(head)
+            out += [[s, name, layer, h, "score", float(v)] for s, v in zip(tl.steps, series)]
+    for name, metrics in tl.metrics.items():
+        for metric, series in metrics.items():
+            out += [[s, name, None, None, metric, float(v)] for s, v in zip(tl.steps, series)]
     return out
 
 
-def summary(tl: Timeline, strategies: Sequence[str] = ()) -> list[str]:
-    """Human-readable lines: when each circuit formed, beside the loss drop."""
-    lines = [f"loss falls fastest at step {tl.loss_drop_step}"]
-    for probe, head, step in tl.formed():
-        lines.append(f"{probe:<16} {head} formed at step {step} (score ≥ {probes.PROBES.get(probe).threshold})")
-    if stages(tl):
-        lines.append("icl_strategy     stages: " + " -> ".join(
-            f"{strategies[i] if i < len(strategies) else i} (step {s})" for i, s in stages(tl)))
-    hidden = tl.metrics.get("hidden_progress")
-    if hidden:
-        recovered = formation_step(tl.steps, hidden["support_recovered"], 1.0)
-        drop = tl.steps.index(tl.loss_drop_step) if tl.loss_drop_step in tl.steps else -1
-        lines.append(f"hidden_progress  the support's weights lead the rest {hidden['drift_ratio'][drop]:.1f}x at the "
-                     f"loss drop; the support is readable from the weights from step {recovered}")
-    if not tl.formed() and not hidden:
-        lines.append("no circuit stayed above its threshold")
-    return lines
+def save(tl: Timeline, run_dir: Path | str) -> None:
+    """Write RUN_DIR/probes.csv (None as an empty cell) and probes.json, each atomically; probes.json last,
+    since its presence means "probed"."""
+
+    def fill(tmp: Path) -> None:
+        with open(tmp, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(COLUMNS)
+            w.writerows(rows(tl))
+
+    io.atomic_write(Path(run_dir) / CSV, fill)
+    io.write_json(Path(run_dir) / JSON, tl.to_json())
+
+
+def load(run_dir: Path | str) -> Timeline:
+    """The timeline in RUN_DIR/probes.json (FileNotFoundError when there is none; CorruptFileError naming
+    the file when it is damaged or not a timeline)."""
+    path = Path(run_dir) / JSON
+    data = io.read_json(path)
+    try:
+        return Timeline.from_json(data)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise CorruptFileError(path, f"not a probe timeline ({type(e).__name__}: {e}); delete it to probe again") from None
 
 
 def log_to_wandb(tl: Timeline, logger) -> None:
-    rows = []
+    """Every series against the probed step (`probe/<probe>/<head or metric>`), formation steps in the summary."""
+    history = []
     for i, step in enumerate(tl.steps):
         row: dict[str, Any] = {"probe_step": step}
         for name, heads in tl.per_head.items():
             row |= {f"probe/{name}/{h}": series[i] for h, series in heads.items()}
         for name, metrics in tl.metrics.items():
             row |= {f"probe/{name}/{m}": series[i] for m, series in metrics.items()}
-        rows.append(row)
-    logger.log_against("probe_step", rows)
+        history.append(row)
+    logger.log_against("probe_step", history)
     logger.summary({f"formation/{p}/{h}": s for p, heads in tl.formation.items() for h, s in heads.items()}
                    | {"formation/loss_drop_step": tl.loss_drop_step})
 
 
-def write_table(tl: Timeline, path: Path) -> None:
-    """The tidy table: one row per (step, probe, layer, head, metric, value)."""
-
-    def fill(tmp: Path) -> None:
-        with open(tmp, "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(["step", "probe", "layer", "head", "metric", "value"])
-            for name, heads in tl.per_head.items():
-                for head, series in heads.items():
-                    layer, h = head[1:].split("H")
-                    w.writerows([s, name, layer, h, "score", v] for s, v in zip(tl.steps, series))
-            for name, metrics in tl.metrics.items():
-                for metric, series in metrics.items():
-                    w.writerows([s, name, "", "", metric, v] for s, v in zip(tl.steps, series))
-
-    io.atomic_write(path, fill)
+def log_plots_to_wandb(tl: Timeline, logger) -> None:
+    """The tidy table, a line plot of every head's score per probe, and each probe's own plots."""
+    logger.table("probes/table", COLUMNS, rows(tl))
+    for p, heads in tl.per_head.items():
+        logger.line_series(f"plots/{p}", tl.steps, heads, f"{p}: score per head", "step")
+    for probe in shown_probes(tl):
+        if probe.wandb is not None:
+            probe.wandb(tl, logger)

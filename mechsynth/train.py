@@ -13,14 +13,18 @@ import re
 import signal
 import sys
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Literal, Optional, Protocol
+from typing import Any, Literal, Optional, Protocol, runtime_checkable
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from jaxtyping import Float
+from torch import Tensor
 
-from mechsynth.config import MAX_SEED, MAX_STEPS, check, check_fields, doc, show
+from mechsynth import optimizers
+from mechsynth.config import MAX_SEED, MAX_STEPS, check, check_fields, doc, show, validates_itself
 from mechsynth.errors import DivergedError
 from mechsynth.tasks.base import Batch, align
 
@@ -30,12 +34,14 @@ DEVICE = re.compile(r"auto|cpu|mps|cuda(:[0-9]{1,4})?", re.ASCII)
 DEVICES = "auto, cpu, cuda, cuda:N (N = 0, 1, ...), mps"
 
 
+@validates_itself
 @dataclass(frozen=True)
 class TrainConfig:
     steps: int = doc("optimizer steps", 2000, lo=1, hi=MAX_STEPS, why="about 12 days at 1000 steps/s")
     batch_size: int = doc("sequences per step, sampled fresh on the training device", 64, lo=1, hi=2**20)
     lr: float = doc("peak learning rate", 1e-3)
-    optimizer: Literal["adamw", "adam", "sgd"] = doc("optimizer", "adamw")
+    optimizer: str = doc("optimizer, by its name in mechsynth/optimizers/ (adam, adamw, sgd, adafactor, and any "
+                         "plugin's); with seeds > 1 an elementwise one", "adamw")
     betas: tuple[float, float] = doc("Adam betas", (0.9, 0.999))
     momentum: float = doc("SGD momentum", 0.0)
     weight_decay: float = doc("weight decay (decoupled for adamw, L2 for adam/sgd)", 0.0)
@@ -73,10 +79,16 @@ class TrainConfig:
         check(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), "betas",
               f"must be two numbers in [0, 1), got {show(self.betas)}")
         check(0 <= self.momentum < 1, "momentum", f"must be in [0, 1), got {self.momentum}")
+        check(isinstance(self.optimizer, str) and self.optimizer in optimizers.OPTIMIZERS, "optimizer",
+              f"{show(self.optimizer)} is not allowed; allowed: {', '.join(optimizers.names())}")
+        check(self.seeds == 1 or optimizers.get(self.optimizer).elementwise, "optimizer",
+              f"{self.optimizer!r} is not elementwise, so seeds side by side would couple the seeds; allowed with "
+              f"train.seeds > 1: {', '.join(optimizers.elementwise())}")
         check(isinstance(self.device, str) and DEVICE.fullmatch(self.device) is not None, "device",
               f"{show(self.device)} is not allowed; allowed: {DEVICES}")
 
 
+@runtime_checkable
 class DataSource(Protocol):
     """What the trainer needs from a task."""
 
@@ -84,7 +96,7 @@ class DataSource(Protocol):
 
     def sample(self, batch_size: int, generator: torch.Generator, device: Any, split: str) -> Batch: ...
 
-    def metrics(self, logits: torch.Tensor, batch: Batch) -> dict[str, float]: ...
+    def metrics(self, logits: Float[Tensor, "batch out_pos d_vocab_out"], batch: Batch) -> dict[str, float]: ...
 
 
 def resolve_device(name: str) -> torch.device:
@@ -140,15 +152,11 @@ def checkpoint_steps(total: int, count: int = 100) -> list[int]:
 
 
 def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
-    params = [p for p in model.parameters() if p.requires_grad]
-    if cfg.optimizer == "adamw":
-        return torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
-    if cfg.optimizer == "adam":
-        return torch.optim.Adam(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
-    return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+    """The optimizer `cfg.optimizer` names (registered in mechsynth/optimizers/) over the trainable parameters."""
+    return optimizers.build(cfg.optimizer, [p for p in model.parameters() if p.requires_grad], cfg)
 
 
-def masked_loss(logits: torch.Tensor, batch: Batch) -> torch.Tensor:
+def masked_loss(logits: Float[Tensor, "batch out_pos d_vocab_out"], batch: Batch) -> Float[Tensor, ""]:
     """Mean cross-entropy over scored positions. Unscored targets become ignore_index rather than
     being dropped by boolean indexing, which would cost a device->host sync every step."""
     logits, targets, mask = align(logits, batch)
@@ -233,7 +241,7 @@ class Trainer:
 
     def __init__(self, model: nn.Module, data: DataSource, cfg: TrainConfig, device: torch.device | str = "cpu"):
         self.cfg, self.data, self.device = cfg, data, torch.device(device)
-        self.n_seeds = 1  # models trained (side by side: SeedsTrainer's parameters have a leading seed axis)
+        self.n_seeds = 1  # models trained (side by side: SeedsTrainer's parameters have a leading n_models axis)
         if self.device.type == "cpu":
             keep_freed_memory()
         self.module = model.to(self.device)  # what checkpoints save: never the compiled wrapper
@@ -256,7 +264,7 @@ class Trainer:
     def evaluate(self) -> dict[str, float]:
         return held_out_metrics(self.model, self.data, self.eval_batches())
 
-    def train_step(self) -> torch.Tensor:
+    def train_step(self) -> Float[Tensor, ""]:
         """One update; returns the (device) loss without syncing, so GPU steps stay asynchronous."""
         for group in self.optimizer.param_groups:
             group["lr"] = lr_at(self.step, self.cfg)
@@ -301,7 +309,7 @@ class Trainer:
                 bar.update(1)
                 is_ckpt = self.step in checkpoint_at
                 if is_ckpt or self.step % self.cfg.eval_every == 0 or self.step == self.cfg.steps:
-                    mean_loss = running / n_running  # [] or, side by side, [seeds]
+                    mean_loss = running / n_running  # [] or, side by side, [n_models]
                     metrics = self.record(mean_loss)
                     self.check_finite(metrics, weights=is_ckpt)
                     rate = (self.step - s0) / max(1e-9, time.perf_counter() - t0)
@@ -341,7 +349,7 @@ class Trainer:
     def load_seed_states(self, states: list[dict[str, Any]]) -> None:
         self.load_state(states[0])
 
-    def record(self, train_loss: torch.Tensor) -> dict[str, float]:
+    def record(self, train_loss: Float[Tensor, ""]) -> dict[str, float]:
         """What `on_eval` gets: the mean training loss since the last record, the LR and held-out metrics."""
         return {"train/loss": train_loss.item(), "train/lr": lr_at(self.step - 1, self.cfg), **self.evaluate()}
 

@@ -14,9 +14,9 @@ import html
 import json
 import re
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import circuitsvis
 from jaxtyping import Float
@@ -51,7 +51,7 @@ class AttentionView:
 
     title: str
     tokens: list[str]
-    patterns: Float[Tensor, "view query_pos key_pos"]
+    patterns: Float[Tensor, "pattern query_pos key_pos"]
     names: list[str]  # one per pattern, e.g. "L1H0 step 167 (forms)"
     columns: int = 3
 

@@ -7,19 +7,21 @@ import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, get_args
 
-from mechsynth.config import check, doc, show
+from mechsynth.config import check, doc, show, validates_itself
 from mechsynth.errors import ConfigError
 
-MODES = ("online", "offline", "disabled")
+Mode = Literal["online", "offline", "disabled"]
+MODES: tuple[str, ...] = get_args(Mode)
 # WANDB_MODE as W&B itself spells it: "dryrun" and "run" are its older names for offline and online.
 _ENV_MODES = {"online": "online", "run": "online", "offline": "offline", "dryrun": "offline", "disabled": "disabled"}
 
 
+@validates_itself
 @dataclass(frozen=True)
 class WandbConfig:
-    mode: Optional[Literal["online", "offline", "disabled"]] = doc(
+    mode: Optional[Mode] = doc(
         "offline needs no account or network (`wandb sync` uploads later); unset = WANDB_MODE from the "
         "environment, else offline (the --wandb flag overrides both)", None)
     project: str = doc("W&B project", "mechsynth")

@@ -12,20 +12,27 @@ do, and how the solution holds up beyond the training length.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 from jaxtyping import Float, Int
+from matplotlib.figure import Figure
 from torch import Tensor
 
-from mechsynth.probes import ProbeResult, View, head_metrics, no_hooks, register
+from mechsynth import hooks
+from mechsynth.plots import mark_drop, new_figure, steps_axis
+from mechsynth.probes import ProbeResult, Section, View, head_metrics, no_hooks, register
+
+if TYPE_CHECKING:
+    from mechsynth.timeline import Timeline
 
 
 def resid_hooks(n_layers: int) -> list[str]:
-    return ["blocks.0.hook_resid_pre"] + [f"blocks.{layer}.hook_resid_post" for layer in range(n_layers)] + \
-        [f"blocks.{layer}.attn.hook_pattern" for layer in range(n_layers)]
+    return hooks.residual_stream(n_layers) + hooks.attention_patterns(n_layers)
 
 
-def ridge_accuracy(features: Float[Tensor, "n d"], labels: Int[Tensor, "n"], n_train: int, lam: float = 1e-2) -> float:
+def ridge_accuracy(features: Float[Tensor, "example d_model"], labels: Int[Tensor, "example"], n_train: int,
+                   lam: float = 1e-2) -> float:
     """Fit one-hot(labels) ~ [features, 1] by ridge on the first n_train rows; accuracy on the rest."""
     x = torch.cat([features.double(), torch.ones(len(features), 1, dtype=torch.double, device=features.device)], 1)
     y = torch.nn.functional.one_hot(labels, int(labels.max()) + 1).double()
@@ -34,15 +41,58 @@ def ridge_accuracy(features: Float[Tensor, "n d"], labels: Int[Tensor, "n"], n_t
     return float(((x[n_train:] @ w).argmax(-1) == labels[n_train:]).double().mean())
 
 
-def prefix_entropy(pattern: Float[Tensor, "batch head query key"]) -> Float[Tensor, "head"]:
+def prefix_entropy(pattern: Float[Tensor, "batch head_index query_pos key_pos"]) -> Float[Tensor, "head_index"]:
     """Entropy of each query's attention divided by log(prefix length), averaged over queries 1.."""
-    ent = -(pattern * pattern.clamp_min(1e-12).log()).sum(-1)  # [batch, head, query]
+    ent = -(pattern * pattern.clamp_min(1e-12).log()).sum(-1)  # [batch, head_index, query_pos]
     norm = torch.log(torch.arange(1, pattern.shape[-1] + 1, device=pattern.device, dtype=pattern.dtype))
     return (ent[..., 1:] / norm[1:]).mean(dim=(0, 2))
 
 
+def linear_probes(tl: "Timeline", task: Any) -> Optional[Figure]:
+    """Linear decoding accuracy per layer (at three checkpoints) and over training, beside accuracy at
+    and beyond the training length."""
+    metrics = tl.metrics.get("automaton_shortcut", {})
+    keys = [k for k in metrics if k.startswith("linear/")]
+    if not keys:
+        return None
+    targets = list(dict.fromkeys(k.split("/")[1] for k in keys))
+    depths = list(dict.fromkeys(k.split("/")[2] for k in keys))  # embed, L0, L1, ... in probe order
+    fig, axes = new_figure(1, 3, height=3.2, width=12)
+    ax_depth, ax_time, ax_acc = axes[0]
+    picks = sorted({0, tl.steps.index(tl.loss_drop_step) if tl.loss_drop_step in tl.steps else len(tl.steps) // 2,
+                    len(tl.steps) - 1})
+    for t, target in enumerate(targets):
+        for j, i in enumerate(picks):
+            ax_depth.plot(depths, [metrics[f"linear/{target}/{d}"][i] for d in depths], marker="o", color=f"C{t}",
+                          alpha=0.35 + 0.65 * j / max(1, len(picks) - 1),
+                          label=f"{target}, step {tl.steps[i]}")
+    ax_depth.set_ylim(0, 1.02)
+    ax_depth.set_xlabel("residual stream after")
+    ax_depth.set_ylabel("linear decoding accuracy")
+    ax_depth.legend(fontsize=6)
+    for j, depth in enumerate(depths):
+        ax_time.plot(tl.steps, metrics[f"linear/{targets[0]}/{depth}"], color=f"C{j}", label=depth)
+    ax_time.set_ylabel(f"{targets[0]} decoding accuracy")
+    ax_time.legend(fontsize=6, title="after", title_fontsize=6)
+    for key, colour in (("acc", "black"), ("acc_long", "tab:orange"), ("acc_beyond_train_length", "tab:red")):
+        if key in metrics:
+            ax_acc.plot(tl.steps, metrics[key], color=colour, label=key)
+    ax_acc.set_ylabel("model accuracy")
+    ax_acc.legend(fontsize=6)
+    for ax in (ax_time, ax_acc):
+        mark_drop(ax, tl.loss_drop_step)
+        steps_axis(ax)
+    return fig
+
+
+SECTION = Section("linear_probes", "Linear probes per layer",
+                  "Ridge-regression decoding of the automaton state (and its factors) from the residual stream after "
+                  "each layer, on held-out sequences; right: the model's accuracy at the training length and beyond it.",
+                  linear_probes)
+
+
 @register("automaton_shortcut", reads={"data": resid_hooks, "task:eval_long": no_hooks}, truth=("states",),
-          needs_task=True, threshold=0.9, tasks=("automata",))
+          threshold=0.9, section=SECTION)
 def automaton_shortcut(view: View) -> ProbeResult:
     n_layers, batch, cache = view.n_layers, view.batch("data"), view.cache("data")
     batch_size, T = batch.tokens.shape
@@ -50,11 +100,11 @@ def automaton_shortcut(view: View) -> ProbeResult:
     metrics: dict[str, float] = {"acc": float((view.logits("data").argmax(-1) == batch.targets).float().mean())}
     targets = {"state": batch.truth["states"]} | {k.split(":", 1)[1]: v for k, v in batch.truth.items()
                                                    if k.startswith("factor:")}
-    for i, hook in enumerate(["blocks.0.hook_resid_pre"] + [f"blocks.{l}.hook_resid_post" for l in range(n_layers)]):
+    for i, hook in enumerate(hooks.residual_stream(n_layers)):
         feats = cache[hook].flatten(0, 1)
         for name, labels in targets.items():
             metrics[f"linear/{name}/{'embed' if i == 0 else f'L{i - 1}'}"] = ridge_accuracy(feats, labels.flatten(), half)
-    per_head = torch.stack([prefix_entropy(cache[f"blocks.{l}.attn.hook_pattern"]) for l in range(n_layers)])
+    per_head = torch.stack([prefix_entropy(cache[h]) for h in hooks.attention_patterns(n_layers)])
     metrics |= head_metrics("entropy/", per_head)
     long = view.batch("task:eval_long")
     correct = (view.logits("task:eval_long").argmax(-1) == long.targets).float().mean(0)
@@ -62,5 +112,5 @@ def automaton_shortcut(view: View) -> ProbeResult:
     metrics["acc_beyond_train_length"] = float(correct[T:].mean()) if correct.shape[0] > T else math.nan
     layer, head = divmod(int(per_head.flatten().argmax()), view.n_heads)
     render = {"tokens": batch.tokens[0].cpu(),
-              "heads": {f"L{layer}H{head}": cache[f"blocks.{layer}.attn.hook_pattern"][0, head].cpu()}}
+              "heads": {hooks.head_label(layer, head): cache[hooks.attn_pattern(layer)][0, head].cpu()}}
     return ProbeResult("automaton_shortcut", per_head.cpu(), metrics, render)

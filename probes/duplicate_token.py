@@ -3,22 +3,23 @@
 from __future__ import annotations
 
 import torch
-from jaxtyping import Float, Int
+from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from mechsynth.probes import ProbeResult, View, attention_hooks, register, render_heads
 
 
-def duplicate_targets(tokens: Int[Tensor, "batch pos"]) -> torch.Tensor:
-    """[batch, query, key]: key < query holds the same token as query."""
+def duplicate_targets(tokens: Int[Tensor, "batch pos"]) -> Bool[Tensor, "batch pos pos"]:
+    """[batch, query_pos, key_pos]: key < query holds the same token as query."""
     same = tokens[:, :, None] == tokens[:, None, :]
     return same & torch.ones_like(same[0]).tril(-1)
 
 
-def target_mass(pattern: Float[Tensor, "layer batch head query key"], targets: torch.Tensor) -> Float[Tensor, "layer head"]:
+def target_mass(pattern: Float[Tensor, "layer batch head_index query_pos key_pos"],
+                targets: Bool[Tensor, "batch query_pos key_pos"]) -> Float[Tensor, "layer head_index"]:
     """Attention on the target keys, averaged over queries that have at least one target: a head
     that puts all its attention on the targets scores 1.0 however many there are."""
-    mass = (pattern * targets[None, :, None].float()).sum(-1)  # [layer, batch, head, query]
+    mass = (pattern * targets[None, :, None].float()).sum(-1)  # [layer, batch, head_index, query_pos]
     has = targets.any(-1)[None, :, None].expand_as(mass)
     return (mass * has).sum(dim=(1, 3)) / has.sum(dim=(1, 3)).clamp_min(1)
 

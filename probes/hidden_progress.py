@@ -1,37 +1,95 @@
 """Hidden progress (Barak et al. 2022): while the loss of a sparse parity sits on its plateau, the
 weights are already moving towards the hidden support S. Measured on the input-facing weights —
 the first layer of the MLP baseline (one row per input bit), the positional embedding of a
-transformer (one row per bit position) — against the weights at step 0:
+transformer (one row per bit position); the model names them in `input_weights` — against the
+weights at step 0:
 
 - `drift_inf`: ‖W_t − W_0‖∞ over those weights;
 - `drift_on_support` / `drift_off_support`: the mean over bits in / not in S of each bit's row drift
   ‖ΔW[i]‖∞, and their ratio `drift_ratio` (1 at the start; it grows as S is singled out);
 - `support_recovered`: the |S| bits whose rows moved most are exactly S.
 
-No hooks: it reads weights, so it works on the MLP baselines as well as transformers.
+No hooks: it reads weights, so it works on the MLP baselines as well as transformers; not on rotary
+transformers, whose positions have no weights.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, Optional
+
 from jaxtyping import Float
+from matplotlib.figure import Figure
 from torch import Tensor
 
-from mechsynth.probes import ProbeError, ProbeResult, View, no_hooks, register
+from mechsynth.plots import held_out_loss, mark_drop, new_figure, steps_axis
+from mechsynth.probes import ProbeResult, Section, View, formation_step, input_weights, no_hooks, register
+
+if TYPE_CHECKING:
+    from mechsynth.timeline import Timeline
 
 
-def row_drift(view: View) -> Float[Tensor, "n_inputs"]:
-    """‖W_t[i] − W_0[i]‖∞ for each input bit i."""
-    name = "W_pos" if view.n_layers else "W_in"  # transformer: positions; MLP baseline: its first layer
-    try:
-        now, init = view.weight(name), view.init_weight(name)
-    except AttributeError:
-        raise ProbeError(f"hidden_progress reads {name}, which this model does not have (rotary positions?)") from None
-    n_inputs = view.tokens("data").shape[1] - 1  # every position but the readout
+def row_drift(view: View) -> Float[Tensor, "bit"]:
+    """‖W_t[i] − W_0[i]‖∞ for each input bit i (the positions before the readout)."""
+    assert view.input_weights is not None and view.init_weight is not None  # checked before the probe runs
+    now, init = view.weight(view.input_weights), view.init_weight(view.input_weights)
+    n_inputs = int(view.batch("data").truth["readout"])  # the readout's position = how many bits precede it
     return (now[:n_inputs] - init[:n_inputs]).abs().amax(-1)
 
 
-@register("hidden_progress", reads={"data": no_hooks}, truth=("support",), needs_task=True, needs_init=True,
-          threshold=float("inf"), tasks=("sparse_parity", "sparse_boolean"))
+def has_input_weights(model: Any) -> Optional[str]:
+    if input_weights(model) is None:
+        return f"probe 'hidden_progress' reads input-facing weights, which {type(model).__name__} lacks (rotary positions?)"
+    return None
+
+
+def summary(tl: "Timeline", task: Any) -> list[str]:
+    m = tl.metrics.get("hidden_progress")
+    if not m:
+        return []
+    recovered = formation_step(tl.steps, m["support_recovered"], 1.0)
+    drop = tl.steps.index(tl.loss_drop_step) if tl.loss_drop_step in tl.steps else -1
+    return [f"hidden_progress  the support's weights lead the rest {m['drift_ratio'][drop]:.1f}x at the "
+            f"loss drop; the support is readable from the weights from step {recovered}"]
+
+
+def figure(tl: "Timeline", task: Any) -> Optional[Figure]:
+    """How far the weights of the support bits and of the other bits moved, their ratio, and the loss:
+    progress hidden under a flat loss."""
+    m = tl.metrics.get("hidden_progress", {})
+    if not {"drift_on_support", "drift_off_support", "drift_ratio"} <= set(m):
+        return None
+    fig, axes = new_figure(1, 2, height=3.2, width=11)
+    ax_drift, ax_ratio = axes[0]
+    ax_drift.plot(tl.steps, m["drift_on_support"], color="tab:red", label="support bits")
+    ax_drift.plot(tl.steps, m["drift_off_support"], color="tab:gray", label="other bits")
+    if any(v > 0 for v in m["drift_on_support"] + m["drift_off_support"]):  # (step 0 alone has moved nowhere)
+        ax_drift.set_yscale("log")  # the support pulls ahead by a growing factor while the loss is flat
+    ax_drift.set_ylabel("weight drift from step 0 (‖ΔW[i]‖∞)")
+    ax_drift.legend(fontsize=7)
+    ax_ratio.plot(tl.steps, m["drift_ratio"], color="tab:red", label="support / other drift")
+    ax_ratio.set_ylabel("drift ratio")
+    loss_ax = ax_ratio.twinx()
+    loss_ax.plot(tl.steps, held_out_loss(tl), color="black", alpha=0.6, label="held-out loss")
+    loss_ax.set_ylabel("held-out loss")
+    recovered = formation_step(tl.steps, m["support_recovered"], 1.0) if "support_recovered" in m else None
+    for ax in (ax_drift, ax_ratio):
+        if recovered is not None:
+            ax.axvline(recovered, color="tab:red", linestyle="--", linewidth=1,
+                       label=f"support readable from weights (step {recovered})" if ax is ax_ratio else None)
+        mark_drop(ax, tl.loss_drop_step, label=ax is ax_ratio)
+        steps_axis(ax, log=False)  # the plateau is long, and checkpoints are even there
+    lines = ax_ratio.get_legend_handles_labels()[0] + loss_ax.get_legend_handles_labels()[0]
+    ax_ratio.legend(lines, [ln.get_label() for ln in lines], fontsize=7, loc="center left")
+    return fig
+
+
+SECTION = Section("hidden_progress", "Hidden progress",
+                  "How far the input-facing weights of the support bits and of the other bits have moved from step 0.",
+                  figure)
+
+
+@register("hidden_progress", reads={"data": no_hooks}, truth=("support", "readout"), needs_init=True,
+          threshold=float("inf"), model_check=has_input_weights, summary=summary, section=SECTION)
 def hidden_progress(view: View) -> ProbeResult:
     drift = row_drift(view)
     support = view.batch("data").truth["support"].to(drift.device)

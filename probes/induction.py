@@ -10,24 +10,24 @@ averaged over second-copy queries, so a perfect head scores 1.0 however often to
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
-from jaxtyping import Float, Int
+from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from mechsynth.probes import ProbeResult, View, attention_hooks, head_metrics, no_hooks, register, render_heads
 from mechsynth.probes.duplicate_token import target_mass
 
 
-def induction_targets(tokens: Int[Tensor, "batch pos"]) -> torch.Tensor:
-    """[batch, query, key]: 1 <= key <= query and tokens[key - 1] == tokens[query]."""
+def induction_targets(tokens: Int[Tensor, "batch pos"]) -> Bool[Tensor, "batch pos pos"]:
+    """[batch, query_pos, key_pos]: 1 <= key <= query and tokens[key - 1] == tokens[query]."""
     prev = torch.cat([torch.full_like(tokens[:, :1], -1), tokens[:, :-1]], 1)
     return (tokens[:, :, None] == prev[:, None, :]) & torch.ones(tokens.shape[1], tokens.shape[1], dtype=torch.bool,
                                                                     device=tokens.device).tril()
 
 
-def copying_score(weight: Callable[[str], Tensor]) -> Float[Tensor, "layer head"] | None:
+def copying_score(weight: Callable[[str], Tensor]) -> Float[Tensor, "layer head_index"] | None:
     """Σλ / Σ|λ| over the eigenvalues of each head's full OV circuit W_E W_V W_O W_U (Elhage et al. 2021):
     near 1 for a head that copies the token it attends to. None when input and output vocabularies differ."""
     W_E, W_U = weight("W_E"), weight("W_U")
@@ -38,14 +38,15 @@ def copying_score(weight: Callable[[str], Tensor]) -> Float[Tensor, "layer head"
     return (eig.sum(-1).real / eig.abs().sum(-1).clamp_min(1e-12)).float()
 
 
-def icl_score(logits: Float[Tensor, "batch pos vocab"], targets: Int[Tensor, "batch pos"]) -> float:
+def icl_score(logits: Float[Tensor, "batch pos d_vocab_out"], targets: Int[Tensor, "batch pos"]) -> float:
     """Loss late in the context minus loss early (Olsson et al. 2022); negative = learning in context."""
     loss = -logits.float().log_softmax(-1).gather(-1, targets[..., None])[..., 0].mean(0)  # per position
     fifth = max(1, loss.shape[0] // 5)
     return float(loss[-fifth:].mean() - loss[:fifth].mean())
 
 
-@register("induction", reads={"repeated": attention_hooks, "data": no_hooks}, threshold=0.5)
+@register("induction", reads={"repeated": attention_hooks, "data": no_hooks}, threshold=0.5,
+          weights=("W_E", "W_V", "W_O", "W_U"))
 def induction(view: View) -> ProbeResult:
     tokens, pattern = view.tokens("repeated"), view.patterns("repeated")
     half = tokens.shape[1] // 2

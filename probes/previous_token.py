@@ -13,7 +13,8 @@ from mechsynth.probes import ProbeResult, View, attention_hooks, head_metrics, r
 FURTHER_OFFSETS = (2, 3)
 
 
-def offset_score(pattern: Float[Tensor, "layer batch head query key"], offset: int = 1) -> Float[Tensor, "layer head"]:
+def offset_score(pattern: Float[Tensor, "layer batch head_index query_pos key_pos"],
+                 offset: int = 1) -> Float[Tensor, "layer head_index"]:
     """Mean attention from each query to the key `offset` positions back (queries that have one)."""
     return pattern.diagonal(offset=-offset, dim1=-2, dim2=-1).mean(dim=(1, 3))
 

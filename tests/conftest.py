@@ -18,9 +18,10 @@ os.environ.pop("WANDB_API_KEY", None)
 
 
 def tiny_config(task: dict, model: dict | None = None, train: dict | None = None, wandb: str = "disabled") -> dict:
-    """A config dict for a short CPU run."""
+    """A config dict for a short CPU run (a small transformer unless `model` names another kind)."""
+    small = {"n_layers": 1, "n_heads": 1, "d_model": 16} if (model or {}).get("kind", "transformer") == "transformer" else {}
     return {"task": task,
-            "model": {"n_layers": 1, "n_heads": 1, "d_model": 16, **(model or {})},
+            "model": {**small, **(model or {})},
             "train": {"steps": 20, "batch_size": 16, "eval_every": 5, "eval_batch_size": 64,
                       "checkpoints": 6, "device": "cpu", **(train or {})},
             "wandb": {"mode": wandb}}
@@ -29,3 +30,8 @@ def tiny_config(task: dict, model: dict | None = None, train: dict | None = None
 @pytest.fixture
 def tiny():
     return tiny_config
+
+
+def pytest_configure(config):
+    # tests/test_contracts.py checks that every registered task has a test with this marker
+    config.addinivalue_line("markers", "reference(task): checks the task's generator against a slow reference")

@@ -1,13 +1,53 @@
-"""Hand-set attention-only transformers whose circuits are known exactly: ground truth for probes."""
+"""Hand-set models whose circuits are known exactly: ground truth for probes.
+
+`PLANTED` maps each probe to a known-answer check: it builds a model with the probe's circuit planted
+at a known place, runs the probe and asserts the answer (the planted head ranks first with a score near
+its maximum, the other heads score low; or the planted quantity is recovered exactly). test_probes runs
+every check, and fails for a registered probe that has none.
+"""
 
 from __future__ import annotations
 
+import copy
 import math
+from typing import Callable
 
 import torch
+import torch.nn as nn
+from torch import Tensor
 
-from mechsynth.models import ModelConfig
+from mechsynth import models, probes, tasks
 from mechsynth.models.tl_compat import hooked_transformer
+
+
+def _layer(n_heads: int, d_model: int, d_head: int, g: torch.Generator) -> dict[str, Tensor]:
+    """One attention layer of heads with small random weights (near-uniform attention, small writes)."""
+    a = {w: torch.randn(n_heads, d_model, d_head, generator=g) * 0.1 for w in ("W_Q", "W_K", "W_V")}
+    a["W_O"] = torch.randn(n_heads, d_head, d_model, generator=g) * 0.1
+    return a | {b: torch.zeros(n_heads, d_head) for b in ("b_Q", "b_K", "b_V")} | {"b_O": torch.zeros(d_model)}
+
+
+def _embeddings(V: int, N: int, d_model: int, d_out: int) -> dict[str, Tensor]:
+    """Residual stream = [token one-hot | position one-hot | zeros ...]; the unembedding reads nothing."""
+    sd = {"embed.W_E": torch.zeros(V, d_model), "pos_embed.W_pos": torch.zeros(N, d_model),
+          "unembed.W_U": torch.zeros(d_model, d_out), "unembed.b_U": torch.zeros(d_out)}
+    sd["embed.W_E"][:, :V] = torch.eye(V)
+    sd["pos_embed.W_pos"][:, V:V + N] = torch.eye(N)
+    return sd
+
+
+def _config(n_layers: int, n_heads: int, d_model: int, d_head: int) -> models.TransformerConfig:
+    return models.TransformerConfig(n_layers=n_layers, n_heads=n_heads, d_model=d_model, d_head=d_head, attn_only=True,
+                                    normalization="none")
+
+
+def _others_below(per_head: Tensor, layer: int, head: int, bound: float) -> bool:
+    others = per_head.clone()
+    others[layer, head] = -math.inf
+    return bool(others.max() < bound)
+
+
+# ---- previous token and induction -----------------------------------------------------------------
 
 
 def planted_induction_model(vocab: int = 10, n_ctx: int = 40, n_heads: int = 4, seed: int = 0, offset: int = 1):
@@ -23,17 +63,11 @@ def planted_induction_model(vocab: int = 10, n_ctx: int = 40, n_heads: int = 4, 
     d_model, d_head = 2 * V + N, max(V, N)
     tok, pos, prev = slice(0, V), slice(V, V + N), slice(V + N, 2 * V + N)
     big = 60.0 * math.sqrt(d_head)
-    cfg = ModelConfig(n_layers=2, n_heads=n_heads, d_model=d_model, d_head=d_head, attn_only=True, normalization="none")
-    sd = {"embed.W_E": torch.zeros(V, d_model), "pos_embed.W_pos": torch.zeros(N, d_model),
-          "unembed.W_U": torch.zeros(d_model, V), "unembed.b_U": torch.zeros(V)}
-    sd["embed.W_E"][:, tok] = torch.eye(V)
-    sd["pos_embed.W_pos"][:, pos] = torch.eye(N)
+    sd = _embeddings(V, N, d_model, V)
     sd["unembed.W_U"][tok] = 5 * torch.eye(V)
     heads = torch.randint(n_heads, (2,), generator=g).tolist()
     for layer in range(2):
-        a = {w: torch.randn(n_heads, d_model, d_head, generator=g) * 0.1 for w in ("W_Q", "W_K", "W_V")}
-        a["W_O"] = torch.randn(n_heads, d_head, d_model, generator=g) * 0.1
-        a |= {b: torch.zeros(n_heads, d_head) for b in ("b_Q", "b_K", "b_V")} | {"b_O": torch.zeros(d_model)}
+        a = _layer(n_heads, d_model, d_head, g)
         h = heads[layer]
         for w in ("W_Q", "W_K", "W_V", "W_O"):
             a[w][h] = 0
@@ -50,7 +84,73 @@ def planted_induction_model(vocab: int = 10, n_ctx: int = 40, n_heads: int = 4, 
             a["W_V"][h, tok, :V] = torch.eye(V)
             a["W_O"][h, :V, tok] = 3 * torch.eye(V)  # outvotes the direct path's "same token again"
         sd |= {f"blocks.{layer}.attn.{k}": v for k, v in a.items()}
-    return hooked_transformer(cfg, V, V, N, sd), heads[0], heads[1]
+    return hooked_transformer(_config(2, n_heads, d_model, d_head), V, V, N, sd), heads[0], heads[1]
+
+
+def known_previous_token() -> None:
+    model, head, _ = planted_induction_model(vocab=10, n_ctx=40, n_heads=4, seed=3)
+    result = probes.run("previous_token", model)
+    assert result.top_heads(1)[0][:2] == (0, head) and result.per_head[0, head] >= 0.9, result.per_head
+    assert _others_below(result.per_head, 0, head, 0.3), result.per_head
+    for offset in (1, 2):  # a head looking further back shows in offset<d>/, and only there
+        model, head, _ = planted_induction_model(vocab=10, n_ctx=40, n_heads=3, seed=5, offset=offset)
+        result = probes.run("previous_token", model)
+        back = result.per_head[0, head] if offset == 1 else result.metrics[f"offset{offset}/L0H{head}"]
+        assert back >= 0.9, (offset, back)
+        others = [result.per_head[0, head]] + [result.metrics[f"offset{d}/L0H{head}"] for d in (2, 3)]
+        assert max(float(v) for i, v in enumerate(others) if i + 1 != offset) < 0.1, (offset, others)
+
+
+def known_induction() -> None:
+    model, _, head = planted_induction_model(vocab=10, n_ctx=40, n_heads=4, seed=3)
+    result = probes.run("induction", model)
+    assert result.top_heads(1)[0][:2] == (1, head) and result.per_head[1, head] >= 0.9, result.per_head
+    assert _others_below(result.per_head, 1, head, 0.3), result.per_head
+    assert result.metrics[f"copying/L1H{head}"] > 0.9
+    assert result.metrics["icl_score"] < -1.0  # the second copy is predicted, the first is not
+    assert set(result.render["heads"]) >= {f"L1H{head}"}
+
+
+# ---- duplicate token ----------------------------------------------------------------------------
+
+
+def planted_duplicate_model(vocab: int = 10, n_ctx: int = 40, n_heads: int = 4, seed: int = 0):
+    """2 layers: an exact duplicate-token head in layer 1 at a random head index. Returns (hooked model, head).
+
+    Residual stream = [token one-hot | position one-hot]; the layer-0 heads attend at random and write
+    nothing, so layer 1 reads the embeddings as they are. The planted head scores a key +big for the
+    query's token and -big for the query's own position: all its attention goes to earlier copies of
+    the query's token (where there are none, it spreads over the prefix, which the probe does not score).
+    """
+    g = torch.Generator().manual_seed(seed)
+    V, N = vocab, n_ctx
+    d_model = d_head = V + N
+    big = 60.0 * math.sqrt(d_head)
+    sd = _embeddings(V, N, d_model, V)
+    head = int(torch.randint(n_heads, (1,), generator=g))
+    layers = [_layer(n_heads, d_model, d_head, g) for _ in range(2)]
+    layers[0]["W_O"].zero_()
+    a = layers[1]
+    for w in ("W_Q", "W_K", "W_V", "W_O"):
+        a[w][head] = 0
+    a["W_Q"][head, :V, :V] = big * torch.eye(V)  # same token: +big
+    a["W_K"][head, :V, :V] = torch.eye(V)
+    a["W_Q"][head, V:, V:] = big * torch.eye(N)  # same position: -big (a token is no copy of itself)
+    a["W_K"][head, V:, V:] = -torch.eye(N)
+    for layer, weights in enumerate(layers):
+        sd |= {f"blocks.{layer}.attn.{k}": v for k, v in weights.items()}
+    return hooked_transformer(_config(2, n_heads, d_model, d_head), V, V, N, sd), head
+
+
+def known_duplicate_token() -> None:
+    model, head = planted_duplicate_model(vocab=10, n_ctx=40, n_heads=4, seed=1)
+    result = probes.run("duplicate_token", model)  # random tokens over 10 symbols: plenty of repeats
+    assert result.top_heads(1)[0][:2] == (1, head), result.per_head
+    assert abs(float(result.per_head[1, head]) - 1.0) < 1e-3, result.per_head
+    assert _others_below(result.per_head, 1, head, 0.3), result.per_head
+
+
+# ---- sparse selection ---------------------------------------------------------------------------
 
 
 def planted_selection_model(length: int, support: list[int], n_heads: int = 3, seed: int = 0):
@@ -59,14 +159,9 @@ def planted_selection_model(length: int, support: list[int], n_heads: int = 3, s
     g = torch.Generator().manual_seed(seed)
     V, N = 3, length + 1
     d_model, d_head = V + N, 4
-    cfg = ModelConfig(n_layers=1, n_heads=n_heads, d_model=d_model, d_head=d_head, attn_only=True, normalization="none")
-    sd = {"embed.W_E": torch.zeros(V, d_model), "pos_embed.W_pos": torch.zeros(N, d_model),
-          "unembed.W_U": torch.randn(d_model, 2, generator=g), "unembed.b_U": torch.zeros(2)}
-    sd["embed.W_E"][:, :V] = torch.eye(V)
-    sd["pos_embed.W_pos"][:, V:] = torch.eye(N)
-    a = {w: torch.randn(n_heads, d_model, d_head, generator=g) * 0.1 for w in ("W_Q", "W_K", "W_V")}
-    a["W_O"] = torch.randn(n_heads, d_head, d_model, generator=g) * 0.1
-    a |= {b: torch.zeros(n_heads, d_head) for b in ("b_Q", "b_K", "b_V")} | {"b_O": torch.zeros(d_model)}
+    sd = _embeddings(V, N, d_model, 2)
+    sd["unembed.W_U"] = torch.randn(d_model, 2, generator=g)
+    a = _layer(n_heads, d_model, d_head, g)
     h = int(torch.randint(n_heads, (1,), generator=g))
     a["W_Q"][h] = 0
     a["W_K"][h] = 0
@@ -74,4 +169,113 @@ def planted_selection_model(length: int, support: list[int], n_heads: int = 3, s
     for s in support:
         a["W_K"][h, V + s, 0] = 1.0  # ...and only the support answers
     sd |= {f"blocks.0.attn.{k}": v for k, v in a.items()}
-    return hooked_transformer(cfg, V, 2, N, sd), h
+    return hooked_transformer(_config(1, n_heads, d_model, d_head), V, 2, N, sd), h
+
+
+def known_sparse_selection() -> None:
+    for name, params in (("sparse_parity", {"n": 12, "k": 3, "seed": 4}), ("sparse_boolean", {"length": 12, "s": 3, "seed": 4})):
+        task = tasks.make(name, params)
+        model, head = planted_selection_model(12, task.support.tolist())
+        result = probes.run("sparse_selection", model, task)
+        assert result.top_heads(1)[0][:2] == (0, head) and result.per_head[0, head] >= 0.9, (name, result.per_head)
+        assert _others_below(result.per_head, 0, head, 0.5), (name, result.per_head)
+        assert result.metrics["support_recovered"] == 1.0, name
+
+
+# ---- automaton shortcut ---------------------------------------------------------------------------
+
+
+def planted_counting_model(task, n_heads: int = 3, seed: int = 0):
+    """2 layers over `task`'s vocabulary and context: one prefix-averaging ("counting") head in layer 1
+    at a random head index, whose queries and keys are zero, so it attends uniformly over the prefix;
+    every other head attends to its own position only. Returns (hooked model, the counting head)."""
+    g = torch.Generator().manual_seed(seed)
+    spec = task.spec
+    V, N = spec.d_vocab, spec.n_ctx
+    d_model, d_head = V + N, N
+    big = 60.0 * math.sqrt(d_head)
+    sd = _embeddings(V, N, d_model, spec.d_vocab_out)
+    head = int(torch.randint(n_heads, (1,), generator=g))
+    for layer in range(2):
+        a = {k: v.zero_() for k, v in _layer(n_heads, d_model, d_head, g).items()}  # heads write nothing
+        for h in range(n_heads):
+            if (layer, h) != (1, head):  # own position: +big
+                a["W_Q"][h, V:, :] = big * torch.eye(N)
+                a["W_K"][h, V:, :] = torch.eye(N)
+        sd |= {f"blocks.{layer}.attn.{k}": v for k, v in a.items()}
+    return hooked_transformer(_config(2, n_heads, d_model, d_head), V, spec.d_vocab_out, N, sd), head
+
+
+def known_automaton_shortcut() -> None:
+    task = tasks.make("automata", {"automaton": "dihedral", "n": 4, "length": 12})
+    model, head = planted_counting_model(task)
+    result = probes.run("automaton_shortcut", model, task, batch_size=16)
+    assert result.top_heads(1)[0][:2] == (1, head), result.per_head
+    assert abs(float(result.per_head[1, head]) - 1.0) < 1e-4, result.per_head  # uniform over the prefix
+    assert _others_below(result.per_head, 1, head, 0.01), result.per_head  # one key each: entropy 0
+    assert set(result.render["heads"]) == {f"L1H{head}"}
+
+
+# ---- hidden progress ------------------------------------------------------------------------------
+
+
+def known_hidden_progress() -> None:
+    """Move the input-facing rows of the support a lot and the others a little: the probe must say so."""
+    task = tasks.make("sparse_parity", {"n": 10, "k": 3, "seed": 2})
+    for cfg in (models.MLPConfig(width=16), models.TransformerConfig(n_layers=1, n_heads=2, d_model=16)):
+        init = models.build(cfg, task.spec)
+        model = copy.deepcopy(init)
+        with torch.no_grad():
+            weights = getattr(model, init.input_weights)
+            weights[:10] += 0.01
+            weights[task.support, 3] += 0.5
+        if isinstance(cfg, models.TransformerConfig):  # probe TransformerLens's model against our step-0 module
+            model = models.hooked(model)
+        m = probes.run("hidden_progress", model, task, init=init).metrics
+        assert abs(m["drift_inf"] - 0.51) < 1e-5 and abs(m["drift_on_support"] - 0.51) < 1e-5, m
+        assert abs(m["drift_off_support"] - 0.01) < 1e-5 and abs(m["drift_ratio"] - 51) < 0.051, m
+        assert m["support_recovered"] == 1.0, m
+        assert probes.run("hidden_progress", init, task, init=init).metrics["drift_inf"] == 0
+
+
+# ---- in-context strategy --------------------------------------------------------------------------
+
+
+class PredictorModel(nn.Module):
+    """A "model" whose next-token distribution is, exactly, one of markov_icl's reference predictors
+    (the log of its probabilities as logits): icl_strategy must find it at KL 0 and name it."""
+
+    def __init__(self, task, strategy: str):
+        super().__init__()
+        self.task, self.strategy = task, strategy
+        self.d_vocab, self.n_ctx = task.spec.d_vocab, task.spec.n_ctx
+        self.hook_dict: dict[str, nn.Module] = {}  # no hooks: icl_strategy reads the logits only
+        self.anchor = nn.Parameter(torch.zeros(()))  # where the probes put their inputs
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        return self.task.predictors(tokens)[self.strategy].log()
+
+    def run_with_cache(self, tokens: Tensor, names_filter=None):
+        return self(tokens), {}
+
+
+def known_icl_strategy() -> None:
+    # alpha = 0.5: the Bayes predictor is add-0.5, not the n-gram's add-one, so each strategy is distinct.
+    task = tasks.make("markov_icl", {"k": 3, "length": 32, "alpha": 0.5})
+    for strategy in ("uniform", "unigram", "ngram", "bayes"):
+        result = probes.run("icl_strategy", PredictorModel(task, strategy), task)
+        kl = {k[3:]: v for k, v in result.metrics.items() if k.startswith("kl/")}
+        assert list(kl) == list(task.strategies) and abs(kl[strategy]) < 1e-5, (strategy, kl)
+        assert all(v > 1e-3 for s, v in kl.items() if s != strategy), (strategy, kl)
+        assert result.render["nearest"] == strategy and result.metrics["stage"] == task.strategies.index(strategy)
+
+
+PLANTED: dict[str, Callable[[], None]] = {
+    "previous_token": known_previous_token,
+    "induction": known_induction,
+    "duplicate_token": known_duplicate_token,
+    "sparse_selection": known_sparse_selection,
+    "automaton_shortcut": known_automaton_shortcut,
+    "hidden_progress": known_hidden_progress,
+    "icl_strategy": known_icl_strategy,
+}

@@ -94,6 +94,7 @@ CASES = [("parity", 2), ("cyclic", 5), ("dihedral", 3), ("dihedral", 5), ("quate
 
 
 @pytest.mark.parametrize("name, n", CASES)
+@pytest.mark.reference("automata")
 def test_labels_match_reference(name, n):
     task = tasks.make("automata", {"automaton": name, "n": n, "length": 40})
     symbols, states = task.spec.token_names, task.spec.target_names

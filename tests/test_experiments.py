@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from mechsynth import io, load_run
 from mechsynth.config import ConfigError
+from mechsynth.sweep import load_plan
 
 EXPERIMENTS = Path(__file__).resolve().parent.parent / "experiments"
 
@@ -70,6 +72,13 @@ def test_statistical_induction_smoke(tmp_path):
     tri = conds["trigram"]["seeds"][0]["heads"]
     assert tri["back1"]["head"] != tri["back2"]["head"]
     assert set(out["results"]["claims"]) >= {"phases_k3", "doubly_stochastic", "trigram"}
+    # The runs are a sweep: each condition's seeds side by side in runs/condition=<c>/, one run per seed.
+    runs = tmp_path / "runs"
+    assert load_plan(runs).name == "statistical_induction" and out["config"]["seeds"] == [0, 1]
+    for cond, c in conds.items():
+        assert io.read_json(runs / f"runs/condition={cond}/config.json")["train"]["seeds"] == 2
+        assert [Path(r["run"]) for r in c["seeds"]] == [runs / f"runs/condition={cond}/seed_{s}" for s in (0, 1)]
+        assert [load_run(r["run"]).config.train.seed for r in c["seeds"]] == [0, 1]
 
 
 def test_sparse_parity_hidden_progress_smoke(tmp_path):
@@ -89,27 +98,87 @@ def test_sparse_parity_hidden_progress_smoke(tmp_path):
     noisy = res["noisy_labels"]["runs"]
     assert len(noisy) == size["noise_seeds"] and all(0 <= r["final_eval_acc"] <= 1 for r in noisy)
 
+    # The runs are one sweep directory, trained in rounds of doubling budgets: each run stopped at the
+    # first budget it converged in (or at the cap), with the config the script gives it.
+    module, runs = load("sparse_parity_hidden_progress"), tmp_path / "runs"
+    assert load_plan(runs).name == "sparse_parity_hidden_progress"
+    smoke = module.SIZES["smoke"]
+
+    def budgets(first: int, cap: int) -> list[int]:
+        out = [first]
+        while out[-1] < cap:
+            out.append(min(2 * out[-1], cap))
+        return out
+
+    def check(run_dir: Path, converged: int | None, first: int, cap: int, cfg: dict) -> None:
+        run = load_run(run_dir)
+        assert run.steps[-1] == (cap if converged is None else min(b for b in budgets(first, cap) if b >= converged))
+        stored = run.config.to_dict()
+        assert all(stored[section][k] == v for section, table in cfg.items() for k, v in table.items())
+
+    for k, ns in smoke["scaling"].items():
+        for n in ns:
+            for seed, t in enumerate(res["scaling"][str(k)]["by_n"][str(n)]["steps"]):
+                cfg = module.mlp_config(n, k, seed, smoke, checkpoints=smoke["checkpoints"] if module.probed(smoke, k, n) else 4)
+                check(runs / f"runs/model=mlp,k={k},n={n},noise=0.0/seed_{seed}", t, smoke["first_budget"], smoke["cap"], cfg)
+    tf = smoke["transformer"]
+    for r in res["hidden_progress_transformer"]["runs"]:
+        check(runs / f"runs/model=transformer,k=3,n={tf['n']}/seed_{r['seed']}", r["converged_at"], tf["first_budget"],
+              tf["cap"], module.transformer_config(tf["n"], 3, r["seed"], smoke))
+    for r in noisy:
+        check(runs / f"runs/model=mlp,k=3,n={smoke['hp_n']},noise={smoke['noise']}/seed_{r['seed']}", r["converged_at"],
+              smoke["first_budget"], smoke["cap"], module.mlp_config(smoke["hp_n"], 3, r["seed"], smoke, noise=smoke["noise"]))
+    # Round 1 trains every run; later rounds only those still open; one round per budget at most.
+    rounds = res["runs_per_round"]
+    assert rounds[0] == len(load_plan(runs).jobs) and out["runs_trained"] == sum(rounds)
+    assert rounds == sorted(rounds, reverse=True) and len(rounds) <= len(budgets(smoke["first_budget"], smoke["cap"]))
+
     # Run again: every run is on disk already, so nothing trains and the numbers are the same.
-    again = load("sparse_parity_hidden_progress")
-    assert again.main(["--smoke", "--out", str(tmp_path / "again"), "--runs", str(tmp_path / "runs")]) == 0
+    before = {p: p.stat().st_mtime_ns for p in runs.rglob("model.safetensors")}
+    assert module.main(["--smoke", "--out", str(tmp_path / "again"), "--runs", str(runs)]) == 0
     out2 = json.loads((tmp_path / "again" / "sparse_parity_hidden_progress.json").read_text())
-    assert out2["runs_trained"] == 0 and out2["runs_reused"] > 0
+    # (fewer rounds: a run is judged on all of its steps on disk, so one that converged in a later round
+    # is seen to have converged in round 1)
+    assert out2["runs_trained"] == 0 and out2["runs_reused"] == sum(out2["results"]["runs_per_round"])
+    assert out2["results"]["runs_per_round"][0] == rounds[0]
     assert out2["results"]["scaling"] == res["scaling"]
+    assert out2["results"]["hidden_progress_mlp"] == res["hidden_progress_mlp"]
+    assert {p: p.stat().st_mtime_ns for p in runs.rglob("model.safetensors")} == before
 
 
-def test_a_run_directory_with_another_config_is_refused(tmp_path):
+def mlp(n: int, steps: int, lr: float = 0.1) -> dict:
+    return {"task": {"name": "sparse_parity", "n": n, "k": 2}, "model": {"kind": "mlp", "width": 8},
+            "train": {"steps": steps, "batch_size": 8, "eval_every": 5, "eval_batch_size": 16, "checkpoints": 2,
+                      "optimizer": "sgd", "lr": lr}}
+
+
+def test_rounds_of_explicit_runs_reuse_continue_and_refuse(tmp_path):
+    """An adaptive search trains a round at a time, each round a sweep of the runs it needs now, all in
+    the experiment's one sweep directory."""
     harness = load("harness")
-    args = harness.parse_args("x", "", ["--smoke", "--runs", str(tmp_path)])
-    session = harness.Session("x", args)
-    cfg = {"task": {"name": "sparse_parity", "n": 6, "k": 2}, "model": {"kind": "mlp", "width": 8},
-           "train": {"steps": 10, "batch_size": 8, "eval_every": 5, "eval_batch_size": 16, "checkpoints": 2,
-                     "optimizer": "sgd", "lr": 0.1}}
-    run = session.train(cfg, tmp_path / "r")
-    assert run.steps[-1] == 10
-    longer = session.train({**cfg, "train": {**cfg["train"], "steps": 20}}, tmp_path / "r")  # continues it
-    assert longer.steps[-1] == 20 and session.trained == 2
-    with pytest.raises(ConfigError, match="train.lr cannot change when a run is continued"):
-        session.train({**cfg, "train": {**cfg["train"], "lr": 0.2}}, tmp_path / "r")
+    args = harness.parse_args("rounds", "", ["--smoke", "--runs", str(tmp_path / "runs"), "--workers", "1"])
+    s = harness.Session("rounds", args)
+    # Each seed its own support (task.seed): seeds as separate runs.
+    first = s.train_runs([({"n": 6}, seed, mlp(6, 10)) for seed in (0, 1)], seed_keys=("task.seed",))
+    assert [(r.config.task_params["seed"], r.config.train.seed, r.steps[-1]) for r in first.all()] == [(0, 0, 10), (1, 1, 10)]
+    assert s.trained == 2 and not (tmp_path / "runs/runs/n=6/config.json").exists()
+    untouched = {p: p.stat().st_mtime_ns for p in (tmp_path / "runs/runs/n=6/seed_1").rglob("*") if p.is_file()}
+
+    # Round 2: seed 0 needs more steps (continued), n = 8 is new, seed 1 is not asked for.
+    spec = [({"n": 6}, 0, mlp(6, 20)), ({"n": 8}, 0, mlp(8, 10))]
+    second = s.train_runs(spec, seed_keys=("task.seed",))
+    assert second.run(0, n=6).steps[-1] == 20 and second.run(0, n=8).steps[-1] == 10 and s.trained == 4
+    assert {p: p.stat().st_mtime_ns for p in untouched} == untouched
+    assert {j.dir for j in load_plan(tmp_path / "runs").jobs} == {"runs/n=6/seed_0", "runs/n=6/seed_1", "runs/n=8/seed_0"}
+    s.train_runs(spec, seed_keys=("task.seed",))  # the same round again: nothing trains
+    assert s.trained == 4 and s.reused == 2
+
+    with pytest.raises(ConfigError, match="--runs: .*runs/n=6/seed_0 was trained with train.lr=0.1, this one train.lr=0.2"):
+        s.train_runs([({"n": 6}, 0, mlp(6, 20, lr=0.2))], seed_keys=("task.seed",))
+    # Without seed_keys, a point's seeds 0..S-1 train side by side.
+    both = s.train_runs([({"n": 10}, seed, mlp(10, 10)) for seed in (0, 1)])
+    assert io.read_json(tmp_path / "runs/runs/n=10/config.json")["train"]["seeds"] == 2
+    assert [r.config.train.seed for r in both.all()] == [0, 1]
 
 
 def test_statistics_helpers():
@@ -148,6 +217,16 @@ def test_sparse_selection_smoke_writes_results(sparse):
     for r in runs:
         assert 0.0 <= r["acc"] <= 1.0 and r["generalized"] == (r["acc"] >= data["threshold"])
         assert 0.0 <= r["attention_on_support"] <= 1.0 + 1e-6 and math.isfinite(r["train_loss"])
+        # One sweep directory, a point per (T, n); each run has the config the script gives it.
+        stored = load_run(out / f"runs/runs/T={r['T']},n={r['n_train']}/seed_{r['seed']}").config.to_dict()
+        cfg = module.config(c, r["T"], r["n_train"], r["seed"])
+        assert all(stored[section][k] == v for section, table in cfg.items() for k, v in table.items())
+    assert load_plan(out / "runs").name == "sparse_selection" and len(load_plan(out / "runs").jobs) == len(runs)
+    # Rounds: every search takes one step per round, so round 1 has one run per (T, seed) and there are
+    # at most ceil(log2(len(grid) + 1)) rounds; each run trains once.
+    rounds = data["runs_per_round"]
+    assert rounds[0] == len(c["lengths"]) * len(c["seeds"]) and sum(rounds) == len(runs) == written["runs_trained"]
+    assert len(rounds) <= math.ceil(math.log2(len(c["grid"]) + 1)) and rounds == sorted(rounds, reverse=True)
     for name in written["figures"]:
         assert is_png(out / "assets" / name)
 
@@ -174,21 +253,27 @@ def test_experiment_reuses_finished_runs_and_refuses_a_different_one(sparse):
     assert module.main(["--smoke", "--out", str(out / "again"), "--runs", str(out / "runs")]) == 0
     again = json.loads((out / "again" / "sparse_selection.json").read_text())
     assert again["results"]["n_star"] == written["results"]["n_star"] and again["runs_trained"] == 0
+    assert again["runs_reused"] == len(written["results"]["runs"])
+    assert again["results"]["runs"] == written["results"]["runs"]
     assert {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("model.safetensors")} == before  # nothing retrained
     harness = module.harness
     s = harness.Session("sparse_selection", harness.parse_args("sparse_selection", "", ["--smoke", "--runs", str(out / "runs")]))
     run = written["results"]["runs"][0]
     other = module.config(module.SIZES["smoke"], run["T"], run["n_train"], run["seed"])
     other["train"]["lr"] = 0.5
-    with pytest.raises(ConfigError, match="--runs"):
-        s.train(other, out / "runs" / f"T{run['T']}_n{run['n_train']}_seed{run['seed']}")
+    with pytest.raises(ConfigError, match=f"--runs: .*T={run['T']},n={run['n_train']}/seed_{run['seed']} was trained with "
+                                          "train.lr=0.003, this one train.lr=0.5"):
+        s.train_runs([({"T": run["T"], "n": run["n_train"]}, run["seed"], other)], seed_keys=("task.seed",))
+    assert {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("model.safetensors")} == before
 
 
 def test_automata_depth_smoke_writes_results(tmp_path):
     module = load("automata_depth")
     assert module.main(["--smoke", "--out", str(tmp_path / "assets"), "--runs", str(tmp_path / "runs")]) == 0
     out = json.loads((tmp_path / "assets" / "automata_depth.json").read_text())
-    written, c = out["results"], module.SIZES["smoke"]
+    written, c = out["results"], out["config"]
+    assert (c["groups"], c["depths"], c["seeds"], c["length"]) == (["C2", "S5"], [1, 2], [0, 1], 8)
+    assert (tmp_path / "runs/runs/group=S5,n_layers=2/seed_1/config.json").exists()
     assert len(written["runs"]) == len(c["groups"]) * len(c["depths"]) * len(c["seeds"])
     for g in c["groups"]:
         for d in c["depths"]:

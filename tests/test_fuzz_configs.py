@@ -9,7 +9,7 @@ The cases come from two places:
   overrides (`set`), the field the error must name (`field`), and optionally `requires` (a case that
   only fails where CUDA / MPS is absent, or on TransformerLens 4). `<<X*N>>` in TOML text or a --set
   value stands for X repeated N times (a 5000-deep array without a 10 kB line).
-- generated here: every field of every config dataclass (each registered task's Config, ModelConfig,
+- generated here: every field of every config dataclass (each registered task's Config, each model kind's,
   TrainConfig, WandbConfig) with values wrong for its type (a string, a bool for a number, a float
   for an int, a list, a table, inf/nan for a float) and, where the field declares a range, just past
   each end and 2**64. W&B's fields get type errors only.
@@ -34,7 +34,7 @@ import torch
 from mechsynth import budget, models, tasks
 from mechsynth.cli import main
 from mechsynth.config import ConfigError, describe, read_toml
-from mechsynth.models import ModelConfig
+from mechsynth.models import MLPConfig, TransformerConfig
 from mechsynth.models.tl_compat import TL_MAJOR
 from mechsynth.runconfig import parse_config
 from mechsynth.seeds import saved_activation_bytes
@@ -53,6 +53,7 @@ BASES: dict[str, dict[str, dict[str, Any]]] = {
     "automata": {"task": {"name": "automata", "automaton": "parity", "length": 8}, "model": SMALL},
     "mlp": {"task": {"name": "sparse_parity", "n": 6, "k": 2}, "model": {"kind": "mlp", "width": 8}},
 }
+KIND_BASES = {"transformer": "sparse_parity", "mlp": "mlp"}  # a base config whose model is of that kind
 REQUIRES = {
     "no_cuda": lambda: not torch.cuda.is_available(),
     "no_mps": lambda: not torch.backends.mps.is_available(),
@@ -132,7 +133,8 @@ def wrong_values(tp: Any, meta: Any, types_only: bool) -> list[str]:
 def config_classes() -> list[tuple[str, type, str, bool]]:
     """(section, dataclass, base config, type errors only) for every config dataclass."""
     out = [("task", tasks.TASKS.get(name).Config, name if name in BASES else "", False) for name in tasks.names()]
-    out += [("model", ModelConfig, "sparse_parity", False), ("train", TrainConfig, "sparse_parity", False),
+    out += [("model", models.MODEL_KINDS.get(kind), KIND_BASES.get(kind, ""), False) for kind in models.names()]
+    out += [("train", TrainConfig, "sparse_parity", False),
             ("wandb", WandbConfig, "sparse_parity", True)]  # WandbConfig is another module's: its types only
     return out
 
@@ -140,7 +142,7 @@ def config_classes() -> list[tuple[str, type, str, bool]]:
 def generated_cases() -> list[Case]:
     out = []
     for section, cls, base, types_only in config_classes():
-        assert base, f"{cls.__name__}: add a base config for its task to BASES"
+        assert base, f"{cls.__name__}: add a base config for it to BASES (its task) or KIND_BASES (its model kind)"
         hints = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
             if not f.init:
@@ -204,7 +206,7 @@ VARIANTS = [{}, {"attn_only": True}, {"n_heads": 4, "d_model": 32, "d_mlp": 48},
 @pytest.mark.parametrize("kw", VARIANTS, ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()) or "default")
 def test_parameter_count_is_exact(task_name, params, kw):
     task = tasks.make(task_name, params)
-    cfg = ModelConfig(**{"n_layers": 2, "d_model": 16, **kw})
+    cfg = TransformerConfig(**{"n_layers": 2, "d_model": 16, **kw})
     assert budget.param_count(cfg, task) == sum(p.numel() for p in models.build(cfg, task.spec).parameters())
     side_by_side = models.build(cfg, task.spec, n_models=3)
     assert 3 * budget.param_count(cfg, task) == sum(p.numel() for p in side_by_side.parameters())
@@ -213,7 +215,7 @@ def test_parameter_count_is_exact(task_name, params, kw):
 @pytest.mark.parametrize("width", [8, 100])
 def test_parameter_count_is_exact_for_the_mlp(width):
     task = tasks.make("sparse_parity", {"n": 30, "k": 3})
-    cfg = ModelConfig(kind="mlp", width=width)
+    cfg = MLPConfig(width=width)
     assert budget.param_count(cfg, task) == sum(p.numel() for p in models.build(cfg, task.spec).parameters())
 
 
@@ -222,7 +224,7 @@ def test_parameter_count_is_exact_for_the_mlp(width):
 def test_activation_estimate_is_in_the_ballpark(task_name, params, kw):
     """Against what a forward really keeps for its backward pass, on sequences of the longest split."""
     task = tasks.make(task_name, params)
-    cfg = ModelConfig(**{"n_layers": 2, "d_model": 16, **kw})
+    cfg = TransformerConfig(**{"n_layers": 2, "d_model": 16, **kw})
     split = task.splits[-1]
     tokens = task.sample(32, torch.Generator().manual_seed(0), "cpu", split).tokens
     assert tokens.shape[1] == task.spec.n_ctx
@@ -233,10 +235,10 @@ def test_activation_estimate_is_in_the_ballpark(task_name, params, kw):
 
 def test_estimate_scales_with_seeds_and_counts_the_data():
     task = tasks.make("markov_icl", {"k": 3, "length": 32})
-    one = budget.estimate(ModelConfig(), TrainConfig(), task)
-    four = budget.estimate(ModelConfig(), TrainConfig(seeds=4), task)
+    one = budget.estimate(TransformerConfig(), TrainConfig(), task)
+    four = budget.estimate(TransformerConfig(), TrainConfig(seeds=4), task)
     assert four.total > 3.9 * one.total
-    bigger_chunk = budget.estimate(ModelConfig(), TrainConfig(data_chunk=64), task)
+    bigger_chunk = budget.estimate(TransformerConfig(), TrainConfig(data_chunk=64), task)
     assert budget.describe(bigger_chunk)["data"] == 4 * budget.describe(one)["data"]
 
 
@@ -253,7 +255,7 @@ def test_estimate_scales_with_seeds_and_counts_the_data():
 ])
 def test_the_error_names_what_drives_the_estimate(model, train, task_params, available, field):
     task = tasks.make("markov_icl", {"k": 3, "length": 64, **task_params})
-    model_cfg, train_cfg = ModelConfig(**model), TrainConfig(**train)
+    model_cfg, train_cfg = TransformerConfig(**model), TrainConfig(**train)
     with pytest.raises(ConfigError) as e:
         budget.check(model_cfg, train_cfg, task, torch.device("cpu"), available=available)
     assert e.value.field == field, str(e.value)
@@ -286,7 +288,7 @@ def test_cuda_devices_and_memory_are_this_machines(monkeypatch):
     with pytest.raises(ConfigError, match="^train.device: 'cuda:2' but this machine has 2 CUDA device"):
         resolve_device("cuda:2")
     task = tasks.make("markov_icl", {"k": 3, "length": 64})
-    small, large = ModelConfig(d_model=64), ModelConfig(n_layers=16, d_model=1024)
+    small, large = TransformerConfig(d_model=64), TransformerConfig(n_layers=16, d_model=1024)
     budget.check(small, TrainConfig(), task, torch.device("cuda:1"))
     with pytest.raises(ConfigError, match="^train.batch_size: .* more than the 1.0 GiB cuda:1 \\(Fake GPU\\) has"):
         budget.check(large, TrainConfig(), task, torch.device("cuda:1"))
@@ -308,7 +310,7 @@ def test_bounds_hold_for_configs_built_in_python():
     with pytest.raises(ConfigError, match="^steps: must be ≤ 10\\*\\*9"):
         dataclasses.replace(TrainConfig(), steps=10**20)
     with pytest.raises(ConfigError, match="^init_range: must be a finite number"):
-        ModelConfig(init_range=float("inf"))
+        TransformerConfig(init_range=float("inf"))
     with pytest.raises(ConfigError, match="^order:"):
         tasks.TASKS.get("markov_icl").Config(order=10**20)  # bounded before k**(order-1) is computed
 
@@ -316,4 +318,4 @@ def test_bounds_hold_for_configs_built_in_python():
 def test_help_strings_give_the_bounds():
     helps = {p["name"]: p["help"] for p in describe(TrainConfig)}
     assert "1 to 10**9" in helps["steps"] and "2 to 10000" in helps["checkpoints"] and "2**63 - 1" in helps["seed"]
-    assert "1 to 256" in {p["name"]: p["help"] for p in describe(ModelConfig)}["n_layers"]
+    assert "1 to 256" in {p["name"]: p["help"] for p in describe(TransformerConfig)}["n_layers"]

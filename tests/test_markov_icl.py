@@ -42,6 +42,7 @@ def reference_predictors(tokens: list[int], k: int, order: int, alpha: float, pr
 
 @pytest.mark.parametrize("k, order, prior, alpha", [(3, 2, "dirichlet", 1.0), (2, 3, "dirichlet", 0.5),
                                                      (4, 2, "unigram", 2.0), (3, 2, "doubly_stochastic", 1.0)])
+@pytest.mark.reference("markov_icl")
 def test_predictors_match_reference(k, order, prior, alpha):
     task = tasks.make("markov_icl", {"k": k, "order": order, "length": 24, "prior": prior, "alpha": alpha})
     b = task.sample(6, gen(), split="eval")
@@ -53,6 +54,7 @@ def test_predictors_match_reference(k, order, prior, alpha):
     assert ("bayes" in task.strategies) == (prior != "doubly_stochastic")
 
 
+@pytest.mark.reference("markov_icl")
 def test_chain_follows_its_transition_matrix():
     """Empirical transition counts per sequence, pooled, match the truth matrices (chi-square)."""
     task = tasks.make("markov_icl", {"k": 3, "length": 200})

@@ -1,11 +1,17 @@
-"""The fused model we train and the hooked TransformerLens model we probe compute the same function."""
+"""The fused model we train and the hooked TransformerLens model we probe compute the same function; every
+registered model kind keeps the contract callers rely on."""
 
 from __future__ import annotations
+
+import dataclasses
+import json
 
 import pytest
 import torch
 
-from mechsynth.models import TL_VERSION, ModelConfig, build, hooked
+from mechsynth import load_run, models, parse_config, train_run
+from mechsynth.config import ConfigError
+from mechsynth.models import TL_VERSION, MLPConfig, TransformerConfig, build, hooked
 from mechsynth.models.tl_compat import POSITIONAL, TL_MAJOR
 from mechsynth.tasks.base import TaskSpec
 
@@ -25,7 +31,7 @@ VARIANTS = [
 def test_fused_equals_hooked(kw):
     if kw.get("positional", "standard") not in POSITIONAL:
         pytest.skip(f"{kw['positional']} is not in TransformerLens {TL_VERSION}")
-    cfg = ModelConfig(n_layers=2, n_heads=kw.pop("n_heads", 2), d_model=16, init_seed=3, **kw)
+    cfg = TransformerConfig(n_layers=2, n_heads=kw.pop("n_heads", 2), d_model=16, init_seed=3, **kw)
     model = build(cfg, SPEC)
     with torch.no_grad():  # perturb biases and norms too, which the init leaves at 0/1
         g = torch.Generator().manual_seed(0)
@@ -40,13 +46,13 @@ def test_fused_equals_hooked(kw):
 
 
 def test_init_is_seeded():
-    a, b, c = (build(ModelConfig(init_seed=s), SPEC) for s in (0, 0, 1))
+    a, b, c = (build(TransformerConfig(init_seed=s), SPEC) for s in (0, 0, 1))
     assert all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters()))
     assert not torch.equal(a.embed.W_E, c.embed.W_E)
 
 
 def test_state_dict_has_hooked_transformer_layout():
-    sd = build(ModelConfig(n_layers=1, n_heads=2, d_model=8), SPEC).state_dict()
+    sd = build(TransformerConfig(n_layers=1, n_heads=2, d_model=8), SPEC).state_dict()
     assert sd["blocks.0.attn.W_Q"].shape == (2, 8, 4)
     assert sd["blocks.0.attn.W_O"].shape == (2, 4, 8)
     assert sd["unembed.W_U"].shape == (8, 4)
@@ -59,7 +65,7 @@ def test_our_hooks_give_transformer_lens_activations(kw):
     activation (attention is computed unfused only where a pattern or score is hooked)."""
     if kw.get("positional", "standard") not in POSITIONAL:
         pytest.skip(f"{kw['positional']} is not in TransformerLens {TL_VERSION}")
-    cfg = ModelConfig(n_layers=2, n_heads=kw.pop("n_heads", 2), d_model=16, init_seed=3, **kw)
+    cfg = TransformerConfig(n_layers=2, n_heads=kw.pop("n_heads", 2), d_model=16, init_seed=3, **kw)
     model = build(cfg, SPEC)
     tokens = torch.randint(0, 5, (3, 12), generator=torch.Generator().manual_seed(1))
     ours_logits, ours = model.run_with_cache(tokens)
@@ -84,9 +90,10 @@ def test_our_hooks_give_transformer_lens_activations(kw):
 @pytest.mark.parametrize("kind", ["transformer", "mlp"])
 def test_side_by_side_models_equal_separate_ones(kind):
     spec = SPEC if kind == "transformer" else TaskSpec(2, 2, 9, ("0", "1"), ("0", "1"), token_values=(1.0, -1.0))
-    cfg = ModelConfig(kind=kind, n_layers=2, n_heads=2, d_model=16, width=8, init_seed=5)
+    cfg = TransformerConfig(n_layers=2, n_heads=2, d_model=16, init_seed=5) if kind == "transformer" else \
+        MLPConfig(width=8, init_seed=5)
     stacked = build(cfg, spec, n_models=3)
-    singles = [build(ModelConfig(**{**cfg.__dict__, "init_seed": 5 + i}), spec) for i in range(3)]
+    singles = [build(dataclasses.replace(cfg, init_seed=5 + i), spec) for i in range(3)]
     for name, p in stacked.named_parameters():
         assert all(torch.equal(p[i], s.get_parameter(name)) for i, s in enumerate(singles)), name
     g = torch.Generator().manual_seed(2)
@@ -101,3 +108,75 @@ def test_side_by_side_models_equal_separate_ones(kind):
     out = stacked(own)
     for i, s in enumerate(singles):
         torch.testing.assert_close(out[i], s(own[i]), atol=1e-5, rtol=1e-5)
+
+
+# ---- the registry of model kinds ----------------------------------------------------------------------
+
+PARITY = TaskSpec(3, 2, 9, ("0", "1", "?"), ("0", "1"), token_values=(1.0, -1.0, 0.0))  # 8 bits, a readout
+
+
+@pytest.mark.parametrize("kind", models.names())
+def test_every_kind_keeps_the_contract(kind):
+    """What callers ask of a kind without checking classes: its config round-trips through the table
+    config.json stores, it has init_seed (seeds side by side add to it), its model carries the config
+    and `input_weights`, the hooked view answers like the module, and `reload` reuses the hooked view."""
+    cfg = models.parse({"kind": kind})
+    assert cfg.kind == kind and models.parse(models.to_dict(cfg)) == cfg
+    assert models.to_dict(cfg)["kind"] == kind and "init_seed" in models.to_dict(cfg)
+    assert "\n" not in models.describe(cfg) and models.describe(cfg)
+    model = build(dataclasses.replace(cfg, init_seed=1), PARITY)
+    assert model.cfg.init_seed == 1 and sum(p.numel() for p in model.parameters()) == cfg.param_count(PARITY)
+    view = hooked(model)
+    tokens = torch.randint(0, 2, (4, 9), generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(view(tokens), model(tokens), atol=2e-5, rtol=1e-4)
+    assert view.input_weights == model.input_weights == cfg.input_weights()
+    if cfg.input_weights() is not None:  # its first n_inputs rows face the input positions
+        assert getattr(model, cfg.input_weights()).shape[0] >= PARITY.n_ctx - 1
+    later = build(dataclasses.replace(cfg, init_seed=2), PARITY)
+    again = models.reload(view, later)
+    assert again is view
+    torch.testing.assert_close(again(tokens), later(tokens), atol=2e-5, rtol=1e-4)
+    assert type(cfg).transformer_lens == (type(view) is not type(model))
+
+
+def test_describe_names_the_architecture():
+    assert models.describe(TransformerConfig(n_layers=2, n_heads=1, d_model=32, attn_only=True)) == \
+        "2-layer attention-only transformer, 1 heads, d_model 32"
+    assert models.describe(MLPConfig(width=100)) == "MLP, width 100"
+
+
+def test_input_weights_are_declared_by_the_kind():
+    assert TransformerConfig().input_weights() == "W_pos" and MLPConfig().input_weights() == "W_in"
+    assert TransformerConfig(positional="rotary", n_heads=2, d_model=16).input_weights() is None
+
+
+@pytest.mark.parametrize("table, field, message", [
+    ({"width": 8}, "model.width", "is a field of kind 'mlp', not 'transformer'"),
+    ({"kind": "mlp", "n_layers": 2}, "model.n_layers", "is a field of kind 'transformer', not 'mlp'"),
+    ({"kind": "rnn"}, "model.kind", "'rnn' is not allowed; allowed: 'mlp', 'transformer'"),
+    ({"kind": "mlp", "act_fn": "gelu"}, "model.act_fn", "'gelu' is not allowed"),
+    ({"layers": 2}, "model.layers", "unknown key"),
+])
+def test_parse_names_the_key(table, field, message):
+    with pytest.raises(ConfigError) as e:
+        models.parse(table)
+    assert e.value.field == field and message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_run_stored_with_every_kinds_fields_still_opens(tmp_path, tiny):
+    """Runs made when one config held both kinds stored all fields in config.json; they must open (only a
+    stored config drops another kind's keys: a user's TOML with them is refused, above)."""
+    for model in ({"n_layers": 1, "n_heads": 2, "d_model": 16}, {"kind": "mlp", "width": 8}):
+        data = tiny({"name": "sparse_parity", "n": 6, "k": 2}, model, {"steps": 4, "checkpoints": 2})
+        run_dir = train_run(parse_config(data), tmp_path / models.parse(model).kind, progress=False)
+        stored = json.loads((run_dir / "config.json").read_text())
+        old = {"kind": "transformer", "n_layers": 2, "n_heads": 1, "d_model": 64, "d_head": None, "d_mlp": None,
+               "attn_only": False, "positional": "standard", "normalization": "LN", "act_fn": "relu",
+               "poly_degree": 2, "width": 100, "n_ctx": None, "init_seed": 0, "init_range": None}
+        stored["model"] = {**old, **stored["model"]}  # the old layout: every field of both kinds
+        (run_dir / "config.json").write_text(json.dumps(stored))
+        run = load_run(run_dir)
+        assert run.config.model == parse_config(data).model
+        assert [step for step, _ in run.models()] == run.steps
+        train_run(parse_config({**data, "train": {**data["train"], "steps": 6}}), run_dir, resume=True, progress=False)
+        assert load_run(run_dir).steps[-1] == 6

@@ -9,7 +9,7 @@ import re
 import pytest
 import torch
 
-from mechsynth import browser, load_run, parse_config, probes, report, train_run
+from mechsynth import browser, hooks, load_run, parse_config, probes, report, train_run
 from mechsynth.cli import main
 from mechsynth.timeline import Timeline
 
@@ -48,7 +48,7 @@ def test_markov_report_has_its_sections_and_probes_first_when_needed(markov_run,
     page = (markov_run / "report.html").read_text()
     assert page == markov_report.html and markov_report.probed
     assert (markov_run / "probes.json").exists() and (markov_run / "probes.csv").exists()
-    assert section_ids(page) == {"summary", "config", "curves", "timelines", "strategies", "attention", "metrics"}
+    assert section_ids(page) == {"summary", "config", "curves", "timelines", "strategy_kl", "attention", "metrics"}
     assert page.count("var CircuitsVis=") == 1, "the circuitsvis bundle is inlined once"
     assert len(props_of(page)) == len(markov_report.views) == 3  # previous_token, induction, duplicate_token
     assert page.count("data:image/png;base64,") == 3
@@ -68,11 +68,11 @@ def test_renders_are_the_models_attention_at_the_named_checkpoints(markov_run, m
             assert props["tokens"] == run.task.token_labels(tokens) and f">{name}<" in markov_report.html
             pattern = props["attention"]
             head, step = re.match(r"(L\d+H\d+) step (\d+) \(", name).groups()
-            layer, h = map(int, head[1:].split("H"))
+            layer, h = hooks.parse_head(head)
             if step not in models:
                 models[step] = run.model(int(step))
             _, cache = models[step].run_with_cache(tokens[None])
-            truth = cache[f"blocks.{layer}.attn.hook_pattern"][0, h]
+            truth = cache[hooks.attn_pattern(layer)][0, h]
             assert torch.tensor(pattern) == pytest.approx(truth, abs=2e-4), (probe, name)
 
 
@@ -101,7 +101,7 @@ def test_automata_report_shows_linear_probes_per_layer(tmp_path_factory):
     run_dir = train(tmp_path_factory, "automata", {"name": "automata", "automaton": "dihedral", "n": 3, "length": 8},
                     {"n_layers": 2, "n_heads": 1, "d_model": 16})
     rep = report.write(run_dir, batch_size=16)
-    assert {"linear", "timelines", "attention"} <= section_ids(rep.html) and "strategies" not in section_ids(rep.html)
+    assert {"linear_probes", "timelines", "attention"} <= section_ids(rep.html) and "strategy_kl" not in section_ids(rep.html)
     metrics = rep.timeline.metrics["automaton_shortcut"]
     over_time = rep.figures["linear_probes"].axes[1]
     assert {line.get_label(): list(line.get_ydata()) for line in over_time.lines if line.get_label() in ("embed", "L0", "L1")} == \
@@ -114,7 +114,7 @@ def test_parity_reports_hidden_progress_and_selection_renders(tmp_path_factory):
     task = {"name": "sparse_parity", "n": 8, "k": 2}
     run_dir = train(tmp_path_factory, "parity", task, {"n_layers": 1, "n_heads": 2, "d_model": 16})
     rep = report.write(run_dir, batch_size=16)
-    assert {"hidden", "attention"} <= section_ids(rep.html)
+    assert {"hidden_progress", "attention"} <= section_ids(rep.html)
     props = view_props(rep, "sparse_selection")
     support = load_run(run_dir).task.support.tolist()
     assert [i for i, t in enumerate(props["tokens"]) if t.endswith("*")] == support and props["tokens"][-1] == "?"
@@ -123,7 +123,7 @@ def test_parity_reports_hidden_progress_and_selection_renders(tmp_path_factory):
 
     mlp = train(tmp_path_factory, "mlp", task, {"kind": "mlp", "width": 32})
     rep = report.write(mlp)
-    assert "hidden" in section_ids(rep.html) and "timelines" not in section_ids(rep.html)
+    assert "hidden_progress" in section_ids(rep.html) and "timelines" not in section_ids(rep.html)
     assert rep.views == [] and "no attention heads" in rep.html and "var CircuitsVis=" not in rep.html
 
 

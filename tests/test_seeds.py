@@ -18,7 +18,7 @@ from mechsynth import io, load_run, parse_config, train_run
 from mechsynth.cli import main
 from mechsynth.config import ConfigError
 from mechsynth.rundir import ckpt_dir, seed_dir
-from mechsynth import models, tasks
+from mechsynth import models, optimizers, tasks
 from mechsynth import seeds as seeds_module
 from mechsynth import train as train_module
 from mechsynth.seeds import SeedsTrainer, clip_per_model_, saved_activation_bytes, seed_view
@@ -106,9 +106,9 @@ def test_clip_per_model_is_clip_grad_norm_of_each_model():
 
 def test_seed_view_shares_its_slice_of_the_stacked_weights():
     task = tasks.make("markov_icl", {"k": 3, "length": 8})
-    stacked = models.build(models.ModelConfig(n_layers=1, d_model=8, init_seed=5), task.spec, n_models=3)
+    stacked = models.build(models.TransformerConfig(n_layers=1, d_model=8, init_seed=5), task.spec, n_models=3)
     view = seed_view(stacked, 1)
-    alone = models.build(models.ModelConfig(n_layers=1, d_model=8, init_seed=6), task.spec)
+    alone = models.build(models.TransformerConfig(n_layers=1, d_model=8, init_seed=6), task.spec)
     tokens = task.sample(4, torch.Generator().manual_seed(0)).tokens
     torch.testing.assert_close(view(tokens), alone(tokens), atol=0, rtol=0)
     with torch.no_grad():  # what the optimizer's in-place step does
@@ -132,7 +132,7 @@ def test_saved_activation_bytes_counts_what_backward_keeps():
 ])
 def test_auto_seed_passes_on_cpu(task, model, batch, expected):
     t = tasks.make(task.pop("name"), task)
-    m = models.build(models.ModelConfig(**model), t.spec, n_models=2)
+    m = models.build(models.parse(model), t.spec, n_models=2)
     trainer = SeedsTrainer(m, t, TrainConfig(seeds=2, batch_size=batch, device="cpu"), "cpu")
     assert trainer.stacked_passes is expected
     assert len(trainer.views) == (0 if expected else 2)
@@ -265,4 +265,38 @@ def test_bad_seeds_value_is_one_line(tmp_path, capsys, value, message):
     assert main(["train", str(cfg), "--out", str(tmp_path / "run"), "--set", f"train.seeds={value}"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("mechsynth: error: train.seeds: ") and message in err[0], err
+    assert not (tmp_path / "run").exists()
+
+
+def test_seeds_side_by_side_refuse_an_optimizer_that_is_not_elementwise(monkeypatch, tiny, tmp_path, capsys):
+    """An optimizer whose update mixes elements (a norm over the whole tensor, factored moments) would mix
+    the seeds stacked in one tensor: refused when the config is parsed, naming train.optimizer; one seed
+    is fine. Shown with an optimizer registered here, as a new file in mechsynth/optimizers/ would."""
+
+    class Normalized(optimizers.OptimizerKind):  # SGD on the gradient divided by the tensor's norm
+        elementwise = False
+
+        @classmethod
+        def state_slots(cls, cfg) -> int:
+            return 0
+
+        @classmethod
+        def build(cls, params, cfg):
+            return torch.optim.SGD(params, lr=cfg.lr)
+
+    monkeypatch.setitem(optimizers.OPTIMIZERS._items, "normalized", Normalized)
+    monkeypatch.setattr(Normalized, "name", "normalized", raising=False)
+    data = tiny({"name": "sparse_parity", "n": 6, "k": 2}, None, {"seeds": 2, "optimizer": "normalized"})
+    with pytest.raises(ConfigError) as e:
+        parse_config(data)
+    assert str(e.value) == ("train.optimizer: 'normalized' is not elementwise, so seeds side by side would couple the "
+                            f"seeds; allowed with train.seeds > 1: {', '.join(optimizers.elementwise())}")
+    assert "normalized" not in optimizers.elementwise() and {"adam", "adamw", "sgd"} <= set(optimizers.elementwise())
+    assert parse_config(tiny(data["task"], None, {"optimizer": "normalized"})).train.optimizer == "normalized"
+
+    toml = tmp_path / "cfg.toml"
+    toml.write_text("\n".join(f"[{s}]\n" + "\n".join(f"{k} = {json.dumps(v)}" for k, v in t.items()) for s, t in data.items()))
+    assert main(["train", str(toml), "--out", str(tmp_path / "run"), "--no-progress"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("mechsynth: error: train.optimizer: 'normalized' is not elementwise")
     assert not (tmp_path / "run").exists()

@@ -16,6 +16,7 @@ def gen(seed=0):
 
 
 @pytest.mark.parametrize("encoding", ["pm1", "01"])
+@pytest.mark.reference("sparse_parity")
 def test_sparse_parity_matches_reference(encoding):
     task = tasks.make("sparse_parity", {"n": 12, "k": 3, "encoding": encoding, "seed": 5})
     b = task.sample(256, gen())
@@ -66,6 +67,7 @@ REFERENCE = {
 
 
 @pytest.mark.parametrize("function", [*REFERENCE, "table"])
+@pytest.mark.reference("sparse_boolean")
 def test_sparse_boolean_matches_reference(function):
     s = 3
     table = (0, 1, 1, 0, 1, 0, 0, 1)[: 2**s] if function == "table" else ()

@@ -20,6 +20,7 @@ from mechsynth.cli import main
 from mechsynth.local_pool import cpu_count
 from mechsynth.rundir import ckpt_dir, is_complete
 from mechsynth.sweep import load_plan, load_sweep, state
+from mechsynth.sweep_units import batch_config, plan_units
 
 BASE = """
 [task]
@@ -99,7 +100,8 @@ automaton = [{label = "wide", "model.n_heads" = 4}, {"model.n_heads" = 1, "train
     assert (cfg.task_params["n"], cfg.model.n_layers, cfg.model.n_heads, cfg.train.lr) == (8, 3, 1, 0.01)
     assert cfg.train.seed == 7 and cfg.model.init_seed == 7, "a seed sets the data stream and the init"
     assert cfg.model.d_model == 16 and cfg.task_params["k"] == 2, "the sweep file overrides its base"
-    assert cfg.wandb.group == "demo" and cfg.wandb.name == "demo/n=8,n_layers=3,automaton=1-0.01/seed_7"
+    # `<sweep>/<point>-seed_<s>`: the name seeds side by side give each seed, so either way a run's config is the same
+    assert cfg.wandb.group == "demo" and cfg.wandb.name == "demo/n=8,n_layers=3,automaton=1-0.01-seed_7"
     assert {j.labels["automaton"] for j in plan.jobs} == {"wide", "1-0.01"}
 
 
@@ -162,7 +164,8 @@ def test_local_sweep_skips_complete_runs_refuses_other_plans_and_reports(tmp_pat
     # Every run of the sweep is one real W&B run in the sweep's group (the group W&B itself recorded).
     records = [wandb_run_record(next((out / j.dir / "wandb").glob("offline-run-*/run-*.wandb"))) for j in plan.jobs]
     assert {r["run_group"] for r in records} == {"lr"} and len({r["run_id"] for r in records}) == 4
-    assert [r["display_name"] for r in records] == [f"lr/{j.dir[5:]}" for j in plan.jobs]
+    assert [r["display_name"] for r in records] == [f"lr/{j.point}-seed_{j.seed}" for j in plan.jobs]
+    assert (out / "runs/lr=0.003/config.json").exists(), "each point's two seeds trained side by side"
 
     before = {j.dir: tree_digest(out / j.dir) for j in plan.jobs}
     capsys.readouterr()
@@ -214,7 +217,7 @@ def _csv(path: Path) -> list[dict[str, str]]:
 
 
 def test_partial_runs_resume_new_ones_restart_and_failures_are_reported(tmp_path, capsys):
-    path = sweep_file(tmp_path, '[sweep]\nseeds = 3')
+    path = sweep_file(tmp_path, '[sweep]\nseeds = 3\nside_by_side = false')
     out = tmp_path / "out"
     assert main(["sweep", path, "--out", str(out), "--workers", "1"]) == 0
     plan = load_plan(out)
@@ -241,12 +244,127 @@ def test_partial_runs_resume_new_ones_restart_and_failures_are_reported(tmp_path
         assert [r["step"] for r in load_run(p).metrics] == sorted({r["step"] for r in load_run(p).metrics})
 
 
+# --- seeds side by side ------------------------------------------------------------------------
+
+
+def _files(run_dir: Path) -> list[str]:
+    return sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*") if p.is_file())
+
+
+def test_side_by_side_seeds_write_the_run_directories_separate_runs_would(tmp_path, capsys):
+    path = sweep_file(tmp_path, '[sweep]\nname = "s"\nseeds = 3\n[sweep.grid]\n"model.n_layers" = [1, 2]')
+    batched, separate = tmp_path / "batched", tmp_path / "separate"
+    assert main(["sweep", path, "--out", str(batched), "--dry-run"]) == 0
+    dry = capsys.readouterr().out
+    assert "= 6 runs" in dry and "6 runs in 2 jobs of seeds side by side" in dry
+    assert dry.count("(side by side in runs/n_layers=1)") == 3
+    assert main(["sweep", path, "--out", str(batched), "--workers", "1"]) == 0
+    assert "6 runs in 2 jobs" in capsys.readouterr().err
+    assert main(["sweep", path, "--out", str(separate), "--workers", "1", "--set", "sweep.side_by_side=false"]) == 0
+    assert "side by side" not in capsys.readouterr().err
+
+    plan = load_plan(batched)
+    assert load_plan(separate).jobs == plan.jobs and len(plan.jobs) == 6
+    for point in ("n_layers=1", "n_layers=2"):  # the batched job itself, beside its seeds
+        assert io.read_json(batched / "runs" / point / "config.json")["train"]["seeds"] == 3
+        assert not (separate / "runs" / point / "config.json").exists() and state(batched / "runs" / point) == "complete"
+    for job in plan.jobs:
+        a, b = batched / job.dir, separate / job.dir
+        assert _files(a) == _files(b), job.dir  # the same checkpoints, metrics and config files
+        assert io.read_json(a / "config.json") == io.read_json(b / "config.json") == {
+            **job.config, "versions": io.read_json(b / "config.json")["versions"]}
+        ra, rb = load_run(a), load_run(b)
+        assert ra.config == rb.config and ra.config.train.seed == ra.config.model.init_seed == job.seed
+        assert ra.steps == rb.steps and ra.steps[-1] == 60
+        # The same run up to float rounding: equal early on; parity's sharp drop in the loss amplifies the
+        # rounding later (tests/test_seeds.py checks side-by-side trajectories against separate runs).
+        for x, y in zip(ra.metrics, rb.metrics, strict=True):
+            assert x["step"] == y["step"]
+            assert x["eval/loss"] == pytest.approx(y["eval/loss"], rel=1e-4 if x["step"] <= 10 else 0.2)
+        assert ra.metrics[-1]["eval/acc"] == pytest.approx(rb.metrics[-1]["eval/acc"], abs=0.1)
+        assert ra.model(60) is not None
+    for out in (batched, separate):
+        assert main(["sweep-report", str(out)]) == 0
+    capsys.readouterr()
+    rows = [[(r["n_runs"], r["n_complete"]) for r in _csv(d / "sweep_report.csv")] for d in (batched, separate)]
+    assert rows[0] == rows[1] == [("3", "3"), ("3", "3")]
+
+
+def test_a_sweep_of_separate_runs_from_before_resumes_them_separately(tmp_path, capsys):
+    """A sweep directory written before side by side existed (each seed its own run, no batch config)
+    is continued seed by seed: nothing is batched over its runs, a finished run is not touched."""
+    path = sweep_file(tmp_path, '[sweep]\nname = "old"\nseeds = 3')
+    out = tmp_path / "out"
+    assert main(["sweep", path, "--out", str(out), "--workers", "1", "--set", "sweep.side_by_side=false"]) == 0
+    # As the sweep of before wrote it: no side_by_side or seed_keys in sweep.json, W&B names .../seed_<s>.
+    data = io.read_json(out / "sweep.json")
+    del data["side_by_side"], data["seed_keys"]
+    for r in data["runs"]:
+        r["config"]["wandb"]["name"] = f"old/{r['point']}/seed_{r['seed']}"
+        stored = io.read_json(out / r["dir"] / "config.json")
+        io.write_json(out / r["dir"] / "config.json", {**stored, "wandb": r["config"]["wandb"]})
+    io.write_json(out / "sweep.json", data)
+    runs = [out / f"runs/base/seed_{s}" for s in range(3)]
+    finished = {p: io.read_tensors(ckpt_dir(p, 60) / "model.safetensors") for p in runs}
+    steps = load_run(runs[1]).steps
+    for s in steps[2:]:  # seed 1 killed mid-run; seed 2 never started
+        shutil.rmtree(ckpt_dir(runs[1], s))
+    shutil.rmtree(runs[2])
+    done = tree_digest(runs[0])
+    capsys.readouterr()
+
+    assert main(["sweep", path, "--out", str(out), "--dry-run"]) == 0
+    dry = capsys.readouterr().out
+    assert "0 runs in 0 jobs of seeds side by side" in dry and "trained separately" in dry
+    assert main(["sweep", path, "--out", str(out), "--workers", "1"]) == 0
+    assert "1 complete, 1 to resume, 1 to start" in capsys.readouterr().err
+    assert not (out / "runs/base/config.json").exists(), "no batch over separate runs"
+    assert tree_digest(runs[0]) == done
+    for p in runs:  # continued and restarted alone, each ends where it did the first time
+        w = io.read_tensors(ckpt_dir(p, 60) / "model.safetensors")
+        assert is_complete(p) and all(torch.equal(w[k], finished[p][k]) for k in w)
+    before = {p: tree_digest(p) for p in runs}
+    assert main(["sweep", path, "--out", str(out)]) == 0
+    assert "3 complete, 0 to resume, 0 to start" in capsys.readouterr().err
+    assert {p: tree_digest(p) for p in runs} == before
+
+
+def test_more_steps_continue_a_finished_batch_and_fewer_keep_it(tmp_path, capsys):
+    path = sweep_file(tmp_path, '[sweep]\nseeds = 2')
+    out = tmp_path / "out"
+    assert main(["sweep", path, "--out", str(out), "--workers", "1"]) == 0
+    assert main(["sweep", path, "--out", str(out), "--set", "train.steps=80"]) == 0
+    assert "0 complete, 2 to resume, 0 to start" in capsys.readouterr().err
+    assert io.read_json(out / "runs/base/config.json")["train"]["steps"] == 80
+    for s in range(2):
+        run = load_run(out / f"runs/base/seed_{s}")
+        assert run.steps[-1] == 80 and run.config.train.steps == 80 and is_complete(run.path)
+    digest = tree_digest(out / "runs")
+    assert main(["sweep", path, "--out", str(out)]) == 0  # 60 steps again: a run trained longer is kept
+    assert "2 complete, 0 to resume, 0 to start" in capsys.readouterr().err
+    assert tree_digest(out / "runs") == digest
+
+
+def test_seed_keys_make_each_seed_its_own_run(tmp_path, capsys):
+    path = sweep_file(tmp_path, '[sweep]\nseeds = 2\nseed_keys = ["task.seed"]')
+    plan = load_sweep(path)
+    assert [parse_config(j.config).task_params["seed"] for j in plan.jobs] == [0, 1]
+    units = plan_units(plan, tmp_path / "out")
+    assert [u.side_by_side for u in units] == [False, False] and "task.seed" in units[0].separate_why
+    bad = sweep_file(tmp_path, '[sweep]\nseed_keys = ["task.seed"]\n[sweep.grid]\n"task.seed" = [1, 2]', name="bad.toml")
+    assert main(["sweep", bad, "--dry-run"]) == 2
+    assert "sweep.grid.task.seed: 'task.seed' is set by the seed" in capsys.readouterr().err
+    # Seeds not 0..S-1 cannot share a batch's seed directories: they train separately.
+    units = plan_units(load_sweep(sweep_file(tmp_path, '[sweep]\nseeds = [1, 2]', name="s12.toml")), tmp_path / "o")
+    assert [u.dir for u in units] == ["runs/base/seed_1", "runs/base/seed_2"] and "not 0..1" in units[0].separate_why
+
+
 # --- a real kill -------------------------------------------------------------------------------
 
 
 def test_sigkilled_sweep_restarts_without_redoing_or_corrupting(tmp_path, capsys):
     """SIGKILL the whole sweep (driver and pool workers) mid-run; the same command then finishes it."""
-    path = sweep_file(tmp_path, '[sweep]\nseeds = 3', base=BASE.replace("steps = 60", "steps = 300")
+    path = sweep_file(tmp_path, '[sweep]\nseeds = 3\nside_by_side = false', base=BASE.replace("steps = 60", "steps = 300")
                       .replace("checkpoints = 4", "checkpoints = 30").replace("eval_every = 5", "eval_every = 50"))
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "mechsynth.cli", "sweep", path, "--out", str(out), "--workers", "2"]
@@ -289,6 +407,43 @@ def test_sigkilled_sweep_restarts_without_redoing_or_corrupting(tmp_path, capsys
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
+def test_sigkilled_side_by_side_sweep_resumes_its_batches(tmp_path, capsys):
+    """SIGKILL a sweep whose points train their seeds side by side, with one point done and the next
+    mid-run; the same command continues that batch and leaves the finished one as it was."""
+    path = sweep_file(tmp_path, '[sweep]\nseeds = 3\n[sweep.grid]\n"model.n_layers" = [1, 2]',
+                      base=BASE.replace("steps = 60", "steps = 300").replace("checkpoints = 4", "checkpoints = 30")
+                      .replace("eval_every = 5", "eval_every = 50"))
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "mechsynth.cli", "sweep", path, "--out", str(out), "--workers", "1"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    first, second = out / "runs/n_layers=1", out / "runs/n_layers=2"
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        if state(first) == "complete" and state(second) == "partial" and \
+                len(list((second / "seed_0" / "checkpoints").glob("step_*"))) >= 8:
+            break
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert (state(first), state(second)) == ("complete", "partial"), "the kill should land mid-sweep"
+    done = tree_digest(first)
+
+    capsys.readouterr()
+    assert main(cmd[3:]) == 0
+    err = capsys.readouterr().err
+    assert "3 complete, 3 to resume, 0 to start" in err and "runs/n_layers=2 (seeds 0-2 side by side) resumed" in err
+    assert tree_digest(first) == done, "the finished batch was redone"
+    # The continued batch ends exactly where an uninterrupted one does (one job: it trains in the sweep's
+    # process with every core's thread).
+    jobs = [j for j in load_plan(out).jobs if j.point == "n_layers=2"]
+    ref = train_with_threads(parse_config(batch_config(jobs)), tmp_path / "ref", cpu_count())
+    for job in jobs:
+        run = load_run(out / job.dir)
+        assert is_complete(run.path) and run.metrics[-1]["step"] == 300
+        wa, wb = (io.read_tensors(ckpt_dir(d, 300) / "model.safetensors") for d in (ref / f"seed_{job.seed}", run.path))
+        assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
 # --- Ray -----------------------------------------------------------------------------------------
 
 
@@ -297,7 +452,8 @@ def test_ray_sweep_on_a_local_ray_instance(tmp_path, capsys):
     path = sweep_file(tmp_path, '[sweep]\nname = "r"\nseeds = 2\n[sweep.grid]\n"model.n_layers" = [1, 2]')
     out = tmp_path / "out"
     assert main(["sweep", path, "--out", str(out), "--backend", "ray", "--cpus-per-run", "1"]) == 0
-    assert "0 complete, 0 to resume, 4 to start" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "0 complete, 0 to resume, 4 to start" in err and "4 runs in 2 jobs" in err
     import ray
 
     assert not ray.is_initialized(), "the local Ray instance the sweep started is shut down"
@@ -306,11 +462,13 @@ def test_ray_sweep_on_a_local_ray_instance(tmp_path, capsys):
     for job in plan.jobs:
         assert is_complete(out / job.dir)
     # A Ray task computes exactly what an in-process run of the same config does (with the task's
-    # one torch thread: a different thread count changes the order of float sums).
-    job = plan.jobs[3]
-    ref = train_with_threads(parse_config(job.config), tmp_path / "ref", 1)
-    wa, wb = (io.read_tensors(ckpt_dir(d, 60) / "model.safetensors") for d in (ref, out / job.dir))
-    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    # one torch thread: a different thread count changes the order of float sums): here the batch of
+    # point n_layers=2's two seeds.
+    jobs = [j for j in plan.jobs if j.point == "n_layers=2"]
+    ref = train_with_threads(parse_config(batch_config(jobs)), tmp_path / "ref", 1)
+    for job in jobs:
+        wa, wb = (io.read_tensors(ckpt_dir(d, 60) / "model.safetensors") for d in (ref / f"seed_{job.seed}", out / job.dir))
+        assert all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
 def _pool_workers() -> list[int]:
@@ -332,7 +490,7 @@ def test_a_worker_killed_mid_run_costs_its_runs_one_retry_not_the_sweep(tmp_path
     """One pool worker SIGKILLed mid-run breaks the pool; the runs it cut off continue in a fresh one."""
     import threading
 
-    path = sweep_file(tmp_path, '[sweep]\nseeds = 2', base=BASE.replace("steps = 60", "steps = 400")
+    path = sweep_file(tmp_path, '[sweep]\nseeds = 2\nside_by_side = false', base=BASE.replace("steps = 60", "steps = 400")
                       .replace("checkpoints = 4", "checkpoints = 20").replace("eval_every = 5", "eval_every = 50"))
     out, killed = tmp_path / "out", []
 

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
 from mechsynth import load_run, parse_config, train_run
-from mechsynth.cli import DEMO_CONFIG, main
-from mechsynth.config import tomllib
-from mechsynth.timeline import formation_step, probe_run, steepest_drop
+from mechsynth import configs
+from mechsynth.cli import main
+from mechsynth.errors import CorruptFileError
+from mechsynth.probes.icl_strategy import stages
+from mechsynth.timeline import Timeline, formation_step, load, probe_run, rows, save, steepest_drop, summary
 
 
 def test_formation_is_the_first_step_after_which_the_score_stays_up():
@@ -25,10 +28,39 @@ def test_steepest_drop_ignores_noise_between_close_checkpoints():
     assert steepest_drop(steps, loss) == 32
 
 
+def small_timeline() -> Timeline:
+    return Timeline([0, 10, 20], [1.1, None, 0.5], {"induction": {"L1H0": [0.1, 0.6, 0.9]}, "icl_strategy": {}},
+                    {"induction": {"max": [0.1, 0.6, 0.9]}, "icl_strategy": {"kl/uniform": [0.0, 0.2, float("nan")]}},
+                    {"induction": {"L1H0": 10}, "icl_strategy": {}}, loss_drop_step=20)
+
+
+def test_one_tidy_table_saved_and_loaded_back(tmp_path):
+    tl = small_timeline()
+    assert rows(tl)[:2] == [[0, "induction", 1, 0, "score", 0.1], [10, "induction", 1, 0, "score", 0.6]]
+    assert rows(tl)[3] == [0, "induction", None, None, "max", 0.1] and len(rows(tl)) == 9
+    save(tl, tmp_path)
+    table = (tmp_path / "probes.csv").read_text().splitlines()
+    assert table[0] == "step,probe,layer,head,metric,value" and table[1] == "0,induction,1,0,score,0.1"
+    assert table[4] == "0,induction,,,max,0.1" and len(table) == 1 + len(rows(tl))
+    back = load(tmp_path)
+    assert (back.steps, back.loss, back.loss_drop_step) == ([0, 10, 20], [1.1, None, 0.5], 20)
+    assert back.per_head == tl.per_head and back.formation == tl.formation
+    assert back.metrics["induction"] == tl.metrics["induction"] and math.isnan(back.metrics["icl_strategy"]["kl/uniform"][2])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["probes.csv", "probes.json"], "no temporary files left"
+
+
+@pytest.mark.parametrize("text", ["{", "[1, 2]", '{"steps": [0, 1], "loss": [1.0]}',
+                                  '{"steps": [0], "loss": [1.0], "probes": {"p": {"per_head": {}}}}'])
+def test_a_damaged_timeline_is_named(tmp_path, text):
+    (tmp_path / "probes.json").write_text(text)
+    with pytest.raises(CorruptFileError, match="probes.json"):
+        load(tmp_path)
+
+
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory):
     """The demo configuration, trained for 600 steps (the full demo trains 2000)."""
-    data = tomllib.loads(DEMO_CONFIG)
+    data = configs.load("demo")
     data["train"] |= {"steps": 600, "checkpoints": 24, "device": "cpu"}
     data["wandb"] = {"mode": "offline"}
     return train_run(parse_config(data), tmp_path_factory.mktemp("demo") / "run", progress=False)
@@ -43,8 +75,10 @@ def test_demo_model_forms_previous_token_then_induction_around_the_loss_drop(dem
     assert ind and all(h.startswith("L1") for h in ind), tl.formation
     drop = tl.loss_drop_step
     assert drop is not None and drop / 4 <= min(ind.values()) <= drop * 4
-    assert [run.task.strategies[i] for i, _ in __import__("mechsynth.timeline").timeline.stages(tl)] == \
-        ["uniform", "unigram", "ngram"]
+    assert [name for name, _ in stages(tl)] == ["uniform", "unigram", "ngram"]
+    lines = summary(tl, run.task)
+    assert lines[0] == f"loss falls fastest at step {drop}"
+    assert lines[-1] == "icl_strategy     stages: " + " -> ".join(f"{n} (step {s})" for n, s in stages(tl))
 
 
 def test_probe_cli_json_table_and_wandb(demo_run, capsys):
@@ -65,6 +99,11 @@ def test_probe_cli_json_table_and_wandb(demo_run, capsys):
 
     assert main(["probe", str(demo_run), "--steps", "7,9999"]) == 2
     assert "--steps" in capsys.readouterr().err
+    assert main(["probe", str(demo_run), "--probes", "sparse_selection"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("mechsynth: error: --probes: 'sparse_selection' does not apply to this run: probe "
+                          "'sparse_selection' needs truth support, readout, which task 'markov_icl' does not provide")
+    assert "\n" not in err
 
 
 def test_batched_probing_equals_probing_each_checkpoint_in_transformer_lens(demo_run):

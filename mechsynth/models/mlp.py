@@ -1,9 +1,10 @@
-"""The 2-layer MLP baseline of the sparse-parity papers, as a HookedRootModule so hooks work on it."""
+"""The mlp kind: the 2-layer MLP baseline of the sparse-parity papers, as a HookedRootModule so hooks work on it."""
 
 from __future__ import annotations
 
 import math
-from typing import Optional
+from dataclasses import dataclass
+from typing import Literal, Optional
 
 import torch
 import torch.nn as nn
@@ -11,8 +12,56 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from mechsynth.models.config import ModelConfig
+from mechsynth.config import MAX_SEED, ConfigError, check, check_fields, doc, validates_itself
+from mechsynth.models.base import FLOAT, MODEL_KINDS, ModelKind
 from mechsynth.models.tl_compat import HookedRootModule, HookPoint
+from mechsynth.tasks.base import TaskSpec
+
+
+@MODEL_KINDS.register("mlp")
+@validates_itself
+@dataclass(frozen=True)
+class MLPConfig(ModelKind):
+    width: int = doc("hidden width r of the MLP baseline", 100, lo=1, hi=2**24)
+    act_fn: Literal["relu", "poly"] = doc("hidden activation; 'poly' is x**poly_degree", "relu")
+    poly_degree: int = doc("k in the x**k activation", 2, lo=1, hi=64, why="x**k overflows float32 long before")
+    init_seed: int = doc("seed of the initial weights", 0, lo=0, hi=MAX_SEED,
+                         why="torch seeds are 64-bit; seeds side by side add their index")
+    init_range: Optional[float] = doc("std of the normal weight init; unset = PyTorch's default (uniform ±1/sqrt(fan_in))", None)
+
+    def __post_init__(self):
+        check_fields(self)  # bounds and finite floats first
+        check(self.init_range is None or self.init_range > 0, "init_range", f"must be > 0 or unset, got {self.init_range}")
+
+    def describe(self) -> str:
+        return f"MLP, width {self.width}"
+
+    def validate(self, spec: TaskSpec) -> None:
+        if spec.token_values is None:
+            raise ConfigError("model.kind", "'mlp' needs a task with numeric inputs (sparse_parity, sparse_boolean); "
+                                            "allowed here: 'transformer'")
+
+    def build(self, spec: TaskSpec, n_models: Optional[int] = None) -> nn.Module:
+        return MLPBaseline(self, spec.n_ctx - 1, spec.d_vocab_out, spec.token_values, n_models)
+
+    def input_weights(self) -> Optional[str]:
+        return "W_in"  # [n_inputs, width]: row i reads input bit i
+
+    # ---- the memory estimate ---------------------------------------------------------------------
+
+    def param_count(self, spec: TaskSpec) -> int:
+        n_inputs, V = spec.n_ctx - 1, spec.d_vocab_out
+        return n_inputs * self.width + self.width + self.width * V + V
+
+    def activation_bytes(self, spec: TaskSpec, batch: int) -> tuple[int, int]:
+        # input bits, hidden before and after the activation, output (logits, log-softmax, gradient)
+        return batch * FLOAT * (spec.n_ctx - 1 + 2 * self.width + 3 * spec.d_vocab_out), 0
+
+    def eval_activation_bytes(self, spec: TaskSpec, batch: int) -> tuple[int, int]:
+        return self.activation_bytes(spec, batch)
+
+    def weight_field(self, spec: TaskSpec, context_field: str) -> str:
+        return "model.width"
 
 
 class MLPBaseline(HookedRootModule):
@@ -23,7 +72,7 @@ class MLPBaseline(HookedRootModule):
     `n_models=M` runs M independent networks side by side (see FusedTransformer).
     """
 
-    def __init__(self, cfg: ModelConfig, n_inputs: int, d_vocab_out: int, token_values: tuple[float, ...],
+    def __init__(self, cfg: MLPConfig, n_inputs: int, d_vocab_out: int, token_values: tuple[float, ...],
                  n_models: Optional[int] = None):
         super().__init__()
         self.cfg, self.n_inputs, self.n_models = cfg, n_inputs, n_models
@@ -34,9 +83,9 @@ class MLPBaseline(HookedRootModule):
         self.b_in = nn.Parameter(torch.empty(*lead, cfg.width))
         self.W_out = nn.Parameter(torch.empty(*lead, cfg.width, d_vocab_out))
         self.b_out = nn.Parameter(torch.empty(*lead, d_vocab_out))
-        self.hook_in = HookPoint()  # [batch, n_inputs]
-        self.hook_pre = HookPoint()  # [batch, width]
-        self.hook_post = HookPoint()  # [batch, width]
+        self.hook_in = HookPoint()  # [batch, bit]: the input bits as numbers
+        self.hook_pre = HookPoint()  # [batch, d_mlp] (d_mlp = width)
+        self.hook_post = HookPoint()  # [batch, d_mlp]
         self.reset_parameters()
         self.setup()
 
@@ -54,8 +103,8 @@ class MLPBaseline(HookedRootModule):
                 else:
                     p.copy_((torch.rand(p.shape, generator=g) * 2 - 1) / math.sqrt(fan_in))
 
-    def forward(self, tokens: Int[Tensor, "... batch pos"]) -> Float[Tensor, "... batch 1 d_vocab_out"]:
-        """tokens [batch, pos] -> [batch, 1, vocab]; side by side as FusedTransformer.forward.
+    def forward(self, tokens: Int[Tensor, "*#n_models batch pos"]) -> Float[Tensor, "*#n_models batch 1 d_vocab_out"]:
+        """tokens [batch, pos] -> [batch, 1, d_vocab_out]; side by side as FusedTransformer.forward.
         Hooks see [n_models * batch, ...]."""
         m = self.n_models or 1
         x = self.token_values[tokens[..., : self.n_inputs]].expand(m, -1, -1).reshape(-1, self.n_inputs)

@@ -64,7 +64,9 @@ def hooked_transformer(cfg, d_vocab: int, d_vocab_out: int, n_ctx: int, state_di
         model = HookedTransformer(HookedTransformerConfig(**kw, rotary_adjacent_pairs=True,
                                                           default_prepend_bos=False, init_weights=False,
                                                           device=str(device)))
-    return load_weights(model, cfg, state_dict).eval()
+    model = load_weights(model, cfg, state_dict).eval()
+    model.input_weights = cfg.input_weights()  # (models.hooked sets it too; planted test models come here directly)
+    return model
 
 
 def load_weights(model, cfg, state_dict: dict[str, Tensor]):

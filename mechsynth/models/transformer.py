@@ -1,239 +1,132 @@
-"""The transformer we train: bare PyTorch with fused attention, TransformerLens's parameter layout.
+"""The transformer kind: a hooked transformer; vocabulary, context and output sizes come from the task.
 
-TransformerLens computes attention unfused so `hook_pattern` exists, which costs ~1.5x in training
-speed on small models. We train this module instead; its `state_dict()` has exactly
-HookedTransformer's keys and shapes (`blocks.0.attn.W_Q`: [head_index, d_model, d_head], ...), so
-the same weights load into a hooked TransformerLens model for probing (see `tl_compat`, and the
-test that checks both give the same logits and activations).
-
-It is itself a `HookedRootModule` with TransformerLens's hook names, so `run_with_cache` works on
-it; attention is computed unfused only for a layer whose pattern or scores are hooked.
-
-`n_models=M` puts M independent models side by side: every weight gets a leading axis of size M
-and one forward runs all of them with batched matmuls — seeds trained together, or checkpoints
-probed together. Hooks then see TransformerLens's shapes with the M batches concatenated:
-[M * batch, ...], model-major.
+It trains FusedTransformer (mechsynth/models/fused.py) and is probed as TransformerLens's own model
+with the same weights (tl_compat).
 """
 
 from __future__ import annotations
 
-import math
-from typing import Optional
+from dataclasses import dataclass
+from typing import Literal, Optional
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
-from jaxtyping import Float, Int
-from torch import Tensor
 
-from mechsynth.models.config import ModelConfig
-from mechsynth.models.tl_compat import HookedRootModule, HookPoint
-
-ACTIVATIONS = {
-    "relu": F.relu,
-    "gelu": F.gelu,
-    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
-    "silu": F.silu,
-}
+from mechsynth.config import MAX_CTX, MAX_SEED, MAX_WIDTH, check, check_fields, doc, validates_itself
+from mechsynth.models.base import FLOAT, MODEL_KINDS, ModelKind
+from mechsynth.models.fused import FusedTransformer
+from mechsynth.models.tl_compat import check_supported, hooked_transformer, load_weights
+from mechsynth.tasks.base import TaskSpec
 
 
-class _Holder(nn.Module):
-    """A module whose only job is to give parameters and hook points TransformerLens's names."""
+@MODEL_KINDS.register("transformer")
+@validates_itself
+@dataclass(frozen=True)
+class TransformerConfig(ModelKind):
+    n_layers: int = doc("transformer layers", 2, lo=1, hi=256)
+    n_heads: int = doc("attention heads per layer", 1, lo=1, hi=1024)
+    d_model: int = doc("residual stream width", 64, lo=1, hi=MAX_WIDTH)
+    d_head: Optional[int] = doc("per-head width; unset = d_model // n_heads", None, lo=1, hi=MAX_WIDTH)
+    d_mlp: Optional[int] = doc("MLP hidden width; unset = 4 * d_model", None, lo=1, hi=2**20)
+    attn_only: bool = doc("no MLP layers (the induction-head papers' models)", False)
+    positional: Literal["standard", "rotary", "shortformer"] = doc("learned absolute, rotary, or shortformer (absolute added to queries and keys only; TransformerLens 3.x)", "standard")
+    normalization: Literal["LN", "LNPre", "none"] = doc("LayerNorm with weights, without weights, or none", "LN")
+    act_fn: Literal["relu", "gelu", "gelu_new", "silu"] = doc("MLP activation", "relu")
+    n_ctx: Optional[int] = doc("context length; unset = the task's longest sequence", None, lo=1, hi=MAX_CTX)
+    init_seed: int = doc("seed of the initial weights", 0, lo=0, hi=MAX_SEED,
+                         why="torch seeds are 64-bit; seeds side by side add their index")
+    init_range: Optional[float] = doc("std of the normal weight init; unset = 0.8/sqrt(d_model) as in TransformerLens", None)
 
-    def __init__(self, params: dict[str, nn.Parameter], hooks: tuple[str, ...] = ()):
-        super().__init__()
-        for name, p in params.items():
-            self.register_parameter(name, p)
-        for name in hooks:
-            setattr(self, name, HookPoint())
+    transformer_lens = True
 
+    def __post_init__(self):
+        check_fields(self)  # bounds and finite floats first
+        check(self.init_range is None or self.init_range > 0, "init_range", f"must be > 0 or unset, got {self.init_range}")
+        check(self.d_head is not None or self.d_model % self.n_heads == 0, "d_head",
+              f"unset needs d_model ({self.d_model}) divisible by n_heads ({self.n_heads}); set d_head")
+        if self.positional == "rotary":
+            check(self.head_dim % 2 == 0, "d_head", f"rotary needs an even d_head, got {self.head_dim}")
 
-def hooked_here(hp: HookPoint) -> bool:
-    """Whether anything is attached to this hook point; skipping idle ones keeps training fast."""
-    return bool(hp._forward_hooks or hp._backward_hooks)
+    @property
+    def head_dim(self) -> int:
+        return self.d_head if self.d_head is not None else self.d_model // self.n_heads
 
+    @property
+    def mlp_dim(self) -> int:
+        return self.d_mlp if self.d_mlp is not None else 4 * self.d_model
 
-def rotary_tables(n_ctx: int, dim: int, base: float = 10000.0) -> tuple[Tensor, Tensor]:
-    """cos/sin [n_ctx, dim] for adjacent-pair rotary, the layout TL 4 uses (TL 3 with rotary_adjacent_pairs)."""
-    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2).float() / dim))
-    angles = torch.outer(torch.arange(n_ctx).float(), inv_freq).repeat_interleave(2, dim=-1)
-    return angles.cos(), angles.sin()
+    def context_length(self, spec: TaskSpec) -> int:
+        n_ctx = self.n_ctx if self.n_ctx is not None else spec.n_ctx
+        check(n_ctx >= spec.n_ctx, "model.n_ctx",
+              f"{n_ctx} is shorter than the task's sequences ({spec.n_ctx} tokens); allowed: ≥ {spec.n_ctx} or unset")
+        return n_ctx
 
+    def describe(self) -> str:
+        return (f"{self.n_layers}-layer{' attention-only' if self.attn_only else ''} transformer, "
+                f"{self.n_heads} heads, d_model {self.d_model}")
 
-def apply_rotary(x: Float[Tensor, "batch head pos d_head"], cos: Tensor, sin: Tensor) -> Tensor:
-    rot = torch.stack((-x[..., 1::2], x[..., 0::2]), dim=-1).flatten(-2)
-    return x * cos + rot * sin
+    def validate(self, spec: TaskSpec) -> None:
+        check_supported(self.positional)
+        self.context_length(spec)
 
+    def build(self, spec: TaskSpec, n_models: Optional[int] = None) -> nn.Module:
+        return FusedTransformer(self, spec.d_vocab, spec.d_vocab_out, self.context_length(spec), n_models)
 
-class FusedTransformer(HookedRootModule):
-    def __init__(self, cfg: ModelConfig, d_vocab: int, d_vocab_out: int, n_ctx: int, n_models: Optional[int] = None):
-        super().__init__()
-        self.cfg, self.d_vocab, self.n_ctx, self.n_models = cfg, d_vocab, n_ctx, n_models
-        dm, h, dh, L = cfg.d_model, cfg.n_heads, cfg.head_dim, cfg.n_layers
-        lead = () if n_models is None else (n_models,)
+    def input_weights(self) -> Optional[str]:
+        return None if self.positional == "rotary" else "W_pos"  # rotary positions have no weights
 
-        def zeros(*shape: int) -> nn.Parameter:
-            return nn.Parameter(torch.zeros(*lead, *shape))
+    def hooked(self, model: nn.Module, device: str | torch.device) -> nn.Module:
+        sd = {k: v.detach() for k, v in model.state_dict().items()}
+        return hooked_transformer(self, model.embed.W_E.shape[0], model.unembed.W_U.shape[1], model.n_ctx, sd, device)
 
-        def norm(hooks: tuple[str, ...] = ("hook_normalized",)) -> _Holder:
-            params = {"w": nn.Parameter(torch.ones(*lead, dm)), "b": zeros(dm)} if cfg.normalization == "LN" else {}
-            return _Holder(params, hooks)
+    def reload(self, hooked: nn.Module, model: nn.Module) -> nn.Module:
+        return load_weights(hooked, self, {k: v.detach() for k, v in model.state_dict().items()})
 
-        self.embed = _Holder({"W_E": zeros(d_vocab, dm)})
-        self.hook_embed = HookPoint()
-        if cfg.positional != "rotary":
-            self.pos_embed = _Holder({"W_pos": zeros(n_ctx, dm)})
-            self.hook_pos_embed = HookPoint()
-        else:
-            cos, sin = rotary_tables(n_ctx, dh)
-            self.register_buffer("rotary_cos", cos, persistent=False)
-            self.register_buffer("rotary_sin", sin, persistent=False)
-        attn_hooks = ("hook_q", "hook_k", "hook_v", "hook_attn_scores", "hook_pattern", "hook_z")
-        if cfg.positional == "rotary":
-            attn_hooks += ("hook_rot_q", "hook_rot_k")
-        blocks = []
-        for _ in range(L):
-            b = _Holder({}, ("hook_resid_pre", "hook_attn_out", "hook_resid_post"))
-            if cfg.normalization != "none":
-                b.ln1 = norm()
-            b.attn = _Holder({"W_Q": zeros(h, dm, dh), "W_K": zeros(h, dm, dh), "W_V": zeros(h, dm, dh),
-                              "W_O": zeros(h, dh, dm), "b_Q": zeros(h, dh), "b_K": zeros(h, dh),
-                              "b_V": zeros(h, dh), "b_O": zeros(dm)}, attn_hooks)
-            if not cfg.attn_only:
-                b.hook_resid_mid, b.hook_mlp_out = HookPoint(), HookPoint()
-                if cfg.normalization != "none":
-                    b.ln2 = norm()
-                b.mlp = _Holder({"W_in": zeros(dm, cfg.mlp_dim), "b_in": zeros(cfg.mlp_dim),
-                                 "W_out": zeros(cfg.mlp_dim, dm), "b_out": zeros(dm)}, ("hook_pre", "hook_post"))
-            blocks.append(b)
-        self.blocks = nn.ModuleList(blocks)
-        if cfg.normalization != "none":
-            self.ln_final = norm()
-        self.unembed = _Holder({"W_U": zeros(dm, d_vocab_out), "b_U": zeros(d_vocab_out)})
-        self.reset_parameters()
-        self.setup()
+    # ---- the memory estimate ---------------------------------------------------------------------
 
-    @torch.no_grad()
-    def reset_parameters(self) -> None:
-        """TransformerLens's 'gpt2' init: weights ~ N(0, 0.8/sqrt(d_model)), biases 0, norms 1.
-        Side by side, model i gets exactly the weights of a single model with init_seed + i."""
-        std = self.cfg.init_range or 0.8 / math.sqrt(self.cfg.d_model)
-        for i in range(self.n_models or 1):
-            g = torch.Generator().manual_seed(self.cfg.init_seed + i)
-            for name, p in self.named_parameters():
-                if name.rsplit(".", 1)[-1].startswith("W_"):
-                    target = p if self.n_models is None else p[i]
-                    target.copy_(torch.randn(target.shape, generator=g) * std)
+    def params(self, spec: TaskSpec) -> tuple[int, int]:
+        """(parameters in the blocks, in the embeddings, unembedding and final norm) of one model."""
+        dm, h, dh, L = self.d_model, self.n_heads, self.head_dim, self.n_layers
+        norm = 2 * dm if self.normalization == "LN" else 0  # LNPre and none have no weights
+        attn = 4 * h * dm * dh + 3 * h * dh + dm  # W_Q, W_K, W_V, W_O; b_Q, b_K, b_V; b_O
+        mlp = 0 if self.attn_only else norm + 2 * dm * self.mlp_dim + self.mlp_dim + dm
+        n_ctx = self.n_ctx if self.n_ctx is not None else spec.n_ctx
+        pos = 0 if self.positional == "rotary" else n_ctx * dm
+        return L * (norm + attn + mlp), spec.d_vocab * dm + pos + norm + dm * spec.d_vocab_out + spec.d_vocab_out
 
-    # TransformerLens's weight properties (stacked over layers), so weight-based probes work here too.
-    W_E = property(lambda self: self.embed.W_E)
-    W_U = property(lambda self: self.unembed.W_U)
-    W_pos = property(lambda self: self.pos_embed.W_pos)
-    W_Q = property(lambda self: self._layers("W_Q"))
-    W_K = property(lambda self: self._layers("W_K"))
-    W_V = property(lambda self: self._layers("W_V"))
-    W_O = property(lambda self: self._layers("W_O"))
+    def param_count(self, spec: TaskSpec) -> int:
+        return sum(self.params(spec))
 
-    def _layers(self, name: str) -> Tensor:
-        """[n_layers, ...], or [n_models, n_layers, ...] side by side."""
-        return torch.stack([getattr(b.attn, name) for b in self.blocks], 0 if self.n_models is None else 1)
+    def activation_bytes(self, spec: TaskSpec, batch: int) -> tuple[int, int]:
+        # Per position and layer: the norms' inputs and outputs, Q, K, V, the attention output (and its
+        # copy laid out for W_O), the MLP's hidden layer before and after its activation.
+        T, V = spec.n_ctx, spec.d_vocab_out
+        dm, hd, L = self.d_model, self.n_heads * self.head_dim, self.n_layers
+        norm = 2 * dm if self.normalization != "none" else dm
+        layer = norm + 5 * hd + (0 if self.attn_only else norm + 2 * self.mlp_dim)
+        ends = dm + norm + 3 * V  # embedding; final norm, logits, log-softmax and its gradient
+        pattern = batch * self.n_heads * T * T * FLOAT
+        return batch * T * FLOAT * (L * layer + ends) + pattern, pattern
 
-    def _hook(self, hp: HookPoint, x: Tensor) -> Tensor:
-        return hp(x) if hooked_here(hp) else x
+    def eval_activation_bytes(self, spec: TaskSpec, batch: int) -> tuple[int, int]:
+        # A few tensors of the widest layer at a time, the logits and the metrics' copies of them.
+        T = spec.n_ctx
+        widest = max(self.d_model, 3 * self.n_heads * self.head_dim, 0 if self.attn_only else self.mlp_dim)
+        pattern = batch * self.n_heads * T * T * FLOAT
+        return batch * T * FLOAT * (3 * widest + 3 * spec.d_vocab_out) + pattern, pattern
 
-    def _norm(self, x: Float[Tensor, "mb pos d_model"], holder: Optional[nn.Module]) -> Tensor:
-        if holder is None:
-            return x
-        if not hasattr(holder, "w"):  # LNPre
-            out = F.layer_norm(x, (x.shape[-1],), eps=1e-5)
-        elif self.n_models is None:
-            out = F.layer_norm(x, (x.shape[-1],), holder.w, holder.b, eps=1e-5)
-        else:
-            out = F.layer_norm(x, (x.shape[-1],), eps=1e-5).view(self.n_models, -1, x.shape[-1])
-            out = (out * holder.w[:, None] + holder.b[:, None]).view_as(x)
-        return self._hook(holder.hook_normalized, out)
-
-    @staticmethod
-    def _mm(x: Float[Tensor, "mb pos d_in"], w: Float[Tensor, "*m d_in d_out"], b: Float[Tensor, "*m d_out"]) -> Tensor:
-        """x @ w + b for each model: one batched matmul over [model, batch * pos, d_in]. (A single model
-        skips the model axis: every op we save is one fewer Python call, and the per-seed passes of
-        seeds side by side run single models on threads that share Python's GIL.)"""
-        if w.ndim == 2:
-            return torch.addmm(b, x.reshape(-1, x.shape[-1]), w).view(*x.shape[:-1], w.shape[-1])
-        out = torch.baddbmm(b.unsqueeze(1), x.reshape(w.shape[0], -1, x.shape[-1]), w)
-        return out.view(*x.shape[:-1], w.shape[-1])
-
-    def _add_pos(self, x: Float[Tensor, "mb pos d_model"], pos: Tensor) -> Tensor:
-        """x + each model's positional embedding ([pos, d_model], or [m, 1, pos, d_model] side by side)."""
-        if self.n_models is None:
-            return x + pos
-        return (x.view(self.n_models, -1, *x.shape[1:]) + pos).view(x.shape)
-
-    def forward(self, tokens: Int[Tensor, "... batch pos"]) -> Float[Tensor, "... batch pos d_vocab_out"]:
-        """tokens [batch, pos] -> logits [batch, pos, vocab]. Side by side, tokens [batch, pos] are read by
-        every model and tokens [n_models, batch, pos] give each model its own; logits are then
-        [n_models, batch, pos, vocab]."""
-        cfg, m = self.cfg, self.n_models or 1
-        seq = tokens.shape[-1]
-        if seq > self.n_ctx:
-            raise ValueError(f"input has {seq} positions but the model's n_ctx is {self.n_ctx}")
-        if self.n_models is not None:
-            if tokens.ndim == 2:
-                tokens = tokens.expand(m, *tokens.shape)
-            # Each model's rows are offset into one table: F.embedding's backward is much faster than indexing's.
-            tokens = tokens + (torch.arange(m, device=tokens.device) * self.d_vocab).view(m, 1, 1)
-        W_E = self.embed.W_E if self.n_models is None else self.embed.W_E.flatten(0, 1)
-        x = self._hook(self.hook_embed, F.embedding(tokens.reshape(-1, seq), W_E))
-        pos = None
-        if cfg.positional != "rotary":
-            # [pos, d_model], or [m, 1, pos, d_model] side by side: broadcast over the batch
-            pos = self.pos_embed.W_pos[:seq] if self.n_models is None else self.pos_embed.W_pos[:, None, :seq]
-            if hooked_here(self.hook_pos_embed):  # the hook sees TransformerLens's [batch, pos, d_model]
-                if self.n_models is None:
-                    pos = self.hook_pos_embed(pos.expand(x.shape))
-                else:
-                    pos = self.hook_pos_embed(pos.expand(m, x.shape[0] // m, seq, -1).reshape(x.shape)).view(m, -1, seq, x.shape[-1])
-            if cfg.positional == "standard":
-                x, pos = self._add_pos(x, pos), None
-        for block in self.blocks:
-            x = self._hook(block.hook_resid_pre, x)
-            x = x + self._hook(block.hook_attn_out, self._attention(self._norm(x, getattr(block, "ln1", None)), block.attn, pos))
-            if not cfg.attn_only:
-                x = self._hook(block.hook_resid_mid, x)
-                mlp = block.mlp
-                pre = self._hook(mlp.hook_pre, self._mm(self._norm(x, getattr(block, "ln2", None)), mlp.W_in, mlp.b_in))
-                post = self._hook(mlp.hook_post, ACTIVATIONS[cfg.act_fn](pre))
-                x = x + self._hook(block.hook_mlp_out, self._mm(post, mlp.W_out, mlp.b_out))
-            x = self._hook(block.hook_resid_post, x)
-        logits = self._mm(self._norm(x, getattr(self, "ln_final", None)), self.unembed.W_U, self.unembed.b_U)
-        return logits if self.n_models is None else logits.view(m, -1, seq, logits.shape[-1])
-
-    def _attention(self, x: Float[Tensor, "mb pos d_model"], a: nn.Module, pos: Optional[Tensor]) -> Tensor:
-        mb, seq, dm = x.shape
-        h, dh, lead = self.cfg.n_heads, self.cfg.head_dim, () if self.n_models is None else (self.n_models,)
-        # One [d_model, 3 * head_index * d_head] matmul per model for Q, K and V (einsum over the
-        # per-head layout would broadcast x across heads); re-laying out the small weights is cheap.
-        W = torch.cat([a.W_Q, a.W_K, a.W_V], -3).transpose(-3, -2).reshape(*lead, dm, 3 * h * dh)
-        B = torch.cat([a.b_Q, a.b_K, a.b_V], -2).reshape(*lead, 3 * h * dh)
-        if pos is None:
-            qkv = self._mm(x, W, B)
-        else:  # shortformer: positions inform where to attend, never what is moved
-            qk = 2 * h * dh
-            qkv = torch.cat([self._mm(self._add_pos(x, pos), W[..., :qk], B[..., :qk]), self._mm(x, W[..., qk:], B[..., qk:])], -1)
-        q, k, v = (self._hook(hp, t) for hp, t in zip((a.hook_q, a.hook_k, a.hook_v), qkv.view(mb, seq, 3, h, dh).unbind(2)))
-        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [mb, head, pos, d_head]
-        if self.cfg.positional == "rotary":
-            cos, sin = self.rotary_cos[:seq], self.rotary_sin[:seq]
-            q = self._hook(a.hook_rot_q, apply_rotary(q, cos, sin).transpose(1, 2)).transpose(1, 2)
-            k = self._hook(a.hook_rot_k, apply_rotary(k, cos, sin).transpose(1, 2)).transpose(1, 2)
-        if hooked_here(a.hook_pattern) or hooked_here(a.hook_attn_scores):
-            # Scale, causal mask and q·k in one batched matmul: these [batch, head, pos, pos] tensors
-            # dominate probing time, so each extra pass over them counts.
-            mask = torch.full((seq, seq), float("-inf"), device=x.device).triu(1)
-            scores = torch.baddbmm(mask, q.flatten(0, 1), k.flatten(0, 1).transpose(-1, -2), alpha=1 / math.sqrt(dh))
-            scores = self._hook(a.hook_attn_scores, scores.view(mb, h, seq, seq))
-            z = self._hook(a.hook_pattern, scores.softmax(-1)) @ v
-        else:
-            z = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        z = self._hook(a.hook_z, z.transpose(1, 2))  # [mb, pos, head, d_head]
-        return self._mm(z.reshape(mb, seq, h * dh), a.W_O.flatten(-3, -2), a.b_O)
+    def weight_field(self, spec: TaskSpec, context_field: str) -> str:
+        # The layer count for a deep model, else the width whose matrices are largest (W_pos: the context).
+        blocks, embeddings = self.params(spec)
+        if blocks < embeddings:
+            n_ctx = self.n_ctx if self.n_ctx is not None else spec.n_ctx
+            if self.positional != "rotary" and 2 * n_ctx * self.d_model > embeddings:
+                return "model.n_ctx" if self.n_ctx is not None else context_field
+            return "model.d_model"
+        if self.n_layers > 1:
+            return "model.n_layers"
+        attention = self.n_heads * self.d_model * self.head_dim
+        mlp = 0 if self.attn_only else self.d_model * self.mlp_dim
+        if attention >= mlp:
+            return "model.d_head" if self.d_head is not None else "model.d_model"
+        return "model.d_mlp" if self.d_mlp is not None else "model.d_model"

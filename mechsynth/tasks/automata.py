@@ -9,20 +9,22 @@ name their factors (D_2n: flip and rotation; car on a circle: direction and posi
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Callable, Hashable, Literal, Optional
+from typing import Literal, Optional
 
 import torch
-from jaxtyping import Float
+from jaxtyping import Float, Int
 from torch import Tensor
 
-from mechsynth.config import MAX_CTX, check, check_fields, doc
+from mechsynth.config import MAX_CTX, check, check_fields, doc, validates_itself
 from mechsynth.tasks.base import TASKS, Batch, Task, TaskSpec
 
 GROUPS = ("parity", "cyclic", "dihedral", "quaternion", "alternating", "symmetric", "c2_cubed")
 AUTOMATA = GROUPS + ("flipflop", "gridworld", "dyck", "car")
 
 
+@validates_itself
 @dataclass(frozen=True)
 class AutomataConfig:
     automaton: Literal["parity", "cyclic", "dihedral", "quaternion", "alternating", "symmetric", "c2_cubed",
@@ -71,7 +73,7 @@ class Table:
     states: list[str]
     symbols: list[str]
     start: int = 0
-    factors: dict[str, list[int]] = None  # type: ignore[assignment]
+    factors: Optional[dict[str, list[int]]] = None  # name -> the factor's value in each state
 
 
 def closure(start: Hashable, moves: dict[str, Callable], name=str) -> Table:
@@ -186,6 +188,14 @@ def _sorted(t: Table) -> Table:
                  [t.states[old] for old in order], t.symbols, new[t.start])
 
 
+def automaton_truth(states: Int[Tensor, "batch pos"],
+                    factors: dict[str, Int[Tensor, "state"]]) -> dict[str, Int[Tensor, "batch pos"]]:
+    """Batch.truth of automata: `states` [batch, pos], the state after each symbol (the targets too); for a
+    decomposable automaton `factor:<name>` [batch, pos], that factor of the state (D_2n: `factor:flip`,
+    `factor:rotation`), from `factors[name]`, the factor's value in each state."""
+    return {"states": states} | {f"factor:{k}": v.to(states.device)[states] for k, v in factors.items()}
+
+
 @TASKS.register("automata")
 class Automata(Task):
     Config = AutomataConfig
@@ -202,6 +212,12 @@ class Automata(Task):
         return TaskSpec(d_vocab=len(self.table.symbols), d_vocab_out=len(self.table.states),
                         n_ctx=self.cfg.long_length, token_names=tuple(self.table.symbols),
                         target_names=tuple(self.table.states))
+
+    @property
+    def truth_keys(self) -> tuple[str, ...]:  # type: ignore[override]
+        """The state after each symbol, and for decomposable automata each factor of it (`factor:flip`, ...);
+        their shapes: `automaton_truth`."""
+        return ("states",) + tuple(f"factor:{k}" for k in self.factors)
 
     def token_labels(self, tokens) -> list[str]:
         """Each input symbol with the state it leads to ("s→r2"): the state is what the model must
@@ -238,10 +254,9 @@ class Automata(Task):
                 states.append(state)
             x = torch.stack(xs, 1)
         states_t = torch.stack(states, 1)
-        truth = {"states": states_t} | {f"factor:{k}": v.to(device)[states_t] for k, v in self.factors.items()}
-        return Batch(x, states_t, torch.ones_like(x, dtype=torch.bool), truth)
+        return Batch(x, states_t, torch.ones_like(x, dtype=torch.bool), automaton_truth(states_t, self.factors))
 
-    def position_accuracy(self, logits: Tensor, batch: Batch) -> Float[Tensor, "pos"]:
+    def position_accuracy(self, logits: Float[Tensor, "batch pos d_vocab_out"], batch: Batch) -> Float[Tensor, "pos"]:
         return (logits.argmax(-1) == batch.targets).float().mean(0)
 
     def metrics(self, logits, batch) -> dict[str, float]:

@@ -1,4 +1,10 @@
-"""What every task provides: a validated config, a spec of its sizes, and batches that carry their ground truth."""
+"""What every task provides: a validated config, a spec of its sizes, and batches that carry their ground truth.
+
+Shapes use TransformerLens's names (`batch pos d_vocab d_vocab_out`) and, for the tasks' own structure,
+`bit` (an input bit of the readout tasks), `support` (a bit the label reads), `state` (of an automaton or
+a chain) and `context` (the last order-1 tokens of an in-context Markov chain). `out_pos`: the positions a
+model predicts, all of `pos` or the last few (the MLP baselines answer at the readout only).
+"""
 
 from __future__ import annotations
 
@@ -19,7 +25,8 @@ class Batch:
 
     `targets[b, p]` is what the model should output at position p, scored only where `mask` is True.
     `truth` holds the hidden ground truth probes need (the parity support, each sequence's
-    transition matrix, the automaton states, ...), keyed by name.
+    transition matrix, the automaton states, ...), keyed by name; each task builds it with one
+    annotated function that says every key's shape (`parity_truth`, `markov_truth`, ...).
     """
 
     tokens: Int[Tensor, "batch pos"]
@@ -55,6 +62,10 @@ class Task:
     splits: ClassVar[tuple[str, ...]] = ("train", "eval")
     # Which split tells "has it learned?": the headline accuracy in the progress bar and reports.
     main_eval: ClassVar[str] = "eval"
+    # The keys of `Batch.truth` in this task's evaluation batches (training batches may leave out the
+    # costly ones). Probes declare the truth they read and apply exactly where a task provides it; a
+    # subclass whose truth depends on its config makes this a property.
+    truth_keys: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, cfg: Any):
         self.cfg = cfg
@@ -68,7 +79,7 @@ class Task:
         """A batch drawn with `generator` (which must live on `device`); same generator state -> same batch."""
         raise NotImplementedError
 
-    def metrics(self, logits: Float[Tensor, "batch pos vocab_out"], batch: Batch) -> dict[str, float]:
+    def metrics(self, logits: Float[Tensor, "batch out_pos d_vocab_out"], batch: Batch) -> dict[str, float]:
         """Loss and accuracy at scored positions. Tasks add their own (e.g. per-position accuracy)."""
         logits, targets, mask = align(logits, batch)
         loss = F.cross_entropy(logits[mask].float(), targets[mask])
@@ -86,14 +97,16 @@ class Task:
             raise ValueError(f"split: {split!r} is not a split of {self.name}; allowed: {', '.join(self.splits)}")
 
 
-def align(logits: Tensor, batch: Batch) -> tuple[Tensor, Tensor, Tensor]:
+def align(logits: Float[Tensor, "batch out_pos d_vocab_out"],
+          batch: Batch) -> tuple[Float[Tensor, "batch out_pos d_vocab_out"], Int[Tensor, "batch out_pos"],
+                                 Bool[Tensor, "batch out_pos"]]:
     """Match logits to targets. Models that only predict the last P positions (the MLP baselines,
     which read the whole input and answer at the readout) are scored on the last P targets."""
     p = logits.shape[1]
     return logits, batch.targets[:, -p:], batch.mask[:, -p:]
 
 
-def readout_batch(bits: Int[Tensor, "batch n"], labels: Int[Tensor, "batch"], truth: dict[str, Any]) -> Batch:
+def readout_batch(bits: Int[Tensor, "batch bit"], labels: Int[Tensor, "batch"], truth: dict[str, Any]) -> Batch:
     """Input bits, then a readout token (id 2), with the label scored at the readout only."""
     readout = torch.full_like(bits[:, :1], 2)
     tokens = torch.cat([bits, readout], 1)
@@ -104,7 +117,7 @@ def readout_batch(bits: Int[Tensor, "batch n"], labels: Int[Tensor, "batch"], tr
     return Batch(tokens, targets, mask, truth)
 
 
-def readout_labels(names: tuple[str, ...], tokens: Int[Tensor, "pos"], support: Tensor) -> list[str]:
+def readout_labels(names: tuple[str, ...], tokens: Int[Tensor, "pos"], support: Int[Tensor, "support"]) -> list[str]:
     """Labels for a bits-then-readout sequence: the bit values, the hidden support S starred
     ("1*"), the readout token as "?"; the support is what a sparse-selection head should attend to."""
     on = set(support.tolist())
@@ -118,10 +131,10 @@ def task_generator(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
-def compose_prefix(maps: Int[Tensor, "batch step n"]) -> Int[Tensor, "batch step n"]:
-    """out[:, t] = maps[:, t] ∘ ... ∘ maps[:, 0], in log2(step) rounds of gathers (Hillis–Steele scan)
-    instead of one Python iteration per step: the same parallel-prefix trick that lets shallow
-    transformers simulate automata."""
+def compose_prefix(maps: Int[Tensor, "batch step state"]) -> Int[Tensor, "batch step state"]:
+    """maps[b, t] sends each state to its successor at step t; out[:, t] = maps[:, t] ∘ ... ∘ maps[:, 0],
+    in log2(step) rounds of gathers (Hillis–Steele scan) instead of one Python iteration per step: the
+    same parallel-prefix trick that lets shallow transformers simulate automata."""
     out, shift = maps, 1
     while shift < maps.shape[1]:
         out = torch.cat([out[:, :shift], out[:, shift:].gather(2, out[:, :-shift])], 1)

@@ -8,20 +8,21 @@ reference predictor the model is closest to; `truth` carries those predictors.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, Optional
 
 import torch
 import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from mechsynth.config import MAX_CTX, check, check_fields, doc
+from mechsynth.config import MAX_CTX, check, check_fields, doc, validates_itself
 from mechsynth.tasks.base import TASKS, Batch, Task, TaskSpec, compose_prefix
 
 
 MAX_ALPHA = 1e6
 
 
+@validates_itself
 @dataclass(frozen=True)
 class MarkovICLConfig:
     k: int = doc("number of states (the vocabulary)", 3, lo=2, hi=4096, why="k**(order-1) contexts ≤ 4096")
@@ -89,7 +90,7 @@ def dirichlet(alpha: float, shape: tuple[int, ...], generator: torch.Generator, 
     return g / g.sum(-1, keepdim=True)
 
 
-def stationary(P: Float[Tensor, "batch n n"]) -> Float[Tensor, "batch n"]:
+def stationary(P: Float[Tensor, "batch state state"]) -> Float[Tensor, "batch state"]:
     """π with π P = π and Σπ = 1, solved in batch: (Pᵀ − I) π = 0 with one row replaced by ones."""
     n = P.shape[-1]
     A = P.transpose(-1, -2) - torch.eye(n, device=P.device, dtype=P.dtype)
@@ -98,6 +99,21 @@ def stationary(P: Float[Tensor, "batch n n"]) -> Float[Tensor, "batch n"]:
     b[:, -1] = 1.0
     pi = torch.linalg.solve(A.double(), b.double()).clamp_min(0)
     return (pi / pi.sum(-1, keepdim=True)).to(P.dtype)
+
+
+def markov_truth(tokens: Int[Tensor, "batch pos"], transition: Float[Tensor, "batch context d_vocab_out"],
+                 stationary: Float[Tensor, "batch context"],
+                 uniform: Optional[Float[Tensor, "batch pos d_vocab_out"]] = None,
+                 unigram: Optional[Float[Tensor, "batch pos d_vocab_out"]] = None,
+                 ngram: Optional[Float[Tensor, "batch pos d_vocab_out"]] = None,
+                 bayes: Optional[Float[Tensor, "batch pos d_vocab_out"]] = None) -> dict[str, Tensor]:
+    """Batch.truth of markov_icl: `transition` [batch, context, d_vocab_out], each sequence's chain (row c:
+    the distribution of the token after context c); `stationary` [batch, context], the stationary
+    distribution of its contexts; and in evaluation batches each reference predictor (`uniform`,
+    `unigram`, `ngram`, `bayes`: MarkovICL.strategies) [batch, pos, d_vocab_out], its distribution of
+    the token after each position."""
+    predictors = {"uniform": uniform, "unigram": unigram, "ngram": ngram, "bayes": bayes}
+    return {"transition": transition, "stationary": stationary} | {k: v for k, v in predictors.items() if v is not None}
 
 
 @TASKS.register("markov_icl")
@@ -123,7 +139,14 @@ class MarkovICL(Task):
         base = ("uniform", "unigram", "ngram")
         return base if self.cfg.prior == "doubly_stochastic" else base + ("bayes",)
 
-    def transitions(self, batch_size: int, generator: torch.Generator, device) -> Float[Tensor, "batch ctx k"]:
+    @property
+    def truth_keys(self) -> tuple[str, ...]:  # type: ignore[override]
+        """Each sequence's chain, and the reference predictors (not in training batches: they cost more
+        than the batch and training never reads them); their shapes: `markov_truth`."""
+        return ("transition", "stationary") + self.strategies
+
+    def transitions(self, batch_size: int, generator: torch.Generator,
+                    device) -> Float[Tensor, "batch context d_vocab_out"]:
         cfg, C = self.cfg, self.n_contexts
         if cfg.prior == "dirichlet":
             return dirichlet(cfg.alpha, (batch_size, C, cfg.k), generator, device)
@@ -134,7 +157,7 @@ class MarkovICL(Task):
         perms = torch.rand(batch_size, cfg.k, cfg.k, generator=generator, device=device).argsort(-1)
         return torch.einsum("bm,bmij->bij", weights, F.one_hot(perms, cfg.k).float())
 
-    def lifted(self, P: Float[Tensor, "batch ctx k"]) -> Float[Tensor, "batch ctx ctx"]:
+    def lifted(self, P: Float[Tensor, "batch context d_vocab_out"]) -> Float[Tensor, "batch context context"]:
         """The chain on contexts: context c goes to (c * k + x) mod k**(order-1) with probability P[c, x]."""
         C, k = self.n_contexts, self.cfg.k
         nxt = (torch.arange(C, device=P.device)[:, None] * k + torch.arange(k, device=P.device)) % C
@@ -157,17 +180,16 @@ class MarkovICL(Task):
         # inverse-CDF). Step t is then a map on contexts, and the walk is their running composition.
         steps = cfg.length + 2 - cfg.order
         u = torch.rand(batch_size, steps, C, 1, generator=generator, device=device)
-        successors = (P.cumsum(-1)[:, None] < u).sum(-1).clamp_max(k - 1)  # [batch, step, ctx]
+        successors = (P.cumsum(-1)[:, None] < u).sum(-1).clamp_max(k - 1)  # [batch, step, context]
         maps = (torch.arange(C, device=device) * k + successors) % C
         contexts = compose_prefix(maps).gather(2, ctx[:, None, None].expand(-1, steps, 1))[..., 0]
         x = torch.cat([first, contexts % k], 1)
         tokens, targets = x[:, :-1], x[:, 1:]
-        truth = {"transition": P, "stationary": pi}
-        if split != "train":  # the reference predictors cost more than the batch; training never reads them
-            truth.update(self.predictors(tokens))
+        # The reference predictors cost more than the batch; training never reads them.
+        truth = markov_truth(tokens, P, pi, **(self.predictors(tokens) if split != "train" else {}))
         return Batch(tokens, targets, torch.ones_like(tokens, dtype=torch.bool), truth)
 
-    def predictors(self, tokens: Int[Tensor, "batch pos"]) -> dict[str, Float[Tensor, "batch pos k"]]:
+    def predictors(self, tokens: Int[Tensor, "batch pos"]) -> dict[str, Float[Tensor, "batch pos d_vocab_out"]]:
         """Each reference strategy's distribution for the token after position t, from tokens 0..t.
 
         n-gram and Bayes count the transitions seen so far out of the current context; before a

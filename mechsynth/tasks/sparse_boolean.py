@@ -8,17 +8,18 @@ complexity that grows only like log T.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Literal, Optional
+from typing import Any, ClassVar, Literal, Optional
 
 import torch
 from jaxtyping import Int
 from torch import Tensor
 
-from mechsynth.config import MAX_CTX, MAX_SEED, check, check_fields, doc
+from mechsynth.config import MAX_CTX, MAX_SEED, check, check_fields, doc, validates_itself
 from mechsynth.tasks.base import TASKS, Batch, Task, TaskSpec, readout_batch, readout_labels, task_generator
 from mechsynth.tasks.sparse_parity import MAX_TRAIN_BITS
 
 
+@validates_itself
 @dataclass(frozen=True)
 class SparseBooleanConfig:
     length: int = doc("T, the number of input bits", 16, lo=1, hi=MAX_CTX - 1, why="the sequence is length + 1 tokens")
@@ -59,7 +60,7 @@ class SparseBooleanConfig:
         return batch, batch + n_seqs * self.length * 13  # float32 draws, bool, int64 bits
 
 
-def truth_table(function: str, s: int, table: tuple[int, ...] = ()) -> Int[Tensor, "rows"]:
+def truth_table(function: str, s: int, table: tuple[int, ...] = ()) -> Int[Tensor, "row"]:
     """Output for each of the 2**s inputs, row index = the bits read as a binary number (MSB first)."""
     rows = torch.arange(2**s)
     bits = (rows[:, None] >> torch.arange(s - 1, -1, -1)) & 1
@@ -73,9 +74,16 @@ def truth_table(function: str, s: int, table: tuple[int, ...] = ()) -> Int[Tenso
     }[function]
 
 
+def selection_truth(bits: Int[Tensor, "batch bit"], support: Int[Tensor, "support"]) -> dict[str, Any]:
+    """Batch.truth of sparse_boolean: `support` [support], the s positions the function reads (sorted);
+    `readout`, the readout token's position (an int: it follows the T bits)."""
+    return {"support": support, "readout": bits.shape[1]}
+
+
 @TASKS.register("sparse_boolean")
 class SparseBoolean(Task):
     Config = SparseBooleanConfig
+    truth_keys = ("support", "readout")  # selection_truth
 
     def __init__(self, cfg: SparseBooleanConfig):
         super().__init__(cfg)
@@ -97,7 +105,7 @@ class SparseBoolean(Task):
     def token_labels(self, tokens) -> list[str]:
         return readout_labels(self.spec.token_names, tokens, self.support)
 
-    def label(self, bits: Int[Tensor, "batch length"]) -> Int[Tensor, "batch"]:
+    def label(self, bits: Int[Tensor, "batch bit"]) -> Int[Tensor, "batch"]:
         weights = 2 ** torch.arange(self.cfg.s - 1, -1, -1, device=bits.device)
         return self.table.to(bits.device)[(bits[:, self.support.to(bits.device)] * weights).sum(-1)]
 
@@ -108,4 +116,4 @@ class SparseBoolean(Task):
             bits = self._train_set.to(device)[idx]
         else:
             bits = (torch.rand(batch_size, self.cfg.length, generator=generator, device=device) < self.p_one).long()
-        return readout_batch(bits, self.label(bits), {"support": self.support.to(device), "readout": self.cfg.length})
+        return readout_batch(bits, self.label(bits), selection_truth(bits, self.support.to(device)))

@@ -6,11 +6,13 @@ Sequence: the n input bits, then a readout token; the label is scored at the rea
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Literal, Optional
+from typing import Any, ClassVar, Literal, Optional
 
 import torch
+from jaxtyping import Int
+from torch import Tensor
 
-from mechsynth.config import MAX_CTX, MAX_SEED, check, check_fields, doc
+from mechsynth.config import MAX_CTX, MAX_SEED, check, check_fields, doc, validates_itself
 from mechsynth.tasks.base import TASKS, Batch, Task, TaskSpec, readout_batch, readout_labels, task_generator
 
 
@@ -19,6 +21,7 @@ from mechsynth.tasks.base import TASKS, Batch, Task, TaskSpec, readout_batch, re
 MAX_TRAIN_BITS = 2**26
 
 
+@validates_itself
 @dataclass(frozen=True)
 class SparseParityConfig:
     n: int = doc("number of input bits", 10, lo=1, hi=MAX_CTX - 1, why="the sequence is n + 1 tokens")
@@ -52,14 +55,23 @@ class SparseParityConfig:
         return batch, batch + n_seqs * (self.n * 8 + 16)  # the bits, flips
 
 
-def parity_labels(bits: torch.Tensor, support: torch.Tensor) -> torch.Tensor:
+def parity_labels(bits: Int[Tensor, "*batch bit"], support: Int[Tensor, "support"]) -> Int[Tensor, "*batch"]:
     """Parity of `bits[..., support]` for 0/1 bits (token ids): 1 iff an odd number are set."""
     return bits[..., support].sum(-1) % 2
+
+
+def parity_truth(bits: Int[Tensor, "batch bit"], support: Int[Tensor, "support"],
+                 label: Int[Tensor, "batch"]) -> dict[str, Any]:
+    """Batch.truth of sparse_parity: `support` [support], the positions of the k bits the label reads
+    (sorted); `label` [batch], the label before noise; `readout`, the readout token's position (an int:
+    it follows the n bits)."""
+    return {"support": support, "label": label, "readout": bits.shape[1]}
 
 
 @TASKS.register("sparse_parity")
 class SparseParity(Task):
     Config = SparseParityConfig
+    truth_keys = ("support", "label", "readout")  # S, the label before noise, the readout position (parity_truth)
 
     def __init__(self, cfg: SparseParityConfig):
         super().__init__(cfg)
@@ -96,4 +108,4 @@ class SparseParity(Task):
             if split == "train" and cfg.noise > 0:
                 flips = torch.rand(batch_size, generator=generator, device=device) < cfg.noise
                 labels = clean ^ flips.long()
-        return readout_batch(bits, labels, {"support": self.support.to(device), "label": clean, "readout": cfg.n})
+        return readout_batch(bits, labels, parity_truth(bits, self.support.to(device), clean))

@@ -1,0 +1,56 @@
+"""TransformerLens hook names and head labels, spelled in one place.
+
+TransformerLens derives hook names from its module tree (`blocks.{layer}.attn.hook_pattern`); both
+TL 3's HookedTransformer and TL 4's TransformerBridge keep these names, and our fused model is
+probed through them. Probes, the timeline and the report build names here, so a rename is one edit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def attn_pattern(layer: int) -> str:
+    """Attention probabilities of layer `layer`: [batch, head_index, query_pos, key_pos]."""
+    return f"blocks.{layer}.attn.hook_pattern"
+
+
+def resid_pre(layer: int) -> str:
+    """The residual stream entering block `layer` (for layer 0: the embeddings): [batch, pos, d_model]."""
+    return f"blocks.{layer}.hook_resid_pre"
+
+
+def resid_post(layer: int) -> str:
+    """The residual stream leaving block `layer`: [batch, pos, d_model]."""
+    return f"blocks.{layer}.hook_resid_post"
+
+
+def attention_patterns(n_layers: int) -> list[str]:
+    """Every layer's attention pattern hook."""
+    return [attn_pattern(layer) for layer in range(n_layers)]
+
+
+def residual_stream(n_layers: int) -> list[str]:
+    """The residual stream at the embeddings, then after each layer."""
+    return [resid_pre(0)] + [resid_post(layer) for layer in range(n_layers)]
+
+
+def attention_layers(model: Any) -> int:
+    """How many layers of `model` have attention heads, read from its hook points (0 for the MLP
+    baseline, which has none)."""
+    names = getattr(model, "hook_dict", {})
+    n = 0
+    while attn_pattern(n) in names:
+        n += 1
+    return n
+
+
+def head_label(layer: int, head: int) -> str:
+    """"L1H0": how heads are named in metrics, timelines, tables and renders."""
+    return f"L{layer}H{head}"
+
+
+def parse_head(label: str) -> tuple[int, int]:
+    """(layer, head) of a label from `head_label`."""
+    layer, head = label[1:].split("H")
+    return int(layer), int(head)

@@ -1,0 +1,23 @@
+"""Adam, with weight decay as an L2 term in the gradient."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from mechsynth.optimizers.base import OPTIMIZERS, Hyper, OptimizerKind
+
+
+@OPTIMIZERS.register("adam")
+class Adam(OptimizerKind):
+    elementwise = True
+
+    @classmethod
+    def state_slots(cls, cfg: Hyper) -> int:
+        return 2  # first and second moments
+
+    @classmethod
+    def build(cls, params: Sequence[Tensor], cfg: Hyper) -> torch.optim.Optimizer:
+        return torch.optim.Adam(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)

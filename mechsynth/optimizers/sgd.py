@@ -1,0 +1,23 @@
+"""SGD with optional momentum (the MLP baselines of the sparse-parity papers)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from mechsynth.optimizers.base import OPTIMIZERS, Hyper, OptimizerKind
+
+
+@OPTIMIZERS.register("sgd")
+class SGD(OptimizerKind):
+    elementwise = True
+
+    @classmethod
+    def state_slots(cls, cfg: Hyper) -> int:
+        return 1 if cfg.momentum > 0 else 0  # the momentum buffer
+
+    @classmethod
+    def build(cls, params: Sequence[Tensor], cfg: Hyper) -> torch.optim.Optimizer:
+        return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)

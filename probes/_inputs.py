@@ -1,0 +1,52 @@
+"""The inputs probes read, each drawn from its own generator so it is the same for every probe and
+every checkpoint:
+
+- `random`: uniform random tokens from the model's vocabulary, the model's full context;
+- `data`: a held-out batch of the task (its main evaluation split) — `random` when there is no task;
+- `repeated`: a random sequence repeated twice (induction);
+- `task:<split>`: a batch of another split of the task (e.g. automata's longer `eval_long`).
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any, Optional
+
+import torch
+
+from mechsynth import hooks
+from mechsynth.probes._base import ProbeError
+from mechsynth.tasks.base import Batch
+
+INPUTS = ("random", "data", "repeated", "task:<split>")
+
+
+def dims(model: Any) -> tuple[int, int, int, int]:
+    """(n_layers, n_heads, d_vocab, n_ctx); no layers or heads for a model without attention."""
+    n_layers = hooks.attention_layers(model)
+    own = isinstance(getattr(model, "d_vocab", None), int)  # our models; TransformerLens keeps sizes in cfg
+    return (n_layers, model.cfg.n_heads if n_layers else 0, model.d_vocab if own else model.cfg.d_vocab,
+            model.n_ctx if own else model.cfg.n_ctx)
+
+
+def split_of(input: str, task: Any) -> Optional[str]:
+    """The task split an input draws from (None: not from the task)."""
+    if input.startswith("task:"):
+        return input[5:]
+    return task.main_eval if input == "data" and task is not None else None
+
+
+def draw(input: str, model: Any, task: Any, batch_size: int, seed: int) -> Batch:
+    """The input `input`: its own generator, so every probe and checkpoint sees the same tokens."""
+    g = torch.Generator().manual_seed((zlib.crc32(input.encode()) + seed * 1_000_003) % 2**63)
+    _, _, d_vocab, n_ctx = dims(model)
+    if input == "random":
+        tokens = torch.randint(d_vocab, (batch_size, n_ctx), generator=g)
+    elif input == "repeated":
+        first = torch.randint(d_vocab, (batch_size, min(n_ctx // 2, 64)), generator=g)
+        tokens = torch.cat([first, first], 1)
+    elif input == "data" or input.startswith("task:"):
+        return task.sample(batch_size, g, "cpu", split_of(input, task))
+    else:
+        raise ProbeError(f"unknown probe input {input!r}; allowed: {', '.join(INPUTS)}")
+    return Batch(tokens, torch.zeros_like(tokens), torch.zeros_like(tokens, dtype=torch.bool))

@@ -1,0 +1,110 @@
+"""Running probes: check that each applies, draw each distinct input once, run the model once per
+input caching only the declared hooks, and hand each probe a View."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Optional
+
+import torch
+from torch import Tensor
+
+from mechsynth import hooks
+from mechsynth.probes._base import PROBES, Probe, ProbeError, ProbeResult, View, input_weights, resolve
+from mechsynth.probes._inputs import dims, draw
+
+
+def names() -> list[str]:
+    return PROBES.names()
+
+
+def problem(probe: Probe, model: Any, task: Any, init: Any) -> Optional[str]:
+    """Why `probe` cannot run on this model and task, in one line; None when it can."""
+    if probe.needs_task and task is None:
+        needs = f"the task's ground truth ({', '.join(probe.truth)})" if probe.truth else "the task's own inputs"
+        return f"probe {probe.name!r} reads {needs}; pass the task"
+    if task is not None:
+        provided = tuple(getattr(task, "truth_keys", ()))
+        missing = [k for k in probe.truth if k not in provided]
+        if missing:
+            return (f"probe {probe.name!r} needs truth {', '.join(missing)}, which task {task.name!r} does not "
+                    f"provide (it provides: {', '.join(provided) or 'none'})")
+        for input in probe.reads:
+            split = input[5:] if input.startswith("task:") else None
+            if split is not None and split not in task.splits:
+                return (f"probe {probe.name!r} reads split {split!r}, which task {task.name!r} does not have "
+                        f"(splits: {', '.join(task.splits)})")
+    if probe.needs_init and init is None:
+        return f"probe {probe.name!r} compares with the initial weights; pass init= (the step-0 model)"
+    n_layers = max(1, dims(model)[0])  # at least one layer, so a model without attention misses its hooks
+    have = getattr(model, "hook_dict", {})
+    for names_of in probe.reads.values():
+        missing = [h for h in names_of(n_layers) if h not in have]
+        if missing:
+            kind = "attention heads" if hooks.attn_pattern(0) in missing else f"hook {missing[0]!r}"
+            return f"{type(model).__name__} has no {kind}; probe {probe.name!r} needs a transformer"
+    lacking = [w for w in probe.weights if not hasattr(model, w)]
+    if lacking:
+        return f"probe {probe.name!r} reads weights {', '.join(lacking)}, which {type(model).__name__} lacks"
+    return probe.model_check(model) if probe.model_check is not None else None
+
+
+def why_not(name: str, model: Any, task: Any = None) -> Optional[str]:
+    """Why probe `name` does not apply to this model and task (None: it does), without running it."""
+    return problem(PROBES.get(name), model, task, init=True)
+
+
+def can_run(name: str, model: Any, task: Any = None) -> bool:
+    """Whether probe `name` applies to this model and task (without running it)."""
+    return why_not(name, model, task) is None
+
+
+def run(name: str, model: Any, task: Any = None, *, batch_size: int = 64, seed: int = 0, init: Any = None) -> ProbeResult:
+    """Run probe `name` on a hooked model; same seed, same result. `init`: the model at step 0, for
+    probes that measure how far the weights moved."""
+    return run_many([name], model, task, batch_size=batch_size, seed=seed, init=init)[0][name]
+
+
+@torch.no_grad()
+def run_many(probe_names: Sequence[str], model: Any, task: Any = None, *, batch_size: int = 64, seed: int = 0,
+             init: Any = None) -> list[dict[str, ProbeResult]]:
+    """Run several probes, one forward pass per distinct input. `model` may hold M models side by side
+    (`n_models=M`, e.g. M checkpoints of a run): the result is then one {probe: result} per model."""
+    chosen = [PROBES.get(n) for n in probe_names]
+    for probe in chosen:
+        why = problem(probe, model, task, init)
+        if why is not None:
+            raise ProbeError(why)
+    n_layers, n_heads = dims(model)[:2]
+    wanted: dict[str, set[str]] = {}
+    for probe in chosen:
+        for input, hooks_of in probe.reads.items():
+            wanted.setdefault(resolve(input, task), set()).update(hooks_of(n_layers))
+    device = next(model.parameters()).device
+    batches = {i: draw(i, model, task, batch_size, seed).to(device) for i in wanted}
+    m = getattr(model, "n_models", None)
+    was_training = model.training
+    if was_training:  # toggling is not free on a TransformerBridge, so only when needed
+        model.eval()
+    try:
+        outputs = {i: model.run_with_cache(batches[i].tokens, names_filter=lambda n, h=names: n in h)
+                   for i, names in wanted.items()}
+    finally:
+        if was_training:
+            model.train()
+
+    facing = input_weights(model)
+    results = []
+    for index in range(m) if m else [None]:
+        pick = (lambda t: t) if index is None else (lambda t: t.unflatten(0, (m, -1))[index])
+        view = View(task, n_layers, n_heads, {
+            i: (batches[i], logits if index is None else logits[index], {k: pick(v) for k, v in cache.items()})
+            for i, (logits, cache) in outputs.items()}, _weights(model, index), _weights(init, None), facing)
+        results.append({p.name: p.fn(view) for p in chosen})
+    return results
+
+
+def _weights(model: Any, index: Optional[int]) -> Optional[Callable[[str], Tensor]]:
+    if model is None:
+        return None
+    return lambda name: getattr(model, name).detach() if index is None else getattr(model, name).detach()[index]

@@ -1,0 +1,151 @@
+"""Contracts over the registries: what every task, model kind and probe must keep, checked for each one
+registered (optimizers: tests/test_train.py; planted known answers for every probe: tests/test_probes.py).
+And the claim the layout makes: a task, a probe with its own figure and summary line, a model kind and an
+optimizer are one new file each (tests/toy/), with nothing else edited."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from mechsynth import load_run, models, parse_config, probes, tasks, timeline, train_run
+from mechsynth.config import read_toml
+
+ROOT = Path(__file__).resolve().parents[1]
+TOY = Path(__file__).resolve().parent / "toy"
+
+
+def _reference_markers() -> set[str]:
+    """Tasks named by `@pytest.mark.reference("<task>")` on a test in tests/."""
+    named = set()
+    for path in Path(__file__).parent.glob("test_*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "reference"
+                    and node.args and isinstance(node.args[0], ast.Constant)):
+                named.add(node.args[0].value)
+    return named
+
+
+@pytest.mark.parametrize("name", tasks.names())
+def test_every_task_has_a_slow_reference_test(name):
+    assert name in _reference_markers(), f"no test marked @pytest.mark.reference({name!r}) checks {name}'s generator"
+
+
+@pytest.mark.parametrize("name", tasks.names())
+def test_every_task_has_an_experiment_config(name):
+    configs = {p.name: read_toml(p) for p in (ROOT / "experiments").glob("*.toml")}
+    assert any(c.get("task", {}).get("name") == name for c in configs.values()), f"no experiments/*.toml trains {name}"
+
+
+@pytest.mark.parametrize("name", tasks.names())
+def test_every_task_carries_the_truth_it_declares(name):
+    """Probes apply by `truth_keys`, so an evaluation batch must carry every one of them."""
+    task = tasks.make(name)
+    batch = task.sample(4, torch.Generator().manual_seed(0), split=task.main_eval)
+    assert set(task.truth_keys) <= set(batch.truth), f"{name} declares {task.truth_keys}, carries {sorted(batch.truth)}"
+    assert any(probes.can_run(p, models.build(models.parse({}), task.spec), task) for p in probes.names())
+
+
+@pytest.mark.parametrize("kind", models.names())
+def test_every_kind_trains_checkpoints_resumes_exactly_and_probes(kind, tmp_path, tiny):
+    """8 steps in one go equal 4 steps, then a restart from that checkpoint for 4 more; then every
+    checkpoint is probed by the probes that apply."""
+    data = tiny({"name": "sparse_parity", "n": 6, "k": 2}, {"kind": kind}, {"steps": 8, "checkpoints": 3, "eval_every": 4})
+    whole = load_run(train_run(parse_config(data), tmp_path / "whole", progress=False))
+    half = {**data, "train": {**data["train"], "steps": 4}}
+    train_run(parse_config(half), tmp_path / "cut", progress=False)
+    cut = load_run(train_run(parse_config(data), tmp_path / "cut", resume=True, progress=False))
+    assert whole.steps[-1] == cut.steps[-1] == 8
+    a, b = whole.weights(8), cut.weights(8)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), f"{kind}: a restart changed the weights"
+    tokens = whole.task.sample(4, torch.Generator().manual_seed(1)).tokens
+    torch.testing.assert_close(whole.model(8)(tokens), whole.trainable(8)(tokens), atol=2e-5, rtol=1e-4)
+    names = timeline.applicable(whole)
+    assert names, f"no probe applies to a {kind} on sparse_parity"
+    tl = timeline.probe_run(whole, names, batch_size=8)
+    assert tl.steps == whole.steps and all(len(v) == len(tl.steps) for n in names for v in tl.metrics[n].values())
+
+
+# ---- one new file each -------------------------------------------------------------------------------
+
+TOY_CONFIG = """
+[task]
+name = "toy_first_token"
+
+[model]
+kind = "toy_attention"
+
+[train]
+steps = 300
+batch_size = 32
+lr = 0.01
+optimizer = "toy_sign"
+eval_every = 50
+checkpoints = 8
+device = "cpu"
+"""
+
+
+def _cli(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mechsynth.cli", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+def test_a_toy_task_probe_kind_and_optimizer_plug_in_from_one_file_each(tmp_path):
+    """tests/toy/ holds a task (recall the first token), a probe of attention to the token to recall, with
+    its own summary line and report figure, a one-layer attention model kind, and sign descent. Named in
+    MECHSYNTH_PLUGINS, they train, probe and report through the CLI, seeds side by side in pool workers
+    too; the probe finds the circuit the task needs."""
+    env = {**os.environ, "MECHSYNTH_PLUGINS": os.pathsep.join(str(TOY / f"toy_{k}.py") for k in
+                                                              ("task", "probe", "kind", "optimizer"))}
+    (tmp_path / "toy.toml").write_text(TOY_CONFIG + '\n[wandb]\nmode = "disabled"\n')
+
+    listed = _cli("tasks", "--json", env=env, cwd=tmp_path)
+    assert listed.returncode == 0 and "toy_first_token" in json.loads(listed.stdout), listed.stderr
+    trained = _cli("train", "toy.toml", "--out", "run", "--no-progress", env=env, cwd=tmp_path)
+    assert trained.returncode == 0, trained.stderr
+    run = tmp_path / "run"
+    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert metrics[-1]["eval/acc"] > 0.99, metrics[-1]  # sign descent trained the toy model on the toy task
+
+    probed = _cli("probe", "run", "--json", env=env, cwd=tmp_path)
+    assert probed.returncode == 0, probed.stderr
+    tl = json.loads(probed.stdout)
+    scores = tl["probes"]["toy_source"]["per_head"]
+    assert max(series[-1] for series in scores.values()) > 0.9  # a head attends to the first token
+    assert min(series[0] for series in scores.values()) < 0.5  # and did not at step 0
+    refused = _cli("probe", "run", "--probes", "induction", env=env, cwd=tmp_path)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1 and "W_O" in refused.stderr, refused.stderr
+
+    reported = _cli("report", "run", env=env, cwd=tmp_path)
+    assert reported.returncode == 0, reported.stderr
+    page = (run / "report.html").read_text()
+    section = page[page.index('<section id="toy_source">'):]
+    assert "Attention to the source" in section and "<img" in section.split("</section>")[0]
+    assert "attends" in page.split('<section id="summary">')[1].split("</section>")[0]  # its summary line
+
+    (tmp_path / "sweep.toml").write_text('base = "toy.toml"\n[train]\nsteps = 20\n[sweep]\nname = "toy"\nseeds = 2\n'
+                                         '[sweep.grid]\n"model.n_heads" = [1, 2]\n')
+    swept = _cli("sweep", "sweep.toml", "--out", "sweep", "--workers", "2", "--wandb", "disabled", env=env, cwd=tmp_path)
+    assert swept.returncode == 0, swept.stderr
+    for point in ("n_heads=1", "n_heads=2"):
+        assert json.loads((tmp_path / "sweep/runs" / point / "config.json").read_text())["train"]["seeds"] == 2
+        for seed in (0, 1):
+            last = sorted((tmp_path / "sweep/runs" / point / f"seed_{seed}" / "checkpoints").iterdir())[-1]
+            assert json.loads((last / "meta.json").read_text())["step"] == 20  # (this process has no toy plugins)
+
+
+def test_a_plugin_that_fails_to_import_is_one_line(tmp_path):
+    bad = tmp_path / "bad_task.py"
+    bad.write_text("import no_such_module_here\n")
+    env = {**os.environ, "MECHSYNTH_PLUGINS": str(bad)}
+    out = _cli("tasks", env=env, cwd=tmp_path)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert "MECHSYNTH_PLUGINS" in out.stderr and "bad_task.py" in out.stderr and "no_such_module_here" in out.stderr
