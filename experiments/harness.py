@@ -225,9 +225,12 @@ def device_name(device: str) -> str:
     return f"CPU: {model}, {os.cpu_count()} cores visible"
 
 
+CODE = ("mechsynth", "probes", "experiments", "pyproject.toml")
+
+
 def commit() -> Optional[str]:
-    """The checkout's commit, with "-dirty" when tracked files other than assets/ (which the experiments
-    write) differ from it; None outside a git checkout."""
+    """The checkout's commit, with "-dirty" when tracked code (the package, probes, experiments,
+    pyproject.toml) differs from it; None outside a git checkout."""
     def git(*args: str) -> Optional[str]:
         try:
             out = subprocess.run(["git", *args], cwd=EXPERIMENTS, capture_output=True, text=True, timeout=30)
@@ -236,7 +239,7 @@ def commit() -> Optional[str]:
         return out.stdout.strip() if out.returncode == 0 else None
 
     head = git("rev-parse", "--short=12", "HEAD")
-    changed = git("status", "--porcelain", "--untracked-files=no", "--", ":/", ":(exclude,top)assets")
+    changed = git("status", "--porcelain", "--untracked-files=no", "--", *(f":(top){p}" for p in CODE))
     return None if head is None else head + ("-dirty" if changed else "")
 
 
