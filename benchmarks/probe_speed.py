@@ -39,8 +39,8 @@ def main() -> None:
         run_dir = train_run(parse_config(data), Path(tempfile.mkdtemp()) / "run", progress=False)
     run = load_run(run_dir)
     names, steps = applicable(run), run.steps
-    inputs = {probes._resolve(i, run.task) for n in names for i in probes.PROBES.get(n).reads}
-    tokens = [probes._draw(i, run.trainable(0), run.task, BATCH, 0).tokens for i in sorted(inputs)]
+    inputs = {probes.resolve(i, run.task) for n in names for i in probes.PROBES.get(n).reads}
+    tokens = [probes.draw(i, run.trainable(0), run.task, BATCH, 0).tokens for i in sorted(inputs)]
 
     def ours():
         probe_run(run, names, steps, batch_size=BATCH)

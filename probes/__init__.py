@@ -26,13 +26,10 @@ from mechsynth.probes._base import (PROBES, Probe, ProbeError, ProbeResult, Sect
 from mechsynth.probes._inputs import dims, draw
 from mechsynth.probes._run import can_run, names, run, run_many, why_not
 
-# The names benchmarks/probe_speed.py uses for the inputs' drawing.
-_draw, _resolve, _dims = draw, resolve, dims
-
 for _m in pkgutil.iter_modules(__path__):
     if not _m.name.startswith("_"):  # _base, _inputs, _run: the machinery, not probes
         importlib.import_module(f"{__name__}.{_m.name}")
 
 __all__ = ["PROBES", "Probe", "ProbeError", "ProbeResult", "Section", "View", "attention_hooks", "can_run",
-           "formation_step", "head_metrics", "input_weights", "names", "no_hooks", "register", "render_heads", "run",
+           "dims", "draw", "formation_step", "head_metrics", "input_weights", "names", "no_hooks", "register", "render_heads", "run",
            "run_many", "why_not"]
