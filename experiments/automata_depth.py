@@ -1,101 +1,276 @@
-"""Automata shortcuts (Liu et al. 2023): accuracy against depth for C2, C3, D6, D8, Q8, A5 and S5,
-beside the paper's table at T = 100; where each layer makes the state linearly decodable; and how the
-solution holds up beyond the training length.
+"""Automata shortcuts (Liu et al. 2023) in the paper's setup: accuracy against depth for the ten rows of
+its table (Dyck, Grid9, C2, C3, C2³, D6, D8, Q8, A5, S5) at T = 100 in Liu et al.'s input alphabets,
+beside the paper's numbers; how much the alphabet alone changes Q8, A5 and S5; and length
+generalization that means something (rotary positions against learned absolute ones, at 2T and 4T).
 
-    python experiments/automata_depth.py           # CPU size: T = 16, depths 1/2/4, 3 seeds (2 shared cores)
-    python experiments/automata_depth.py --full    # the paper's T = 100, depths 1/2/3/4/6, 3 seeds (a GPU)
+    python experiments/automata_depth.py           # CPU size: width 32, 1200 steps, depths 1/2/3/4/6/8, 3 seeds
+    python experiments/automata_depth.py --full    # the paper's training setup, depths 1-8, 12, 16 (a GPU)
     python experiments/automata_depth.py --smoke   # seconds; for the tests
 
-The runs are the sweep experiments/automata_depth.toml (_smoke.toml, _full.toml for the other sizes),
-trained into --runs on a local process pool (--workers; --backend ray, --device cuda), each point's
-seeds side by side; runs already there are reused. Each (group, depth, seed) trains a transformer on
-fresh sequences to predict the state after every symbol. Accuracy is over all positions of 512 held-out sequences of the training length (as in the
-paper's table). Each final model is probed with `automaton_shortcut`: ridge-regression decoding of the
-state from the residual stream after each layer, and accuracy on sequences twice as long.
+The depth table is the sweep experiments/automata_depth.toml (_smoke.toml, _full.toml for the other
+sizes); the alphabet and length runs are built from its configurations here. All train into --runs on
+a local process pool (--workers; --backend ray, --device cuda), each point's seeds side by side; runs
+already there are reused. Every (row, depth, seed) trains a transformer on fresh sequences to predict
+the state after every symbol, scored on 512 held-out sequences at every position ("all positions", the
+paper's table) and at the last position alone (where a shortcut has the most to compose). Each final
+model is probed with `automaton_shortcut` (ridge decoding of the state, and of its factors, from the
+residual stream after each layer).
 
-Writes OUT/automata_depth.json and OUT/automata_depth_{accuracy,decoding,length}.png.
+Writes OUT/automata_depth.json and OUT/automata_depth_{accuracy,positions,decoding,length}.png.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
+
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import harness  # noqa: E402
 
-from mechsynth import io, timeline  # noqa: E402
+from mechsynth import io, probes, tasks  # noqa: E402
+from mechsynth.config import ConfigError  # noqa: E402
 
 NAME = "automata_depth"
 
 # Liu et al. 2023, accuracy (%) against depth at T = 100, as listed in the seed talk "Guiding machine
-# learning design with insights from simple testbeds" (Liu). None: a cell not legible in that text
-# (C2 at L=1 and D6 at L=4).
-PAPER = {"C2": {1: None, 2: 99.8, 3: 99.9, 4: 100, 5: 100, 6: 99.5},
-         "C3": {1: 54.6, 2: 94.6, 3: 96.7, 4: 99.4, 5: 100, 6: 100},
-         "D6": {1: 25.4, 2: 27.2, 3: 47.4, 4: None, 5: 100, 6: 100},
-         "D8": {1: 45.6, 2: 98.0, 3: 100, 4: 100, 5: 100, 6: 100},
-         "Q8": {1: 31.6, 2: 49.2, 3: 59.6, 4: 60.4, 5: 73.5, 6: 99.3},
-         "A5": {1: 12.5, 2: 23.1, 3: 32.5, 4: 46.7, 5: 71.2, 6: 98.8},
-         "S5": {1: 7.9, 2: 11.8, 3: 14.6, 4: 19.7, 5: 26.0, 6: 28.4}}
+# learning design with insights from simple testbeds" (Liu). None: a cell not legible in that text.
+PAPER_DEPTHS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16)
+_ROWS = {"Dyck": (99.3, 100, 100, 100, 100, 100, 100, 100, 100, 100),
+         "Grid9": (92.2, 100, 100, 100, 100, 100, 100, 100, 100, 100),
+         "C2": (None, 99.8, 99.9, 100, 100, 99.5, 100, 99.7, 100, 100),
+         "C3": (54.6, 94.6, 96.7, 99.4, 100, 100, 99.8, 100, 100, 100),
+         "C2^3": (65.0, None, 99.9, 97.9, 100, 99.8, 98.2, 99.9, 95.9, 80.6),
+         "D6": (25.4, 27.2, 47.4, None, 100, 100, 100, 100, 100, 100),
+         "D8": (45.6, 98.0, 100, 100, 100, 100, 100, 100, 100, 100),
+         "Q8": (31.6, 49.2, 59.6, 60.4, 73.5, 99.3, 100, 100, 100, 100),
+         "A5": (12.5, 23.1, 32.5, 46.7, 71.2, 98.8, 100, 100, 100, 100),
+         "S5": (7.9, 11.8, 14.6, 19.7, 26.0, 28.4, 32.8, 51.8, 97.2, 99.9)}
+PAPER: dict[str, dict[int, Optional[float]]] = {g: dict(zip(PAPER_DEPTHS, row)) for g, row in _ROWS.items()}
 
-# The runs are experiments/automata_depth.toml (CPU size; _smoke.toml, _full.toml): groups × depths ×
-# seeds, each point's seeds side by side. What follows is the analysis: its own sizes only.
-SIZES: dict[str, dict[str, Any]] = {"smoke": {"probe_batch": 32}, "cpu": {"probe_batch": 256}, "full": {"probe_batch": 256}}
+# A cell "solves" the task under each of these definitions: absolute accuracy thresholds, and a relative
+# one that discounts chance (the best constant guess per position: 50% for C2, ~0.8% for S5).
+DEFINITIONS = ("abs90", "abs99", "rel90")
+
+# The analysis' own sizes; the alphabet and length runs reuse the depth table's configuration of their row.
+# Length generalization means something only where the model is right within T: at the CPU size that is
+# Dyck and Grid9; C2 (the audit's example) and D8 (which has factors to decode) are there for comparison.
+SIZES: dict[str, dict[str, Any]] = {
+    "smoke": {"probe_batch": 32, "alphabet_groups": ["S5"], "alphabet_depths": [1],
+              "length_groups": ["C2", "D8"], "length_depth": 1},
+    "cpu": {"probe_batch": 256, "alphabet_groups": ["Q8", "A5", "S5"], "alphabet_depths": [1, 2],
+            "length_groups": ["Dyck", "Grid9", "C2", "D8"], "length_depth": 4},
+    "full": {"probe_batch": 512, "alphabet_groups": ["Q8", "A5", "S5"], "alphabet_depths": [1, 2],
+             "length_groups": ["Dyck", "Grid9", "C2", "D8"], "length_depth": 4},
+}
+LENGTH_FACTORS = (2, 4)  # evaluated at 2T and 4T
 
 
 def grid(runs: harness.Runs, size: str) -> dict[str, Any]:
-    """What the analysis needs to know of the sweep: groups, depths, seeds and the shared settings."""
+    """What the analysis needs to know of the sweep: rows, depths, seeds and the shared settings."""
     axes = {a.key: a.labels for a in runs.plan.axes}
     one = runs.plan.jobs[0].config
-    return {**SIZES[size], "groups": list(axes["group"]), "depths": [int(d) for d in axes["model.n_layers"]],
-            "seeds": list(runs.plan.seeds), "length": one["task"]["length"], "d_model": one["model"]["d_model"],
-            "n_heads": one["model"]["n_heads"], **{k: one["train"][k] for k in ("steps", "batch_size", "lr", "warmup_steps",
-                                                                                  "eval_batch_size")}}
+    c = {**SIZES[size], "groups": list(axes["group"]), "depths": [int(d) for d in axes["model.n_layers"]],
+         "seeds": list(runs.plan.seeds), "length": one["task"]["length"], "alphabet": one["task"]["alphabet"],
+         "positional": one["model"]["positional"], "d_model": one["model"]["d_model"], "n_heads": one["model"]["n_heads"],
+         **{k: one["train"][k] for k in ("steps", "batch_size", "lr", "weight_decay", "warmup_steps", "eval_batch_size")}}
+    for key in ("alphabet_groups", "length_groups"):
+        missing = [g for g in c[key] if g not in c["groups"]]
+        if missing:
+            raise ConfigError(key, f"{missing} are not rows of the sweep {runs.plan.name}: {c['groups']}")
+    return c
+
+
+def chance(runs: harness.Runs, group: str, n_seqs: int = 2048) -> dict[str, float]:
+    """Accuracy (%) of the best constant guess at each position (its most frequent state), over all positions
+    and at the last: the floor every cell is read against."""
+    task = runs.load(runs.jobs(group=group)[0]).task
+    targets = task.sample(n_seqs, torch.Generator().manual_seed(99), split="eval").targets
+    freq = torch.stack([torch.bincount(targets[:, t], minlength=task.spec.d_vocab_out) for t in range(targets.shape[1])])
+    best = freq.max(-1).values.double() / n_seqs
+    return {"all": 100 * float(best.mean()), "last": 100 * float(best[-1])}
 
 
 def one(runs: harness.Runs, c: dict[str, Any], group: str, depth: int, seed: int) -> dict[str, Any]:
     run = runs.run(seed, group=group, n_layers=depth)
     last = run.metrics[-1]
-    tl = timeline.probe_run(run, ["automaton_shortcut"], steps=[run.steps[-1]], batch_size=c["probe_batch"])
-    m = {k: v[-1] for k, v in tl.metrics["automaton_shortcut"].items()}
-    T = c["length"]
-    by_position = last["eval_long/acc_by_position"]
-    batch = run.path.parent / "config.json"  # this seed trained side by side with the point's other seeds
-    out = {"group": group, "depth": depth, "seed": seed, "train_time_s": round(harness.train_seconds(run), 2),
-           "batch_seeds": io.read_json(batch)["train"]["seeds"] if batch.exists() else 1,
-           "acc": last["eval/acc"], "acc_last": last["eval/acc_last"],
-           "loss": last["eval/loss"], "acc_long_within_T": statistics.fmean(by_position[:T]),
-           "acc_long_beyond_T": statistics.fmean(by_position[T:]), "acc_long_by_position": by_position,
-           "linear_state": [m["linear/state/embed"]] + [m[f"linear/state/L{layer}"] for layer in range(depth)],
-           "entropy_per_head": {k.split("/", 1)[1]: v for k, v in m.items() if k.startswith("entropy/")},
-           "factors": {k.split("/")[1]: [m[f"linear/{k.split('/')[1]}/embed"]] + [m[f"linear/{k.split('/')[1]}/L{layer}"]
-                                                                                   for layer in range(depth)]
-                       for k in m if k.startswith("linear/") and not k.startswith("linear/state/") and k.endswith("/embed")}}
-    harness.log(f"{group} L={depth} seed={seed}: acc {out['acc']:.3f}, beyond T {out['acc_long_beyond_T']:.3f}, "
-               f"linear decoding per layer {[round(a, 2) for a in out['linear_state']]}")
+    m = probes.run("automaton_shortcut", run.trainable(), run.task, batch_size=c["probe_batch"]).metrics
+    out = {"group": group, "depth": depth, "seed": seed, "acc": last["eval/acc"], "acc_last": last["eval/acc_last"], "loss": last["eval/loss"],
+           "acc_by_position": last["eval/acc_by_position"],
+           "linear": {target: [m[f"linear/{target}/{layer}"] for layer in ["embed"] + [f"L{i}" for i in range(depth)]]
+                      for target in _targets(m, "linear")},
+           "entropy_per_head": {k.split("/", 1)[1]: v for k, v in m.items() if k.startswith("entropy/")}}
+    harness.log(f"{group} L={depth} seed={seed}: acc {out['acc']:.3f}, last {out['acc_last']:.3f}, "
+                f"state decoding per layer {[round(a, 2) for a in out['linear']['state']]}")
     return out
 
 
-def summarize(c: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
-    table: dict[str, dict[str, Any]] = {}
-    for group in c["groups"]:
-        table[group] = {}
-        for depth in c["depths"]:
-            accs = [r["acc"] for r in rows if r["group"] == group and r["depth"] == depth]
-            beyond = [r["acc_long_beyond_T"] for r in rows if r["group"] == group and r["depth"] == depth]
-            last = [r["acc_last"] for r in rows if r["group"] == group and r["depth"] == depth]
-            table[group][str(depth)] = {"mean": 100 * statistics.fmean(accs), "min": 100 * min(accs), "max": 100 * max(accs),
-                                        "per_seed": [round(100 * a, 1) for a in accs],
-                                        "last_position_mean": 100 * statistics.fmean(last),
-                                        "beyond_T_mean": 100 * statistics.fmean(beyond),
-                                        "paper_T100": PAPER[group].get(depth)}
-    # The paper's ordering claim, checked on our numbers: the depth at which each group first reaches 90%.
-    reach = {g: next((d for d in c["depths"] if table[g][str(d)]["mean"] >= 90), None) for g in c["groups"]}
-    return {"table": table, "first_depth_reaching_90pct": reach}
+def train_time(runs: harness.Runs) -> float:
+    """Seconds of training job time for these runs: seeds side by side share their batch's time, counted once."""
+    def seeds_of(run) -> int:
+        batch = run.path.parent / "config.json"
+        return io.read_json(batch)["train"]["seeds"] if batch.exists() else 1
+    return round(sum(harness.train_seconds(run) / seeds_of(run) for run in runs.all()), 1)
+
+
+def _targets(metrics: dict[str, float], prefix: str) -> list[str]:
+    return list(dict.fromkeys(k.split("/")[1] for k in metrics if k.startswith(prefix + "/")))
+
+
+def cell(values: list[float]) -> dict[str, Any]:
+    """Mean, min and max (%) over seeds, and each seed's value."""
+    pct = [100 * v for v in values]
+    return {"mean": statistics.fmean(pct), "min": min(pct), "max": max(pct), "per_seed": [round(v, 1) for v in pct]}
+
+
+def solved(acc: Optional[float], floor: float, definition: str) -> bool:
+    """Whether an accuracy (%) counts as solving the task under `definition` (see DEFINITIONS)."""
+    if acc is None:
+        return False
+    if definition == "abs90":
+        return acc >= 90
+    if definition == "abs99":
+        return acc >= 99
+    return (acc - floor) / (100 - floor) >= 0.9  # rel90: 90% of the way from chance to perfect
+
+
+def first_depths(values: dict[int, Optional[float]], floor: float) -> dict[str, dict[str, Any]]:
+    """The first depth solving the task under each definition, and the depths before it whose cell is missing
+    (an illegible cell of the paper's table: the first depth could be one of those)."""
+    out = {}
+    for d in DEFINITIONS:
+        first = next((k for k in sorted(values) if solved(values[k], floor, d)), None)
+        unknown = [k for k in sorted(values) if values[k] is None and (first is None or k < first)]
+        out[d] = {"depth": first, "missing_before": unknown}
+    return out
+
+
+def summarize(runs: harness.Runs, c: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
+    table, floors, first, paper_first = {}, {}, {}, {}
+    for g in c["groups"]:
+        floors[g] = chance(runs, g)
+        table[g] = {}
+        for d in c["depths"]:
+            here = [r for r in rows if r["group"] == g and r["depth"] == d]
+            by_position = [statistics.fmean(v) for v in zip(*(r["acc_by_position"] for r in here))]
+            table[g][str(d)] = {"all": cell([r["acc"] for r in here]), "last": cell([r["acc_last"] for r in here]),
+                                "by_position_mean": [round(100 * v, 2) for v in by_position],
+                                "paper_T100": PAPER[g].get(d)}
+        first[g] = {measure: first_depths({d: table[g][str(d)][measure]["mean"] for d in c["depths"]},
+                                          floors[g][measure]) for measure in ("all", "last")}
+        # the paper at our depths, so that the two are read on the same grid; and at all of its depths
+        paper_first[g] = {"our_depths": first_depths({d: PAPER[g][d] for d in c["depths"] if d in PAPER[g]}, floors[g]["all"]),
+                          "all_depths": first_depths(PAPER[g], floors[g]["all"])}
+    agreement = {}
+    for d in DEFINITIONS:  # rank agreement of the rows' first solving depth (never solved = after the deepest)
+        never = max(c["depths"]) + 1
+        ours = [first[g]["all"][d]["depth"] or never for g in c["groups"]]
+        paper = [paper_first[g]["our_depths"][d]["depth"] or never for g in c["groups"]]
+        agreement[d] = {"spearman": harness.spearman(ours, paper),
+                        "same_first_depth": [g for g, a, b in zip(c["groups"], ours, paper) if a == b]}
+    # Where few cells reach any threshold, the ordering is still there to compare: at each depth, the rank
+    # correlation over rows of our accuracy with the paper's, raw and as the fraction of the way from chance.
+    by_depth = {}
+    for d in c["depths"]:
+        known = [g for g in c["groups"] if PAPER[g].get(d) is not None]
+        ours = [table[g][str(d)]["all"]["mean"] for g in known]
+        paper = [PAPER[g][d] for g in known]
+        rel = [(a - floors[g]["all"]) / (100 - floors[g]["all"]) for a, g in zip(ours, known)]
+        rel_paper = [(a - floors[g]["all"]) / (100 - floors[g]["all"]) for a, g in zip(paper, known)]
+        by_depth[str(d)] = {"rows": known, "spearman": harness.spearman(ours, paper),
+                            "spearman_above_chance": harness.spearman(rel, rel_paper)}
+    return {"table": table, "chance": floors, "first_depth": first, "paper_first_depth": paper_first,
+            "ordering_agreement": agreement, "rank_agreement_by_depth": by_depth}
+
+
+def alphabet_runs(s: harness.Session, runs: harness.Runs, c: dict[str, Any]) -> harness.Runs:
+    """Q8, A5 and S5 at L = 1, 2 in mechsynth's generating sets, in the depth table's configuration otherwise."""
+    specs = []
+    for g in c["alphabet_groups"]:
+        for d in c["alphabet_depths"]:
+            config = _with(runs.jobs(group=g, n_layers=d)[0].config, {"task": {"alphabet": "generators"}})
+            specs += [({"alphabet": "generators", "group": g, "n_layers": d}, seed, config) for seed in c["seeds"]]
+    return s.train_runs(specs)
+
+
+def alphabet_table(runs: harness.Runs, extra: harness.Runs, c: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for g in c["alphabet_groups"]:
+        out[g] = {}
+        for d in c["alphabet_depths"]:
+            liu = [runs.run(seed, group=g, n_layers=d).metrics[-1] for seed in c["seeds"]]
+            gen = [extra.run(seed, alphabet="generators", group=g, n_layers=d).metrics[-1] for seed in c["seeds"]]
+            task = extra.run(c["seeds"][0], alphabet="generators", group=g, n_layers=d).task
+            out[g][str(d)] = {"liu": {"all": cell([m["eval/acc"] for m in liu]), "last": cell([m["eval/acc_last"] for m in liu])},
+                              "generators": {"all": cell([m["eval/acc"] for m in gen]),
+                                             "last": cell([m["eval/acc_last"] for m in gen]),
+                                             "symbols": list(task.spec.token_names)}}
+    return out
+
+
+def length_runs(s: harness.Session, runs: harness.Runs, c: dict[str, Any]) -> harness.Runs:
+    """The length rows at one depth, with rotary and with learned absolute positions, able to read 4T tokens;
+    evaluated only at the end (an evaluation at 4T costs many training steps)."""
+    specs = []
+    for positional in ("standard", "rotary"):
+        for g in c["length_groups"]:
+            base = runs.jobs(group=g, n_layers=c["length_depth"])[0].config
+            config = _with(base, {"model": {"positional": positional},
+                                  "task": {"eval_length": max(LENGTH_FACTORS) * c["length"]},
+                                  "train": {"eval_every": base["train"]["steps"]}})
+            specs += [({"positional": positional, "group": g, "n_layers": c["length_depth"]}, seed, config)
+                      for seed in c["seeds"]]
+    return s.train_runs(specs)
+
+
+def length_table(extra: harness.Runs, c: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """For each row and positional encoding: accuracy within T, at 2T and 4T beyond T, and the per-layer
+    decoding of the state and its factors at the positions beyond T, over seeds."""
+    T, rows = c["length"], []
+    for positional in ("standard", "rotary"):
+        for g in c["length_groups"]:
+            for seed in c["seeds"]:
+                run = extra.run(seed, positional=positional, group=g, n_layers=c["length_depth"])
+                model, cfg = run.trainable(), run.task.cfg
+                row = {"positional": positional, "group": g, "seed": seed,
+                       "acc_by_position_4T": run.metrics[-1]["eval_long/acc_by_position"]}
+                for f in LENGTH_FACTORS:
+                    task = tasks.make("automata", {**dataclasses.asdict(cfg), "eval_length": f * T})
+                    m = probes.run("automaton_shortcut", model, task, batch_size=c["probe_batch"]).metrics
+                    row[f"{f}T"] = {"acc_within_T": m["acc"], "acc_beyond_T": m["acc_beyond_train_length"],
+                                    "linear_beyond_T": {t: [m[f"linear_beyond/{t}/{layer}"] for layer in
+                                                            ["embed"] + [f"L{i}" for i in range(c["length_depth"])]]
+                                                        for t in _targets(m, "linear_beyond")}}
+                    row["linear_within_T"] = {t: [m[f"linear/{t}/{layer}"] for layer in
+                                                  ["embed"] + [f"L{i}" for i in range(c["length_depth"])]]
+                                              for t in _targets(m, "linear")}
+                harness.log(f"length: {g} {positional} seed={seed}: within T {row['2T']['acc_within_T']:.3f}, "
+                            f"beyond T at 2T {row['2T']['acc_beyond_T']:.3f}, at 4T {row['4T']['acc_beyond_T']:.3f}")
+                rows.append(row)
+    table: dict[str, Any] = {}
+    for g in c["length_groups"]:
+        table[g] = {}
+        for positional in ("standard", "rotary"):
+            here = [r for r in rows if r["group"] == g and r["positional"] == positional]
+            entry = {"within_T": cell([r["2T"]["acc_within_T"] for r in here])}
+            for f in LENGTH_FACTORS:
+                entry[f"beyond_T_at_{f}T"] = cell([r[f"{f}T"]["acc_beyond_T"] for r in here])
+                entry[f"decoding_beyond_T_at_{f}T"] = {
+                    t: [round(100 * statistics.fmean(v), 1) for v in zip(*(r[f"{f}T"]["linear_beyond_T"][t] for r in here))]
+                    for t in here[0][f"{f}T"]["linear_beyond_T"]}
+            entry["decoding_within_T"] = {t: [round(100 * statistics.fmean(v), 1) for v in zip(*(r["linear_within_T"][t] for r in here))]
+                                          for t in here[0]["linear_within_T"]}
+            table[g][positional] = entry
+    return table, rows
+
+
+def _with(config: dict[str, Any], changes: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return {**config, **{section: {**config[section], **values} for section, values in changes.items()}}
 
 
 def plot(s: harness.Session, c: dict[str, Any], data: dict[str, Any]) -> list[Path]:
@@ -103,16 +278,15 @@ def plot(s: harness.Session, c: dict[str, Any], data: dict[str, Any]) -> list[Pa
     import numpy as np
 
     groups, depths, table = c["groups"], c["depths"], data["table"]
-    paper_depths = [1, 2, 3, 4, 5, 6]
-    ours = np.array([[table[g][str(d)]["mean"] for d in depths] for g in groups])
-    last = np.array([[table[g][str(d)]["last_position_mean"] for d in depths] for g in groups])
-    paper = np.array([[np.nan if PAPER[g][d] is None else PAPER[g][d] for d in paper_depths] for g in groups], dtype=float)
-    fig, axes = plt.subplots(1, 3, figsize=(13, 0.5 * len(groups) + 1.6), layout="constrained",
-                             gridspec_kw={"width_ratios": [len(depths) + 1, len(depths) + 1, len(paper_depths) + 1]})
-    seeds = f"mean of {len(c['seeds'])} seed(s)"
+    ours = np.array([[table[g][str(d)]["all"]["mean"] for d in depths] for g in groups])
+    last = np.array([[table[g][str(d)]["last"]["mean"] for d in depths] for g in groups])
+    paper = np.array([[np.nan if PAPER[g][d] is None else PAPER[g][d] for d in PAPER_DEPTHS] for g in groups], dtype=float)
+    fig, axes = plt.subplots(1, 3, figsize=(15, 0.45 * len(groups) + 1.8), layout="constrained",
+                             gridspec_kw={"width_ratios": [len(depths) + 1, len(depths) + 1, len(PAPER_DEPTHS) + 1]})
+    seeds = f"mean of {len(c['seeds'])} seeds"
     for ax, values, cols, title in ((axes[0], ours, depths, f"ours, T = {c['length']}: all positions\n{seeds}"),
-                                    (axes[1], last, depths, f"ours, T = {c['length']}: last position only\n{seeds}"),
-                                    (axes[2], paper, paper_depths, "Liu et al. 2023, T = 100\n(the seed talk's table)")):
+                                    (axes[1], last, depths, f"ours, T = {c['length']}: last position\n{seeds}"),
+                                    (axes[2], paper, PAPER_DEPTHS, "Liu et al. 2023, T = 100\n(the seed talk's table)")):
         im = ax.imshow(values, vmin=0, vmax=100, cmap="viridis", aspect="auto")
         for i in range(len(groups)):
             for j in range(len(cols)):
@@ -126,32 +300,68 @@ def plot(s: harness.Session, c: dict[str, Any], data: dict[str, Any]) -> list[Pa
     fig.colorbar(im, ax=axes, fraction=0.03, label="held-out accuracy (%)")
     paths = [harness.save_figure(fig, s.args.out / f"{NAME}_accuracy.png", tight=False)]
 
+    cols = min(5, len(groups))
+    rows_ = -(-len(groups) // cols)
+    fig, axes = plt.subplots(rows_, cols, figsize=(3 * cols, 2.4 * rows_), sharex=True, sharey=True, squeeze=False)
+    for ax, g in zip(axes.flat, groups):
+        for j, d in enumerate(depths):
+            curve = table[g][str(d)]["by_position_mean"]
+            ax.plot(range(1, len(curve) + 1), curve, color=plt.cm.viridis(j / max(1, len(depths) - 1)), label=f"L={d}")
+        ax.axhline(data["chance"][g]["all"], color="gray", ls=":", lw=0.8)
+        ax.set_title(g, fontsize=9)
+        ax.set_ylim(0, 102)
+    for ax in axes.flat[len(groups):]:
+        ax.axis("off")
+    axes[0, 0].legend(fontsize=6)
+    fig.supxlabel("position t (accuracy of the state after t symbols; dotted: best constant guess)", fontsize=9)
+    fig.supylabel("accuracy (%)", fontsize=9)
+    paths.append(harness.save_figure(fig, s.args.out / f"{NAME}_positions.png"))
+
     deepest = max(depths)
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = plt.subplots(figsize=(6.5, 4))
     for i, g in enumerate(groups):
-        curves = [r["linear_state"] for r in data["runs"] if r["group"] == g and r["depth"] == deepest]
-        mean = np.mean(np.array(curves), 0) * 100
-        ax.plot(range(deepest + 1), mean, "o-", color=f"C{i}", label=g)
+        curves = [r["linear"]["state"] for r in data["runs"] if r["group"] == g and r["depth"] == deepest]
+        ax.plot(range(deepest + 1), np.mean(np.array(curves), 0) * 100, "o-", color=f"C{i}", label=g)
     ax.set_xticks(range(deepest + 1), ["embed"] + [f"L{layer}" for layer in range(deepest)])
     ax.set_xlabel("residual stream after")
     ax.set_ylabel("linear decoding of the state (%)")
     ax.set_title(f"{deepest}-layer models: where the state becomes linearly decodable", fontsize=10)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7, ncol=2)
     paths.append(harness.save_figure(fig, s.args.out / f"{NAME}_decoding.png"))
 
-    fig, ax = plt.subplots(figsize=(6.5, 4))
-    for i, g in enumerate(groups):
-        curves = [r["acc_long_by_position"] for r in data["runs"] if r["group"] == g and r["depth"] == deepest]
-        ax.plot(range(1, len(curves[0]) + 1), np.mean(np.array(curves), 0) * 100, color=f"C{i}", label=g)
-    ax.axvline(c["length"] + 0.5, color="gray", ls="--", lw=0.8)
-    ax.text(c["length"] + 0.7, 85, "training length", fontsize=8, color="gray")
-    ax.set_xlabel("position")
-    ax.set_ylabel("accuracy (%)")
-    ax.set_ylim(0, 102)
-    ax.set_title(f"{deepest}-layer models on sequences twice the training length", fontsize=10)
-    ax.legend(fontsize=8)
+    groups_l = c["length_groups"]
+    fig, axes = plt.subplots(1, len(groups_l), figsize=(4 * len(groups_l), 3.2), sharey=True, squeeze=False)
+    for ax, g in zip(axes[0], groups_l):
+        for positional, colour in (("standard", "tab:blue"), ("rotary", "tab:red")):
+            curves = [r["acc_by_position_4T"] for r in data["length_runs"] if r["group"] == g and r["positional"] == positional]
+            ax.plot(range(1, len(curves[0]) + 1), np.mean(np.array(curves), 0) * 100, color=colour,
+                    label="learned absolute" if positional == "standard" else "rotary")
+        for f in (1,) + LENGTH_FACTORS[:-1]:
+            ax.axvline(f * c["length"] + 0.5, color="gray", ls="--", lw=0.8)
+        ax.set_title(f"{g}, L = {c['length_depth']}", fontsize=9)
+        ax.set_xlabel("position (training length T dashed)")
+        ax.set_ylim(0, 102)
+    axes[0, 0].set_ylabel("accuracy (%)")
+    axes[0, 0].legend(fontsize=7)
     paths.append(harness.save_figure(fig, s.args.out / f"{NAME}_length.png"))
     return paths
+
+
+def markdown(c: dict[str, Any], results: dict[str, Any]) -> str:
+    """The depth table as the README shows it: each cell ours (all positions, mean and seed range / last
+    position mean) beside the paper's."""
+    head = "| row | " + " | ".join(f"L={d}" for d in PAPER_DEPTHS) + " |"
+    lines = [head, "|" + "---|" * (len(PAPER_DEPTHS) + 1)]
+    for g in c["groups"]:
+        cells = []
+        for d in PAPER_DEPTHS:
+            p = PAPER[g][d]
+            paper = "?" if p is None else f"{p:g}"
+            x = results["table"][g].get(str(d))
+            cells.append(f"{paper}" if x is None else
+                         f"{paper} · **{x['all']['mean']:.0f}** ({x['all']['min']:.0f}–{x['all']['max']:.0f}) / {x['last']['mean']:.0f}")
+        lines.append(f"| {g} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -159,18 +369,18 @@ def main(argv: list[str] | None = None) -> int:
     s = harness.Session(NAME, args)
     runs = s.sweep()
     c = grid(runs, args.size)
+    by_alphabet, by_length = alphabet_runs(s, runs, c), length_runs(s, runs, c)
     rows = [one(runs, c, g, d, seed) for g in c["groups"] for d in c["depths"] for seed in c["seeds"]]
-    results = summarize(c, rows)
+    results = summarize(runs, c, rows)
     results["runs"] = rows
-    # Seeds side by side: each seed's time is its batch's, counted once per batch.
-    results["train_time_s_total"] = round(sum(r["train_time_s"] / r["batch_seeds"] for r in rows), 1)
+    results["alphabets"] = alphabet_table(runs, by_alphabet, c)
+    results["length"], results["length_runs"] = length_table(by_length, c)
+    results["train_time_s"] = {"depth_table": train_time(runs), "alphabets": train_time(by_alphabet),
+                               "length": train_time(by_length)}
     results["paper_T100"] = {g: {str(d): v for d, v in PAPER[g].items()} for g in c["groups"]}
     s.finish(c, results, plot(s, c, results))
-    print("accuracy (%), mean over seeds [paper at T=100]")
-    print("group " + "".join(f"{'L=' + str(d):>16}" for d in c["depths"]))
-    for g in c["groups"]:
-        cells = [results["table"][g][str(d)] for d in c["depths"]]
-        print(f"{g:<6}" + "".join(f"{x['mean']:>9.1f} [{'–' if x['paper_T100'] is None else x['paper_T100']:>4}]" for x in cells))
+    print("paper · ours all positions, mean (min–max over seeds) / last position mean")
+    print(markdown(c, results))
     return 0
 
 

@@ -6,7 +6,9 @@ do, and how the solution holds up beyond the training length.
   on the other half;
 - per head: attention entropy relative to uniform over the prefix, averaged over queries — near 1
   for prefix-averaging ("counting") heads, near 0 for sparse heads;
-- accuracy at the training length and at the longer eval length (shortcuts are brittle).
+- accuracy at the training length and at the longer eval length (shortcuts are brittle), and the same
+  per-layer decoding at the positions beyond the training length (`linear_beyond/...`): whether the
+  state is still there when the output is wrong.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from torch import Tensor
 
 from mechsynth import hooks
 from mechsynth.plots import mark_drop, new_figure, steps_axis
-from mechsynth.probes import ProbeResult, Section, View, head_metrics, no_hooks, register
+from mechsynth.probes import ProbeResult, Section, View, head_metrics, register
 
 if TYPE_CHECKING:
     from mechsynth.timeline import Timeline
@@ -91,25 +93,38 @@ SECTION = Section("linear_probes", "Linear probes per layer",
                   linear_probes)
 
 
-@register("automaton_shortcut", reads={"data": resid_hooks, "task:eval_long": no_hooks}, truth=("states",),
+def decode_layers(cache: dict[str, Tensor], n_layers: int, targets: dict[str, Int[Tensor, "batch pos"]],
+                  prefix: str, start: int = 0) -> dict[str, float]:
+    """`prefix/<target>/<embed|L0|L1...>`: ridge decoding of each target from the residual stream after each
+    layer at positions start.., fit on the first half of the sequences and scored on the rest."""
+    out = {}
+    for i, hook in enumerate(hooks.residual_stream(n_layers)):
+        feats = cache[hook][:, start:]
+        for name, labels in targets.items():
+            out[f"{prefix}/{name}/{'embed' if i == 0 else f'L{i - 1}'}"] = ridge_accuracy(
+                feats.flatten(0, 1), labels[:, start:].flatten(), feats.shape[0] // 2 * feats.shape[1])
+    return out
+
+
+def decoding_targets(truth: dict[str, Tensor]) -> dict[str, Tensor]:
+    return {"state": truth["states"]} | {k.split(":", 1)[1]: v for k, v in truth.items() if k.startswith("factor:")}
+
+
+@register("automaton_shortcut", reads={"data": resid_hooks, "task:eval_long": hooks.residual_stream}, truth=("states",),
           threshold=0.9, section=SECTION)
 def automaton_shortcut(view: View) -> ProbeResult:
     n_layers, batch, cache = view.n_layers, view.batch("data"), view.cache("data")
-    batch_size, T = batch.tokens.shape
-    half = batch_size // 2 * T  # fit on the first half of the sequences
+    T = batch.tokens.shape[1]
     metrics: dict[str, float] = {"acc": float((view.logits("data").argmax(-1) == batch.targets).float().mean())}
-    targets = {"state": batch.truth["states"]} | {k.split(":", 1)[1]: v for k, v in batch.truth.items()
-                                                   if k.startswith("factor:")}
-    for i, hook in enumerate(hooks.residual_stream(n_layers)):
-        feats = cache[hook].flatten(0, 1)
-        for name, labels in targets.items():
-            metrics[f"linear/{name}/{'embed' if i == 0 else f'L{i - 1}'}"] = ridge_accuracy(feats, labels.flatten(), half)
+    metrics |= decode_layers(cache, n_layers, decoding_targets(batch.truth), "linear")
     per_head = torch.stack([prefix_entropy(cache[h]) for h in hooks.attention_patterns(n_layers)])
     metrics |= head_metrics("entropy/", per_head)
     long = view.batch("task:eval_long")
     correct = (view.logits("task:eval_long").argmax(-1) == long.targets).float().mean(0)
     metrics["acc_long"] = float(correct.mean())
     metrics["acc_beyond_train_length"] = float(correct[T:].mean()) if correct.shape[0] > T else math.nan
+    if correct.shape[0] > T:
+        metrics |= decode_layers(view.cache("task:eval_long"), n_layers, decoding_targets(long.truth), "linear_beyond", T)
     layer, head = divmod(int(per_head.flatten().argmax()), view.n_heads)
     render = {"tokens": batch.tokens[0].cpu(),
               "heads": {hooks.head_label(layer, head): cache[hooks.attn_pattern(layer)][0, head].cpu()}}

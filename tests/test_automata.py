@@ -156,3 +156,100 @@ def test_metrics_include_last_position_accuracy():
 def test_validation(params, field):
     with pytest.raises(ConfigError, match=f"^{field}:"):
         tasks.make("automata", params)
+
+
+# ---- Liu et al.'s alphabets, from their generator's definitions (synthseq automata.py) -------------------
+
+
+def liu_permutation(p, a):  # their permutation automata: input a takes state p to p[a[j]] at each j
+    return tuple(p[i] for i in a)
+
+
+def liu_reference(name, n, symbols, n_actions=None):
+    """Yield the state after each symbol, as the running product of the symbols in Liu et al.'s definitions
+    (matrices for D_2n, Hamilton's product for Q8, their index arrays for A_n and S_n), in the task's naming."""
+    if name in ("cyclic", "quaternion"):  # add i; right multiplication by 1, i, j, k
+        yield from run_reference(name, n, symbols)
+    elif name == "dihedral":  # g = R^p S^t as 2x2 matrices; flip = ·S, move = ·R
+        import math
+        R = torch.tensor([[math.cos(2 * math.pi / n), -math.sin(2 * math.pi / n)],
+                          [math.sin(2 * math.pi / n), math.cos(2 * math.pi / n)]], dtype=torch.float64)
+        S = torch.tensor([[1.0, 0.0], [0.0, -1.0]], dtype=torch.float64)
+        g = torch.eye(2, dtype=torch.float64)
+        for x in symbols:
+            g = g @ (S if x == "flip" else R)
+            t = int(torch.det(g) < 0)
+            rotation = g @ S if t else g  # R^p
+            p = round(math.atan2(rotation[1, 0].item(), rotation[0, 0].item()) / (2 * math.pi / n)) % n
+            yield f"{'s' if t else 'r'}{p}"
+    else:
+        identity = tuple(range(n))
+        if name == "alternating":
+            gens = {"id": identity}
+            for x in range(3, n + 1):  # (1 2 x), 1-based: their index array has idx[0], idx[1], idx[x-1] = 1, x-1, 0
+                idx = list(range(n))
+                idx[0], idx[1], idx[x - 1] = 1, x - 1, 0
+                gens[f"(12{x})"] = tuple(idx)
+        else:
+            import itertools
+            first = [identity, tuple(range(1, n)) + (0,), (1, 0) + tuple(range(2, n))]
+            rest = [p for p in itertools.permutations(range(n)) if p not in first]
+            gens = dict(zip(["id", "shift", "swap"] + ["".join(map(str, p)) for p in rest], (first + rest)[:n_actions or 3]))
+        g = identity
+        for x in symbols:
+            g = liu_permutation(g, gens[x])
+            yield "".join(map(str, g))
+
+
+LIU = [("cyclic", 3, None, ["0", "1"]), ("cyclic", 5, 4, ["0", "1", "2", "3"]), ("dihedral", 3, None, ["flip", "move"]),
+       ("dihedral", 4, None, ["flip", "move"]), ("quaternion", 2, None, ["1", "i", "j", "k"]),
+       ("alternating", 5, None, ["id", "(123)", "(124)", "(125)"]), ("symmetric", 5, None, ["id", "shift", "swap"]),
+       ("symmetric", 4, 5, ["id", "shift", "swap", "0132", "0213"])]
+
+
+@pytest.mark.parametrize("name, n, n_actions, symbols", LIU)
+@pytest.mark.reference("automata")
+def test_liu_alphabets_match_their_definitions(name, n, n_actions, symbols):
+    task = tasks.make("automata", {"automaton": name, "n": n, "alphabet": "liu", "n_actions": n_actions, "length": 60})
+    assert list(task.spec.token_names) == symbols
+    states = task.spec.target_names
+    b = task.sample(24, gen(1))
+    for row, labels in zip(b.tokens.tolist(), b.targets.tolist()):
+        assert [states[s] for s in labels] == list(liu_reference(name, n, [symbols[x] for x in row], n_actions))
+    # inputs are uniform and i.i.d.: every symbol about equally often
+    counts = torch.bincount(task.sample(4000, gen(2)).tokens.flatten(), minlength=len(symbols)).double()
+    assert (counts / counts.mean() - 1).abs().max() < 0.05
+
+
+@pytest.mark.parametrize("name, n, size, orders", [
+    ("parity", 2, 2, {"0": 1, "1": 2}), ("cyclic", 3, 3, {"0": 1, "1": 3}), ("dihedral", 3, 6, {"flip": 2, "move": 3}),
+    ("dihedral", 4, 8, {"flip": 2, "move": 4}), ("quaternion", 2, 8, {"1": 1, "i": 4, "j": 4, "k": 4}),
+    ("alternating", 5, 60, {"id": 1, "(123)": 3, "(124)": 3, "(125)": 3}),
+    ("symmetric", 5, 120, {"id": 1, "shift": 5, "swap": 2}), ("gridworld", 9, 9, None)])
+def test_liu_alphabets_close_to_the_whole_group(name, n, size, orders):
+    task = tasks.make("automata", {"automaton": name, "n": n, "alphabet": "liu"})
+    assert task.spec.d_vocab_out == size  # the symbols generate the whole group (every state reachable)
+    if orders is None:  # Grid9: L and R clamped to the 9 cells, from cell 0
+        assert task.table.delta == [[max(s - 1, 0), min(s + 1, 8)] for s in range(9)] and task.table.start == 0
+        return
+    for symbol, order in orders.items():  # acting on the identity, a symbol returns after exactly its order
+        x, state, steps = task.spec.token_names.index(symbol), task.table.delta[task.table.start][task.spec.token_names.index(symbol)], 1
+        while state != task.table.start:
+            state, steps = task.table.delta[state][x], steps + 1
+        assert steps == order, symbol
+
+
+def test_liu_alphabet_keeps_mechsynths_definitions_where_theirs_has_none():
+    for name in ("dyck", "c2_cubed", "parity", "gridworld"):
+        liu, ours = (tasks.make("automata", {"automaton": name, "n": 4, "alphabet": a}) for a in ("liu", "generators"))
+        assert liu.table.delta == ours.table.delta and liu.spec.token_names == ours.spec.token_names
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"automaton": "cyclic", "n": 3, "n_actions": 3}, "is for alphabet 'liu'"),
+    ({"automaton": "cyclic", "n": 3, "alphabet": "liu", "n_actions": 4}, "cyclic n=3 has 3 actions, got 4"),
+    ({"automaton": "quaternion", "alphabet": "liu", "n_actions": 2}, "with 'quaternion'"),
+    ({"automaton": "gridworld", "alphabet": "all"}, "allows 'generators' or 'liu'")])
+def test_liu_validation(params, message):
+    with pytest.raises(ConfigError, match=f"^task.(n_actions|alphabet): .*{message}"):
+        tasks.make("automata", params)

@@ -272,20 +272,37 @@ def test_automata_depth_smoke_writes_results(tmp_path):
     assert module.main(["--smoke", "--out", str(tmp_path / "assets"), "--runs", str(tmp_path / "runs")]) == 0
     out = json.loads((tmp_path / "assets" / "automata_depth.json").read_text())
     written, c = out["results"], out["config"]
-    assert (c["groups"], c["depths"], c["seeds"], c["length"]) == (["C2", "S5"], [1, 2], [0, 1], 8)
-    assert (tmp_path / "runs/runs/group=S5,n_layers=2/seed_1/config.json").exists()
+    assert (c["groups"], c["depths"], c["seeds"], c["length"], c["alphabet"]) == (["C2", "D8", "S5"], [1, 2], [0, 1], 8, "liu")
+    for point in ("group=S5,n_layers=2", "alphabet=generators,group=S5,n_layers=1", "positional=rotary,group=D8,n_layers=1"):
+        assert (tmp_path / "runs/runs" / point / "seed_1/config.json").exists()
     assert len(written["runs"]) == len(c["groups"]) * len(c["depths"]) * len(c["seeds"])
     for g in c["groups"]:
         for d in c["depths"]:
             cell = written["table"][g][str(d)]
-            assert 0 <= cell["min"] <= cell["mean"] <= cell["max"] <= 100
-            assert cell["paper_T100"] == module.PAPER[g][d]
+            for measure in ("all", "last"):
+                assert 0 <= cell[measure]["min"] <= cell[measure]["mean"] <= cell[measure]["max"] <= 100
+            assert cell["paper_T100"] == module.PAPER[g][d] and len(cell["by_position_mean"]) == c["length"]
+        assert set(written["first_depth"][g]["all"]) == set(module.DEFINITIONS)
+    # the paper's D8 reaches 90% at L = 2 and 99% at L = 3; C2's L = 1 cell is illegible, so its first depth may be 1
+    assert written["paper_first_depth"]["D8"]["all_depths"]["abs90"] == {"depth": 2, "missing_before": []}
+    assert written["paper_first_depth"]["D8"]["all_depths"]["abs99"] == {"depth": 3, "missing_before": []}
+    assert written["paper_first_depth"]["C2"]["all_depths"]["abs99"] == {"depth": 2, "missing_before": [1]}
     for r in written["runs"]:
-        assert len(r["linear_state"]) == r["depth"] + 1 and all(0 <= a <= 1 for a in r["linear_state"])
-        assert len(r["acc_long_by_position"]) == 2 * c["length"]
-        assert len(r["entropy_per_head"]) == r["depth"] * c["n_heads"]
+        assert len(r["linear"]["state"]) == r["depth"] + 1 and all(0 <= a <= 1 for a in r["linear"]["state"])
+        assert len(r["acc_by_position"]) == c["length"] and len(r["entropy_per_head"]) == r["depth"] * c["n_heads"]
+    assert set(written["runs"][-1]["linear"]) == {"state"} and set(written["runs"][4]["linear"]) == {"state", "flip", "rotation"}
     # S5 has 120 states: chance is < 1%, so even a smoke run is far above zero and far below C2's chance of 50%.
-    assert written["table"]["S5"]["1"]["mean"] < written["table"]["C2"]["1"]["mean"]
+    assert written["table"]["S5"]["1"]["all"]["mean"] < written["table"]["C2"]["1"]["all"]["mean"]
+    assert written["chance"]["C2"]["last"] == pytest.approx(50, abs=5)
+    side = written["alphabets"]["S5"]["1"]
+    assert side["generators"]["symbols"] == ["(01)", "cycle"] and side["liu"]["all"]["mean"] == written["table"]["S5"]["1"]["all"]["mean"]
+    for g in ("C2", "D8"):
+        for positional in ("standard", "rotary"):
+            entry = written["length"][g][positional]
+            assert set(entry) >= {"within_T", "beyond_T_at_2T", "beyond_T_at_4T", "decoding_beyond_T_at_4T"}
+            assert len(entry["decoding_beyond_T_at_2T"]["state"]) == 2  # embed, after L0
+    assert set(written["length"]["D8"]["rotary"]["decoding_beyond_T_at_4T"]) == {"state", "flip", "rotation"}
+    assert all(len(r["acc_by_position_4T"]) == 4 * c["length"] for r in written["length_runs"])
     for name in out["figures"]:
         assert is_png(tmp_path / "assets" / name)
 

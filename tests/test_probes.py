@@ -165,7 +165,27 @@ def test_shortcut_probe_on_a_random_model():
     model = models.hooked(models.build(models.TransformerConfig(n_layers=2, n_heads=2, d_model=32), task.spec))
     result = probes.run("automaton_shortcut", model, task)
     assert result.per_head.shape == (2, 2)
-    assert {"linear/state/L1", "linear/flip/L0", "linear/rotation/embed", "acc_long"} <= set(result.metrics)
+    assert {"linear/state/L1", "linear/flip/L0", "linear/rotation/embed", "acc_long", "linear_beyond/state/L1",
+            "linear_beyond/flip/embed"} <= set(result.metrics)
+
+
+def test_decoding_beyond_the_training_length_reads_only_those_positions():
+    """A planted residual stream: after layer 0 it holds the state exactly at positions ≥ T and noise before;
+    the embedding holds noise everywhere. Decoding from position T on must find the state after L0 (1.0)
+    and not in the embedding (chance, 1/8), while decoding over all positions is in between."""
+    from mechsynth.probes.automaton_shortcut import decode_layers
+
+    g = torch.Generator().manual_seed(0)
+    batch, T, length, d_model = 200, 10, 30, 16
+    states = torch.randint(8, (batch, length), generator=g)
+    code = torch.randn(8, d_model, generator=g)
+    after = torch.randn(batch, length, d_model, generator=g)
+    after[:, T:] = code[states[:, T:]] + 0.01 * after[:, T:]
+    cache = {hooks.residual_stream(1)[0]: torch.randn(batch, length, d_model, generator=g), hooks.residual_stream(1)[1]: after}
+    beyond = decode_layers(cache, 1, {"state": states}, "linear_beyond", start=T)
+    assert beyond["linear_beyond/state/L0"] == 1.0 and beyond["linear_beyond/state/embed"] < 0.2
+    everywhere = decode_layers(cache, 1, {"state": states}, "linear")["linear/state/L0"]
+    assert 0.5 < everywhere < 0.95  # the first T of every 30 positions are noise
 
 
 def test_hidden_progress_rises_on_the_loss_plateau(tmp_path):

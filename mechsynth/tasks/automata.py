@@ -5,10 +5,26 @@ solve this with "shortcuts" — parallel-prefix circuits, and for solvable group
 decomposition — that are brittle at lengths beyond those seen in training (`eval_long`).
 Each automaton is a transition table built once from its definition below; decomposable ones
 name their factors (D_2n: flip and rotation; car on a circle: direction and position) for probes.
+
+Input alphabets (`alphabet`), drawn uniformly and i.i.d. (Dyck: uniformly among the allowed brackets):
+
+| automaton   | "generators" (mechsynth)   | "liu" (Liu et al.'s released generator) |
+|-------------|----------------------------|-----------------------------------------|
+| C2, C_n     | add 0, add 1               | add i for i < n_actions (default 2)     |
+| D_2n        | r (rotate), s (reflect)    | flip, move (one step in the current direction) |
+| Q8          | i, j                       | 1, i, j, k                              |
+| A_n         | (012), an n- or (n-1)-cycle| the identity and the 3-cycles (1 2 x)   |
+| S_n         | (01), the n-cycle          | identity, shift by one, swap the first two (n_actions = 3; more: the other permutations in itertools order) |
+| gridworld   | L, R clamped, start at 0   | the same                                |
+
+Their generator has no C2³ or Dyck (nor car), and draws flip-flop's reads with probability 1/2 from a
+different state set; "liu" keeps mechsynth's definitions of these. "all": every group element.
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Literal, Optional
@@ -30,7 +46,11 @@ class AutomataConfig:
     automaton: Literal["parity", "cyclic", "dihedral", "quaternion", "alternating", "symmetric", "c2_cubed",
                        "flipflop", "gridworld", "dyck", "car"] = doc("which automaton to simulate", "parity")
     n: int = doc("size: C_n, D_2n (n-gon), A_n, S_n, gridworld cells, Dyck max depth", 3, lo=1, hi=64)
-    alphabet: Literal["generators", "all"] = doc("group inputs: a generating set, or every group element", "generators")
+    alphabet: Literal["generators", "liu", "all"] = doc(
+        "inputs: mechsynth's generating sets, Liu et al.'s alphabets, or every group element (see the module docstring)",
+        "generators")
+    n_actions: Optional[int] = doc("liu alphabet of cyclic (add 0..n_actions-1) and symmetric (the first n_actions "
+                                   "permutations); unset = their default, 2 and 3", None, lo=2, hi=720)
     length: int = doc("T, the training (and eval) sequence length", 20, lo=1, hi=MAX_CTX)
     eval_length: Optional[int] = doc("length of the out-of-distribution eval_long split; unset = 2 * length", None,
                                      lo=1, hi=MAX_CTX)
@@ -46,8 +66,13 @@ class AutomataConfig:
                   "gridworld": (2, 64), "dyck": (1, 64)}.get(self.automaton, (None, None))
         if lo is not None:
             check(lo <= self.n <= hi, "n", f"{self.automaton} needs {lo} ≤ n ≤ {hi}, got {self.n}")
-        check(self.alphabet == "generators" or self.automaton in GROUPS, "alphabet",
-              f"'all' is for groups ({', '.join(GROUPS)}); {self.automaton!r} allows 'generators'")
+        check(self.alphabet != "all" or self.automaton in GROUPS, "alphabet",
+              f"'all' is for groups ({', '.join(GROUPS)}); {self.automaton!r} allows 'generators' or 'liu'")
+        if self.n_actions is not None:
+            most = {"cyclic": self.n, "symmetric": math.factorial(self.n)}.get(self.automaton)
+            check(self.alphabet == "liu" and most is not None, "n_actions",
+                  f"is for alphabet 'liu' with cyclic or symmetric, not {self.alphabet!r} with {self.automaton!r}; leave it unset")
+            check(self.n_actions <= most, "n_actions", f"{self.automaton} n={self.n} has {most} actions, got {self.n_actions}")
 
     @property
     def long_length(self) -> int:
@@ -139,8 +164,51 @@ def qmul(a: tuple[int, str], b: tuple[int, str]) -> tuple[int, str]:
     return (a[0] * b[0] * sign, unit)
 
 
+def liu(cfg: AutomataConfig) -> Optional[Table]:
+    """Liu et al.'s alphabets (their generator, synthseq automata.py, as ported in ClaraBing/shortcut); None
+    where mechsynth's generating set is theirs too (C2, gridworld) or they define none. Permutation states
+    act as theirs do: input a takes state p to p[a[j]] at each j (`compose(a, p)`)."""
+    a, n = cfg.automaton, cfg.n
+    if a == "cyclic":
+        return group(0, {str(i): i for i in range(cfg.n_actions or 2)}, lambda x, y: (x + y) % n, "generators")
+    if a == "dihedral":  # state (flip, position); move steps one vertex in the current direction
+        t = closure((0, 0), {"flip": lambda s: (1 - s[0], s[1]), "move": lambda s: (s[0], (s[1] + 1 - 2 * s[0]) % n)},
+                    name=lambda s: f"{'s' if s[0] else 'r'}{s[1]}")
+        t.factors = {"flip": [int(s[0] == "s") for s in t.states], "rotation": [int(s[1:]) for s in t.states]}
+        return t
+    if a == "quaternion":
+        return group((1, "1"), {u: (1, u) for u in "1ijk"}, qmul, "generators", name=lambda q: ("" if q[0] > 0 else "-") + q[1])
+    identity = tuple(range(n))
+    if a == "alternating":
+        gens = {"id": identity} | {f"(12{x + 1})": _three_cycle(n, x) for x in range(2, n)}
+        return group(identity, gens, _their_action, "generators", name=lambda p: "".join(map(str, p)))
+    if a == "symmetric":
+        shift, swap = tuple(range(1, n)) + (0,), (1, 0) + tuple(range(2, n))
+        first = [identity, shift, swap]
+        actions = (first + [p for p in itertools.permutations(range(n)) if p not in first])[:cfg.n_actions or 3]
+        names = ["id", "shift", "swap"] + ["".join(map(str, p)) for p in actions[3:]]
+        return group(identity, dict(zip(names, actions)), _their_action, "generators", name=lambda p: "".join(map(str, p)))
+    return None
+
+
+def _their_action(p: tuple[int, ...], a: tuple[int, ...]) -> tuple[int, ...]:
+    return compose(a, p)
+
+
+def _three_cycle(n: int, x: int) -> tuple[int, ...]:
+    """Their (1 2 x+1), 1-based, as an index array: idx[0], idx[1], idx[x] = 1, x, 0."""
+    idx = list(range(n))
+    idx[0], idx[1], idx[x] = 1, x, 0
+    return tuple(idx)
+
+
 def build(cfg: AutomataConfig) -> Table:
     a, n, alpha = cfg.automaton, cfg.n, cfg.alphabet
+    if alpha == "liu":
+        table = liu(cfg)
+        if table is not None:
+            return table
+        alpha = "generators"
     if a in ("parity", "cyclic"):
         m = 2 if a == "parity" else n
         return group(0, {"0": 0, "1": 1}, lambda x, y: (x + y) % m, alpha)
