@@ -199,6 +199,8 @@ def alphabet_runs(s: harness.Session, runs: harness.Runs, c: dict[str, Any]) -> 
 
 
 def alphabet_table(runs: harness.Runs, extra: harness.Runs, c: dict[str, Any]) -> dict[str, Any]:
+    """Each cell in both alphabets, with each alphabet's chance (it differs: Q8 read as {i, j} reaches only
+    half of its states at any one position)."""
     out: dict[str, Any] = {}
     for g in c["alphabet_groups"]:
         out[g] = {}
@@ -206,10 +208,11 @@ def alphabet_table(runs: harness.Runs, extra: harness.Runs, c: dict[str, Any]) -
             liu = [runs.run(seed, group=g, n_layers=d).metrics[-1] for seed in c["seeds"]]
             gen = [extra.run(seed, alphabet="generators", group=g, n_layers=d).metrics[-1] for seed in c["seeds"]]
             task = extra.run(c["seeds"][0], alphabet="generators", group=g, n_layers=d).task
-            out[g][str(d)] = {"liu": {"all": cell([m["eval/acc"] for m in liu]), "last": cell([m["eval/acc_last"] for m in liu])},
+            out[g][str(d)] = {"liu": {"all": cell([m["eval/acc"] for m in liu]), "last": cell([m["eval/acc_last"] for m in liu]),
+                                      "chance": chance(runs, g)},
                               "generators": {"all": cell([m["eval/acc"] for m in gen]),
                                              "last": cell([m["eval/acc_last"] for m in gen]),
-                                             "symbols": list(task.spec.token_names)}}
+                                             "chance": chance(extra, g), "symbols": list(task.spec.token_names)}}
     return out
 
 

@@ -296,6 +296,7 @@ def test_automata_depth_smoke_writes_results(tmp_path):
     assert written["chance"]["C2"]["last"] == pytest.approx(50, abs=5)
     side = written["alphabets"]["S5"]["1"]
     assert side["generators"]["symbols"] == ["(01)", "cycle"] and side["liu"]["all"]["mean"] == written["table"]["S5"]["1"]["all"]["mean"]
+    assert side["liu"]["chance"] == written["chance"]["S5"] and 0 < side["generators"]["chance"]["last"] < 100
     for g in ("C2", "D8"):
         for positional in ("standard", "rotary"):
             entry = written["length"][g][positional]
