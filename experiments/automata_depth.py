@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import harness  # noqa: E402
 
-from mechsynth import io, probes, tasks  # noqa: E402
+from mechsynth import probes, tasks  # noqa: E402
 from mechsynth.config import ConfigError  # noqa: E402
 
 NAME = "automata_depth"
@@ -108,14 +108,6 @@ def one(runs: harness.Runs, c: dict[str, Any], group: str, depth: int, seed: int
     harness.log(f"{group} L={depth} seed={seed}: acc {out['acc']:.3f}, last {out['acc_last']:.3f}, "
                 f"state decoding per layer {[round(a, 2) for a in out['linear']['state']]}")
     return out
-
-
-def train_time(runs: harness.Runs) -> float:
-    """Seconds of training job time for these runs: seeds side by side share their batch's time, counted once."""
-    def seeds_of(run) -> int:
-        batch = run.path.parent / "config.json"
-        return io.read_json(batch)["train"]["seeds"] if batch.exists() else 1
-    return round(sum(harness.train_seconds(run) / seeds_of(run) for run in runs.all()), 1)
 
 
 def _targets(metrics: dict[str, float], prefix: str) -> list[str]:
@@ -378,8 +370,8 @@ def main(argv: list[str] | None = None) -> int:
     results["runs"] = rows
     results["alphabets"] = alphabet_table(runs, by_alphabet, c)
     results["length"], results["length_runs"] = length_table(by_length, c)
-    results["train_time_s"] = {"depth_table": train_time(runs), "alphabets": train_time(by_alphabet),
-                               "length": train_time(by_length)}
+    results["train_time_s"] = {part: harness.provenance(r.all())["train_time_s"]
+                               for part, r in (("depth_table", runs), ("alphabets", by_alphabet), ("length", by_length))}
     results["paper_T100"] = {g: {str(d): v for d, v in PAPER[g].items()} for g in c["groups"]}
     s.finish(c, results, plot(s, c, results))
     print("paper · ours all positions, mean (min–max over seeds) / last position mean")

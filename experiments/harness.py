@@ -26,7 +26,6 @@ import math
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from importlib.metadata import version
@@ -35,7 +34,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 import torch
 
-from mechsynth import io
+from mechsynth import io, rundir
 from mechsynth.config import ConfigError
 from mechsynth.errors import UserError
 from mechsynth.run import Run, load_run
@@ -128,6 +127,7 @@ class Session:
         matplotlib.use("Agg")  # figures go to files; no display needed
         self.t0 = time.perf_counter()
         self.trained, self.reused = 0, 0
+        self.used: list[Runs] = []
 
     def sweep_file(self) -> Path:
         """experiments/<name>.toml at the CPU size, experiments/<name>_<size>.toml otherwise."""
@@ -176,7 +176,8 @@ class Session:
         c = outcome.counts
         self.trained += c["done"] + c["resumed"]
         self.reused += c["complete"] + c["skipped"]
-        return Runs(sweep_dir.resolve(), plan)
+        self.used.append(Runs(sweep_dir.resolve(), plan))
+        return self.used[-1]
 
     def finish(self, config: dict[str, Any], results: dict[str, Any], figures: Sequence[Path]) -> Path:
         """Write OUT/<name>.json: the numbers, the configuration, where and how long it ran."""
@@ -186,6 +187,7 @@ class Session:
                "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
                "device": device_name(self.args.device),
                "threads": self.args.threads, "runs_trained": self.trained, "runs_reused": self.reused,
+               "runs": provenance(list({run.path: run for runs in self.used for run in runs.all()}.values())),
                "commit": commit(), "versions": versions(), "config": config, "results": results,
                "figures": [Path(f).name for f in figures]}
         path = self.args.out / f"{self.name}.json"
@@ -213,6 +215,31 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+def provenance(runs: Sequence[Run]) -> dict[str, Any]:
+    """How the runs behind the numbers were made, also when this invocation only reused them: the commits
+    and library versions they were trained with, when, and their training time (seeds side by side
+    share their batch's time, counted once)."""
+    stored = [rundir.read_config(run.path).get("versions", {}) for run in runs]
+    started = [run.meta(run.steps[0])["time"] for run in runs]
+    ended = [run.meta(run.steps[-1])["time"] for run in runs]
+
+    def seeds_of(run: Run) -> int:
+        batch = run.path.parent / rundir.CONFIG
+        return io.read_json(batch)["train"]["seeds"] if batch.exists() else 1
+
+    def count(key: str) -> dict[str, int]:
+        values = [v.get(key, "not recorded") for v in stored]
+        return {v: values.count(v) for v in sorted(set(values))}
+
+    def stamp(times: list[float], pick: Any) -> Optional[str]:
+        return time.strftime("%Y-%m-%d %H:%M", time.localtime(pick(times))) if times else None
+
+    return {"count": len(runs), "commits": count("commit"), "torch": count("torch"),
+            "transformer_lens": count("transformer_lens"),
+            "trained_from": stamp(started, min), "trained_until": stamp(ended, max),
+            "train_time_s": round(sum((e - s) / seeds_of(run) for run, s, e in zip(runs, started, ended)), 1)}
+
+
 def device_name(device: str) -> str:
     if device != "cpu" and torch.cuda.is_available():
         return torch.cuda.get_device_name()
@@ -225,22 +252,10 @@ def device_name(device: str) -> str:
     return f"CPU: {model}, {os.cpu_count()} cores visible"
 
 
-CODE = ("mechsynth", "probes", "experiments", "pyproject.toml")
-
-
 def commit() -> Optional[str]:
     """The checkout's commit, with "-dirty" when tracked code (the package, probes, experiments,
     pyproject.toml) differs from it; None outside a git checkout."""
-    def git(*args: str) -> Optional[str]:
-        try:
-            out = subprocess.run(["git", *args], cwd=EXPERIMENTS, capture_output=True, text=True, timeout=30)
-        except (OSError, subprocess.SubprocessError):
-            return None
-        return out.stdout.strip() if out.returncode == 0 else None
-
-    head = git("rev-parse", "--short=12", "HEAD")
-    changed = git("status", "--porcelain", "--untracked-files=no", "--", *(f":(top){p}" for p in CODE))
-    return None if head is None else head + ("-dirty" if changed else "")
+    return rundir.code_commit(EXPERIMENTS)
 
 
 def versions() -> dict[str, str]:

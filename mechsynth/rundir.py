@@ -18,10 +18,12 @@ deletes a directory: a run that cannot be continued is moved aside (`move_aside`
 from __future__ import annotations
 
 import errno
+import functools
 import hashlib
 import json
 import math
 import os
+import subprocess
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -382,7 +384,29 @@ def _alive(pid: int) -> bool:
 
 
 def versions() -> dict[str, str]:
-    """What made the run, stored beside its config."""
+    """What made the run, stored beside its config: library versions, and the commit of the checkout
+    mechsynth runs from (absent for an installed wheel)."""
     from importlib.metadata import version
 
-    return {"mechsynth": version("mechsynth"), "transformer_lens": version("transformer-lens"), "torch": version("torch")}
+    out = {"mechsynth": version("mechsynth"), "transformer_lens": version("transformer-lens"), "torch": version("torch")}
+    commit = code_commit(Path(__file__).resolve().parent)
+    return out if commit is None else {**out, "commit": commit}
+
+
+CODE = ("mechsynth", "probes", "experiments", "pyproject.toml")  # what a commit marked "-dirty" has changed
+
+
+@functools.lru_cache(maxsize=None)
+def code_commit(where: Path) -> Optional[str]:
+    """The commit of the git checkout holding `where`, with "-dirty" when tracked code (CODE) differs from
+    it; None outside a checkout. Once per process: the code a process runs is the code it imported."""
+    def git(*args: str) -> Optional[str]:
+        try:
+            out = subprocess.run(["git", *args], cwd=where, capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return out.stdout.strip() if out.returncode == 0 else None
+
+    head = git("rev-parse", "--short=12", "HEAD")
+    changed = git("status", "--porcelain", "--untracked-files=no", "--", *(f":(top){p}" for p in CODE))
+    return None if head is None else head + ("-dirty" if changed else "")

@@ -314,3 +314,29 @@ def test_grid_and_linear_fit():
     fit = module.harness.linear_fit([1.0, 2.0, 3.0, 4.0], [5.0, 7.0, 9.0, 11.0])
     assert fit["slope"] == pytest.approx(2.0) and fit["intercept"] == pytest.approx(3.0) and fit["r2"] == pytest.approx(1.0)
     assert module.harness.linear_fit([2.0, 2.0], [1.0, 3.0]) is None
+
+
+def numbers(x, root: Path):
+    """A results tree as two runs of one command share it: without wall-clock entries (keys naming a time)
+    and with the output directory `root` in paths written as <out>."""
+    if isinstance(x, dict):
+        return {k: numbers(v, root) for k, v in x.items() if "time" not in k and "timing" not in k}
+    if isinstance(x, list):
+        return [numbers(v, root) for v in x]
+    return x.replace(str(root), "<out>") if isinstance(x, str) else x
+
+
+@pytest.mark.parametrize("name", ["statistical_induction", "sparse_parity_hidden_progress", "sparse_selection",
+                                  "automata_depth"])
+def test_the_same_command_twice_from_scratch_gives_the_same_numbers(name, tmp_path):
+    """On a CPU, training and analysis are deterministic: two smoke runs into two empty directories write
+    the same numbers (only times differ), and both name the commit and versions their runs were trained at."""
+    first, second = (run_smoke(name, tmp_path / d) for d in ("first", "second"))
+    assert numbers(first["results"], tmp_path / "first") == numbers(second["results"], tmp_path / "second")
+    assert first["config"] == second["config"]
+    for out in (first, second):
+        runs = out["runs"]
+        assert 0 < runs["count"] <= out["runs_trained"] and sum(runs["commits"].values()) == runs["count"]  # rounds may continue a run
+        assert runs["torch"] == {torch.__version__: runs["count"]} and runs["trained_from"] <= runs["trained_until"]
+        # the runs name the checkout they were trained from (nothing when mechsynth is an installed wheel)
+        assert list(runs["commits"]) in ([out["commit"]], ["not recorded"])
