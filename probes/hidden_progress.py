@@ -9,6 +9,9 @@ weights at step 0:
   ‖ΔW[i]‖∞, and their ratio `drift_ratio` (1 at the start; it grows as S is singled out);
 - `support_recovered`: the |S| bits whose rows moved most are exactly S.
 
+All but `drift_inf` read the true support from the task's truth: they are oracle measures, which show
+hidden progress to a researcher who knows S, not a way to detect it without S.
+
 No hooks: it reads weights, so it works on the MLP baselines as well as transformers; not on rotary
 transformers, whose positions have no weights.
 """
