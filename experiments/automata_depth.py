@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402
 
 from mechsynth import probes, tasks  # noqa: E402
+from mechsynth.probes.automaton_shortcut import layer_names  # noqa: E402
 from mechsynth.config import ConfigError  # noqa: E402
 
 NAME = "automata_depth"
@@ -102,16 +103,22 @@ def one(runs: harness.Runs, c: dict[str, Any], group: str, depth: int, seed: int
     m = probes.run("automaton_shortcut", run.trainable(), run.task, batch_size=c["probe_batch"]).metrics
     out = {"group": group, "depth": depth, "seed": seed, "acc": last["eval/acc"], "acc_last": last["eval/acc_last"], "loss": last["eval/loss"],
            "acc_by_position": last["eval/acc_by_position"],
-           "linear": {target: [m[f"linear/{target}/{layer}"] for layer in ["embed"] + [f"L{i}" for i in range(depth)]]
-                      for target in _targets(m, "linear")},
+           "linear": per_layer(m, "linear", depth),
            "entropy_per_head": {k.split("/", 1)[1]: v for k, v in m.items() if k.startswith("entropy/")}}
     harness.log(f"{group} L={depth} seed={seed}: acc {out['acc']:.3f}, last {out['acc_last']:.3f}, "
                 f"state decoding per layer {[round(a, 2) for a in out['linear']['state']]}")
     return out
 
 
-def _targets(metrics: dict[str, float], prefix: str) -> list[str]:
-    return list(dict.fromkeys(k.split("/")[1] for k in metrics if k.startswith(prefix + "/")))
+def per_layer(metrics: dict[str, float], prefix: str, n_layers: int) -> dict[str, list[float]]:
+    """The probe's `prefix/<target>/<place>` decoding accuracies as one list per target, embed first."""
+    targets = dict.fromkeys(k.split("/")[1] for k in metrics if k.startswith(prefix + "/"))
+    return {t: [metrics[f"{prefix}/{t}/{place}"] for place in layer_names(n_layers)] for t in targets}
+
+
+def mean_per_layer(decodings: list[dict[str, list[float]]]) -> dict[str, list[float]]:
+    """Per target and place, the mean (%) over seeds of `per_layer` results."""
+    return {t: [round(100 * statistics.fmean(v), 1) for v in zip(*(d[t] for d in decodings))] for t in decodings[0]}
 
 
 def cell(values: list[float]) -> dict[str, Any]:
@@ -128,7 +135,12 @@ def solved(acc: Optional[float], floor: float, definition: str) -> bool:
         return acc >= 90
     if definition == "abs99":
         return acc >= 99
-    return (acc - floor) / (100 - floor) >= 0.9  # rel90: 90% of the way from chance to perfect
+    return from_chance(acc, floor) >= 0.9  # rel90
+
+
+def from_chance(acc: float, floor: float) -> float:
+    """How far an accuracy (%) is from chance (0) to perfect (1)."""
+    return (acc - floor) / (100 - floor)
 
 
 def first_depths(values: dict[int, Optional[float]], floor: float) -> dict[str, dict[str, Any]]:
@@ -172,8 +184,8 @@ def summarize(runs: harness.Runs, c: dict[str, Any], rows: list[dict[str, Any]])
         known = [g for g in c["groups"] if PAPER[g].get(d) is not None]
         ours = [table[g][str(d)]["all"]["mean"] for g in known]
         paper = [PAPER[g][d] for g in known]
-        rel = [(a - floors[g]["all"]) / (100 - floors[g]["all"]) for a, g in zip(ours, known)]
-        rel_paper = [(a - floors[g]["all"]) / (100 - floors[g]["all"]) for a, g in zip(paper, known)]
+        rel = [from_chance(a, floors[g]["all"]) for a, g in zip(ours, known)]
+        rel_paper = [from_chance(a, floors[g]["all"]) for a, g in zip(paper, known)]
         by_depth[str(d)] = {"rows": known, "spearman": harness.spearman(ours, paper),
                             "spearman_above_chance": harness.spearman(rel, rel_paper)}
     return {"table": table, "chance": floors, "first_depth": first, "paper_first_depth": paper_first,
@@ -238,12 +250,8 @@ def length_table(extra: harness.Runs, c: dict[str, Any]) -> tuple[dict[str, Any]
                     task = tasks.make("automata", {**dataclasses.asdict(cfg), "eval_length": f * T})
                     m = probes.run("automaton_shortcut", model, task, batch_size=c["probe_batch"]).metrics
                     row[f"{f}T"] = {"acc_within_T": m["acc"], "acc_beyond_T": m["acc_beyond_train_length"],
-                                    "linear_beyond_T": {t: [m[f"linear_beyond/{t}/{layer}"] for layer in
-                                                            ["embed"] + [f"L{i}" for i in range(c["length_depth"])]]
-                                                        for t in _targets(m, "linear_beyond")}}
-                    row["linear_within_T"] = {t: [m[f"linear/{t}/{layer}"] for layer in
-                                                  ["embed"] + [f"L{i}" for i in range(c["length_depth"])]]
-                                              for t in _targets(m, "linear")}
+                                    "linear_beyond_T": per_layer(m, "linear_beyond", c["length_depth"])}
+                row["linear_within_T"] = per_layer(m, "linear", c["length_depth"])  # the same at either length
                 harness.log(f"length: {g} {positional} seed={seed}: within T {row['2T']['acc_within_T']:.3f}, "
                             f"beyond T at 2T {row['2T']['acc_beyond_T']:.3f}, at 4T {row['4T']['acc_beyond_T']:.3f}")
                 rows.append(row)
@@ -255,11 +263,8 @@ def length_table(extra: harness.Runs, c: dict[str, Any]) -> tuple[dict[str, Any]
             entry = {"within_T": cell([r["2T"]["acc_within_T"] for r in here])}
             for f in LENGTH_FACTORS:
                 entry[f"beyond_T_at_{f}T"] = cell([r[f"{f}T"]["acc_beyond_T"] for r in here])
-                entry[f"decoding_beyond_T_at_{f}T"] = {
-                    t: [round(100 * statistics.fmean(v), 1) for v in zip(*(r[f"{f}T"]["linear_beyond_T"][t] for r in here))]
-                    for t in here[0][f"{f}T"]["linear_beyond_T"]}
-            entry["decoding_within_T"] = {t: [round(100 * statistics.fmean(v), 1) for v in zip(*(r["linear_within_T"][t] for r in here))]
-                                          for t in here[0]["linear_within_T"]}
+                entry[f"decoding_beyond_T_at_{f}T"] = mean_per_layer([r[f"{f}T"]["linear_beyond_T"] for r in here])
+            entry["decoding_within_T"] = mean_per_layer([r["linear_within_T"] for r in here])
             table[g][positional] = entry
     return table, rows
 
@@ -317,7 +322,7 @@ def plot(s: harness.Session, c: dict[str, Any], data: dict[str, Any]) -> list[Pa
     for i, g in enumerate(groups):
         curves = [r["linear"]["state"] for r in data["runs"] if r["group"] == g and r["depth"] == deepest]
         ax.plot(range(deepest + 1), np.mean(np.array(curves), 0) * 100, "o-", color=f"C{i}", label=g)
-    ax.set_xticks(range(deepest + 1), ["embed"] + [f"L{layer}" for layer in range(deepest)])
+    ax.set_xticks(range(deepest + 1), layer_names(deepest))
     ax.set_xlabel("residual stream after")
     ax.set_ylabel("linear decoding of the state (%)")
     ax.set_title(f"{deepest}-layer models: where the state becomes linearly decodable", fontsize=10)
