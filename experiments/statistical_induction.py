@@ -4,11 +4,17 @@ A 2-layer attention-only transformer learns in-context Markov chains (`markov_ic
   1. k = 3 and k = 2 states, Dirichlet prior: the phases uniform -> unigram -> bigram in the
      strategy-KL curves, and when the layer-0 previous-token head and the layer-1 induction head form,
      against the step of the bigram transition;
-  2. k = 3 with a doubly-stochastic prior (uniform stationary distribution, so in-context unigram
-     statistics carry no information): no unigram plateau, and the transition comes sooner (ratio);
+  2. a doubly-stochastic prior (uniform stationary distribution, so in-context unigram statistics carry
+     no information): no unigram plateau, and whether the transition comes sooner — under several
+     definitions of "the transition" (TRANSITIONS), since the answer depends on it;
   3. in-context trigrams (order 3) with two heads per layer: two layer-0 heads, looking back 1 and 2.
+Each in mechsynth's configuration (k3, k2, ds, trigram: learned absolute positions, d_model 32, Adam lr
+3e-3) and 1–2 also in the paper's (paper_k2, paper_ds: learned relative positions, d_model 16, AdamW lr
+5e-4; experiments/statistical_induction.toml says what is theirs and what is not). The final distance to
+Bayes' predictor is measured against the true posterior predictive of the generator as sampled (first
+token from the stationary distribution: `markov_icl`'s `bayes`), not against the count estimate.
 
-    python experiments/statistical_induction.py            # the CPU configuration (~10 min on 2 cores)
+    python experiments/statistical_induction.py            # the CPU configuration (~30 min on 2 cores)
     python experiments/statistical_induction.py --full     # bigger models, longer, more seeds
     python experiments/statistical_induction.py --smoke    # seconds; checks the pipeline only
 
@@ -46,16 +52,27 @@ SIZES: dict[str, dict[str, Any]] = {
     "full": dict(kl_batch=512, probe_batch=64),
 }
 
-# the sweep's `condition` axis: k3 and k2 (Dirichlet prior), ds (doubly stochastic, k = 3), trigram
-CONDITIONS = ("k3", "k2", "ds", "trigram")
+# the sweep's `condition` axis: k3 and k2 (Dirichlet prior), ds (doubly stochastic, k = 3), trigram; and
+# the paper's setup with k = 2, Dirichlet and doubly-stochastic priors
+CONDITIONS = ("k3", "k2", "ds", "trigram", "paper_k2", "paper_ds")
 GRAM = {2: "bigram", 3: "trigram"}
+# (Dirichlet prior, doubly-stochastic prior) pairs, same seeds
+PRIOR_PAIRS = {"ours": ("k3", "ds"), "paper": ("paper_k2", "paper_ds")}
+
+# When the model has "switched to" the n-gram solution: the first checkpoint from which, for good, ...
+TRANSITIONS = {
+    "nearest": "the n-gram predictor is the nearest strategy (relative to the others)",
+    "kl<=0.1": "KL(n-gram ‖ model) ≤ 0.1 nats (absolute)",
+    "kl<=0.05": "KL(n-gram ‖ model) ≤ 0.05 nats (absolute)",
+    "drop90": "KL(n-gram ‖ model) has fallen 90% of the way from its start to its end (relative to the run)",
+}
 
 
 @torch.no_grad()
 def strategy_kls(run: Run, n_seqs: int, seed: int = 12345) -> tuple[list[float], dict[str, list[float]]]:
     """Held-out loss and KL(strategy ‖ model) at every checkpoint — the icl_strategy probe's quantity, on
     more sequences, plus the in-context bigram estimate for higher-order chains (a stage the model may
-    pass through on the way to trigrams)."""
+    pass through on the way to trigrams), and Bayes' predictor where the prior has one."""
     task = run.task
     batch = task.sample(n_seqs, torch.Generator().manual_seed(seed), "cpu", task.main_eval)
     refs = {"uniform": batch.truth["uniform"], "unigram": batch.truth["unigram"]}
@@ -63,6 +80,8 @@ def strategy_kls(run: Run, n_seqs: int, seed: int = 12345) -> tuple[list[float],
         lower = tasks.make("markov_icl", {"k": task.cfg.k, "order": 2, "length": task.cfg.length})
         refs["bigram"] = lower.predictors(batch.tokens)["ngram"]
     refs[GRAM.get(task.cfg.order, f"{task.cfg.order}-gram")] = batch.truth["ngram"]
+    if "bayes" in batch.truth:
+        refs["bayes"] = batch.truth["bayes"]
     loss, kls = [], {name: [] for name in refs}
     for step in run.steps:
         logp = run.trainable(step)(batch.tokens).float().log_softmax(-1)
@@ -70,6 +89,16 @@ def strategy_kls(run: Run, n_seqs: int, seed: int = 12345) -> tuple[list[float],
         for name, q in refs.items():
             kls[name].append(float((q * (q.clamp_min(1e-30).log() - logp)).sum(-1).mean()))
     return loss, kls
+
+
+def transitions(steps: list[int], kls: dict[str, list[float]], gram: str) -> dict[str, Optional[int]]:
+    """The step of the switch to the n-gram solution under each definition in TRANSITIONS (None: not by
+    the end of training)."""
+    kl = kls[gram]
+    nearest = [1.0 if min(kls, key=lambda s: kls[s][i]) == gram else 0.0 for i in range(len(steps))]
+    below = lambda level: formation_step(steps, [-v for v in kl], -level)  # noqa: E731
+    return {"nearest": formation_step(steps, nearest, 1.0), "kl<=0.1": below(0.1), "kl<=0.05": below(0.05),
+            "drop90": below(kl[-1] + 0.1 * (kl[0] - kl[-1]))}
 
 
 def segments(steps: list[int], kls: dict[str, list[float]]) -> list[dict[str, Any]]:
@@ -97,11 +126,12 @@ def head(steps: list[int], series: dict[str, list[float]], layer: int, threshold
 
 
 def analyse(run: Run, size: dict[str, Any]) -> dict[str, Any]:
-    loss, kls = strategy_kls(run, size["kl_batch"])
+    loss, every = strategy_kls(run, size["kl_batch"])
+    kls = {k: v for k, v in every.items() if k != "bayes"}  # the strategies; Bayes' predictor is their limit
     steps = run.steps
     final = GRAM.get(run.task.cfg.order, "ngram")
     segs = segments(steps, kls)
-    nearest_final = [1.0 if min(kls, key=lambda s: kls[s][i]) == final else 0.0 for i in range(len(steps))]
+    switch = transitions(steps, kls, final)
     unigram = [seg for seg in segs if seg["strategy"] == "unigram"]
     on_unigram = [i for i in range(len(steps)) if min(kls, key=lambda s: kls[s][i]) == "unigram"]
     tl = probe_run(run, ["previous_token", "induction"], batch_size=size["probe_batch"])
@@ -109,11 +139,12 @@ def analyse(run: Run, size: dict[str, Any]) -> dict[str, Any]:
     out = {
         "steps": steps, "loss": loss, "kl": kls, "segments": segs,
         "stages": [seg["strategy"] for seg in segs],
-        "transition_step": formation_step(steps, nearest_final, 1.0),  # from here on the model is nearest the n-gram
+        "transition_step": switch["nearest"], "transitions": switch,
         "loss_drop_step": steepest_drop(steps, loss),
         "unigram_plateau": {"from": unigram[0]["from"], "to": unigram[-1]["to"], "checkpoints": len(on_unigram),
                             "min_kl": min(kls["unigram"][i] for i in on_unigram)} if on_unigram else None,
-        "final": {"loss": loss[-1], **{f"kl_{k}": v[-1] for k, v in kls.items()}},
+        "kl_bayes": every.get("bayes"),
+        "final": {"loss": loss[-1], **{f"kl_{k}": v[-1] for k, v in every.items()}},
         "heads": {"previous_token": head(steps, prev, 0, 0.4),
                   "induction": head(steps, tl.per_head["induction"], 1, 0.5)},
         "series": {"previous_token": prev, "induction": tl.per_head["induction"]},
@@ -132,6 +163,8 @@ def analyse(run: Run, size: dict[str, Any]) -> dict[str, Any]:
 
 def summarise(cond: str, per_seed: list[dict[str, Any]]) -> dict[str, Any]:
     s = {"transition_step": harness.spread([r["transition_step"] for r in per_seed]),
+         "transitions": {d: harness.spread([r["transitions"][d] for r in per_seed]) for d in TRANSITIONS},
+         **{f"final_kl_{k}": harness.spread([r["final"].get(f"kl_{k}") for r in per_seed]) for k in ("bigram", "bayes")},
          "loss_drop_step": harness.spread([r["loss_drop_step"] for r in per_seed]),
          "stages": [r["stages"] for r in per_seed],
          "unigram_plateau_checkpoints": harness.spread([(r["unigram_plateau"] or {}).get("checkpoints", 0) for r in per_seed]),
@@ -147,7 +180,7 @@ def summarise(cond: str, per_seed: list[dict[str, Any]]) -> dict[str, Any]:
 def claims(res: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The paper's claims, measured."""
     out: dict[str, Any] = {}
-    for cond in ("k3", "k2"):
+    for cond in ("k3", "k2", "paper_k2"):
         seeds = res[cond]["seeds"]
         out[f"phases_{cond}"] = {
             "seeds_with_uniform_unigram_bigram": sum(_ordered(r["stages"], ["uniform", "unigram", "bigram"]) for r in seeds),
@@ -157,24 +190,35 @@ def claims(res: dict[str, dict[str, Any]]) -> dict[str, Any]:
              "induction_L1": {k: r["heads"]["induction"][k] for k in ("head", "rise10", "rise50", "formed")},
              "previous_token_L0": {k: r["heads"]["previous_token"][k] for k in ("head", "rise10", "rise50", "formed")}}
             for r in seeds]
-    dirichlet = {r["seed"]: r for r in res["k3"]["seeds"]}
-    ds = {r["seed"]: r for r in res["ds"]["seeds"]}
-    paired = [(dirichlet[s]["transition_step"], ds[s]["transition_step"]) for s in sorted(set(dirichlet) & set(ds))]
-    ratios = [a / b for a, b in paired if a and b]
-    out["doubly_stochastic"] = {
-        "transition_dirichlet_over_doubly_stochastic": harness.spread(ratios), "paired_transition_steps": paired,
-        "unigram_plateau_checkpoints_dirichlet": [(r["unigram_plateau"] or {}).get("checkpoints", 0) for r in res["k3"]["seeds"]],
-        "unigram_plateau_checkpoints_doubly_stochastic": [(r["unigram_plateau"] or {}).get("checkpoints", 0) for r in res["ds"]["seeds"]],
-        "min_kl_unigram_dirichlet": [(r["unigram_plateau"] or {}).get("min_kl") for r in res["k3"]["seeds"]],
-        "min_kl_unigram_doubly_stochastic": [(r["unigram_plateau"] or {}).get("min_kl") for r in res["ds"]["seeds"]],
-        "uniform_stage_ends_dirichlet": [r["segments"][0]["to"] for r in res["k3"]["seeds"]],
-        "uniform_stage_ends_doubly_stochastic": [r["segments"][0]["to"] for r in res["ds"]["seeds"]]}
+    out["doubly_stochastic"] = {setup: prior_effect(res[a]["seeds"], res[b]["seeds"]) for setup, (a, b) in PRIOR_PAIRS.items()}
     out["trigram"] = [{"seed": r["seed"], "stages": r["stages"], "transition": r["transition_step"],
                        "back1": {k: r["heads"]["back1"][k] for k in ("head", "final", "rise50")},
                        "back2": {k: r["heads"]["back2"][k] for k in ("head", "final", "rise50")},
                        "two_distinct_heads": r["heads"]["back1"]["head"] != r["heads"]["back2"]["head"]
                        and r["heads"]["back1"]["final"] >= 0.4 and r["heads"]["back2"]["final"] >= 0.4}
                       for r in res["trigram"]["seeds"]]
+    return out
+
+
+def prior_effect(dirichlet: list[dict[str, Any]], ds: list[dict[str, Any]]) -> dict[str, Any]:
+    """Does the doubly-stochastic prior switch to the bigram solution sooner? Per definition of the switch,
+    the same seeds paired: both steps, the ratio Dirichlet / doubly stochastic where both switched, and
+    how many runs never did (a run that never switches is later than any that did)."""
+    by_seed = {r["seed"]: r for r in ds}
+    pairs = [(r, by_seed[r["seed"]]) for r in dirichlet if r["seed"] in by_seed]
+    out: dict[str, Any] = {}
+    for d in TRANSITIONS:
+        steps = [(a["transitions"][d], b["transitions"][d]) for a, b in pairs]
+        out[d] = {"paired_steps": steps, "ratio": harness.spread([a / b for a, b in steps if a and b]),
+                  "doubly_stochastic_sooner": sum(1 for a, b in steps if b is not None and (a is None or b < a)),
+                  "dirichlet_sooner": sum(1 for a, b in steps if a is not None and (b is None or a < b)),
+                  "never_dirichlet": sum(a is None for a, _ in steps), "never_doubly_stochastic": sum(b is None for _, b in steps),
+                  "of": len(steps)}
+    for name, runs in (("dirichlet", dirichlet), ("doubly_stochastic", ds)):
+        out[f"final_kl_bigram_{name}"] = harness.spread([r["final"]["kl_bigram"] for r in runs])
+        out[f"unigram_plateau_checkpoints_{name}"] = [(r["unigram_plateau"] or {}).get("checkpoints", 0) for r in runs]
+        out[f"min_kl_unigram_{name}"] = [(r["unigram_plateau"] or {}).get("min_kl") for r in runs]
+        out[f"uniform_stage_ends_{name}"] = [r["segments"][0]["to"] for r in runs]
     return out
 
 
@@ -198,13 +242,14 @@ def _logx(steps: list[int], *series: list[float]) -> list[list]:
 def plot_stages(res: dict[str, Any], path: Path) -> Path:
     import matplotlib.pyplot as plt
 
-    conds = [c for c in ("k3", "k2") if res[c]["seeds"]]
+    conds = [c for c in ("k3", "k2", "paper_k2") if res[c]["seeds"]]
     fig, axes = plt.subplots(3, len(conds), figsize=(6 * len(conds), 8), sharex="col", squeeze=False)
     for col, cond in enumerate(conds):
         r = res[cond]["seeds"][0]
         ax = axes[0, col]
         ax.plot(*_logx(r["steps"], r["loss"]), color="black")
-        ax.set_title(f"k = {res[cond]['task']['k']}, Dirichlet prior (seed {r['seed']})")
+        setup = "paper's setup" if cond.startswith("paper") else "ours"
+        ax.set_title(f"k = {res[cond]['task']['k']}, Dirichlet prior, {setup} (seed {r['seed']})")
         ax.set_ylabel("held-out loss (nats)")
         ax = axes[1, col]
         for name, kl in r["kl"].items():
@@ -231,21 +276,25 @@ def plot_stages(res: dict[str, Any], path: Path) -> Path:
 def plot_priors(res: dict[str, Any], path: Path) -> Path:
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), sharey=True)
-    for ax, cond, title in ((axes[0], "k3", "Dirichlet prior"), (axes[1], "ds", "doubly-stochastic prior")):
-        for j, r in enumerate(res[cond]["seeds"]):
-            for name in ("uniform", "unigram", "bigram"):
-                ax.plot(*_logx(r["steps"], r["kl"][name]), color=COLOURS[name], alpha=1.0 if j == 0 else 0.35,
-                        label=name if j == 0 else None)
-            if r["transition_step"]:
-                ax.axvline(r["transition_step"], color="tab:blue", linestyle=":", linewidth=1)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_title(f"k = 3, {title} ({len(res[cond]['seeds'])} seeds)")
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8.4), sharey=True)
+    for row, (setup, pair) in enumerate(PRIOR_PAIRS.items()):
+        for ax, cond, title in zip(axes[row], pair, ("Dirichlet prior", "doubly-stochastic prior")):
+            for j, r in enumerate(res[cond]["seeds"]):
+                for name in ("uniform", "unigram", "bigram"):
+                    ax.plot(*_logx(r["steps"], r["kl"][name]), color=COLOURS[name], alpha=1.0 if j == 0 else 0.35,
+                            label=name if j == 0 else None)
+                if r["transition_step"]:
+                    ax.axvline(r["transition_step"], color="tab:blue", linestyle=":", linewidth=1)
+            for level in (0.1, 0.05):
+                ax.axhline(level, color="black", linestyle="--", linewidth=0.6)
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.set_title(f"k = {res[cond]['task']['k']}, {title}, {setup} ({len(res[cond]['seeds'])} seeds)")
+        axes[row, 0].set_ylabel("KL(strategy ‖ model)")
+    for ax in axes[1]:
         ax.set_xlabel("training step")
-    axes[0].set_ylabel("KL(strategy ‖ model)")
-    axes[0].legend(title="in-context strategy", fontsize=8)
-    fig.suptitle("Without unigram information (doubly stochastic) there is no unigram plateau (dotted: bigram transitions)")
+    axes[0, 0].legend(title="in-context strategy", fontsize=8)
+    fig.suptitle("Dirichlet against doubly-stochastic prior (dotted: nearest strategy becomes bigram; dashed: KL 0.1 and 0.05)")
     return harness.save_figure(fig, path)
 
 

@@ -150,7 +150,8 @@ class SeedsTrainer(Trainer):
     def __init__(self, model: nn.Module, data: DataSource, cfg: TrainConfig, device: torch.device | str = "cpu"):
         super().__init__(model, data, cfg, device)
         self.n_seeds = cfg.seeds
-        self.params = self.optimizer.param_groups[0]["params"]
+        # In the optimizer's order (its state dict numbers them so), which param groups may change.
+        self.params = [p for group in self.optimizer.param_groups for p in group["params"]]
         self.stacked = {name for name, _ in self.module.named_parameters()}
         self.generators = [torch.Generator(device=self.device).manual_seed(cfg.seed + i) for i in range(cfg.seeds)]
         self._chunk_states = [g.get_state() for g in self.generators]
@@ -160,6 +161,8 @@ class SeedsTrainer(Trainer):
         self._pool = None
         if not self.stacked_passes:
             self._view_params = [list(v.parameters()) for v in self.views]
+            position = {id(p): k for k, p in enumerate(self.module.parameters())}
+            self._view_index = [position[id(p)] for p in self.params]  # each param's place among a view's
             workers = min(torch.get_num_threads(), self.n_seeds)
             if workers > 1:
                 # Each worker runs single-threaded ops: two models on two cores beat one model on both.
@@ -207,7 +210,7 @@ class SeedsTrainer(Trainer):
 
     def _update(self) -> None:
         if not self.stacked_passes:
-            for k, p in enumerate(self.params):
+            for k, p in zip(self._view_index, self.params):
                 p.grad = torch.stack([vp[k].grad for vp in self._view_params])
         if self.cfg.grad_clip:
             clip_per_model_(self.params, self.cfg.grad_clip)

@@ -45,6 +45,9 @@ class TrainConfig:
     betas: tuple[float, float] = doc("Adam betas", (0.9, 0.999))
     momentum: float = doc("SGD momentum", 0.0)
     weight_decay: float = doc("weight decay (decoupled for adamw, L2 for adam/sgd)", 0.0)
+    decay: Literal["all", "matrices"] = doc(
+        "which weights decay: all, or only the matrices of attention, MLP and unembedding, not embeddings, "
+        "positions, norms or biases (minGPT's and GPT-2's convention)", "all")
     warmup_steps: int = doc("linear warmup from 0 to lr over this many steps", 0, lo=0, hi=MAX_STEPS)
     schedule: Literal["constant", "cosine"] = doc("after warmup: constant, or cosine decay to min_lr_frac * lr", "constant")
     min_lr_frac: float = doc("floor of the cosine schedule as a fraction of lr", 0.0)
@@ -153,7 +156,16 @@ def checkpoint_steps(total: int, count: int = 100) -> list[int]:
 
 def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
     """The optimizer `cfg.optimizer` names (registered in mechsynth/optimizers/) over the trainable parameters."""
-    return optimizers.build(cfg.optimizer, [p for p in model.parameters() if p.requires_grad], cfg)
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    if cfg.decay == "all":
+        return optimizers.build(cfg.optimizer, [p for _, p in named], cfg)
+    matrix = [n.rsplit(".", 1)[-1].startswith("W_") and n.rsplit(".", 1)[-1] not in NOT_MATRICES for n, _ in named]
+    return optimizers.build(cfg.optimizer, [{"params": [p for (_, p), m in zip(named, matrix) if m]},
+                                            {"params": [p for (_, p), m in zip(named, matrix) if not m], "weight_decay": 0.0}], cfg)
+
+
+# Weights (TransformerLens's names) that look up a row rather than multiply: embeddings, not matrices.
+NOT_MATRICES = ("W_E", "W_pos", "W_rel")
 
 
 def masked_loss(logits: Float[Tensor, "batch out_pos d_vocab_out"], batch: Batch) -> Float[Tensor, ""]:

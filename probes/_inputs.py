@@ -9,6 +9,7 @@ every checkpoint:
 
 from __future__ import annotations
 
+import functools
 import zlib
 from typing import Any, Optional
 
@@ -38,7 +39,7 @@ def split_of(input: str, task: Any) -> Optional[str]:
 
 def draw(input: str, model: Any, task: Any, batch_size: int, seed: int) -> Batch:
     """The input `input`: its own generator, so every probe and checkpoint sees the same tokens."""
-    g = torch.Generator().manual_seed((zlib.crc32(input.encode()) + seed * 1_000_003) % 2**63)
+    g = _generator(input, seed)
     _, _, d_vocab, n_ctx = dims(model)
     if input == "random":
         tokens = torch.randint(d_vocab, (batch_size, n_ctx), generator=g)
@@ -46,7 +47,18 @@ def draw(input: str, model: Any, task: Any, batch_size: int, seed: int) -> Batch
         first = torch.randint(d_vocab, (batch_size, min(n_ctx // 2, 64)), generator=g)
         tokens = torch.cat([first, first], 1)
     elif input == "data" or input.startswith("task:"):
-        return task.sample(batch_size, g, "cpu", split_of(input, task))
+        return _task_batch(task, batch_size, input, seed, split_of(input, task))
     else:
         raise ProbeError(f"unknown probe input {input!r}; allowed: {', '.join(INPUTS)}")
     return Batch(tokens, torch.zeros_like(tokens), torch.zeros_like(tokens, dtype=torch.bool))
+
+
+@functools.lru_cache(maxsize=4)
+def _task_batch(task: Any, batch_size: int, input: str, seed: int, split: str) -> Batch:
+    """The task's batch for `draw`, made once: probing a run's checkpoints draws it for every chunk of
+    them, and an evaluation batch can cost more than the probes (markov_icl's Bayes predictor)."""
+    return task.sample(batch_size, _generator(input, seed), "cpu", split)
+
+
+def _generator(input: str, seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed((zlib.crc32(input.encode()) + seed * 1_000_003) % 2**63)

@@ -1,19 +1,26 @@
 """Hidden progress (Barak et al. 2022): while the loss of a sparse parity sits on its plateau, the
 weights are already moving towards the hidden support S. Measured on the input-facing weights —
-the first layer of the MLP baseline (one row per input bit), the positional embedding of a
-transformer (one row per bit position); the model names them in `input_weights` — against the
-weights at step 0:
+the first layer of the MLP baseline and of the sin / PolyNet models (one row per input bit), the
+positional embedding of a transformer (one row per bit position); the model names them in
+`input_weights` — against the weights at step 0, with d_i = ‖W_t[i] − W_0[i]‖∞ the drift of bit i's row:
 
-- `drift_inf`: ‖W_t − W_0‖∞ over those weights;
-- `drift_on_support` / `drift_off_support`: the mean over bits in / not in S of each bit's row drift
-  ‖ΔW[i]‖∞, and their ratio `drift_ratio` (1 at the start; it grows as S is singled out);
+- `drift_inf`: max_i d_i, ‖W_t − W_0‖∞ over those weights (support-free);
+- `topk_drift_ratio` (support-free): the mean d_i of the k rows that moved most over the mean of the
+  other rows, with k = |S| (only the count: the parity degree the task's config declares; which bits
+  are in S is not used). It equals `drift_ratio` whenever those k rows are S, so it can be watched on a task whose
+  support is unknown. Its value without progress is above 1 (the top k of n noisy drifts lead the
+  rest by chance; more so where each d_i is one weight, as in a sin neuron, than where it is a
+  maximum over many units, as in a width-100 MLP), so compare it with its own early value;
+- `drift_on_support` / `drift_off_support`: the mean d_i over bits in / not in S, and their ratio
+  `drift_ratio` (1 at the start; it grows as S is singled out);
 - `support_recovered`: the |S| bits whose rows moved most are exactly S.
 
-All but `drift_inf` read the true support from the task's truth: they are oracle measures, which show
-hidden progress to a researcher who knows S, not a way to detect it without S.
+`drift_on_support`, `drift_off_support`, `drift_ratio` and `support_recovered` read the true support
+S from the task's truth: they are oracle measures, which show hidden progress to a researcher who knows
+S, not a way to detect it without S. `drift_inf` and `topk_drift_ratio` need no S.
 
-No hooks: it reads weights, so it works on the MLP baselines as well as transformers; not on rotary
-transformers, whose positions have no weights.
+No hooks: it reads weights, so it works on the MLP baselines, sin and PolyNet models and transformers;
+not on rotary transformers, whose positions have no weights.
 """
 
 from __future__ import annotations
@@ -37,6 +44,16 @@ def row_drift(view: View) -> Float[Tensor, "bit"]:
     now, init = view.weight(view.input_weights), view.init_weight(view.input_weights)
     n_inputs = int(view.batch("data").truth["readout"])  # the readout's position = how many bits precede it
     return (now[:n_inputs] - init[:n_inputs]).abs().amax(-1)
+
+
+def topk_ratio(drift: Float[Tensor, "bit"], k: int) -> float:
+    """Mean drift of the k rows that moved most over the mean of the others (1 when nothing moved):
+    `drift_ratio` with the top k rows standing in for the unknown S."""
+    if k >= len(drift):
+        return 1.0
+    ranked = drift.sort(descending=True).values
+    rest = float(ranked[k:].mean())
+    return float(ranked[:k].mean()) / rest if rest > 0 else 1.0
 
 
 def has_input_weights(model: Any) -> Optional[str]:
@@ -69,7 +86,9 @@ def figure(tl: "Timeline", task: Any) -> Optional[Figure]:
         ax_drift.set_yscale("log")  # the support pulls ahead by a growing factor while the loss is flat
     ax_drift.set_ylabel("weight drift from step 0 (‖ΔW[i]‖∞)")
     ax_drift.legend(fontsize=7)
-    ax_ratio.plot(tl.steps, m["drift_ratio"], color="tab:red", label="support / other drift")
+    ax_ratio.plot(tl.steps, m["drift_ratio"], color="tab:red", label="support / other drift (knows S)")
+    if "topk_drift_ratio" in m:  # (runs probed before it existed lack it)
+        ax_ratio.plot(tl.steps, m["topk_drift_ratio"], color="tab:blue", label="top-k / other drift (no S)")
     ax_ratio.set_ylabel("drift ratio")
     loss_ax = ax_ratio.twinx()
     loss_ax.plot(tl.steps, held_out_loss(tl), color="black", alpha=0.6, label="held-out loss")
@@ -100,7 +119,8 @@ def hidden_progress(view: View) -> ProbeResult:
     on[support] = True
     on_mean, off_mean = float(drift[on].mean()), float(drift[~on].mean()) if bool((~on).any()) else 0.0
     top = set(drift.topk(len(support)).indices.tolist())
-    metrics = {"drift_inf": float(drift.max()), "drift_on_support": on_mean, "drift_off_support": off_mean,
+    metrics = {"drift_inf": float(drift.max()), "topk_drift_ratio": topk_ratio(drift, len(support)),
+               "drift_on_support": on_mean, "drift_off_support": off_mean,
                "drift_ratio": on_mean / off_mean if off_mean > 0 else 1.0,
                "support_recovered": float(top == set(support.tolist()))}
     return ProbeResult("hidden_progress", None, metrics, {"drift": drift.cpu(), "support": support.cpu()})

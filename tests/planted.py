@@ -234,6 +234,7 @@ def known_hidden_progress() -> None:
         m = probes.run("hidden_progress", model, task, init=init).metrics
         assert abs(m["drift_inf"] - 0.51) < 1e-5 and abs(m["drift_on_support"] - 0.51) < 1e-5, m
         assert abs(m["drift_off_support"] - 0.01) < 1e-5 and abs(m["drift_ratio"] - 51) < 0.051, m
+        assert abs(m["topk_drift_ratio"] - 51) < 0.051, m  # the top |S| rows are S here (a decoy: test_parity_models)
         assert m["support_recovered"] == 1.0, m
         assert probes.run("hidden_progress", init, task, init=init).metrics["drift_inf"] == 0
 

@@ -208,43 +208,60 @@ def sparse(tmp_path_factory):
 def test_sparse_selection_smoke_writes_results(sparse):
     module, out, written = sparse
     data, c = written["results"], module.SIZES["smoke"]
-    assert written["size"] == "smoke" and set(data["n_star"]) == {str(T) for T in c["lengths"]}
-    for key in ("fits", "support_at_end", "support_timelines", "threshold"):
-        assert key in data
-    assert written["wall_time_s"] > 0 and written["versions"]["torch"] and written["config"] == c
+    assert written["size"] == "smoke" and written["config"] == c and set(data["settings"]) == set(c["settings"])
+    assert written["wall_time_s"] > 0 and written["versions"]["torch"]
     runs = data["runs"]
-    assert {(r["T"], r["seed"]) for r in runs} == {(T, s) for T in c["lengths"] for s in c["seeds"]}
     for r in runs:
-        assert 0.0 <= r["acc"] <= 1.0 and r["generalized"] == (r["acc"] >= data["threshold"])
-        assert 0.0 <= r["attention_on_support"] <= 1.0 + 1e-6 and math.isfinite(r["train_loss"])
-        # One sweep directory, a point per (T, n); each run has the config the script gives it.
-        stored = load_run(out / f"runs/runs/T={r['T']},n={r['n_train']}/seed_{r['seed']}").config.to_dict()
-        cfg = module.config(c, r["T"], r["n_train"], r["seed"])
+        assert 0.0 <= r["balanced_acc"] <= 1.0 and r["success"] == (r["balanced_acc"] >= data["success_threshold"])
+        assert r["fits"] == (r["train_errors"] == 0) and 0 <= r["train_errors"] <= r["n_train"] and math.isfinite(r["train_loss"])
+        assert 0.0 <= r["attention_on_support"] <= 1.0 + 1e-6
+        # One sweep directory, a point per (setting, T, n), the draw as the seed; each run has the config the script gives it.
+        stored = load_run(out / f"runs/runs/setting={r['setting']},T={r['T']},n={r['n_train']}/seed_{r['draw']}").config.to_dict()
+        cfg = module.config(c, r["setting"], r["T"], r["n_train"], r["draw"], r["steps"])
+        cfg["model"]["init_seed"] = cfg["train"]["seed"] = r["draw"]  # one seed per draw: the draw seeds everything
         assert all(stored[section][k] == v for section, table in cfg.items() for k, v in table.items())
+        assert stored["task"].get("bias") == module.SETTINGS[r["setting"]] and stored["task"]["seed"] == r["draw"]
     assert load_plan(out / "runs").name == "sparse_selection" and len(load_plan(out / "runs").jobs) == len(runs)
-    # Rounds: every search takes one step per round, so round 1 has one run per (T, seed) and there are
-    # at most ceil(log2(len(grid) + 1)) rounds; each run trains once.
-    rounds = data["runs_per_round"]
-    assert rounds[0] == len(c["lengths"]) * len(c["seeds"]) and sum(rounds) == len(runs) == written["runs_trained"]
-    assert len(rounds) <= math.ceil(math.log2(len(c["grid"]) + 1)) and rounds == sorted(rounds, reverse=True)
+    # The grid of each (setting, T): contiguous on the ladder, containing the start, every size with every draw.
+    for st in c["settings"]:
+        for T in c["lengths"]:
+            sizes = sorted({r["n_train"] for r in runs if r["setting"] == st and r["T"] == T})
+            i = c["ladder"].index(sizes[0])
+            assert sizes == c["ladder"][i:i + len(sizes)] and set(c["start"][st]) <= set(sizes)
+            for n in sizes:
+                assert sorted(r["draw"] for r in runs if (r["setting"], r["T"], r["n_train"]) == (st, T, n)) == list(range(c["draws"]))
+            row = data["settings"][st]["per_T"][str(T)]
+            assert row["runs"] == len(sizes) * c["draws"] and row["grid"] == [sizes[0], sizes[-1]]
+            assert row["not_fitted"] == sum(not r["fits"] for r in runs if (r["setting"], r["T"]) == (st, T))
+            if row["n50"] is not None and row["n50_ci"] is not None:
+                assert row["n50_ci"][0] <= row["n50_ci"][1]
+    rounds, continued = data["runs_per_round"], data["runs_continued"]
+    assert sum(rounds) == len(runs) and 1 <= len(rounds) <= c["rounds"]
+    assert written["runs_trained"] == len(runs) + sum(e["runs"] for e in continued)
+    # A run trained past `steps` did not fit its training set at `steps`; one left at `steps` fits it.
+    assert all(r["steps"] in (c["steps"], c["max_steps"]) and (r["fits"] or r["steps"] == c["max_steps"]) for r in runs)
+    assert sum(r["steps"] > c["steps"] for r in runs) == sum(e["runs"] for e in continued)
+    assert rounds[0] == sum(len(c["start"][st]) for st in c["settings"]) * len(c["lengths"]) * c["draws"]
+    for tl in data["support_timelines"]:
+        assert len(tl["steps"]) == len(tl["attention_on_support"]) == len(tl["support_recovered"]) >= 2 and tl["steps"][0] == 0
     for name in written["figures"]:
         assert is_png(out / "assets" / name)
 
 
-def test_sparse_selection_search_finds_the_smallest_generalizing_size(sparse):
-    """n* is a size that generalized, and every smaller size tried for that (T, seed) did not."""
-    data = sparse[2]["results"]
-    for T, row in data["n_star"].items():
-        for seed, n_star in row["n_star"].items():
-            tried = [r for r in data["runs"] if r["T"] == int(T) and r["seed"] == int(seed)]
-            if n_star is None:
-                assert not any(r["generalized"] for r in tried)
-            else:
-                assert any(r["n_train"] == n_star and r["generalized"] for r in tried)
-                assert not any(r["generalized"] for r in tried if r["n_train"] < n_star)
-    for tl in data["support_timelines"]:
-        assert len(tl["steps"]) == len(tl["attention_on_support"]) == len(tl["support_recovered"]) >= 2
-        assert tl["steps"][0] == 0
+def test_sparse_selection_grid_grows_until_it_brackets_the_transition(sparse):
+    """After the last round, a grid that does not bracket its transition met the ladder's end or the round limit;
+    one whose smallest size succeeds more than LOW of the time was extended downwards (and likewise upwards)."""
+    module, _, written = sparse
+    data, c = written["results"], module.SIZES["smoke"]
+    for res in data["settings"].values():
+        for T, row in res["per_T"].items():
+            lo, hi = row["grid"]
+            low, high = row["sizes"][str(lo)]["success"], row["sizes"][str(hi)]["success"]
+            assert row["bracketed"] == (low <= module.LOW and high >= module.HIGH)
+            if not row["bracketed"]:
+                assert len(data["runs_per_round"]) == c["rounds"] or (low <= module.LOW or lo == c["ladder"][0]) \
+                    and (high >= module.HIGH or hi == c["ladder"][-1])
+                assert any(p.startswith(f"T={T}: the grid") for p in res["problems"])
 
 
 def test_experiment_reuses_finished_runs_and_refuses_a_different_one(sparse):
@@ -252,19 +269,95 @@ def test_experiment_reuses_finished_runs_and_refuses_a_different_one(sparse):
     before = {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("model.safetensors")}
     assert module.main(["--smoke", "--out", str(out / "again"), "--runs", str(out / "runs")]) == 0
     again = json.loads((out / "again" / "sparse_selection.json").read_text())
-    assert again["results"]["n_star"] == written["results"]["n_star"] and again["runs_trained"] == 0
+    assert again["results"]["settings"] == written["results"]["settings"] and again["runs_trained"] == 0
     assert again["runs_reused"] == len(written["results"]["runs"])
     assert again["results"]["runs"] == written["results"]["runs"]
     assert {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("model.safetensors")} == before  # nothing retrained
     harness = module.harness
     s = harness.Session("sparse_selection", harness.parse_args("sparse_selection", "", ["--smoke", "--runs", str(out / "runs")]))
     run = written["results"]["runs"][0]
-    other = module.config(module.SIZES["smoke"], run["T"], run["n_train"], run["seed"])
+    other = module.config(module.SIZES["smoke"], run["setting"], run["T"], run["n_train"], run["draw"])
     other["train"]["lr"] = 0.5
-    with pytest.raises(ConfigError, match=f"--runs: .*T={run['T']},n={run['n_train']}/seed_{run['seed']} was trained with "
+    point = f"setting={run['setting']},T={run['T']},n={run['n_train']}"
+    with pytest.raises(ConfigError, match=f"--runs: .*{point}/seed_{run['draw']} was trained with "
                                           "train.lr=0.003, this one train.lr=0.5"):
-        s.train_runs([({"T": run["T"], "n": run["n_train"]}, run["seed"], other)], seed_keys=("task.seed",))
+        s.train_runs([({"setting": run["setting"], "T": run["T"], "n": run["n_train"]}, run["draw"], other)],
+                     seed_keys=("task.seed",))
     assert {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("model.safetensors")} == before
+
+
+def test_sparse_selection_seeds_of_a_draw_train_side_by_side(tmp_path, monkeypatch):
+    """With several seeds per draw (--full) a draw is a point, its seeds one batched job; the task seed is the draw."""
+    module = load("sparse_selection")
+    c = {**module.SIZES["smoke"], "settings": ["balanced"], "lengths": [8, 16], "seeds": 2, "rounds": 1}
+    specs = module.specs(c, "balanced", 8, 16)
+    assert [(labels["draw"], seed) for labels, seed, _ in specs] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert all(cfg["task"]["seed"] == labels["draw"] for labels, _, cfg in specs) and module.seed_keys(c) == ()
+    monkeypatch.setitem(module.SIZES, "smoke", c)
+    assert module.main(["--smoke", "--out", str(tmp_path / "assets"), "--runs", str(tmp_path / "runs")]) == 0
+    runs = json.loads((tmp_path / "assets" / "sparse_selection.json").read_text())["results"]["runs"]
+    assert len(runs) == 2 * 2 * 2
+    for r in runs:
+        point = tmp_path / f"runs/runs/setting=balanced,T={r['T']},n={r['n_train']},draw={r['draw']}"
+        assert json.loads((point / "config.json").read_text())["train"]["seeds"] == 2  # one job, two seeds
+        cfg = load_run(point / f"seed_{r['seed']}").config.to_dict()
+        assert (cfg["task"]["seed"], cfg["model"]["init_seed"], cfg["train"]["seed"]) == (r["draw"], r["seed"], r["seed"])
+
+
+def test_logistic_fit_recovers_a_planted_curve_and_its_quantiles():
+    """Success counts exactly 1000 * sigmoid(2 (log2 n - 5)) at n = 8..128: n50 = 2**5 = 32 and
+    n90 = 2**(5 + ln 9 / 2) = 68.5; the ridge barely moves them."""
+    module = load("sparse_selection")
+    x, y = [], []
+    for e in range(3, 8):
+        k = round(1000 / (1 + math.exp(-2 * (e - 5))))
+        x += [float(e)] * 1000
+        y += [1] * k + [0] * (1000 - k)
+    fit = module.logistic(x, y)
+    assert fit["slope"] == pytest.approx(2.0, rel=0.02)
+    assert module.size_at(fit, 0.5) == pytest.approx(32.0, rel=0.01)
+    assert module.size_at(fit, 0.9) == pytest.approx(2 ** (5 + math.log(9) / 2), rel=0.02)
+    # Perfectly separated: finite, between the last failure and the first success; one outcome only: no fit.
+    sep = module.logistic([1.0, 2.0, 3.0, 4.0], [0, 0, 1, 1])
+    assert 4.0 < module.size_at(sep, 0.5) < 8.0
+    assert module.logistic([1.0, 2.0], [1, 1]) is None and module.size_at(None, 0.5) is None
+    # Falling with n: no size at which success rises to q.
+    assert module.size_at(module.logistic([1.0, 2.0, 3.0, 4.0], [1, 1, 0, 0]), 0.5) is None
+
+
+def test_bootstrap_over_identical_draws_has_no_spread():
+    module = load("sparse_selection")
+    rows = [{"draw": d, "n_train": n, "success": n >= 32 if d % 2 else n >= 64, "fits": True}
+            for d in range(4) for n in (16, 32, 64, 128)]
+    same = [dict(r, success=r["n_train"] >= 64) for r in rows]
+    est = module.sizes_of(same)["n50"]
+    assert 32 < est < 64
+    boots = module.bootstrap(same, 4, 50, seed=0)
+    assert module.interval([b["n50"] for b in boots]) == [pytest.approx(est), pytest.approx(est)]
+    spread = module.interval([b["n50"] for b in module.bootstrap(rows, 4, 200, seed=0)])
+    assert spread[0] < module.sizes_of(rows)["n50"] < spread[1]
+    # Runs that did not fit their training set are left out, or counted as failures.
+    unfit = [dict(r, fits=r["n_train"] != 128, success=r["n_train"] >= 64) for r in rows]
+    assert module.sizes_of(unfit)["n50"] == pytest.approx(est, rel=0.05)
+    assert module.sizes_of(unfit, count_unfitted=True)["n50"] is not None
+
+
+@pytest.mark.parametrize("planted, exponent_ci, slope_ci, problems, want", [
+    (lambda T: 10 + 8 * math.log2(T), (0.2, 0.4), (6.0, 10.0), [], "matches"),
+    (lambda T: 2.0 * T, (0.9, 1.1), (20.0, 40.0), [], "does not"),
+    (lambda T: 10 + 8 * math.log2(T), (0.3, 0.8), (6.0, 10.0), [], "inconclusive"),
+    (lambda T: 10 + 8 * math.log2(T), (0.2, 0.4), (6.0, 10.0), ["T=512: the grid 64..128 does not bracket"], "inconclusive"),
+    (lambda T: 50.0 + (T % 3), (-0.05, 0.1), (-1.0, 1.0), [], "partly"),  # flat: no growth to call log T
+])
+def test_sparse_selection_verdict_rule(planted, exponent_ci, slope_ci, problems, want):
+    module = load("sparse_selection")
+    lengths = [16, 32, 64, 128, 256, 512]
+    s = module.scaling_fits(lengths, [planted(T) for T in lengths])
+    s["power"]["exponent_ci"], s["log2_T"]["slope_ci"] = list(exponent_ci), list(slope_ci)
+    assert module.verdict(s, problems) == want
+    if want == "matches":  # exact a + b log2 T: the log fit is exact, the linear one is not
+        assert s["log2_T"]["rel_rms"] == pytest.approx(0.0, abs=1e-9) and s["T"]["rel_rms"] > 0.1
+        assert s["ratio_last_first"] == pytest.approx((10 + 72) / (10 + 32))
 
 
 def test_automata_depth_smoke_writes_results(tmp_path):

@@ -52,8 +52,10 @@ BASES: dict[str, dict[str, dict[str, Any]]] = {
     "markov_icl": {"task": {"name": "markov_icl", "k": 3, "length": 16}, "model": SMALL},
     "automata": {"task": {"name": "automata", "automaton": "parity", "length": 8}, "model": SMALL},
     "mlp": {"task": {"name": "sparse_parity", "n": 6, "k": 2}, "model": {"kind": "mlp", "width": 8}},
+    "sin": {"task": {"name": "sparse_parity", "n": 6, "k": 3}, "model": {"kind": "sin"}},
+    "polynet": {"task": {"name": "sparse_parity", "n": 6, "k": 3}, "model": {"kind": "polynet", "degree": 3}},
 }
-KIND_BASES = {"transformer": "sparse_parity", "mlp": "mlp"}  # a base config whose model is of that kind
+KIND_BASES = {"transformer": "sparse_parity", "mlp": "mlp", "sin": "sin", "polynet": "polynet"}  # a base config whose model is of that kind
 REQUIRES = {
     "no_cuda": lambda: not torch.cuda.is_available(),
     "no_mps": lambda: not torch.backends.mps.is_available(),

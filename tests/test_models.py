@@ -25,11 +25,12 @@ VARIANTS = [
     dict(normalization="LNPre", act_fn="gelu"),
     dict(normalization="none", act_fn="gelu_new", d_head=5, d_mlp=7),
 ]
+RELATIVE = dict(positional="relative", n_heads=2)  # not TransformerLens's: probed as FusedTransformer itself
 
 
-@pytest.mark.parametrize("kw", VARIANTS, ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()) or "default")
+@pytest.mark.parametrize("kw", VARIANTS + [RELATIVE], ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()) or "default")
 def test_fused_equals_hooked(kw):
-    if kw.get("positional", "standard") not in POSITIONAL:
+    if kw.get("positional", "standard") not in POSITIONAL + ("relative",):
         pytest.skip(f"{kw['positional']} is not in TransformerLens {TL_VERSION}")
     cfg = TransformerConfig(n_layers=2, n_heads=kw.pop("n_heads", 2), d_model=16, init_seed=3, **kw)
     model = build(cfg, SPEC)
@@ -43,6 +44,57 @@ def test_fused_equals_hooked(kw):
     torch.testing.assert_close(model(tokens), logits, atol=2e-5, rtol=1e-4)
     assert cache["blocks.1.attn.hook_pattern"].shape == (3, cfg.n_heads, 12, 12)
     assert cache["blocks.0.hook_resid_post"].shape == (3, 12, 16)
+
+
+def edelman_forward(model, tokens):
+    """Edelman et al.'s relative-position attention (mingpt/model_rpe.py), written out position by position
+    from the weights: score(i, j) = (q_i·k_j + q_i·r_{i-j}) / sqrt(d_head) for j ≤ i; pre-LayerNorm."""
+    sd = model.state_dict()
+    ln = lambda x, p: torch.nn.functional.layer_norm(x, x.shape[-1:], sd[f"{p}.w"], sd[f"{p}.b"], eps=1e-5)  # noqa: E731
+    x = sd["embed.W_E"][tokens]
+    seq, dh = tokens.shape[-1], model.cfg.head_dim
+    for layer in range(model.cfg.n_layers):
+        a, y, out = f"blocks.{layer}.attn", ln(x, f"blocks.{layer}.ln1"), torch.zeros_like(x)
+        for h in range(model.cfg.n_heads):
+            q, k, v = (y @ sd[f"{a}.W_{n}"][h] + sd[f"{a}.b_{n}"][h] for n in "QKV")
+            z = torch.zeros(*x.shape[:-1], dh)
+            for i in range(seq):
+                s = torch.stack([(q[:, i] * (k[:, j] + sd[f"{a}.W_rel"][h, i - j])).sum(-1) for j in range(i + 1)], -1)
+                z[:, i] = ((s / dh**0.5).softmax(-1)[..., None] * v[:, : i + 1]).sum(1)
+            out += z @ sd[f"{a}.W_O"][h]
+        x = x + out + sd[f"{a}.b_O"]
+    return ln(x, "ln_final") @ sd["unembed.W_U"] + sd["unembed.b_U"]
+
+
+@pytest.mark.parametrize("n_models", [None, 3])
+def test_relative_positions_are_edelman_et_al_s(n_models):
+    """Learned relative positions against a plain re-implementation of the paper's attention, fused (the
+    training path) and hooked (what probes cache), single and side by side; and attention between two
+    positions depends on their distance, not where they are."""
+    cfg = TransformerConfig(n_layers=2, n_heads=2, d_model=8, attn_only=True, positional="relative", init_seed=4)
+    model = build(cfg, SPEC, n_models=n_models)
+    with torch.no_grad():
+        g = torch.Generator().manual_seed(0)
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * 0.3)
+    tokens = torch.randint(0, 5, (3, 12), generator=g)
+    assert cfg.input_weights() is None and "blocks.0.attn.W_rel" in model.state_dict()
+    assert sum(p.numel() for p in build(cfg, SPEC).parameters()) == cfg.param_count(SPEC)
+    fused = model(tokens)
+    hooked_logits, cache = hooked(model).run_with_cache(tokens)
+    torch.testing.assert_close(fused, hooked_logits, atol=1e-5, rtol=1e-5)
+    for i in range(n_models or 1):
+        single = build(dataclasses.replace(cfg, init_seed=0), SPEC)
+        single.load_state_dict({k: v if n_models is None else v[i] for k, v in model.state_dict().items()})
+        want = edelman_forward(single, tokens)
+        torch.testing.assert_close(fused if n_models is None else fused[i], want, atol=1e-5, rtol=1e-5)
+    # With W_Q, W_K zero and b_Q fixed, the scores are b_Q·r_{i-j}: a function of the distance only.
+    single = build(cfg, SPEC)
+    with torch.no_grad():
+        single.blocks[0].attn.W_Q.zero_(), single.blocks[0].attn.W_K.zero_(), single.blocks[0].attn.b_Q.fill_(1.0)
+    scores = single.run_with_cache(tokens)[1]["blocks.0.attn.hook_attn_scores"][0, 0]
+    torch.testing.assert_close(scores[5, 3], scores[9, 7])
+    assert not torch.allclose(scores[5, 3], scores[5, 4])
 
 
 def test_init_is_seeded():
@@ -136,7 +188,7 @@ def test_every_kind_keeps_the_contract(kind):
     again = models.reload(view, later)
     assert again is view
     torch.testing.assert_close(again(tokens), later(tokens), atol=2e-5, rtol=1e-4)
-    assert type(cfg).transformer_lens == (type(view) is not type(model))
+    assert cfg.transformer_lens == (type(view) is not type(model))
 
 
 def test_describe_names_the_architecture():
@@ -153,7 +205,7 @@ def test_input_weights_are_declared_by_the_kind():
 @pytest.mark.parametrize("table, field, message", [
     ({"width": 8}, "model.width", "is a field of kind 'mlp', not 'transformer'"),
     ({"kind": "mlp", "n_layers": 2}, "model.n_layers", "is a field of kind 'transformer', not 'mlp'"),
-    ({"kind": "rnn"}, "model.kind", "'rnn' is not allowed; allowed: 'mlp', 'transformer'"),
+    ({"kind": "rnn"}, "model.kind", "'rnn' is not allowed; allowed: 'mlp', 'polynet', 'sin', 'transformer'"),
     ({"kind": "mlp", "act_fn": "gelu"}, "model.act_fn", "'gelu' is not allowed"),
     ({"layers": 2}, "model.layers", "unknown key"),
 ])

@@ -29,6 +29,10 @@ CASES = {
     "transformer": ({"name": "markov_icl", "k": 3, "length": 16},
                     {"n_layers": 2, "n_heads": 2, "d_model": 16, "init_seed": 4},
                     {"steps": 30, "grad_clip": 0.05, "weight_decay": 0.1, "warmup_steps": 5, "schedule": "cosine"}),
+    # Edelman et al.'s setup: relative positions, decay on the matrices only (two param groups).
+    "relative": ({"name": "markov_icl", "k": 2, "length": 16},
+                 {"n_layers": 2, "d_model": 16, "attn_only": True, "positional": "relative", "init_range": 0.02, "init_seed": 4},
+                 {"steps": 30, "betas": [0.9, 0.95], "weight_decay": 0.1, "decay": "matrices"}),
     # The MLP baseline with SGD + momentum on sparse parity (scored at the readout only).
     "mlp": ({"name": "sparse_parity", "n": 8, "k": 2},
             {"kind": "mlp", "width": 32, "init_seed": 4},

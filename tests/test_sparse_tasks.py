@@ -103,3 +103,45 @@ def test_sparse_parity_validation(params, field):
 def test_sparse_boolean_validation():
     with pytest.raises(ConfigError, match="^task.table:"):
         tasks.make("sparse_boolean", {"s": 2, "function": "table", "table": [0, 1]})
+
+
+def test_balanced_accuracy_counts_each_label_equally():
+    """Hand-computed: labels 0, 0, 0, 1 predicted 0, 0, 1, 0 -> acc 2/4, balanced (2/3 + 0/1) / 2."""
+    from mechsynth.tasks.base import readout_batch
+
+    task = tasks.make("sparse_boolean", {"length": 4, "s": 2})
+    bits = torch.zeros(4, 4, dtype=torch.long)
+    batch = readout_batch(bits, torch.tensor([0, 0, 0, 1]), {})
+    logits = torch.zeros(4, 5, 2)
+    logits[:, -1, :] = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [1.0, 0.0]])
+    m = task.metrics(logits, batch)
+    assert m["acc"] == pytest.approx(0.5) and m["balanced_acc"] == pytest.approx(1 / 3)
+    # One label only: the accuracy on it.
+    assert task.metrics(logits[:2], readout_batch(bits[:2], torch.tensor([0, 0]), {}))["balanced_acc"] == 1.0
+
+
+def test_always_zero_scores_high_accuracy_but_half_balanced_accuracy_on_fair_bits():
+    """Fair bits (bias 0.5): the AND of 3 bits is 1 for 1/8 of the inputs, so the constant 0 is right 7/8 of
+    the time yet learns nothing; balanced accuracy says so."""
+    task = tasks.make("sparse_boolean", {"length": 12, "s": 3, "function": "and", "bias": 0.5, "seed": 2})
+    b = task.sample(8000, gen(1), split="eval")
+    positives = b.targets[:, -1].float().mean().item()
+    assert abs(positives - 1 / 8) < 0.015 and abs(task.p_one - 0.5) < 1e-12
+    logits = torch.zeros(8000, 13, 2)
+    logits[..., 0] = 1.0
+    m = task.metrics(logits, b)
+    assert m["acc"] == pytest.approx(1 - positives) and m["balanced_acc"] == pytest.approx(0.5)
+
+
+def test_training_set_is_what_training_batches_are_drawn_from():
+    task = tasks.make("sparse_boolean", {"length": 10, "s": 3, "bias": 0.5, "n_train": 6, "seed": 4})
+    whole = task.training_set()
+    assert whole.tokens.shape == (6, 11) and whole.mask[:, -1].all() and whole.mask.sum() == 6
+    rows = {tuple(r) for r in whole.tokens.tolist()}
+    assert {tuple(r) for r in task.sample(500, gen(), split="train").tokens.tolist()} == rows  # 500 draws cover all 6
+    S = whole.truth["support"].tolist()
+    assert whole.targets[:, -1].tolist() == [int(all(r[i] for i in S)) for r in whole.tokens.tolist()]
+    # A larger training set of the same seed starts with the smaller one: sizes are nested.
+    bigger = tasks.make("sparse_boolean", {"length": 10, "s": 3, "bias": 0.5, "n_train": 9, "seed": 4}).training_set()
+    assert torch.equal(bigger.tokens[:6], whole.tokens)
+    assert tasks.make("sparse_boolean", {"length": 10}).training_set() is None

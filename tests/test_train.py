@@ -281,3 +281,20 @@ def test_adafactor_trains_a_transformer(tmp_path, tiny):
                              "eval_batch_size": 1024}))
     run = load_run(train_run(cfg, tmp_path / "run", progress=False))
     assert run.metrics[0]["eval/acc"] < 0.6 and run.metrics[-1]["eval/acc"] == 1.0, run.metrics
+
+
+def test_decay_matrices_leaves_embeddings_norms_and_biases_alone():
+    """decay = "matrices" (minGPT's convention, which Edelman et al. train with): one AdamW step with zero
+    gradients shrinks exactly the attention, MLP and unembedding matrices, by lr * weight_decay."""
+    spec = tasks.make("markov_icl", {"k": 3, "length": 8}).spec
+    for positional in ("standard", "relative"):
+        model = models.build(models.parse({"n_layers": 1, "d_model": 8, "positional": positional}), spec)
+        before = {n: p.detach().clone() for n, p in model.named_parameters()}
+        opt = make_optimizer(model, TrainConfig(lr=0.1, weight_decay=0.5, decay="matrices"))
+        for p in model.parameters():
+            p.grad = torch.zeros_like(p)
+        opt.step()
+        for name, p in model.named_parameters():
+            leaf = name.rsplit(".", 1)[-1]
+            decays = leaf in ("W_Q", "W_K", "W_V", "W_O", "W_in", "W_out", "W_U")
+            torch.testing.assert_close(p.detach(), before[name] * (0.95 if decays else 1.0), msg=name)

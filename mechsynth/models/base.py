@@ -22,13 +22,15 @@ class ModelKind:
 
     name: ClassVar[str]  # set by MODEL_KINDS.register
     init_seed: int
-    # Whether `hooked()` gives a TransformerLens model (HookedTransformer / TransformerBridge, through
-    # tl_compat) built from the trained module's weights, rather than the module itself (a HookedRootModule).
-    transformer_lens: ClassVar[bool] = False
-
     @property
     def kind(self) -> str:
         return type(self).name
+
+    @property
+    def transformer_lens(self) -> bool:
+        """Whether `hooked()` gives a TransformerLens model (HookedTransformer / TransformerBridge, through
+        tl_compat) built from the trained module's weights, rather than the module itself (a HookedRootModule)."""
+        return False
 
     def describe(self) -> str:
         """One line naming the architecture, for report headers ("MLP, width 100")."""

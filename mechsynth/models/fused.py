@@ -84,10 +84,10 @@ class FusedTransformer(HookedRootModule):
 
         self.embed = _Holder({"W_E": zeros(d_vocab, dm)})
         self.hook_embed = HookPoint()
-        if cfg.positional != "rotary":
+        if cfg.positional in ("standard", "shortformer"):
             self.pos_embed = _Holder({"W_pos": zeros(n_ctx, dm)})
             self.hook_pos_embed = HookPoint()
-        else:
+        elif cfg.positional == "rotary":  # (relative: each layer's attention holds its own W_rel)
             cos, sin = rotary_tables(n_ctx, dh)
             self.register_buffer("rotary_cos", cos, persistent=False)
             self.register_buffer("rotary_sin", sin, persistent=False)
@@ -99,9 +99,11 @@ class FusedTransformer(HookedRootModule):
             b = _Holder({}, ("hook_resid_pre", "hook_attn_out", "hook_resid_post"))
             if cfg.normalization != "none":
                 b.ln1 = norm()
-            b.attn = _Holder({"W_Q": zeros(h, dm, dh), "W_K": zeros(h, dm, dh), "W_V": zeros(h, dm, dh),
-                              "W_O": zeros(h, dh, dm), "b_Q": zeros(h, dh), "b_K": zeros(h, dh),
-                              "b_V": zeros(h, dh), "b_O": zeros(dm)}, attn_hooks)
+            attn = {"W_Q": zeros(h, dm, dh), "W_K": zeros(h, dm, dh), "W_V": zeros(h, dm, dh),
+                    "W_O": zeros(h, dh, dm), "b_Q": zeros(h, dh), "b_K": zeros(h, dh), "b_V": zeros(h, dh), "b_O": zeros(dm)}
+            if cfg.positional == "relative":  # r_d for each distance d = query_pos - key_pos (Edelman et al. 2024)
+                attn["W_rel"] = zeros(h, n_ctx, dh)
+            b.attn = _Holder(attn, attn_hooks)
             if not cfg.attn_only:
                 b.hook_resid_mid, b.hook_mlp_out = HookPoint(), HookPoint()
                 if cfg.normalization != "none":
@@ -189,7 +191,7 @@ class FusedTransformer(HookedRootModule):
         W_E = self.embed.W_E if self.n_models is None else self.embed.W_E.flatten(0, 1)
         x = self._hook(self.hook_embed, F.embedding(tokens.reshape(-1, seq), W_E))
         pos = None
-        if cfg.positional != "rotary":
+        if cfg.positional in ("standard", "shortformer"):
             # [pos, d_model], or [n_models, 1, pos, d_model] side by side: broadcast over the batch
             pos = self.pos_embed.W_pos[:seq] if self.n_models is None else self.pos_embed.W_pos[:, None, :seq]
             if hooked_here(self.hook_pos_embed):  # the hook sees TransformerLens's [batch, pos, d_model]
@@ -231,14 +233,30 @@ class FusedTransformer(HookedRootModule):
             cos, sin = self.rotary_cos[:seq], self.rotary_sin[:seq]
             q = self._hook(a.hook_rot_q, apply_rotary(q, cos, sin).transpose(1, 2)).transpose(1, 2)
             k = self._hook(a.hook_rot_k, apply_rotary(k, cos, sin).transpose(1, 2)).transpose(1, 2)
+        mask = torch.full((seq, seq), float("-inf"), device=x.device).triu(1)
+        if self.cfg.positional == "relative":  # the causal mask plus q·r_{query_pos - key_pos}, scaled as q·k is
+            mask = mask + self._relative_scores(q, a.W_rel) / math.sqrt(dh)
         if hooked_here(a.hook_pattern) or hooked_here(a.hook_attn_scores):
-            # Scale, causal mask and q·k in one batched matmul: these [batch, head_index, pos, pos] tensors
+            # Scale, mask and q·k in one batched matmul: these [batch, head_index, pos, pos] tensors
             # dominate probing time, so each extra pass over them counts.
-            mask = torch.full((seq, seq), float("-inf"), device=x.device).triu(1)
-            scores = torch.baddbmm(mask, q.flatten(0, 1), k.flatten(0, 1).transpose(-1, -2), alpha=1 / math.sqrt(dh))
+            scores = torch.baddbmm(mask if mask.ndim == 2 else mask.flatten(0, 1), q.flatten(0, 1),
+                                   k.flatten(0, 1).transpose(-1, -2), alpha=1 / math.sqrt(dh))
             scores = self._hook(a.hook_attn_scores, scores.view(mb, h, seq, seq))
             z = self._hook(a.hook_pattern, scores.softmax(-1)) @ v
+        elif self.cfg.positional == "relative":
+            z = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         else:
             z = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         z = self._hook(a.hook_z, z.transpose(1, 2))  # [batch, pos, head_index, d_head]
         return self._mm(z.reshape(mb, seq, h * dh), a.W_O.flatten(-3, -2), a.b_O)
+
+    def _relative_scores(self, q: Float[Tensor, "batch head_index pos d_head"],
+                         W_rel: Float[Tensor, "*n_models head_index n_ctx d_head"]) -> Float[Tensor, "batch head_index query_pos key_pos"]:
+        """q_i · r_{i-j} for every query i and key j ≤ i (0 above the diagonal, which the mask removes)."""
+        mb, h, seq, dh = q.shape
+        m = self.n_models or 1
+        # [n_models, batch, head_index, query_pos, distance]: each query against every distance's vector
+        by_distance = q.view(m, mb // m, h, seq, dh) @ W_rel.view(m, 1, h, -1, dh)[..., :seq, :].transpose(-1, -2)
+        i = torch.arange(seq, device=q.device)
+        distance = (i[:, None] - i[None, :]).clamp_min(0)  # [query_pos, key_pos]
+        return by_distance.gather(-1, distance.expand(m, mb // m, h, seq, seq)).view(mb, h, seq, seq)

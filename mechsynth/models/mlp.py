@@ -28,18 +28,25 @@ class MLPConfig(ModelKind):
     init_seed: int = doc("seed of the initial weights", 0, lo=0, hi=MAX_SEED,
                          why="torch seeds are 64-bit; seeds side by side add their index")
     init_range: Optional[float] = doc("std of the normal weight init; unset = PyTorch's default (uniform ±1/sqrt(fan_in))", None)
+    init_sparsity: Optional[int] = doc("sparse init (\"lottery tickets\", Edelman et al. 2023): each hidden unit starts with "
+                                       "nonzero input weights on a random subset of this many input bits, drawn with "
+                                       "fan_in = this (uniform ±1/sqrt(s)); training may then move every weight. "
+                                       "Unset = dense", None, lo=1, hi=2**24)
 
     def __post_init__(self):
         check_fields(self)  # bounds and finite floats first
         check(self.init_range is None or self.init_range > 0, "init_range", f"must be > 0 or unset, got {self.init_range}")
 
     def describe(self) -> str:
-        return f"MLP, width {self.width}"
+        return f"MLP, width {self.width}" + (f", sparse init ({self.init_sparsity} inputs per unit)" if self.init_sparsity else "")
 
     def validate(self, spec: TaskSpec) -> None:
         if spec.token_values is None:
             raise ConfigError("model.kind", "'mlp' needs a task with numeric inputs (sparse_parity, sparse_boolean); "
                                             "allowed here: 'transformer'")
+        n_inputs = spec.n_ctx - 1
+        check(self.init_sparsity is None or self.init_sparsity <= n_inputs, "model.init_sparsity",
+              f"{self.init_sparsity} nonzero input weights per unit, but the task has {n_inputs} input bits; allowed: 1 to {n_inputs}")
 
     def build(self, spec: TaskSpec, n_models: Optional[int] = None) -> nn.Module:
         return MLPBaseline(self, spec.n_ctx - 1, spec.d_vocab_out, spec.token_values, n_models)
@@ -62,6 +69,12 @@ class MLPConfig(ModelKind):
 
     def weight_field(self, spec: TaskSpec, context_field: str) -> str:
         return "model.width"
+
+
+def sparse_mask(n_inputs: int, width: int, s: int, g: torch.Generator) -> Float[Tensor, "n_inputs width"]:
+    """1 on s distinct random inputs of each hidden unit (column), 0 elsewhere."""
+    chosen = torch.rand(width, n_inputs, generator=g).argsort(-1)[:, :s]  # a uniform s-subset per unit
+    return torch.zeros(width, n_inputs).scatter_(1, chosen, 1.0).T
 
 
 class MLPBaseline(HookedRootModule):
@@ -92,16 +105,22 @@ class MLPBaseline(HookedRootModule):
     @torch.no_grad()
     def reset_parameters(self) -> None:
         """PyTorch's nn.Linear init (uniform ±1/sqrt(fan_in)), or N(0, init_range) if set; side by side,
-        network i gets the weights of a single network with init_seed + i."""
+        network i gets the weights of a single network with init_seed + i. With init_sparsity = s, each
+        unit's input weights are zero outside s random inputs, and drawn with fan_in s (so each unit's
+        pre-activation has the dense init's scale); the draws of a dense init stay as they were."""
+        s = self.cfg.init_sparsity
         for i in range(self.n_models or 1):
             g = torch.Generator().manual_seed(self.cfg.init_seed + i)
-            for p, fan_in in ((self.W_in, self.n_inputs), (self.b_in, self.n_inputs),
+            for p, fan_in in ((self.W_in, s or self.n_inputs), (self.b_in, self.n_inputs),
                               (self.W_out, self.cfg.width), (self.b_out, self.cfg.width)):
+                sparse = s is not None and p is self.W_in
                 p = p if self.n_models is None else p[i]
                 if self.cfg.init_range is not None:
                     p.copy_(torch.randn(p.shape, generator=g) * self.cfg.init_range)
                 else:
                     p.copy_((torch.rand(p.shape, generator=g) * 2 - 1) / math.sqrt(fan_in))
+                if sparse:
+                    p.mul_(sparse_mask(self.n_inputs, self.cfg.width, s, g))
 
     def forward(self, tokens: Int[Tensor, "*#n_models batch pos"]) -> Float[Tensor, "*#n_models batch 1 d_vocab_out"]:
         """tokens [batch, pos] -> [batch, 1, d_vocab_out]; side by side as FusedTransformer.forward.

@@ -1,7 +1,8 @@
 """The transformer kind: a hooked transformer; vocabulary, context and output sizes come from the task.
 
 It trains FusedTransformer (mechsynth/models/fused.py) and is probed as TransformerLens's own model
-with the same weights (tl_compat).
+with the same weights (tl_compat) — except with learned relative positions, which TransformerLens does
+not have: that model is probed as itself (FusedTransformer carries TransformerLens's hook names).
 """
 
 from __future__ import annotations
@@ -29,15 +30,15 @@ class TransformerConfig(ModelKind):
     d_head: Optional[int] = doc("per-head width; unset = d_model // n_heads", None, lo=1, hi=MAX_WIDTH)
     d_mlp: Optional[int] = doc("MLP hidden width; unset = 4 * d_model", None, lo=1, hi=2**20)
     attn_only: bool = doc("no MLP layers (the induction-head papers' models)", False)
-    positional: Literal["standard", "rotary", "shortformer"] = doc("learned absolute, rotary, or shortformer (absolute added to queries and keys only; TransformerLens 3.x)", "standard")
+    positional: Literal["standard", "rotary", "shortformer", "relative"] = doc(
+        "learned absolute, rotary, shortformer (absolute added to queries and keys only; TransformerLens 3.x), or "
+        "learned relative (Edelman et al. 2024: scores q·(k_j + r_{i-j}), one learned r per layer, head and distance)", "standard")
     normalization: Literal["LN", "LNPre", "none"] = doc("LayerNorm with weights, without weights, or none", "LN")
     act_fn: Literal["relu", "gelu", "gelu_new", "silu"] = doc("MLP activation", "relu")
     n_ctx: Optional[int] = doc("context length; unset = the task's longest sequence", None, lo=1, hi=MAX_CTX)
     init_seed: int = doc("seed of the initial weights", 0, lo=0, hi=MAX_SEED,
                          why="torch seeds are 64-bit; seeds side by side add their index")
     init_range: Optional[float] = doc("std of the normal weight init; unset = 0.8/sqrt(d_model) as in TransformerLens", None)
-
-    transformer_lens = True
 
     def __post_init__(self):
         check_fields(self)  # bounds and finite floats first
@@ -46,6 +47,10 @@ class TransformerConfig(ModelKind):
               f"unset needs d_model ({self.d_model}) divisible by n_heads ({self.n_heads}); set d_head")
         if self.positional == "rotary":
             check(self.head_dim % 2 == 0, "d_head", f"rotary needs an even d_head, got {self.head_dim}")
+
+    @property
+    def transformer_lens(self) -> bool:
+        return self.positional != "relative"
 
     @property
     def head_dim(self) -> int:
@@ -66,20 +71,26 @@ class TransformerConfig(ModelKind):
                 f"{self.n_heads} heads, d_model {self.d_model}")
 
     def validate(self, spec: TaskSpec) -> None:
-        check_supported(self.positional)
+        if self.transformer_lens:
+            check_supported(self.positional)
         self.context_length(spec)
 
     def build(self, spec: TaskSpec, n_models: Optional[int] = None) -> nn.Module:
         return FusedTransformer(self, spec.d_vocab, spec.d_vocab_out, self.context_length(spec), n_models)
 
     def input_weights(self) -> Optional[str]:
-        return None if self.positional == "rotary" else "W_pos"  # rotary positions have no weights
+        # rotary and relative positions have no weights facing absolute positions
+        return "W_pos" if self.positional in ("standard", "shortformer") else None
 
     def hooked(self, model: nn.Module, device: str | torch.device) -> nn.Module:
+        if not self.transformer_lens:
+            return super().hooked(model, device)
         sd = {k: v.detach() for k, v in model.state_dict().items()}
         return hooked_transformer(self, model.embed.W_E.shape[0], model.unembed.W_U.shape[1], model.n_ctx, sd, device)
 
     def reload(self, hooked: nn.Module, model: nn.Module) -> nn.Module:
+        if not self.transformer_lens:
+            return super().reload(hooked, model)
         return load_weights(hooked, self, {k: v.detach() for k, v in model.state_dict().items()})
 
     # ---- the memory estimate ---------------------------------------------------------------------
@@ -88,10 +99,11 @@ class TransformerConfig(ModelKind):
         """(parameters in the blocks, in the embeddings, unembedding and final norm) of one model."""
         dm, h, dh, L = self.d_model, self.n_heads, self.head_dim, self.n_layers
         norm = 2 * dm if self.normalization == "LN" else 0  # LNPre and none have no weights
-        attn = 4 * h * dm * dh + 3 * h * dh + dm  # W_Q, W_K, W_V, W_O; b_Q, b_K, b_V; b_O
-        mlp = 0 if self.attn_only else norm + 2 * dm * self.mlp_dim + self.mlp_dim + dm
         n_ctx = self.n_ctx if self.n_ctx is not None else spec.n_ctx
-        pos = 0 if self.positional == "rotary" else n_ctx * dm
+        attn = 4 * h * dm * dh + 3 * h * dh + dm  # W_Q, W_K, W_V, W_O; b_Q, b_K, b_V; b_O
+        attn += h * n_ctx * dh if self.positional == "relative" else 0  # W_rel
+        mlp = 0 if self.attn_only else norm + 2 * dm * self.mlp_dim + self.mlp_dim + dm
+        pos = n_ctx * dm if self.input_weights() else 0  # W_pos
         return L * (norm + attn + mlp), spec.d_vocab * dm + pos + norm + dm * spec.d_vocab_out + spec.d_vocab_out
 
     def param_count(self, spec: TaskSpec) -> int:
@@ -106,7 +118,8 @@ class TransformerConfig(ModelKind):
         layer = norm + 5 * hd + (0 if self.attn_only else norm + 2 * self.mlp_dim)
         ends = dm + norm + 3 * V  # embedding; final norm, logits, log-softmax and its gradient
         pattern = batch * self.n_heads * T * T * FLOAT
-        return batch * T * FLOAT * (L * layer + ends) + pattern, pattern
+        relative = 2 * L * pattern if self.positional == "relative" else 0  # each layer's q·r, before and after the gather
+        return batch * T * FLOAT * (L * layer + ends) + pattern + relative, pattern
 
     def eval_activation_bytes(self, spec: TaskSpec, batch: int) -> tuple[int, int]:
         # A few tensors of the widest layer at a time, the logits and the metrics' copies of them.
@@ -120,7 +133,7 @@ class TransformerConfig(ModelKind):
         blocks, embeddings = self.params(spec)
         if blocks < embeddings:
             n_ctx = self.n_ctx if self.n_ctx is not None else spec.n_ctx
-            if self.positional != "rotary" and 2 * n_ctx * self.d_model > embeddings:
+            if self.input_weights() and 2 * n_ctx * self.d_model > embeddings:
                 return "model.n_ctx" if self.n_ctx is not None else context_field
             return "model.d_model"
         if self.n_layers > 1:

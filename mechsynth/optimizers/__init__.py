@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Sequence
 
 import torch
-from torch import Tensor
 
-from mechsynth.optimizers.base import OPTIMIZERS, Hyper, OptimizerKind
+from mechsynth.optimizers.base import OPTIMIZERS, Hyper, OptimizerKind, Params
 
 # Import every sibling module so each registers itself.
 for _m in pkgutil.iter_modules(__path__):
@@ -30,7 +28,7 @@ def get(name: str) -> type[OptimizerKind]:
     return OPTIMIZERS.get(name)
 
 
-def build(name: str, params: Sequence[Tensor], cfg: Hyper) -> torch.optim.Optimizer:
+def build(name: str, params: Params, cfg: Hyper) -> torch.optim.Optimizer:
     """Optimizer `name` over `params` with `cfg`'s lr, betas, momentum and weight decay."""
     return OPTIMIZERS.get(name).build(list(params), cfg)
 

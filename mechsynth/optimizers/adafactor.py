@@ -8,12 +8,9 @@ not used (the second moment's decay follows the step count).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import torch
-from torch import Tensor
 
-from mechsynth.optimizers.base import OPTIMIZERS, Hyper, OptimizerKind
+from mechsynth.optimizers.base import OPTIMIZERS, Hyper, OptimizerKind, Params
 
 
 if hasattr(torch.optim, "Adafactor"):  # torch >= 2.5
@@ -27,5 +24,5 @@ if hasattr(torch.optim, "Adafactor"):  # torch >= 2.5
             return 1  # row and column means for a matrix, a full second moment for a vector: at most one
 
         @classmethod
-        def build(cls, params: Sequence[Tensor], cfg: Hyper) -> torch.optim.Optimizer:
+        def build(cls, params: Params, cfg: Hyper) -> torch.optim.Optimizer:
             return torch.optim.Adafactor(params, lr=cfg.lr, weight_decay=cfg.weight_decay)

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import torch
-from torch import Tensor
 
-from mechsynth.optimizers.base import OPTIMIZERS, Hyper, OptimizerKind
+from mechsynth.optimizers.base import OPTIMIZERS, Hyper, OptimizerKind, Params
 
 
 @OPTIMIZERS.register("adamw")
@@ -19,5 +16,5 @@ class AdamW(OptimizerKind):
         return 2  # first and second moments
 
     @classmethod
-    def build(cls, params: Sequence[Tensor], cfg: Hyper) -> torch.optim.Optimizer:
+    def build(cls, params: Params, cfg: Hyper) -> torch.optim.Optimizer:
         return torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)

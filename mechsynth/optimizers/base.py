@@ -7,7 +7,7 @@ An optimizer is one file in mechsynth/optimizers/ that registers a subclass of `
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, Union, runtime_checkable
 
 import torch
 from torch import Tensor
@@ -26,6 +26,10 @@ class Hyper(Protocol):
     weight_decay: float
 
 
+# The tensors to optimize, or torch's param groups ({"params": [...], "weight_decay": 0.0}) where some differ.
+Params = Union[Sequence[Tensor], Sequence[dict[str, Any]]]
+
+
 class OptimizerKind:
     name: ClassVar[str]  # set by OPTIMIZERS.register
     # Whether each element's update depends only on that element's own gradient history (and scalars such
@@ -39,7 +43,7 @@ class OptimizerKind:
         raise NotImplementedError
 
     @classmethod
-    def build(cls, params: Sequence[Tensor], cfg: Hyper) -> torch.optim.Optimizer:
+    def build(cls, params: Params, cfg: Hyper) -> torch.optim.Optimizer:
         """The torch optimizer over `params`, at the peak `cfg.lr` (the trainer sets each step's LR in
         its param groups)."""
         raise NotImplementedError

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import torch
-from torch import Tensor
 
-from mechsynth.optimizers.base import OPTIMIZERS, Hyper, OptimizerKind
+from mechsynth.optimizers.base import OPTIMIZERS, Hyper, OptimizerKind, Params
 
 
 @OPTIMIZERS.register("sgd")
@@ -19,5 +16,5 @@ class SGD(OptimizerKind):
         return 1 if cfg.momentum > 0 else 0  # the momentum buffer
 
     @classmethod
-    def build(cls, params: Sequence[Tensor], cfg: Hyper) -> torch.optim.Optimizer:
+    def build(cls, params: Params, cfg: Hyper) -> torch.optim.Optimizer:
         return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)

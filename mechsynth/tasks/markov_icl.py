@@ -20,6 +20,7 @@ from mechsynth.tasks.base import TASKS, Batch, Task, TaskSpec, compose_prefix
 
 
 MAX_ALPHA = 1e6
+BAYES_SAMPLES = 512  # posterior draws per position for Bayes' predictor where it has no closed form: ~0.004 error in a probability
 
 
 @validates_itself
@@ -33,6 +34,9 @@ class MarkovICLConfig:
                        "Gamma sampler never accepts a draw; at 10**6 the rows are already uniform)", 1.0)
     prior: Literal["dirichlet", "doubly_stochastic", "unigram"] = doc(
         "rows iid Dirichlet; doubly stochastic (uniform stationary distribution); or one row shared by all contexts", "dirichlet")
+    start: Literal["stationary", "uniform"] = doc(
+        "how the first order-1 tokens are drawn: from the chain's stationary distribution (Edelman et al.'s "
+        "generator; they then say something about the chain), or uniformly (they say nothing)", "stationary")
 
     def __post_init__(self):
         check_fields(self)  # bounds and finite floats first: k**(order-1) with order = 10**20 would never end
@@ -50,7 +54,7 @@ class MarkovICLConfig:
         """(bytes of `sample(n_seqs, split=split)`'s batch, peak bytes while making it), per sequence:
         the transition rows and their Gamma draws (C x k), the lifted chain and its stationary solve
         (C x C, float64), the walk's draws and maps (steps x C, int64; the comparison steps x C x k), and for
-        an evaluation split the reference predictors' transition counts (T x C x k)."""
+        an evaluation split the reference predictors' transition counts (T x C x k) and Bayes' draws."""
         C, k, T = self.k ** (self.order - 1), self.k, self.length
         steps = T + 2 - self.order
         kept = T * 17 + (C * k + C) * 4 + (0 if split == "train" else 4 * T * k * 4)
@@ -58,16 +62,23 @@ class MarkovICLConfig:
         chain = 12 * k**3 + 8 * k * k if self.prior == "doubly_stochastic" else 28 * C * C
         walk = steps * C * (4 + k + 6 * 8)
         predictors = 0 if split == "train" else 20 * T * C * k
-        return n_seqs * kept, n_seqs * (kept + rows + chain + walk + predictors)
+        # Bayes' predictor by importance sampling: a chunk of positions at a time, its draws' Gamma variables,
+        # rows, lifted chains and their float64 stationary solves (~36 bytes per draw and context pair)
+        importance = 0
+        if split != "train" and self.prior == "dirichlet" and self.start == "stationary":
+            importance = 36 * max(2**22, n_seqs * BAYES_SAMPLES * C * C)
+        return n_seqs * kept, n_seqs * (kept + rows + chain + walk + predictors) + importance
 
 
-def sample_gamma(alpha: float, shape: tuple[int, ...], generator: torch.Generator, device) -> Tensor:
+def sample_gamma(alpha: float | Tensor, shape: tuple[int, ...], generator: torch.Generator, device) -> Tensor:
     """Gamma(alpha, 1) by Marsaglia–Tsang, drawing only from `generator` (torch's own gamma sampler
-    takes no generator, so it could not be reproduced from the data seed)."""
-    if alpha == 1.0:  # Gamma(1) is exponential: no rejection loop, no device sync
+    takes no generator, so it could not be reproduced from the data seed). `alpha`: one shape for all,
+    or a tensor of `shape`, one per draw."""
+    if not isinstance(alpha, Tensor) and alpha == 1.0:  # Gamma(1) is exponential: no rejection loop, no device sync
         return -torch.log1p(-torch.rand(shape, generator=generator, device=device))
+    alpha = torch.as_tensor(alpha, dtype=torch.float, device=device).expand(shape)
     boost = alpha < 1  # Gamma(a) = Gamma(a + 1) * U**(1/a)
-    a = alpha + 1 if boost else alpha
+    a = torch.where(boost, alpha + 1, alpha)
     d = a - 1 / 3
     c = 1 / (9 * d) ** 0.5
     out = torch.empty(shape, device=device)
@@ -80,12 +91,12 @@ def sample_gamma(alpha: float, shape: tuple[int, ...], generator: torch.Generato
         take = ok & todo
         out[take] = (d * v)[take]
         todo &= ~ok
-    if boost:
-        out = out * torch.rand(shape, generator=generator, device=device) ** (1 / alpha)
+    if bool(boost.any()):
+        out = torch.where(boost, out * torch.rand(shape, generator=generator, device=device) ** (1 / alpha), out)
     return out
 
 
-def dirichlet(alpha: float, shape: tuple[int, ...], generator: torch.Generator, device) -> Tensor:
+def dirichlet(alpha: float | Tensor, shape: tuple[int, ...], generator: torch.Generator, device) -> Tensor:
     g = sample_gamma(alpha, shape, generator, device).clamp_min(1e-30)
     return g / g.sum(-1, keepdim=True)
 
@@ -172,9 +183,10 @@ class MarkovICL(Task):
             pi = torch.full((batch_size, C), 1 / C, device=device)
         else:
             pi = stationary(self.lifted(P))
-        # The first order-1 tokens are a context drawn from the stationary distribution.
+        # The first order-1 tokens are a context drawn from the stationary distribution (or uniformly).
         u0 = torch.rand(batch_size, 1, generator=generator, device=device)
-        ctx = (pi.cumsum(-1) < u0).sum(-1).clamp_max(C - 1)
+        start = pi if cfg.start == "stationary" else torch.full_like(pi, 1 / C)
+        ctx = (start.cumsum(-1) < u0).sum(-1).clamp_max(C - 1)
         first = torch.stack([(ctx // k**i) % k for i in range(cfg.order - 2, -1, -1)], 1)
         # Draw every sequence's successor of every context at every step up front (vectorised
         # inverse-CDF). Step t is then a map on contexts, and the walk is their running composition.
@@ -215,11 +227,62 @@ class MarkovICL(Task):
         total = seen.sum(-1, keepdim=True)
         full = (torch.arange(T, device=tokens.device) >= o - 1)[None, :, None]
         out["ngram"] = torch.where(full, (seen + 1) / (total + k), out["unigram"])
-        if cfg.prior == "dirichlet":
-            unigram_bayes = (counts + cfg.alpha) / (n_seen + k * cfg.alpha)
-            out["bayes"] = torch.where(full, (seen + cfg.alpha) / (total + k * cfg.alpha), unigram_bayes)
-        elif cfg.prior == "unigram":  # every token is an iid draw from the shared row
-            out["bayes"] = (counts + cfg.alpha) / (n_seen + k * cfg.alpha)
+        if cfg.prior == "unigram":  # every token is an iid draw from the shared row (also the first ones,
+            # whose stationary distribution is that row's product); uniformly drawn first tokens say nothing
+            if cfg.start == "uniform":
+                early = (torch.arange(T, device=tokens.device) < o)[None, :, None]
+                counts = counts - (onehot * early).cumsum(1)
+                n_seen = n_seen - early.cumsum(1)
+            out["bayes"] = torch.where(n_seen > 0, (counts + cfg.alpha) / (n_seen + k * cfg.alpha), 1 / k)
+        elif cfg.prior == "dirichlet" and cfg.start == "uniform":  # conjugate: the counts are all the evidence
+            out["bayes"] = torch.where(full, (seen + cfg.alpha) / (total + k * cfg.alpha), 1 / k)
+        elif cfg.prior == "dirichlet":
+            out["bayes"] = self.importance_bayes(tokens, ctx)
+        return out
+
+    @torch.no_grad()
+    def importance_bayes(self, tokens: Int[Tensor, "batch pos"], ctx: Int[Tensor, "batch pos"],
+                         samples: int = BAYES_SAMPLES) -> Float[Tensor, "batch pos d_vocab_out"]:
+        """The posterior predictive when the first context was drawn from the chain's stationary distribution
+        π, which makes it evidence too: p(P | x) ∝ π_P(first context) · Dirichlet posterior(P | counts). Drawn
+        by importance sampling: `samples` chains from the Dirichlet posterior of the counts so far, weighted
+        by π_P(first context). Before the first full context (order > 2), the next token is still part of
+        the first context: its predictive is the ratio of π's marginals over prefixes, under the prior.
+
+        The posterior draws of all positions come from one path per sample: Gamma(a + 1) = Gamma(a) +
+        Exp(1), so adding an exponential to the observed transition's Gamma variable turns a draw from
+        position t's posterior into one from t + 1's (each position's draws are exact; neighbours are
+        correlated, which costs no bias). The draws come from a fixed seed: the same tokens give the same
+        predictor."""
+        cfg, C, k, o = self.cfg, self.n_contexts, self.cfg.k, self.cfg.order - 1
+        B, T = tokens.shape
+        dev = tokens.device
+        g = torch.Generator(device=dev).manual_seed(0)
+        first = sum(tokens[:, j] * k ** (o - 1 - j) for j in range(o))  # [batch]: the first context
+        cell = torch.zeros(B, T, dtype=torch.long, device=dev)  # the transition completed at t, as context * k + token
+        cell[:, o:] = ctx[:, o - 1:-1] * k + tokens[:, o:]
+        gamma = sample_gamma(cfg.alpha, (B, 1, samples, C * k), g, dev)  # the prior's draws, as Gamma variables
+        out = torch.empty(B, T, k, device=dev)
+        chunk = max(1, 2**22 // (B * samples * C * C))  # positions at a time: ~16 MB per tensor
+        for t0 in range(0, T, chunk):
+            ts = torch.arange(t0, min(T, t0 + chunk), device=dev)
+            steps = torch.zeros(B, len(ts), samples, C * k, device=dev)
+            grow = sample_gamma(1.0, (B, len(ts), samples, 1), g, dev) * (ts >= o)[None, :, None, None]
+            steps.scatter_(3, cell[:, ts, None, None].expand(B, len(ts), samples, 1), grow)
+            G = gamma + steps.cumsum(1)  # [batch, t, sample, context * d_vocab_out]
+            gamma = G[:, -1:]
+            P = G.view(B, len(ts), samples, C, k)
+            P = P / P.sum(-1, keepdim=True)
+            pi = stationary(self.lifted(P.flatten(0, 2))).view(B, len(ts), samples, C)
+            weight = pi.gather(-1, first[:, None, None, None].expand(B, len(ts), samples, 1))  # [batch, t, sample, 1]
+            rows = P.gather(3, ctx[:, ts, None, None, None].expand(B, len(ts), samples, 1, k))[:, :, :, 0]
+            out[:, ts] = (weight * rows).sum(2) / weight.sum(2)
+            for i, t in enumerate(ts.tolist()):
+                if t < o - 1:  # the next token is digit t + 1 of the first context
+                    marginal = pi[:, i].reshape(B, samples, k ** (t + 2), -1).sum(-1)  # of tokens 0..t+1
+                    prefix = first // k ** (o - 1 - t)
+                    num = marginal.gather(-1, (prefix[:, None, None] * k + torch.arange(k, device=dev)).expand(B, samples, k))
+                    out[:, t] = num.sum(1) / num.sum((1, 2))[:, None]
         return out
 
     def metrics(self, logits, batch) -> dict[str, float]:

@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Optional
 
 import torch
-from jaxtyping import Int
+from jaxtyping import Float, Int
 from torch import Tensor
 
 from mechsynth.config import MAX_CTX, MAX_SEED, check, check_fields, doc, validates_itself
-from mechsynth.tasks.base import TASKS, Batch, Task, TaskSpec, readout_batch, readout_labels, task_generator
+from mechsynth.tasks.base import TASKS, Batch, Task, TaskSpec, align, readout_batch, readout_labels, task_generator
 from mechsynth.tasks.sparse_parity import MAX_TRAIN_BITS
 
 
@@ -109,6 +109,21 @@ class SparseBoolean(Task):
         weights = 2 ** torch.arange(self.cfg.s - 1, -1, -1, device=bits.device)
         return self.table.to(bits.device)[(bits[:, self.support.to(bits.device)] * weights).sum(-1)]
 
+    def metrics(self, logits: Float[Tensor, "batch out_pos d_vocab_out"], batch: Batch) -> dict[str, float]:
+        """Adds balanced_acc, the mean of the accuracies on label-0 and label-1 examples (over the labels the
+        batch has): with fair bits an AND is 1 once in 2**s, so always answering 0 scores acc 1 - 2**-s
+        but balanced_acc 0.5."""
+        out = super().metrics(logits, batch)
+        out["balanced_acc"] = balanced_accuracy(logits, batch)
+        return out
+
+    def training_set(self) -> Optional[Batch]:
+        """The whole fixed training set (`n_train` sequences, in the order drawn) as one batch, to check
+        that a model fits it; None when training samples are fresh."""
+        if self._train_set is None:
+            return None
+        return readout_batch(self._train_set, self.label(self._train_set), selection_truth(self._train_set, self.support))
+
     def sample(self, batch_size, generator, device="cpu", split="train") -> Batch:
         self.check_split(split)
         if split == "train" and self._train_set is not None:
@@ -117,3 +132,10 @@ class SparseBoolean(Task):
         else:
             bits = (torch.rand(batch_size, self.cfg.length, generator=generator, device=device) < self.p_one).long()
         return readout_batch(bits, self.label(bits), selection_truth(bits, self.support.to(device)))
+
+
+def balanced_accuracy(logits: Float[Tensor, "batch out_pos d_vocab_out"], batch: Batch) -> float:
+    """Mean over the target classes present at scored positions of the accuracy on that class's examples."""
+    logits, targets, mask = align(logits, batch)
+    right, targets = (logits.argmax(-1) == targets)[mask], targets[mask]
+    return torch.stack([right[targets == c].float().mean() for c in targets.unique()]).mean().item()
