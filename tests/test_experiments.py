@@ -49,11 +49,14 @@ def run_smoke(name: str, tmp_path: Path) -> dict:
 def test_statistical_induction_smoke(tmp_path):
     out = run_smoke("statistical_induction", tmp_path)
     conds = out["results"]["conditions"]
-    assert set(conds) == {"k3", "k2", "ds", "trigram"}
+    assert set(conds) == {"k3", "k2", "ds", "trigram", "paper_k2", "paper_ds"}
     for cond, c in conds.items():
         assert c["seeds"], cond
         for r in c["seeds"]:
             steps = r["steps"]
+            # Bayes' predictor where the prior has one, beside (not among) the strategies
+            assert (r["kl_bayes"] is None) == ("ds" in cond) and set(r["transitions"]) == {"nearest", "kl<=0.1", "kl<=0.05", "drop90"}
+            assert r["transitions"]["nearest"] == r["transition_step"]
             assert steps[0] == 0 and steps == sorted(steps) and len(steps) >= 5
             want = {"uniform", "unigram", "bigram"} | ({"trigram"} if cond == "trigram" else set())
             assert set(r["kl"]) == want
@@ -71,7 +74,8 @@ def test_statistical_induction_smoke(tmp_path):
             assert all(0 <= x <= 1 for series in r["series"]["induction"].values() for x in series)
     tri = conds["trigram"]["seeds"][0]["heads"]
     assert tri["back1"]["head"] != tri["back2"]["head"]
-    assert set(out["results"]["claims"]) >= {"phases_k3", "doubly_stochastic", "trigram"}
+    assert set(out["results"]["claims"]) >= {"phases_k3", "phases_paper_k2", "doubly_stochastic", "trigram"}
+    assert set(out["results"]["claims"]["doubly_stochastic"]) == {"ours", "paper"}
     # The runs are a sweep: each condition's seeds side by side in runs/condition=<c>/, one run per seed.
     runs = tmp_path / "runs"
     assert load_plan(runs).name == "statistical_induction" and out["config"]["seeds"] == [0, 1]
