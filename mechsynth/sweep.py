@@ -34,7 +34,7 @@ __all__ = ["Axis", "Job", "Outcome", "Plan", "check_dir", "describe_plan", "load
 
 def _fixed(config: dict[str, Any]) -> dict[str, Any]:
     """The keys of a run config that a restart must not change (all but `rundir.RESUMABLE`)."""
-    return {k: v for k, v in rundir.flatten(config).items() if not rundir.may_change_on_resume(k)}
+    return {k: v for k, v in rundir.flatten(rundir.complete(config)).items() if not rundir.may_change_on_resume(k)}
 
 
 def _comparable(plan_json: dict[str, Any]) -> dict[str, Any]:

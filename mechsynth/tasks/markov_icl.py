@@ -62,11 +62,13 @@ class MarkovICLConfig:
         chain = 12 * k**3 + 8 * k * k if self.prior == "doubly_stochastic" else 28 * C * C
         walk = steps * C * (4 + k + 6 * 8)
         predictors = 0 if split == "train" else 20 * T * C * k
-        # Bayes' predictor by importance sampling: a chunk of positions at a time, its draws' Gamma variables,
-        # rows, lifted chains and their float64 stationary solves (~36 bytes per draw and context pair)
+        # Bayes' predictor by importance sampling: a chunk of positions at a time (as importance_bayes picks
+        # it), its draws' Gamma variables, rows, lifted chains and their float64 stationary solves (~36 bytes
+        # per position, draw and context pair)
         importance = 0
         if split != "train" and self.prior == "dirichlet" and self.start == "stationary":
-            importance = 36 * max(2**22, n_seqs * BAYES_SAMPLES * C * C)
+            per_position = n_seqs * BAYES_SAMPLES * C * C
+            importance = 36 * per_position * min(T, max(1, 2**22 // per_position))
         return n_seqs * kept, n_seqs * (kept + rows + chain + walk + predictors) + importance
 
 
