@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mechsynth import budget, models, tasks
-from mechsynth.config import check, from_dict, key_name, show, to_dict
+from mechsynth.config import ConfigError, check, from_dict, key_name, show, to_dict
 from mechsynth.models import ModelKind
 from mechsynth.tasks.base import Task
 from mechsynth.train import TrainConfig, resolve_device
@@ -54,3 +54,16 @@ def parse_config(data: dict[str, Any], *, resources: bool = True) -> RunConfig:
     if resources:
         budget.check(cfg.model, cfg.train, task, resolve_device(cfg.train.device))
     return cfg
+
+
+def complete(config: dict[str, Any]) -> dict[str, Any]:
+    """A stored run config with every field the current version has, at its default where the config
+    predates the field (the run trained as that default says: e.g. `train.decay`); as stored where it is
+    not a valid config (whoever reads it says what is wrong)."""
+    data = {k: v for k, v in config.items() if k != "versions"}
+    try:
+        if isinstance(data.get("model"), dict):
+            data["model"] = models.stored_table(data["model"])
+        return parse_config(data, resources=False).to_dict()
+    except (ConfigError, TypeError, ValueError):
+        return data

@@ -144,26 +144,9 @@ def flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def changed_keys(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """Dotted config keys whose values differ ("versions" is provenance, not config). A key `old` lacks
-    and `new` has at its default is no change: the field came after the run, which trained as its
-    default says (e.g. `train.decay`)."""
-    a, b = flatten(complete(old)), flatten(complete(new))
+    """Dotted config keys whose values differ ("versions" is provenance, not config)."""
+    a, b = flatten({k: v for k, v in old.items() if k != "versions"}), flatten({k: v for k, v in new.items() if k != "versions"})
     return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
-
-
-def complete(config: dict[str, Any]) -> dict[str, Any]:
-    """A stored run config with every field the current version has (at its default where the config
-    predates it); as stored where it is not a valid config (whoever reads it says what is wrong)."""
-    from mechsynth import models  # (imports the model kinds, which import this module's users)
-    from mechsynth.runconfig import parse_config
-
-    data = {k: v for k, v in config.items() if k != "versions"}
-    try:
-        if isinstance(data.get("model"), dict):
-            data["model"] = models.stored_table(data["model"])
-        return parse_config(data, resources=False).to_dict()
-    except (ConfigError, TypeError, ValueError):
-        return data
 
 
 def may_change_on_resume(key: str) -> bool:

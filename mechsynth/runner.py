@@ -16,7 +16,7 @@ from typing import Any, Optional
 from mechsynth import io, models, rundir
 from mechsynth.errors import ConfigError, CorruptFileError, DivergedError
 from mechsynth.run import load_weights, parse_stored
-from mechsynth.runconfig import RunConfig
+from mechsynth.runconfig import RunConfig, complete
 from mechsynth.seeds import SeedsTrainer, seed_config, stack_weights
 from mechsynth.train import Trainer, checkpoint_steps, resolve_device
 from mechsynth.wandb_log import WandbLogger, resolve_mode
@@ -159,7 +159,7 @@ def _rewrite_configs(run_dir: Path, cfg: RunConfig, dirs: list[Path], cfgs: list
     for d, c in _config_files(run_dir, cfg, dirs, cfgs):
         path = d / rundir.CONFIG
         old = io.read_json(path) if path.exists() else {}
-        if not isinstance(old, dict) or rundir.changed_keys(old, c.to_dict()):
+        if not isinstance(old, dict) or rundir.changed_keys(complete(old), c.to_dict()):
             version = old.get("versions", {}) if isinstance(old, dict) else {}
             io.write_json(path, {**c.to_dict(), "versions": version or rundir.versions()})
     for d in dirs:

@@ -24,6 +24,7 @@ from mechsynth.config import ConfigError
 from mechsynth.sweep_job import Backend, BackendName, Resources, State, run_state
 from mechsynth.sweep_plan import Axis, Job, Plan, load_sweep, plan_of_runs
 from mechsynth.sweep_units import Unit, plan_units
+from mechsynth.runconfig import complete
 
 __all__ = ["Axis", "Job", "Outcome", "Plan", "check_dir", "describe_plan", "load_plan", "load_sweep", "plan_of_runs",
            "prepare", "run_sweep", "state"]
@@ -34,7 +35,7 @@ __all__ = ["Axis", "Job", "Outcome", "Plan", "check_dir", "describe_plan", "load
 
 def _fixed(config: dict[str, Any]) -> dict[str, Any]:
     """The keys of a run config that a restart must not change (all but `rundir.RESUMABLE`)."""
-    return {k: v for k, v in rundir.flatten(rundir.complete(config)).items() if not rundir.may_change_on_resume(k)}
+    return {k: v for k, v in rundir.flatten(complete(config)).items() if not rundir.may_change_on_resume(k)}
 
 
 def _comparable(plan_json: dict[str, Any]) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from typing import Any, Optional
 from mechsynth import rundir
 from mechsynth.errors import UserError
 from mechsynth.sweep_plan import SEED_KEYS, Job, Plan
+from mechsynth.runconfig import complete
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,7 @@ def why_not_on_disk(point_dir: Path, config: dict[str, Any]) -> Optional[str]:
             return f"its batch config cannot be read ({e})"
         if rundir.n_seeds(stored) != n:
             return f"it holds a batch of {rundir.n_seeds(stored)} seeds"
-        fixed = [k for k in rundir.changed_keys(stored, config) if not rundir.may_change_on_resume(k)]
+        fixed = [k for k in rundir.changed_keys(complete(stored), complete(config)) if not rundir.may_change_on_resume(k)]
         if fixed:
             return f"its batch has another {fixed[0]}"
         from mechsynth.runner import resume_step

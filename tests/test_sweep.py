@@ -521,9 +521,10 @@ def test_a_run_stored_before_a_field_existed_is_the_same_run():
     """A config.json written before `train.decay` and `task.start` existed trained as their defaults say:
     continuing it, or reusing it in a sweep, sees no change; another value is a change."""
     from mechsynth import rundir, sweep
+    from mechsynth.runconfig import complete
 
     current = parse_config({"task": {"name": "markov_icl", "k": 3, "length": 8}, "model": {"n_layers": 1}}).to_dict()
     stored = {**current, "task": {k: v for k, v in current["task"].items() if k != "start"},
               "train": {k: v for k, v in current["train"].items() if k != "decay"}}
-    assert rundir.changed_keys(stored, current) == [] and sweep._fixed(stored) == sweep._fixed(current)
-    assert rundir.changed_keys(stored, {**current, "train": {**current["train"], "decay": "matrices"}}) == ["train.decay"]
+    assert rundir.changed_keys(complete(stored), current) == [] and sweep._fixed(stored) == sweep._fixed(current)
+    assert rundir.changed_keys(complete(stored), {**current, "train": {**current["train"], "decay": "matrices"}}) == ["train.decay"]

@@ -75,7 +75,9 @@ def test_demo_model_forms_previous_token_then_induction_around_the_loss_drop(dem
     assert ind and all(h.startswith("L1") for h in ind), tl.formation
     drop = tl.loss_drop_step
     assert drop is not None and drop / 4 <= min(ind.values()) <= drop * 4
-    assert [name for name, _ in stages(tl)] == ["uniform", "unigram", "ngram"]
+    # then the in-context bigram counts or Bayes' predictor, which lie close together (Bayes weighs the first token too)
+    names = [name for name, _ in stages(tl)]
+    assert names[:2] == ["uniform", "unigram"] and names[2:] and set(names[2:]) <= {"ngram", "bayes"}
     lines = summary(tl, run.task)
     assert lines[0] == f"loss falls fastest at step {drop}"
     assert lines[-1] == "icl_strategy     stages: " + " -> ".join(f"{n} (step {s})" for n, s in stages(tl))
