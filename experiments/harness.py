@@ -220,8 +220,8 @@ def provenance(runs: Sequence[Run]) -> dict[str, Any]:
     and library versions they were trained with, when, and their training time (seeds side by side
     share their batch's time, counted once)."""
     stored = [rundir.read_config(run.path).get("versions", {}) for run in runs]
-    started = [run.meta(run.steps[0])["time"] for run in runs]
-    ended = [run.meta(run.steps[-1])["time"] for run in runs]
+    metas = [[run.meta(step) for step in run.steps] for run in runs]
+    times = [m["time"] for ms in metas for m in ms]
 
     def seeds_of(run: Run) -> int:
         batch = run.path.parent / rundir.CONFIG
@@ -231,13 +231,26 @@ def provenance(runs: Sequence[Run]) -> dict[str, Any]:
         values = [v.get(key, "not recorded") for v in stored]
         return {v: values.count(v) for v in sorted(set(values))}
 
-    def stamp(times: list[float], pick: Any) -> Optional[str]:
+    def stamp(pick: Any) -> Optional[str]:
         return time.strftime("%Y-%m-%d %H:%M", time.localtime(pick(times))) if times else None
 
+    train_s = sum(train_seconds(run) / seeds_of(run) for run in runs)
     return {"count": len(runs), "commits": count("commit"), "torch": count("torch"),
-            "transformer_lens": count("transformer_lens"),
-            "trained_from": stamp(started, min), "trained_until": stamp(ended, max),
-            "train_time_s": round(sum((e - s) / seeds_of(run) for run, s, e in zip(runs, started, ended)), 1)}
+            "transformer_lens": count("transformer_lens"), "trained_from": stamp(min), "trained_until": stamp(max),
+            "train_time_s": round(train_s, 1),
+            # runs made before checkpoints recorded their training time: estimated from checkpoint times
+            "train_time_estimated": sum("train_s" not in ms[-1] for ms in metas)}
+
+
+def _train_s_from_times(metas: list[dict[str, Any]]) -> float:
+    """Training time of a run made before checkpoints recorded it, from their wall-clock times: a gap
+    between checkpoints far slower per step than the run's median is the run waiting to be continued,
+    and counts at the median pace instead."""
+    gaps = [(b["time"] - a["time"], b["step"] - a["step"]) for a, b in zip(metas, metas[1:])]
+    if not gaps:
+        return 0.0
+    pace = sorted(dt / steps for dt, steps in gaps)[len(gaps) // 2]
+    return sum(dt if dt <= 20 * pace * steps else pace * steps for dt, steps in gaps)
 
 
 def device_name(device: str) -> str:
@@ -351,8 +364,9 @@ def rise_step(steps: Sequence[int], scores: Sequence[float], fraction: float = 0
 
 
 def train_seconds(run: Run) -> float:
-    """Training time of a run, first to last checkpoint, whenever it was trained (also when reused)."""
-    return run.meta(run.steps[-1])["time"] - run.meta(run.steps[0])["time"]
+    """Training time of a run, over every resume, whenever it was trained (also when reused)."""
+    last = run.meta(run.steps[-1])
+    return last["train_s"] if "train_s" in last else _train_s_from_times([run.meta(step) for step in run.steps])
 
 
 def save_figure(fig, path: Path, tight: bool = True) -> Path:

@@ -96,6 +96,19 @@ def sample_bytes(task: Task, n_seqs: int, split: str) -> tuple[int, int]:
     return batch, 2 * batch
 
 
+def split_size(task: Task, split: str, sampled: int) -> int:
+    """Sequences of `split`'s held-out batch: all of it where the task lists its inputs, else `sampled`."""
+    listed = task.enumerate(split)
+    return sampled if listed is None else len(listed.tokens)
+
+
+def fixed_set_size(train: TrainConfig, task: Task) -> int | None:
+    """Examples in the fixed training set (None: online data)."""
+    if train.data != "fixed":
+        return None
+    return train.n_train if train.n_train is not None else split_size(task, "train", 0)
+
+
 def context_field(task: Task) -> str:
     """The task's field that sets the sequence length (e.g. task.length), for the error."""
     return getattr(task.cfg, "context_field", "task")
@@ -116,15 +129,17 @@ def estimate(model: ModelKind, train: TrainConfig, task: Task) -> Estimate:
     # Side by side with per-seed passes, gradients are stacked from the seeds' views: one more copy.
     weights = S * params * FLOAT * (1 + optimizer_slots(train) + (1 if S > 1 else 0))
     weight_field = model.weight_field(task.spec, context_field(task))
-    chunk = train.data_chunk * train.batch_size
+    fixed = fixed_set_size(train, task)
+    chunk = train.data_chunk * train.batch_size if fixed is None else fixed  # a fixed set's chunk is an epoch
     chunk_kept, chunk_peak = sample_bytes(task, chunk, "train")
-    eval_splits = [s for s in task.splits if s != "train"]
-    eval_sizes = [sample_bytes(task, train.eval_batch_size, s) for s in eval_splits]
+    # Held-out splits a task lists are evaluated whole, a fixed training set too (as train_set).
+    eval_counts = [split_size(task, s, train.eval_batch_size) for s in task.splits if s != "train"] + [fixed or 0]
+    eval_sizes = [sample_bytes(task, n, "eval") for n in eval_counts if n]
     eval_kept = sum(k for k, _ in eval_sizes)
     eval_peak = max((p - k for k, p in eval_sizes), default=0)
 
-    acts, pattern = activation_bytes(model, task, train.batch_size)
-    evals, eval_pattern = eval_activation_bytes(model, task, train.eval_batch_size)
+    acts, pattern = activation_bytes(model, task, min(train.batch_size, chunk))
+    evals, eval_pattern = eval_activation_bytes(model, task, max(eval_counts))
     # Attention patterns grow with the square of the context: when they dominate, the context is to blame.
     act_field = context_field(task) if 2 * pattern > acts else "train.batch_size"
     eval_field = context_field(task) if 2 * eval_pattern > evals else "train.eval_batch_size"
@@ -132,7 +147,8 @@ def estimate(model: ModelKind, train: TrainConfig, task: Task) -> Estimate:
         Part("weights", weights, weight_field, f"weights, gradients and optimizer state of {params:,} parameters"),
         Part("data", S * chunk_kept, "train.data_chunk", f"the training data chunk ({chunk:,} sequences)"),
         Part("eval data", S * eval_kept, "train.eval_batch_size", "the held-out batches"),
-        Part("fixed data", getattr(task.cfg, "fixed_bytes", 0), "task.n_train", "the fixed training set"),
+        Part("fixed data", getattr(task.cfg, "fixed_bytes", 0) + (sample_bytes(task, fixed, "train")[0] if fixed else 0),
+             "train.n_train" if fixed else "task.n_train", "the fixed training set"),
     )
     transient = (
         Part("activations", S * acts, act_field, "training activations (batch_size x sequence x widths x layers, "

@@ -63,12 +63,13 @@ def curves(records: Sequence[dict[str, Any]], loss_drop_step: Optional[int] = No
     """Loss and accuracy against training step, with the loss drop and the first formation of each probe."""
     fig, axes = new_figure(2, sharex=True)
     ax_loss, ax_acc = axes[:, 0]
-    for key, style in (("train/loss", dict(color="tab:blue", alpha=0.6)), ("eval/loss", dict(color="black"))):
+    for key, style in (("train/loss", dict(color="tab:blue", alpha=0.6)), ("train_set/loss", dict(color="tab:green")),
+                       ("eval/loss", dict(color="black"))):
         pts = [(r["step"], r[key]) for r in records if isinstance(r.get(key), (int, float))]
         if pts:
             ax_loss.plot(*zip(*pts), label=key, **style)
     ax_loss.set_ylabel("loss (nats)")
-    for key, colour in (("train/acc", "tab:blue"), ("eval/acc", "black"), ("eval_long/acc", "tab:red"),
+    for key, colour in (("train/acc", "tab:blue"), ("train_set/acc", "tab:green"), ("eval/acc", "black"), ("eval_long/acc", "tab:red"),
                         ("eval/acc_last", "tab:purple")):
         pts = [(r["step"], r[key]) for r in records if isinstance(r.get(key), (int, float))]
         if pts:

@@ -51,9 +51,23 @@ def parse_config(data: dict[str, Any], *, resources: bool = True) -> RunConfig:
                     from_dict(TrainConfig, data.get("train", {}), "train"),
                     from_dict(WandbConfig, data.get("wandb", {}), "wandb"))
     models.validate(cfg.model, task.spec)
+    if cfg.train.data == "fixed":
+        check_fixed_set(cfg.train, task)
     if resources:
         budget.check(cfg.model, cfg.train, task, resolve_device(cfg.train.device))
     return cfg
+
+
+def check_fixed_set(train: TrainConfig, task: Task) -> None:
+    """A fixed training set needs its size from the config or from the task's list of its training inputs."""
+    listed = task.enumerate("train")
+    if listed is None:
+        check(train.n_train is not None, "train.n_train", f"missing: task {task.name} samples its inputs rather than "
+              "listing them, so a fixed training set needs its size; allowed: a positive integer")
+    else:
+        check(train.n_train is None or train.n_train <= len(listed.tokens), "train.n_train",
+              f"{train.n_train} is more than the {len(listed.tokens)} examples of task {task.name}'s training split; "
+              f"allowed: 1 to {len(listed.tokens)}, or unset for all of them")
 
 
 def complete(config: dict[str, Any]) -> dict[str, Any]:

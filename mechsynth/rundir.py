@@ -243,10 +243,12 @@ class MetricsWriter:
 
 
 def write_checkpoint(run_dir: Path | str, step: int, weights: dict[str, Any], metrics: dict[str, Any],
-                     state: dict[str, Any]) -> None:
-    """Weights, resumable state and meta.json (with both files' SHA-256) appear together or not at all."""
+                     state: dict[str, Any], train_s: Optional[float] = None) -> None:
+    """Weights, resumable state and meta.json (with both files' SHA-256) appear together or not at all.
+    `train_s`: seconds spent training up to this step, over every resume (not the time between them)."""
     blobs = {WEIGHTS: io.tensors_bytes(weights), STATE: io.state_bytes(state)}
     meta = {"step": step, "metrics": _finite(metrics), "time": time.time(),
+            **({"train_s": round(train_s, 3)} if train_s is not None else {}),
             "sha256": {name: hashlib.sha256(b).hexdigest() for name, b in blobs.items()}}
 
     def fill(tmp: Path) -> None:

@@ -9,6 +9,7 @@ run exactly as it was.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Optional
@@ -81,6 +82,9 @@ def _fit(trainer: Trainer, cfg: RunConfig, run_dir: Path, dirs: list[Path], cfgs
     loggers = [WandbLogger(c.wandb, d, c.to_dict(), run_id=w) for c, d, w in zip(cfgs, dirs, wandb_ids)]
     writers: list[rundir.MetricsWriter] = []
     last = [start]  # the last checkpoint on disk
+    # Training time accumulates over resumes, so a continued run's time excludes the wait between them.
+    before = rundir.read_meta(dirs[0], start).get("train_s", 0.0) if start is not None else 0.0
+    t0 = time.perf_counter()
 
     def on_eval(step: int, metrics: Any) -> None:
         for writer, logger, m in zip(writers, loggers, trainer.seed_records(metrics)):
@@ -90,7 +94,7 @@ def _fit(trainer: Trainer, cfg: RunConfig, run_dir: Path, dirs: list[Path], cfgs
     def on_checkpoint(step: int, metrics: Any) -> None:
         for d, c, logger, w, m, s in zip(dirs, cfgs, loggers, trainer.seed_weights(), trainer.seed_records(metrics),
                                          trainer.seed_states()):
-            rundir.write_checkpoint(d, step, w, m, {**s, "wandb_id": logger.id})
+            rundir.write_checkpoint(d, step, w, m, {**s, "wandb_id": logger.id}, before + time.perf_counter() - t0)
             if c.wandb.log_checkpoints:
                 logger.checkpoint(rundir.ckpt_dir(d, step), step)
         last[0] = step

@@ -229,13 +229,13 @@ class SeedsTrainer(Trainer):
                                      Bool[Tensor, "n_models batch pos"]]:
         """`data_chunk` batches for every seed from its own generator: tokens, targets, mask, each
         [n_models, data_chunk * batch_size, pos]. (Ground truth is left out: the loss needs only targets and mask.)"""
-        n = self.cfg.data_chunk * self.cfg.batch_size
+        n = self.chunk_shape()[1]
         batches = self._each(lambda i: self.data.sample(n, self.generators[i], self.device, "train"))
         return tuple(torch.stack([getattr(b, f) for b in batches]) for f in ("tokens", "targets", "mask"))
 
     def _next_batch(self) -> tuple[Int[Tensor, "n_models batch pos"], Int[Tensor, "n_models batch pos"],
                                    Bool[Tensor, "n_models batch pos"]]:
-        n, b = self.cfg.data_chunk, self.cfg.batch_size
+        (n, _), b = self.chunk_shape(), self.cfg.batch_size
         if self._chunk is None or self._chunk_pos == n:
             if self._chunk is not None:
                 self._chunk_states, self._chunk_pos = [g.get_state() for g in self.generators], 0

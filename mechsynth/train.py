@@ -26,6 +26,7 @@ from torch import Tensor
 from mechsynth import optimizers
 from mechsynth.config import MAX_SEED, MAX_STEPS, check, check_fields, doc, show, validates_itself
 from mechsynth.errors import DivergedError
+from mechsynth.fixed_set import FixedTrainingSet
 from mechsynth.tasks.base import Batch, align
 
 
@@ -38,7 +39,16 @@ DEVICES = "auto, cpu, cuda, cuda:N (N = 0, 1, ...), mps"
 @dataclass(frozen=True)
 class TrainConfig:
     steps: int = doc("optimizer steps", 2000, lo=1, hi=MAX_STEPS, why="about 12 days at 1000 steps/s")
-    batch_size: int = doc("sequences per step, sampled fresh on the training device", 64, lo=1, hi=2**20)
+    batch_size: int = doc("sequences per step, sampled fresh on the training device (from a fixed training set: "
+                          "the set's size or more trains full batch)", 64, lo=1, hi=2**20)
+    data: Literal["online", "fixed"] = doc(
+        "online: fresh samples every step; fixed: a training set drawn once from the task's training split "
+        "(train.n_train examples, train.set_seed), trained on in epochs and evaluated whole as the split train_set", "online")
+    n_train: Optional[int] = doc("with data = fixed, the training set's size; unset = the task's whole training split "
+                                 "(tasks that list their inputs, e.g. modular_arithmetic)", None, lo=1, hi=2**24,
+                                 why="the set is held in memory and evaluated whole")
+    set_seed: int = doc("seed of the fixed training set: the same for every seed side by side, which differ in "
+                        "initialization and data order only", 0, lo=0, hi=MAX_SEED, why="torch seeds are 64-bit")
     lr: float = doc("peak learning rate", 1e-3)
     optimizer: str = doc("optimizer, by its name in mechsynth/optimizers/ (adam, adamw, sgd, adafactor, and any "
                          "plugin's); with seeds > 1 an elementwise one", "adamw")
@@ -75,6 +85,8 @@ class TrainConfig:
 
     def __post_init__(self):
         check_fields(self)  # bounds and finite floats first
+        check(self.n_train is None or self.data == "fixed", "n_train", "is set but train.data is 'online'; allowed: "
+              "train.data = 'fixed' with it, or leave n_train unset")
         check(self.lr > 0, "lr", f"must be a positive number, got {self.lr}")
         check(self.weight_decay >= 0, "weight_decay", f"must be ≥ 0, got {self.weight_decay}")
         check(0 <= self.min_lr_frac <= 1, "min_lr_frac", f"must be in [0, 1], got {self.min_lr_frac}")
@@ -176,11 +188,13 @@ def masked_loss(logits: Float[Tensor, "batch out_pos d_vocab_out"], batch: Batch
 
 
 def held_out_batches(data: DataSource, seed: int, batch_size: int, device: torch.device) -> dict[str, Batch]:
-    """One fixed held-out batch per evaluation split, drawn from its own seed so curves are comparable."""
+    """One fixed held-out batch per evaluation split, drawn from its own seed so curves are comparable;
+    all of the split where the task lists its inputs (exact metrics, not a sample's)."""
     out = {}
     for i, split in enumerate(s for s in data.splits if s != "train"):
+        listed = data.enumerate(split) if hasattr(data, "enumerate") else None
         g = torch.Generator(device=device).manual_seed(seed + 1_000_003 * (i + 1))
-        out[split] = data.sample(batch_size, g, device, split)
+        out[split] = listed.to(device) if listed is not None else data.sample(batch_size, g, device, split)
     return out
 
 
@@ -252,7 +266,8 @@ class Trainer:
     """Owns the model, optimizer and data stream; `state()` / `load_state()` make it resumable bit for bit."""
 
     def __init__(self, model: nn.Module, data: DataSource, cfg: TrainConfig, device: torch.device | str = "cpu"):
-        self.cfg, self.data, self.device = cfg, data, torch.device(device)
+        self.cfg, self.device = cfg, torch.device(device)
+        self.data = FixedTrainingSet(data, cfg.n_train, cfg.set_seed) if cfg.data == "fixed" else data
         self.n_seeds = 1  # models trained (side by side: SeedsTrainer's parameters have a leading n_models axis)
         if self.device.type == "cpu":
             keep_freed_memory()
@@ -290,14 +305,20 @@ class Trainer:
         self.step += 1
         return loss.detach()
 
+    def chunk_shape(self) -> tuple[int, int]:
+        """(batches, sequences) in a chunk of training data: data_chunk batches of fresh samples, or one
+        epoch of a fixed training set (its last batch short where batch_size does not divide the set)."""
+        b, epoch = self.cfg.batch_size, getattr(self.data, "epoch", None)
+        return (self.cfg.data_chunk, self.cfg.data_chunk * b) if epoch is None else (-(-epoch // b), epoch)
+
     def _next_batch(self) -> Batch:
-        n, b = self.cfg.data_chunk, self.cfg.batch_size
+        (n, size), b = self.chunk_shape(), self.cfg.batch_size
         if self._chunk is None or self._chunk_pos == n:
             if self._chunk is not None:
                 self._chunk_state, self._chunk_pos = self.generator.get_state(), 0
-            self._chunk = self.data.sample(n * b, self.generator, self.device, "train")
+            self._chunk = self.data.sample(size, self.generator, self.device, "train")
         i, self._chunk_pos = self._chunk_pos, self._chunk_pos + 1
-        take = lambda v: v[i * b:(i + 1) * b] if isinstance(v, torch.Tensor) and v.ndim and v.shape[0] == n * b else v  # noqa: E731
+        take = lambda v: v[i * b:(i + 1) * b] if isinstance(v, torch.Tensor) and v.ndim and v.shape[0] == size else v  # noqa: E731
         c = self._chunk
         return Batch(take(c.tokens), take(c.targets), take(c.mask), {k: take(v) for k, v in c.truth.items()})
 
@@ -377,4 +398,4 @@ class Trainer:
         self._chunk_state, self._chunk_pos = state["generator"], int(state["chunk_pos"])
         self.generator.set_state(self._chunk_state)
         if self._chunk_pos > 0:  # regenerate the chunk we were in the middle of
-            self._chunk = self.data.sample(self.cfg.data_chunk * self.cfg.batch_size, self.generator, self.device, "train")
+            self._chunk = self.data.sample(self.chunk_shape()[1], self.generator, self.device, "train")

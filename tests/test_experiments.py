@@ -194,6 +194,10 @@ def test_statistics_helpers():
     steps, scores = [0, 10, 20, 30, 40], [0.1, 0.2, 0.6, 0.5, 0.9]
     assert harness.rise_step(steps, scores, 0.5) == 20  # stays above 0.1 + 0.5 * (0.9 - 0.1) = 0.5 from step 20
     assert harness._finite({"a": [math.nan, 1 / 3]}) == {"a": [None, 0.33333]}
+    # A run stored before checkpoints recorded training time, continued a day after its first 20 steps:
+    # the day between counts at the run's own pace (0.1 s/step), not as training.
+    metas = [{"step": s, "time": t} for s, t in [(0, 0.0), (10, 1.0), (20, 2.0), (30, 86400.0), (40, 86401.0)]]
+    assert harness._train_s_from_times(metas) == pytest.approx(4.0)
 
 
 def is_png(path: Path) -> bool:

@@ -33,6 +33,10 @@ CASES = {
     "relative": ({"name": "markov_icl", "k": 2, "length": 16},
                  {"n_layers": 2, "d_model": 16, "attn_only": True, "positional": "relative", "init_range": 0.02, "init_seed": 4},
                  {"steps": 30, "betas": [0.9, 0.95], "weight_decay": 0.1, "decay": "matrices"}),
+    # A fixed training set of 40 examples in epochs of 3 batches (the last short): the seeds share the set.
+    "fixed": ({"name": "sparse_parity", "n": 8, "k": 2},
+              {"n_layers": 1, "d_model": 16, "init_seed": 4},
+              {"steps": 30, "data": "fixed", "n_train": 40, "set_seed": 3, "batch_size": 16}),
     # The MLP baseline with SGD + momentum on sparse parity (scored at the readout only).
     "mlp": ({"name": "sparse_parity", "n": 8, "k": 2},
             {"kind": "mlp", "width": 32, "init_seed": 4},

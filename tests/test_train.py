@@ -6,6 +6,7 @@ import copy
 import json
 import resource
 import sys
+import time
 
 import pytest
 import torch
@@ -79,10 +80,15 @@ def test_resume_is_bit_exact(tmp_path, tiny):
     finally:
         train_mod.Trainer.train_step = original
     assert load_run(tmp_path / "cut").steps[-1] == 23  # the interrupt checkpointed its step
+    time.sleep(1.0)  # the run waits to be continued
     train_run(cfg, tmp_path / "cut", resume=True, progress=False)
 
     a, b = load_run(full), load_run(tmp_path / "cut")
     assert a.steps == sorted(set(b.steps) - {23})
+    # Training time accumulates over the resume and leaves out the wait before it.
+    spent = [b.meta(s)["train_s"] for s in b.steps]
+    assert spent == sorted(spent) and spent[0] > 0
+    assert spent[-1] - b.meta(23)["train_s"] < b.meta(40)["time"] - b.meta(23)["time"] - 0.9
     wa, wb = io.read_tensors(ckpt_dir(full, 40) / "model.safetensors"), io.read_tensors(ckpt_dir(tmp_path / "cut", 40) / "model.safetensors")
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
     # Held-out metrics match record for record (the train-loss running mean restarts at the resume).

@@ -9,7 +9,7 @@ model predicts, all of `pos` or the last few (the MLP baselines answer at the re
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Optional
 
 import torch
 import torch.nn.functional as F
@@ -78,6 +78,12 @@ class Task:
                split: str = "train") -> Batch:
         """A batch drawn with `generator` (which must live on `device`); same generator state -> same batch."""
         raise NotImplementedError
+
+    def enumerate(self, split: str) -> Optional[Batch]:
+        """Every input of `split` (or of all splits, "all") in a fixed order, with its truth, where the task's
+        inputs are few enough to list (modular arithmetic's p² pairs): held-out metrics are then exact, not
+        a sample. None (the default): the task only samples."""
+        return None
 
     def metrics(self, logits: Float[Tensor, "batch out_pos d_vocab_out"], batch: Batch) -> dict[str, float]:
         """Loss and accuracy at scored positions. Tasks add their own (e.g. per-position accuracy)."""

@@ -1,0 +1,90 @@
+"""A fixed training set (train.data = "fixed") for any task: drawn once from the training split, trained on
+in epochs (every example once per epoch, a fresh order each), evaluated whole as `train_set`, resumed
+bit for bit mid-epoch; the config mistakes around it are one line naming the field."""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+import torch
+
+from mechsynth import io, load_run, models, parse_config, tasks, train_run
+from mechsynth.config import ConfigError
+from mechsynth.rundir import ckpt_dir
+from mechsynth.train import Trainer, TrainConfig
+
+
+def rows(tokens: torch.Tensor) -> collections.Counter:
+    return collections.Counter(tuple(r) for r in tokens.tolist())
+
+
+def trainer(n_train: int, batch_size: int, set_seed: int = 0, seed: int = 0) -> Trainer:
+    task = tasks.make("sparse_parity", {"n": 12, "k": 2})
+    cfg = TrainConfig(data="fixed", n_train=n_train, set_seed=set_seed, seed=seed, batch_size=batch_size, device="cpu")
+    return Trainer(models.build(models.TransformerConfig(n_layers=1, d_model=8), task.spec), task, cfg)
+
+
+def test_every_example_once_per_epoch_in_a_fresh_order():
+    t = trainer(n_train=50, batch_size=16)
+    the_set = rows(t.data.set.tokens)
+    assert sum(the_set.values()) == 50
+    epochs = []
+    for _ in range(3):  # 16 + 16 + 16 + 2: the last batch of an epoch is short
+        batches = [t._next_batch() for _ in range(4)]
+        assert [len(b.tokens) for b in batches] == [16, 16, 16, 2]
+        tokens = torch.cat([b.tokens for b in batches])
+        assert rows(tokens) == the_set
+        epochs.append(tokens)
+    assert not torch.equal(epochs[0], epochs[1]) and not torch.equal(epochs[1], epochs[2])
+
+
+def test_full_batch_and_the_set_is_fixed_by_its_own_seed():
+    full = trainer(n_train=50, batch_size=64)
+    assert all(rows(full._next_batch().tokens) == rows(full.data.set.tokens) for _ in range(3))
+    # train.seed changes the order, not the set; set_seed changes the set.
+    assert torch.equal(trainer(50, 16, seed=1).data.set.tokens, full.data.set.tokens)
+    assert not torch.equal(trainer(50, 16, set_seed=1).data.set.tokens, full.data.set.tokens)
+
+
+def test_train_set_metrics_are_the_whole_set_and_resume_mid_epoch_is_bit_exact(tmp_path, tiny):
+    data = tiny({"name": "sparse_parity", "n": 8, "k": 2},
+                train={"steps": 30, "data": "fixed", "n_train": 40, "batch_size": 16, "checkpoints": 6})
+    cfg = parse_config(data)
+    full = load_run(train_run(cfg, tmp_path / "full", progress=False))
+    last = full.metrics[-1]
+    assert {"train_set/loss", "train_set/acc", "eval/loss", "eval/acc"} <= last.keys()
+    # train_set/acc is the accuracy on all 40 examples: a multiple of 1/40
+    assert round(last["train_set/acc"] * 40, 4) == pytest.approx(round(last["train_set/acc"] * 40))
+
+    from mechsynth import train as train_mod
+
+    original = train_mod.Trainer.train_step
+
+    def interrupting(self):  # step 7 is mid-epoch (epochs of 3 batches)
+        if self.step == 7:
+            raise KeyboardInterrupt
+        return original(self)
+
+    train_mod.Trainer.train_step = interrupting
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            train_run(cfg, tmp_path / "cut", progress=False)
+    finally:
+        train_mod.Trainer.train_step = original
+    train_run(cfg, tmp_path / "cut", resume=True, progress=False)
+    a, b = io.read_tensors(ckpt_dir(full.path, 30) / "model.safetensors"), \
+        io.read_tensors(ckpt_dir(tmp_path / "cut", 30) / "model.safetensors")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("train, field, message", [
+    ({"n_train": 10}, "train.n_train", "train.data is 'online'"),
+    ({"data": "fixed"}, "train.n_train", "missing: task sparse_parity samples"),
+    ({"data": "fixed", "n_train": 0}, "train.n_train", ""),
+    ({"data": "fixed!"}, "train.data", ""),
+])
+def test_fixed_set_mistakes_name_the_field(tiny, train, field, message):
+    with pytest.raises(ConfigError, match=field) as e:
+        parse_config(tiny({"name": "sparse_parity", "n": 8, "k": 2}, train=train))
+    assert message in str(e.value)
