@@ -25,6 +25,11 @@ def resid_post(layer: int) -> str:
     return f"blocks.{layer}.hook_resid_post"
 
 
+def mlp_post(layer: int) -> str:
+    """The MLP neurons of block `layer` after the activation function: [batch, pos, d_mlp]."""
+    return f"blocks.{layer}.mlp.hook_post"
+
+
 def attention_patterns(n_layers: int) -> list[str]:
     """Every layer's attention pattern hook."""
     return [attn_pattern(layer) for layer in range(n_layers)]

@@ -95,7 +95,10 @@ def probe_run(run: Run, names: Optional[Sequence[str]] = None, steps: Optional[S
     loss = [run.meta(s)["metrics"].get(f"{run.task.main_eval}/loss") for s in steps]
     tl = Timeline(steps, loss, {n: {} for n in names}, {n: {} for n in names})
     init = run.trainable(run.steps[0], device)  # step 0: what hidden-progress probes compare with
-    size = min(len(steps), chunk_size(init, batch_size, torch.device(device)))
+    # Chunks are sized by the largest input the probes read (modular arithmetic's "all": every pair).
+    largest = max([batch_size] + [len(probes.draw(probes.resolve(i, run.task), init, run.task, batch_size, seed).tokens)
+                                  for name in names for i in probes.PROBES.get(name).reads])
+    size = min(len(steps), chunk_size(init, largest, torch.device(device)))
     stacked = models.build(run.config.model, run.task.spec, n_models=size).to(device)
     params = dict(stacked.named_parameters())
     for start in range(0, len(steps), size):

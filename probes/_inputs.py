@@ -4,7 +4,9 @@ every checkpoint:
 - `random`: uniform random tokens from the model's vocabulary, the model's full context;
 - `data`: a held-out batch of the task (its main evaluation split) — `random` when there is no task;
 - `repeated`: a random sequence repeated twice (induction);
-- `task:<split>`: a batch of another split of the task (e.g. automata's longer `eval_long`).
+- `task:<split>`: a batch of another split of the task (e.g. automata's longer `eval_long`);
+- `all`: every input of the task, in the task's fixed order (`Task.enumerate("all")`: modular arithmetic's
+  p² pairs), for tasks few enough to list; the batch size and seed do not apply.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from mechsynth import hooks
 from mechsynth.probes._base import ProbeError
 from mechsynth.tasks.base import Batch
 
-INPUTS = ("random", "data", "repeated", "task:<split>")
+INPUTS = ("random", "data", "repeated", "task:<split>", "all")
 
 
 def dims(model: Any) -> tuple[int, int, int, int]:
@@ -48,6 +50,8 @@ def draw(input: str, model: Any, task: Any, batch_size: int, seed: int) -> Batch
         tokens = torch.cat([first, first], 1)
     elif input == "data" or input.startswith("task:"):
         return _task_batch(task, batch_size, input, seed, split_of(input, task))
+    elif input == "all":
+        return _all_inputs(task)
     else:
         raise ProbeError(f"unknown probe input {input!r}; allowed: {', '.join(INPUTS)}")
     return Batch(tokens, torch.zeros_like(tokens), torch.zeros_like(tokens, dtype=torch.bool))
@@ -58,6 +62,17 @@ def _task_batch(task: Any, batch_size: int, input: str, seed: int, split: str) -
     """The task's batch for `draw`, made once: probing a run's checkpoints draws it for every chunk of
     them, and an evaluation batch can cost more than the probes (markov_icl's Bayes predictor)."""
     return task.sample(batch_size, _generator(input, seed), "cpu", split)
+
+
+@functools.lru_cache(maxsize=4)
+def _all_inputs(task: Any) -> Batch:
+    """Every input of the task, listed once (as `_task_batch`: probing a run draws it for every chunk)."""
+    if task is None:
+        raise ProbeError("probe input 'all' lists the task's inputs; pass the task")
+    batch = task.enumerate("all")
+    if batch is None:
+        raise ProbeError(f"probe input 'all' lists every input of the task, which task {task.name!r} cannot (it only samples)")
+    return batch
 
 
 def _generator(input: str, seed: int) -> torch.Generator:

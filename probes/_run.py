@@ -36,6 +36,9 @@ def problem(probe: Probe, model: Any, task: Any, init: Any) -> Optional[str]:
                         f"(splits: {', '.join(task.splits)})")
     if probe.needs_init and init is None:
         return f"probe {probe.name!r} compares with the initial weights; pass init= (the step-0 model)"
+    why = probe.model_check(model) if probe.model_check is not None else None  # the probe's own reason first
+    if why is not None:
+        return why
     n_layers = max(1, dims(model)[0])  # at least one layer, so a model without attention misses its hooks
     have = getattr(model, "hook_dict", {})
     for names_of in probe.reads.values():
@@ -46,7 +49,7 @@ def problem(probe: Probe, model: Any, task: Any, init: Any) -> Optional[str]:
     lacking = [w for w in probe.weights if not hasattr(model, w)]
     if lacking:
         return f"probe {probe.name!r} reads weights {', '.join(lacking)}, which {type(model).__name__} lacks"
-    return probe.model_check(model) if probe.model_check is not None else None
+    return None
 
 
 def why_not(name: str, model: Any, task: Any = None) -> Optional[str]:

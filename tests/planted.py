@@ -271,6 +271,83 @@ def known_icl_strategy() -> None:
         assert result.render["nearest"] == strategy and result.metrics["stage"] == task.strategies.index(strategy)
 
 
+# ---- Fourier features (modular arithmetic) ----------------------------------------------------------
+
+
+class PlantedFourierModel(nn.Module):
+    """A "model" of c = c_a·a + c_b·b mod p with Nanda et al.'s algorithm planted exactly at the frequencies K:
+    its logits at "=" are 4·Σ_{k∈K} cos(w_k(c_a a + c_b b − c)), w_k = 2πk/p; its MLP neurons there
+    (`blocks.0.mlp.hook_post`) are `sizes[i]` neurons ReLU(cos(w_k c_a a + φ) + cos(w_k c_b b + ψ)) for the
+    i-th k of K, then `n_noise` neurons of random values and 2 dead ones; the residues' embedding rows vary at
+    the frequencies K only. The fourier probe must find K, the logits' loss restricted to K, and chance without K."""
+
+    def __init__(self, p: int, K: list[int], sizes: list[int], linear: tuple[int, int], n_noise: int = 12, seed: int = 0):
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        self.p, self.K, self.linear = p, K, linear
+        self.d_vocab, self.n_ctx = p + 1, 3
+        self.hook_dict: dict[str, nn.Module] = {"blocks.0.mlp.hook_post": nn.Identity()}
+        x = torch.arange(p, dtype=torch.float64)[:, None]
+        d_model = 8
+        residues = sum(torch.cos(2 * math.pi * k * x / p) * torch.randn(d_model, generator=g, dtype=torch.float64)
+                       + torch.sin(2 * math.pi * k * x / p) * torch.randn(d_model, generator=g, dtype=torch.float64)
+                       for k in K)
+        self.W_E = nn.Parameter(torch.cat([residues, torch.randn(1, d_model, generator=g, dtype=torch.float64)]))
+        for name, shape in (("W_Q", (1, 2, d_model, 4)), ("W_K", (1, 2, d_model, 4)), ("W_V", (1, 2, d_model, 4)),
+                            ("W_O", (1, 2, 4, d_model)), ("W_U", (d_model, p))):
+            setattr(self, name, nn.Parameter(torch.randn(*shape, generator=g, dtype=torch.float64)))
+        self.freq_of = [k for k, n in zip(K, sizes) for _ in range(n)]  # each planted neuron's frequency
+        self.phases = torch.rand(len(self.freq_of), 2, generator=g, dtype=torch.float64) * 2 * math.pi
+        self.noise = torch.randn(p, p, n_noise, generator=g, dtype=torch.float64)
+
+    def _answer(self, tokens: Tensor) -> tuple[Tensor, Tensor]:
+        return tokens[:, 0].double(), tokens[:, 1].double()
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        a, b = self._answer(tokens)
+        s = self.linear[0] * a + self.linear[1] * b
+        c = torch.arange(self.p, dtype=torch.float64)
+        logits = torch.zeros(len(tokens), 3, self.p, dtype=torch.float64)
+        logits[:, -1] = 4 * sum(torch.cos(2 * math.pi * k * (s[:, None] - c) / self.p) for k in self.K)
+        return logits
+
+    def run_with_cache(self, tokens: Tensor, names_filter=None):
+        a, b = self._answer(tokens)
+        w = 2 * math.pi * torch.tensor(self.freq_of, dtype=torch.float64) / self.p
+        planted = torch.relu(torch.cos(w * self.linear[0] * a[:, None] + self.phases[:, 0])
+                             + torch.cos(w * self.linear[1] * b[:, None] + self.phases[:, 1]))
+        noise = self.noise[tokens[:, 0], tokens[:, 1]]
+        acts = torch.zeros(len(tokens), 3, planted.shape[1] + noise.shape[1] + 2, dtype=torch.float64)
+        acts[:, -1, :planted.shape[1]] = planted
+        acts[:, -1, planted.shape[1]:-2] = noise
+        return self(tokens), {"blocks.0.mlp.hook_post": acts}
+
+
+def known_fourier() -> None:
+    for op in ("a+b", "a-b"):
+        task = tasks.make("modular_arithmetic", {"p": 31, "op": op, "train_frac": 0.5})
+        linear = tuple(task.enumerate("all").truth["linear"])  # (1, 1) or (1, -1)
+        model = PlantedFourierModel(31, [3, 7, 12], [10, 14, 8], linear)
+        result = probes.run("fourier", model, task)
+        m = result.metrics
+        assert result.render["key_freqs"] == [7, 3, 12], (op, result.render["key_freqs"])  # largest cluster first
+        assert [m[f"key_freq_{i}"] for i in range(1, 5)] == [7, 3, 12, 0] and m["n_key_freqs"] == 3, (op, m)
+        n = 10 + 14 + 8 + 12 + 2
+        assert result.render["dominant"][:32].tolist() == model.freq_of, (op, result.render["dominant"])
+        assert result.render["dominant"][-2:].tolist() == [0, 0], op  # dead neurons prefer no frequency
+        assert all(m[f"neurons_k{k}"] >= (size - 0.5) / n for k, size in ((3, 10), (7, 14), (12, 8))), (op, m)
+        assert abs(sum(m[f"neurons_k{k}"] for k in range(1, 16)) - 44 / n) < 1e-9, (op, m)  # all but the dead
+        full = (task.cfg.n_train * m["train_loss"] + (31**2 - task.cfg.n_train) * m["test_loss"]) / 31**2
+        assert abs(m["restricted_loss"] - full) < 1e-9, (op, m)  # the logits are all at K: restricting keeps them
+        assert abs(m["restricted_test_loss"] - m["test_loss"]) < 1e-9, (op, m)
+        assert abs(m["excluded_loss"] - math.log(31)) < 1e-9, (op, m)  # nothing is left: uniform
+        assert all(m[f"embed_norm_k{k}"] > 1 for k in (3, 7, 12)), (op, m)
+        assert all(m[f"embed_norm_k{k}"] < 1e-9 for k in range(1, 16) if k not in (3, 7, 12)), (op, m)
+        assert m["gini_embed"] > 0.75, (op, m)  # 3 equal norms of 15: 0.8
+        squares = sum(float(getattr(model, w).detach().pow(2).sum()) for w in ("W_E", "W_Q", "W_K", "W_V", "W_O", "W_U"))
+        assert abs(m["weight_norm_sq"] - squares) < 1e-9 * squares, (op, m)
+
+
 PLANTED: dict[str, Callable[[], None]] = {
     "previous_token": known_previous_token,
     "induction": known_induction,
@@ -279,4 +356,5 @@ PLANTED: dict[str, Callable[[], None]] = {
     "automaton_shortcut": known_automaton_shortcut,
     "hidden_progress": known_hidden_progress,
     "icl_strategy": known_icl_strategy,
+    "fourier": known_fourier,
 }

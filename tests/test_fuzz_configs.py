@@ -51,6 +51,7 @@ BASES: dict[str, dict[str, dict[str, Any]]] = {
     "sparse_boolean": {"task": {"name": "sparse_boolean", "length": 8, "s": 2}, "model": SMALL},
     "markov_icl": {"task": {"name": "markov_icl", "k": 3, "length": 16}, "model": SMALL},
     "automata": {"task": {"name": "automata", "automaton": "parity", "length": 8}, "model": SMALL},
+    "modular_arithmetic": {"task": {"name": "modular_arithmetic", "p": 7}, "model": SMALL},
     "mlp": {"task": {"name": "sparse_parity", "n": 6, "k": 2}, "model": {"kind": "mlp", "width": 8}},
     "sin": {"task": {"name": "sparse_parity", "n": 6, "k": 3}, "model": {"kind": "sin"}},
     "polynet": {"task": {"name": "sparse_parity", "n": 6, "k": 3}, "model": {"kind": "polynet", "degree": 3}},

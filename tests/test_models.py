@@ -44,6 +44,10 @@ def test_fused_equals_hooked(kw):
     torch.testing.assert_close(model(tokens), logits, atol=2e-5, rtol=1e-4)
     assert cache["blocks.1.attn.hook_pattern"].shape == (3, cfg.n_heads, 12, 12)
     assert cache["blocks.0.hook_resid_post"].shape == (3, 12, 16)
+    # The weight properties weight-reading probes use are TransformerLens's, also the MLP's.
+    for w in ("W_E", "W_U", "W_Q", "W_O") + (() if cfg.attn_only else ("W_in", "W_out")):
+        torch.testing.assert_close(getattr(model, w), getattr(ref, w).to(getattr(model, w).dtype), msg=w)
+    assert not cfg.attn_only or not hasattr(model, "W_in")
 
 
 def edelman_forward(model, tokens):

@@ -138,10 +138,15 @@ class FusedTransformer(HookedRootModule):
     W_K = property(lambda self: self._layers("W_K"))
     W_V = property(lambda self: self._layers("W_V"))
     W_O = property(lambda self: self._layers("W_O"))
+    W_in = property(lambda self: self._layers("W_in", "mlp"))
+    W_out = property(lambda self: self._layers("W_out", "mlp"))
 
-    def _layers(self, name: str) -> Float[Tensor, "*n_models layer head_index _ _"]:
-        """[layer, head_index, ...] (W_Q: [layer, head_index, d_model, d_head]), or [n_models, layer, ...] side by side."""
-        return torch.stack([getattr(b.attn, name) for b in self.blocks], 0 if self.n_models is None else 1)
+    def _layers(self, name: str, part: str = "attn") -> Float[Tensor, "*n_models layer _ _ *_"]:
+        """[layer, head_index, ...] (W_Q: [layer, head_index, d_model, d_head]; W_in: [layer, d_model, d_mlp]),
+        or [n_models, layer, ...] side by side. An attention-only model has no W_in: AttributeError."""
+        if part == "mlp" and self.cfg.attn_only:
+            raise AttributeError(f"{name}: an attention-only model has no MLP")
+        return torch.stack([getattr(getattr(b, part), name) for b in self.blocks], 0 if self.n_models is None else 1)
 
     def _hook(self, hp: HookPoint, x: Tensor) -> Tensor:
         return hp(x) if hooked_here(hp) else x
