@@ -331,8 +331,8 @@ SECTION = Section("fourier", "Fourier features (modular arithmetic)",
                   "Left: at the last checkpoint, the share of MLP neurons whose variance over all pairs (a, b) is "
                   "mostly at each frequency k (key frequencies green) and the embedding's norm at k. Middle: the loss "
                   "with the logits restricted to the key frequencies' directions cos/sin(w_k(a∘b)) (all pairs) and with "
-                  "them excluded (training pairs), beside train and test loss. Right: the sum of squared weights of "
-                  "the embedding, attention and unembedding, and the Gini coefficient of the embedding's frequency norms.",
+                  "them excluded (training pairs), beside train and test loss. Right: the sum of squared weight "
+                  "matrices, and the Gini coefficient of the embedding's frequency norms.",
                   figure)
 
 

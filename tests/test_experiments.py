@@ -441,3 +441,36 @@ def test_the_same_command_twice_from_scratch_gives_the_same_numbers(name, tmp_pa
         assert runs["torch"] == {torch.__version__: runs["count"]} and runs["trained_from"] <= runs["trained_until"]
         # the runs name the checkout they were trained from (nothing when mechsynth is an installed wheel)
         assert list(runs["commits"]) in ([out["commit"]], ["not recorded"])
+
+
+def test_grokking_phase_events_on_hand_made_curves():
+    module = load("grokking")
+    steps = [0, 10, 20, 30, 40, 50, 60]
+    curves = {"train_acc": [0.0, 0.5, 1.0, 1.0, 1.0, 1.0, 1.0], "train_loss": [4.0, 1.0, 0.1, 0.001, 0.001, 0.001, 0.001],
+              "restricted_loss": [4.0, 4.0, 3.0, 0.5, 0.1, 0.01, 0.01],
+              "test_acc": [0.0, 0.0, 0.0, 0.1, 0.6, 1.0, 1.0], "test_loss": [4.0, 8.0, 10.0, 6.0, 1.0, 0.01, 0.001]}
+    ev = module.events(curves, steps)
+    assert ev["memorized"] == {"absolute": 20, "relative": 30}  # acc ≥ 0.99 from 20; loss ≤ 0.04 from 30
+    # restricted ≤ 1 nat from 30; half-way in log from its value when memorized (relative: 0.5 at 30) to
+    # its final 0.01 is 0.0707, from 50
+    assert ev["circuit"] == {"absolute": 30, "relative": 50}
+    # test loss peaks at 20 (10.0); half-way in log to 0.001 is 0.1, nine tenths 0.0025
+    assert ev["grokked"] == {"absolute": 40, "relative": 50} and ev["clean"] == {"absolute": 50, "relative": 60}
+
+
+def test_grokking_smoke(tmp_path):
+    out = run_smoke("grokking", tmp_path)
+    res, size = out["results"], load("grokking").SIZES["smoke"]
+    for s in res["phases"]["seeds"]:
+        c = s["curves"]
+        assert all(len(v) == len(s["steps"]) for v in c.values())
+        assert all(0 <= a <= 1 for a in c["train_acc"] + c["test_acc"]) and min(c["weight_norm_sq"]) > 0
+    # The probe's exact accuracy on every held-out pair is the trainer's (it evaluates the listed split whole).
+    run = load_run(tmp_path / "runs/runs/part=phases/seed_0")
+    last = [r for r in run.metrics if "eval/acc" in r][-1]
+    assert res["phases"]["seeds"][0]["curves"]["test_acc"][-1] == pytest.approx(last["eval/acc"], abs=1e-6)
+    assert res["phases"]["seeds"][0]["curves"]["train_acc"][-1] == pytest.approx(last["train_set/acc"], abs=1e-6)
+    assert set(res["grid"]["cells"]) == {f"{f},{d}" for f in size["grid"]["fracs"] for d in size["grid"]["decays"]}
+    assert all(len(c["steps_to_0.99"]) == size["grid"]["seeds"] for c in res["grid"]["cells"].values())
+    for p in res["parity"]["seeds"]:
+        assert p["fit_at"] is None or p["generalized_at"] is None or p["gap"] == p["generalized_at"] - p["fit_at"]

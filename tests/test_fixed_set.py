@@ -88,3 +88,20 @@ def test_fixed_set_mistakes_name_the_field(tiny, train, field, message):
     with pytest.raises(ConfigError, match=field) as e:
         parse_config(tiny({"name": "sparse_parity", "n": 8, "k": 2}, train=train))
     assert message in str(e.value)
+
+
+def test_a_listed_task_trains_on_its_whole_split_and_is_evaluated_on_every_held_out_input(tiny):
+    task = tasks.make("modular_arithmetic", {"p": 7, "train_frac": 0.5})
+    cfg = TrainConfig(data="fixed", batch_size=4096, device="cpu")
+    t = Trainer(models.build(models.TransformerConfig(n_layers=1, d_model=8), task.spec), task, cfg)
+    assert rows(t.data.set.tokens) == rows(task.enumerate("train").tokens)  # all 24 training pairs, full batch
+    assert rows(t._next_batch().tokens) == rows(task.enumerate("train").tokens)
+    held_out = t.eval_batches()
+    assert rows(held_out["eval"].tokens) == rows(task.enumerate("eval").tokens)
+    assert rows(held_out["train_set"].tokens) == rows(task.enumerate("train").tokens)
+    with pytest.raises(ConfigError, match="train.n_train: 100 is more than the 24 examples"):
+        parse_config(tiny({"name": "modular_arithmetic", "p": 7, "train_frac": 0.5}, train={"data": "fixed", "n_train": 100}))
+    # n_train of a listed split: that many distinct examples of it
+    some = Trainer(models.build(models.TransformerConfig(n_layers=1, d_model=8), task.spec), task,
+                   TrainConfig(data="fixed", n_train=10, device="cpu")).data.set
+    assert len(rows(some.tokens)) == 10 and set(rows(some.tokens)) <= set(rows(task.enumerate("train").tokens))
