@@ -62,12 +62,16 @@ SIZES: dict[str, dict[str, Any]] = {
 # When each phase begins, for good (the first step from which the condition holds to the end), under an
 # absolute threshold and one relative to the run's own curve ("x% of the way" in log loss).
 EVENTS = {
-    "memorized": {"absolute": "train accuracy ≥ 0.99", "relative": "train loss below 1% of its initial value"},
-    "circuit": {"absolute": "restricted loss (final key frequencies) ≤ 1 nat",
+    "memorized": {"absolute": "train accuracy ≥ 0.99", "loss": "train loss ≤ 0.01 nats",
+                  "relative": "train loss below 1% of its initial value"},
+    "circuit": {"absolute": "restricted loss (final key frequencies) ≤ 1 nat", "loss": "restricted loss ≤ 0.1 nats",
                 "relative": "restricted loss 50% of the way (log) from its value when memorized to its final value"},
-    "grokked": {"absolute": "test accuracy ≥ 0.5", "relative": "test loss 50% of the way (log) from its peak to its final value"},
-    "clean": {"absolute": "test accuracy ≥ 0.99", "relative": "test loss 90% of the way (log) from its peak to its final value"},
+    "grokked": {"absolute": "test accuracy ≥ 0.5", "loss": "test loss ≤ 1 nat",
+                "relative": "test loss 50% of the way (log) from its peak to its final value"},
+    "clean": {"absolute": "test accuracy ≥ 0.99", "loss": "test loss ≤ 0.01 nats",
+              "relative": "test loss 90% of the way (log) from its peak to its final value"},
 }
+DEFINITIONS = ("absolute", "loss", "relative")
 
 
 def with_updates(base: dict[str, Any], **sections: dict[str, Any]) -> dict[str, Any]:
@@ -113,18 +117,20 @@ def events(c: dict[str, list[float]], steps: list[int]) -> dict[str, dict[str, O
     """The step each phase begins (EVENTS), by each definition, from a run's checkpoint curves."""
     out: dict[str, dict[str, Optional[int]]] = {e: {} for e in EVENTS}
     out["memorized"]["absolute"] = first_for_good(steps, [a >= 0.99 for a in c["train_acc"]])
+    out["memorized"]["loss"] = first_for_good(steps, [v <= 0.01 for v in c["train_loss"]])
     out["memorized"]["relative"] = first_for_good(steps, [v <= 0.01 * c["train_loss"][0] for v in c["train_loss"]])
-    for d in ("absolute", "relative"):
-        t_mem = out["memorized"][d]
-        i_mem = steps.index(t_mem) if t_mem is not None else 0
-        r = c["restricted_loss"]
-        out["circuit"][d] = (first_for_good(steps, [v <= 1.0 for v in r]) if d == "absolute" else
-                             first_for_good(steps, log_way(r, r[i_mem], r[-1], 0.5)) if r[i_mem] > r[-1] else None)
+    r = c["restricted_loss"]
+    out["circuit"]["absolute"] = first_for_good(steps, [v <= 1.0 for v in r])
+    out["circuit"]["loss"] = first_for_good(steps, [v <= 0.1 for v in r])
+    i_mem = steps.index(out["memorized"]["relative"]) if out["memorized"]["relative"] is not None else 0
+    out["circuit"]["relative"] = first_for_good(steps, log_way(r, r[i_mem], r[-1], 0.5)) if r[i_mem] > r[-1] else None
     peak = max(range(len(steps)), key=lambda i: c["test_loss"][i])
     after = lambda ok: [o and i >= peak for i, o in enumerate(ok)]  # noqa: E731
     out["grokked"]["absolute"] = first_for_good(steps, [a >= 0.5 for a in c["test_acc"]])
+    out["grokked"]["loss"] = first_for_good(steps, [v <= 1.0 for v in c["test_loss"]])
     out["grokked"]["relative"] = first_for_good(steps, after(log_way(c["test_loss"], c["test_loss"][peak], c["test_loss"][-1], 0.5)))
     out["clean"]["absolute"] = first_for_good(steps, [a >= 0.99 for a in c["test_acc"]])
+    out["clean"]["loss"] = first_for_good(steps, [v <= 0.01 for v in c["test_loss"]])
     out["clean"]["relative"] = first_for_good(steps, after(log_way(c["test_loss"], c["test_loss"][peak], c["test_loss"][-1], 0.9)))
     return out
 
@@ -161,13 +167,18 @@ def analyse_phases(run: Run) -> dict[str, Any]:
     at = lambda key, step: c[key][run.steps.index(step)] if step is not None else None  # noqa: E731
     order = {d: all(ev[a][d] is not None and ev[b][d] is not None and ev[a][d] <= ev[b][d]
                     for a, b in (("memorized", "circuit"), ("circuit", "grokked"), ("grokked", "clean")))
-             for d in ("absolute", "relative")}
+             for d in DEFINITIONS}
+    wn = c["weight_norm_sq"]
+    top = max(range(len(wn)), key=wn.__getitem__)
     return {"steps": run.steps, "curves": c, "key_frequencies": keys, "n_key_frequencies": len(keys),
             "key_frequencies_over_training": [int(v) for v in m["n_key_freqs"]], "gini_embed": m["gini_embed"],
             "events": ev, "in_order": order,
             # the signatures of each phase, at the absolute definitions' steps
             "excluded_loss_at": {e: at("excluded_loss", ev[e]["absolute"]) for e in ("memorized", "grokked")},
-            "weight_norm_sq_at": {e: at("weight_norm_sq", ev[e]["absolute"]) for e in ("memorized", "grokked", "clean")},
+            "weight_norm_sq_at": {e: at("weight_norm_sq", ev[e]["relative"]) for e in ("memorized", "grokked", "clean")},
+            # Nanda et al.: the weights grow while memorizing, then weight decay shrinks them through circuit
+            # formation and cleanup
+            "weight_norm_peak_step": run.steps[top], "weight_norm_end_over_peak": wn[-1] / wn[top],
             "restricted_minus_test_at_grokked": (at("restricted_loss", ev["grokked"]["absolute"]) - at("test_loss", ev["grokked"]["absolute"])
                                                  if ev["grokked"]["absolute"] is not None else None)}
 
@@ -175,16 +186,20 @@ def analyse_phases(run: Run) -> dict[str, Any]:
 def summarise_phases(seeds: list[dict[str, Any]], p: int) -> dict[str, Any]:
     n = len(seeds)
     spread = lambda xs: harness.spread(xs)  # noqa: E731
-    ev = {e: {d: spread([s["events"][e][d] for s in seeds]) for d in ("absolute", "relative")} for e in EVENTS}
+    ev = {e: {d: spread([s["events"][e][d] for s in seeds]) for d in DEFINITIONS} for e in EVENTS}
     excluded_rises = [s["excluded_loss_at"]["grokked"] is not None and s["excluded_loss_at"]["memorized"] is not None and
                       s["excluded_loss_at"]["grokked"] > s["excluded_loss_at"]["memorized"] for s in seeds]
-    norm_falls = [None not in s["weight_norm_sq_at"].values() and
-                  s["weight_norm_sq_at"]["clean"] < s["weight_norm_sq_at"]["grokked"] < s["weight_norm_sq_at"]["memorized"] for s in seeds]
+    # the norm peaks after memorization (relative) and before the test loss is half-way down, then falls
+    norm_falls = [None not in (s["events"]["memorized"]["relative"], s["events"]["grokked"]["relative"]) and
+                  s["events"]["memorized"]["relative"] <= s["weight_norm_peak_step"] <= s["events"]["grokked"]["relative"] and
+                  s["weight_norm_end_over_peak"] < 1 for s in seeds]
     restricted_first = [s["restricted_minus_test_at_grokked"] is not None and s["restricted_minus_test_at_grokked"] < 0 for s in seeds]
     return {"seeds": n, "p": p, "events": ev,
-            "in_order": {d: sum(s["in_order"][d] for s in seeds) for d in ("absolute", "relative")},
+            "in_order": {d: sum(s["in_order"][d] for s in seeds) for d in DEFINITIONS},
             "excluded_loss_rises_memorized_to_grokked": sum(excluded_rises),
-            "weight_norm_falls_memorized_grokked_clean": sum(norm_falls),
+            "weight_norm_peaks_between_memorized_and_grokked_then_falls": sum(norm_falls),
+            "weight_norm_peak_step": spread([s["weight_norm_peak_step"] for s in seeds]),
+            "weight_norm_end_over_peak": spread([s["weight_norm_end_over_peak"] for s in seeds]),
             "restricted_below_test_when_grokked": sum(restricted_first),
             "n_key_frequencies": spread([s["n_key_frequencies"] for s in seeds]),
             "key_frequencies": [s["key_frequencies"] for s in seeds],

@@ -450,12 +450,13 @@ def test_grokking_phase_events_on_hand_made_curves():
               "restricted_loss": [4.0, 4.0, 3.0, 0.5, 0.1, 0.01, 0.01],
               "test_acc": [0.0, 0.0, 0.0, 0.1, 0.6, 1.0, 1.0], "test_loss": [4.0, 8.0, 10.0, 6.0, 1.0, 0.01, 0.001]}
     ev = module.events(curves, steps)
-    assert ev["memorized"] == {"absolute": 20, "relative": 30}  # acc ≥ 0.99 from 20; loss ≤ 0.04 from 30
+    assert ev["memorized"] == {"absolute": 20, "loss": 30, "relative": 30}  # acc ≥ 0.99 from 20; loss ≤ 0.01, ≤ 0.04 from 30
     # restricted ≤ 1 nat from 30; half-way in log from its value when memorized (relative: 0.5 at 30) to
     # its final 0.01 is 0.0707, from 50
-    assert ev["circuit"] == {"absolute": 30, "relative": 50}
+    assert ev["circuit"] == {"absolute": 30, "loss": 40, "relative": 50}
     # test loss peaks at 20 (10.0); half-way in log to 0.001 is 0.1, nine tenths 0.0025
-    assert ev["grokked"] == {"absolute": 40, "relative": 50} and ev["clean"] == {"absolute": 50, "relative": 60}
+    assert ev["grokked"] == {"absolute": 40, "loss": 40, "relative": 50}
+    assert ev["clean"] == {"absolute": 50, "loss": 50, "relative": 60}
 
 
 def test_grokking_smoke(tmp_path):
