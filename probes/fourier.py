@@ -45,7 +45,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Optional
 
 import torch
-from jaxtyping import Bool, Float, Int
+from jaxtyping import Bool, Float, Int, Shaped
 from matplotlib.figure import Figure
 from torch import Tensor
 
@@ -211,8 +211,8 @@ def losses(logits: Float[Tensor, "a b d_vocab_out"], freqs: Sequence[int], linea
             "train_loss": grid_loss(logits, linear, in_train), "test_loss": grid_loss(logits, linear, ~in_train)}
 
 
-def to_grid(values: Float[Tensor, "batch *rest"] | Bool[Tensor, "batch *rest"], a: Int[Tensor, "batch"],
-            b: Int[Tensor, "batch"], p: int) -> Float[Tensor, "a b *rest"] | Bool[Tensor, "a b *rest"]:
+def to_grid(values: Shaped[Tensor, "batch *rest"], a: Int[Tensor, "batch"], b: Int[Tensor, "batch"],
+            p: int) -> Shaped[Tensor, "a b *rest"]:
     """Per-pair values as a p×p grid indexed [a, b]; ValueError unless the batch holds every pair once."""
     index = (a * p + b).long()
     if index.numel() != p * p or not bool((torch.bincount(index.clamp(0, p * p - 1), minlength=p * p) == 1).all()):

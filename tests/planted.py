@@ -293,8 +293,10 @@ class PlantedFourierModel(nn.Module):
                        + torch.sin(2 * math.pi * k * x / p) * torch.randn(d_model, generator=g, dtype=torch.float64)
                        for k in K)
         self.W_E = nn.Parameter(torch.cat([residues, torch.randn(1, d_model, generator=g, dtype=torch.float64)]))
+        n_neurons = sum(sizes) + n_noise
         for name, shape in (("W_Q", (1, 2, d_model, 4)), ("W_K", (1, 2, d_model, 4)), ("W_V", (1, 2, d_model, 4)),
-                            ("W_O", (1, 2, 4, d_model)), ("W_U", (d_model, p))):
+                            ("W_O", (1, 2, 4, d_model)), ("W_in", (1, d_model, n_neurons)), ("W_out", (1, n_neurons, d_model)),
+                            ("W_U", (d_model, p))):
             setattr(self, name, nn.Parameter(torch.randn(*shape, generator=g, dtype=torch.float64)))
         self.freq_of = [k for k, n in zip(K, sizes) for _ in range(n)]  # each planted neuron's frequency
         self.phases = torch.rand(len(self.freq_of), 2, generator=g, dtype=torch.float64) * 2 * math.pi
@@ -344,7 +346,8 @@ def known_fourier() -> None:
         assert all(m[f"embed_norm_k{k}"] > 1 for k in (3, 7, 12)), (op, m)
         assert all(m[f"embed_norm_k{k}"] < 1e-9 for k in range(1, 16) if k not in (3, 7, 12)), (op, m)
         assert m["gini_embed"] > 0.75, (op, m)  # 3 equal norms of 15: 0.8
-        squares = sum(float(getattr(model, w).detach().pow(2).sum()) for w in ("W_E", "W_Q", "W_K", "W_V", "W_O", "W_U"))
+        squares = sum(float(getattr(model, w).detach().pow(2).sum())
+                      for w in ("W_E", "W_Q", "W_K", "W_V", "W_O", "W_in", "W_out", "W_U"))
         assert abs(m["weight_norm_sq"] - squares) < 1e-9 * squares, (op, m)
 
 
