@@ -234,7 +234,7 @@ def provenance(runs: Sequence[Run]) -> dict[str, Any]:
     def stamp(pick: Any) -> Optional[str]:
         return time.strftime("%Y-%m-%d %H:%M", time.localtime(pick(times))) if times else None
 
-    train_s = sum(train_seconds(run) / seeds_of(run) for run in runs)
+    train_s = sum(_train_s(ms) / seeds_of(run) for run, ms in zip(runs, metas))
     return {"count": len(runs), "commits": count("commit"), "torch": count("torch"),
             "transformer_lens": count("transformer_lens"), "trained_from": stamp(min), "trained_until": stamp(max),
             "train_time_s": round(train_s, 1),
@@ -365,8 +365,12 @@ def rise_step(steps: Sequence[int], scores: Sequence[float], fraction: float = 0
 
 def train_seconds(run: Run) -> float:
     """Training time of a run, over every resume, whenever it was trained (also when reused)."""
-    last = run.meta(run.steps[-1])
-    return last["train_s"] if "train_s" in last else _train_s_from_times([run.meta(step) for step in run.steps])
+    return _train_s([run.meta(step) for step in run.steps])
+
+
+def _train_s(metas: list[dict[str, Any]]) -> float:
+    """What the last checkpoint records, or for a run made before checkpoints recorded it, an estimate."""
+    return metas[-1]["train_s"] if "train_s" in metas[-1] else _train_s_from_times(metas)
 
 
 def save_figure(fig, path: Path, tight: bool = True) -> Path:

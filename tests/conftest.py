@@ -32,6 +32,24 @@ def tiny():
     return tiny_config
 
 
+@pytest.fixture
+def ctrl_c_at(monkeypatch):
+    """`ctrl_c_at(TrainerClass, step)`: that class's training raises KeyboardInterrupt when it reaches
+    `step`, as Ctrl-C would; returns the function that undoes it."""
+    def patch(cls, step: int):
+        original = cls.train_step
+
+        def interrupting(self):
+            if self.step == step:
+                raise KeyboardInterrupt
+            return original(self)
+
+        monkeypatch.setattr(cls, "train_step", interrupting)
+        return monkeypatch.undo
+
+    return patch
+
+
 def pytest_configure(config):
     # tests/test_contracts.py checks that every registered task has a test with this marker
     config.addinivalue_line("markers", "reference(task): checks the task's generator against a slow reference")

@@ -47,7 +47,7 @@ def test_full_batch_and_the_set_is_fixed_by_its_own_seed():
     assert not torch.equal(trainer(50, 16, set_seed=1).data.set.tokens, full.data.set.tokens)
 
 
-def test_train_set_metrics_are_the_whole_set_and_resume_mid_epoch_is_bit_exact(tmp_path, tiny):
+def test_train_set_metrics_are_the_whole_set_and_resume_mid_epoch_is_bit_exact(tmp_path, tiny, ctrl_c_at):
     data = tiny({"name": "sparse_parity", "n": 8, "k": 2},
                 train={"steps": 30, "data": "fixed", "n_train": 40, "batch_size": 16, "checkpoints": 6})
     cfg = parse_config(data)
@@ -57,21 +57,10 @@ def test_train_set_metrics_are_the_whole_set_and_resume_mid_epoch_is_bit_exact(t
     # train_set/acc is the accuracy on all 40 examples: a multiple of 1/40
     assert round(last["train_set/acc"] * 40, 4) == pytest.approx(round(last["train_set/acc"] * 40))
 
-    from mechsynth import train as train_mod
-
-    original = train_mod.Trainer.train_step
-
-    def interrupting(self):  # step 7 is mid-epoch (epochs of 3 batches)
-        if self.step == 7:
-            raise KeyboardInterrupt
-        return original(self)
-
-    train_mod.Trainer.train_step = interrupting
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            train_run(cfg, tmp_path / "cut", progress=False)
-    finally:
-        train_mod.Trainer.train_step = original
+    undo = ctrl_c_at(Trainer, 7)  # step 7 is mid-epoch (epochs of 3 batches)
+    with pytest.raises(KeyboardInterrupt):
+        train_run(cfg, tmp_path / "cut", progress=False)
+    undo()
     train_run(cfg, tmp_path / "cut", resume=True, progress=False)
     a, b = io.read_tensors(ckpt_dir(full.path, 30) / "model.safetensors"), \
         io.read_tensors(ckpt_dir(tmp_path / "cut", 30) / "model.safetensors")

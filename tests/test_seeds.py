@@ -146,26 +146,17 @@ def test_auto_seed_passes_on_cpu(task, model, batch, expected):
     assert len(trainer.views) == (0 if expected else 2)
 
 
-def test_batched_resume_is_bit_exact(tmp_path, tiny):
+def test_batched_resume_is_bit_exact(tmp_path, tiny, ctrl_c_at):
     data = tiny({"name": "markov_icl", "k": 3, "length": 16},
                 {"n_layers": 2, "n_heads": 2, "d_model": 16, "attn_only": True},
                 {"steps": 40, "checkpoints": 8, "warmup_steps": 5, "schedule": "cosine", "seeds": 3, "data_chunk": 3})
     cfg = parse_config(data)
     full = train_run(cfg, tmp_path / "full", progress=False)
 
-    original = SeedsTrainer.train_step
-
-    def interrupting(self):  # Ctrl-C part-way, mid data chunk
-        if self.step == 23:
-            raise KeyboardInterrupt
-        return original(self)
-
-    SeedsTrainer.train_step = interrupting
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            train_run(cfg, tmp_path / "cut", progress=False)
-    finally:
-        SeedsTrainer.train_step = original
+    undo = ctrl_c_at(SeedsTrainer, 23)  # Ctrl-C part-way, mid data chunk
+    with pytest.raises(KeyboardInterrupt):
+        train_run(cfg, tmp_path / "cut", progress=False)
+    undo()
     cut = tmp_path / "cut"
     assert all(load_run(seed_dir(cut, i)).steps[-1] == 23 for i in range(3)), "the interrupt checkpointed every seed"
     # A kill while the seeds' checkpoints were being written: seed 2 never got its step-23 checkpoint.

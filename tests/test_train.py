@@ -57,28 +57,17 @@ def test_mlp_baseline_learns_sparse_parity(tmp_path, tiny):
     assert cache["hook_post"].shape == (4, 100)
 
 
-def test_resume_is_bit_exact(tmp_path, tiny):
+def test_resume_is_bit_exact(tmp_path, tiny, ctrl_c_at):
     cfg = parse_config(tiny({"name": "markov_icl", "k": 3, "length": 16},
                             {"n_layers": 2, "n_heads": 2, "d_model": 16, "attn_only": True},
                             {"steps": 40, "checkpoints": 8, "warmup_steps": 5, "schedule": "cosine"}))
     full = train_run(cfg, tmp_path / "full", progress=False)
 
     # Interrupt the second run part-way (as Ctrl-C would), then resume it.
-    from mechsynth import train as train_mod
-
-    original = train_mod.Trainer.train_step
-
-    def interrupting(self):
-        if self.step == 23:
-            raise KeyboardInterrupt
-        return original(self)
-
-    train_mod.Trainer.train_step = interrupting
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            train_run(cfg, tmp_path / "cut", progress=False)
-    finally:
-        train_mod.Trainer.train_step = original
+    undo = ctrl_c_at(Trainer, 23)
+    with pytest.raises(KeyboardInterrupt):
+        train_run(cfg, tmp_path / "cut", progress=False)
+    undo()
     assert load_run(tmp_path / "cut").steps[-1] == 23  # the interrupt checkpointed its step
     time.sleep(1.0)  # the run waits to be continued
     train_run(cfg, tmp_path / "cut", resume=True, progress=False)

@@ -19,7 +19,7 @@ import torch.nn as nn
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from mechsynth.config import ConfigError
+from mechsynth.config import ConfigError, check, check_fields
 from mechsynth.models.base import FLOAT, ModelKind
 from mechsynth.models.tl_compat import HookedRootModule, HookPoint
 from mechsynth.tasks.base import TaskSpec
@@ -32,6 +32,10 @@ class ScalarKind(ModelKind):
     bias: bool
     init_range: Optional[float]
     module: type["ScalarNet"]
+
+    def __post_init__(self):
+        check_fields(self)  # bounds and finite floats first
+        check(self.init_range is None or self.init_range > 0, "init_range", f"must be > 0 or unset, got {self.init_range}")
 
     @property
     def forms(self) -> int:

@@ -13,7 +13,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from mechsynth.config import MAX_SEED, check, check_fields, doc, validates_itself
+from mechsynth.config import MAX_SEED, doc, validates_itself
 from mechsynth.models.base import MODEL_KINDS
 from mechsynth.models.scalar import ScalarKind, ScalarNet
 
@@ -35,10 +35,6 @@ class SinConfig(ScalarKind):
     init_range: Optional[float] = doc("std of the normal weight init; unset = uniform ±1/sqrt(n) (PyTorch's Linear)", None)
 
     module = SinNeuron
-
-    def __post_init__(self):
-        check_fields(self)  # bounds and finite floats first
-        check(self.init_range is None or self.init_range > 0, "init_range", f"must be > 0 or unset, got {self.init_range}")
 
     @property
     def forms(self) -> int:
