@@ -52,6 +52,8 @@ BASES: dict[str, dict[str, dict[str, Any]]] = {
     "markov_icl": {"task": {"name": "markov_icl", "k": 3, "length": 16}, "model": SMALL},
     "automata": {"task": {"name": "automata", "automaton": "parity", "length": 8}, "model": SMALL},
     "modular_arithmetic": {"task": {"name": "modular_arithmetic", "p": 7}, "model": SMALL},
+    "factual_recall": {"task": {"name": "factual_recall", "subjects": 8, "relations": 2, "answers": 3, "length": 8}, "model": SMALL},
+    "causal_icl": {"task": {"name": "causal_icl", "k": 3, "length": 8}, "model": SMALL},
     "mlp": {"task": {"name": "sparse_parity", "n": 6, "k": 2}, "model": {"kind": "mlp", "width": 8}},
     "sin": {"task": {"name": "sparse_parity", "n": 6, "k": 3}, "model": {"kind": "sin"}},
     "polynet": {"task": {"name": "sparse_parity", "n": 6, "k": 3}, "model": {"kind": "polynet", "degree": 3}},
