@@ -87,7 +87,7 @@ def clip_per_model_(params: Sequence[Tensor], max_norm: float) -> Float[Tensor, 
 def seed_view(model: nn.Module, i: int) -> nn.Module:
     """Model i of a side-by-side stack as a single model whose parameters are views of its slice of the
     stacked ones: updating the stack updates the view. Its gradients are its own tensors."""
-    memo = {id(p): nn.Parameter(p.detach()[i]) for p in model.parameters()}
+    memo = {id(p): nn.Parameter(p.detach()[i], requires_grad=p.requires_grad) for p in model.parameters()}
     view = copy.deepcopy(model, memo)
     view.n_models = None
     return view

@@ -48,6 +48,8 @@ class ProbeResult:
 
 
 Hooks = Callable[[int], list[str]]  # n_layers -> hook names
+# input -> {ablation name: the hooks it mean-ablates}; see `View.ablated_logits`
+Ablations = dict[str, dict[str, Hooks]]
 ModelCheck = Callable[[Any], Optional[str]]  # model -> why the probe cannot read it, or None
 
 
@@ -75,6 +77,7 @@ class Probe:
     summary: Optional[Callable[[Timeline, Any], list[str]]] = None  # (timeline, task) -> its lines of the summary
     section: Optional[Section] = None  # its section of the run report
     wandb: Optional[Callable[[Timeline, Any], None]] = None  # (timeline, WandbLogger): its own W&B plots
+    ablations: Ablations = field(default_factory=dict)  # forwards with activations mean-ablated, per input
 
     @property
     def needs_task(self) -> bool:
@@ -88,14 +91,18 @@ PROBES: Registry[Probe] = Registry("probe")
 def register(name: str, *, reads: dict[str, Hooks], truth: tuple[str, ...] = (), needs_init: bool = False,
              threshold: float = 0.5, model_check: Optional[ModelCheck] = None, weights: Sequence[str] = (),
              summary: Optional[Callable[[Timeline, Any], list[str]]] = None, section: Optional[Section] = None,
-             wandb: Optional[Callable[[Timeline, Any], None]] = None):
+             wandb: Optional[Callable[[Timeline, Any], None]] = None, ablations: Optional[Ablations] = None):
     """Decorator: `@register("induction", reads={"repeated": attention_hooks})` on fn(view) -> ProbeResult.
     `summary`, `section` and `wandb` are how the probe shows itself beyond its per-head scores, which the
-    timeline, report and W&B draw for every probe alike."""
+    timeline, report and W&B draw for every probe alike. `ablations={"data": {"no_mlp": mlp_outs}}`: the
+    logits on input "data" with the hooks `mlp_outs` names mean-ablated (`View.ablated_logits`)."""
+
+    if not set(ablations or {}) <= set(reads):
+        raise ValueError(f"probe {name!r} ablates on inputs {sorted(set(ablations or {}) - set(reads))} it does not read")
 
     def deco(fn):
         PROBES.register(name)(Probe(name, fn, reads, tuple(truth), needs_init, threshold, model_check, tuple(weights),
-                                    summary, section, wandb))
+                                    summary, section, wandb, dict(ablations or {})))
         return fn
 
     return deco
@@ -133,6 +140,7 @@ class View:
     weight: Callable[[str], Tensor]
     init_weight: Optional[Callable[[str], Tensor]] = None  # the same weights at step 0
     input_weights: Optional[str] = None  # the weight facing the input positions (see `input_weights`)
+    ablated: dict[tuple[str, str], Tensor] = field(default_factory=dict)  # (input, ablation) -> logits
 
     def batch(self, input: str) -> Batch:
         return self.outputs[resolve(input, self.task)][0]
@@ -147,6 +155,12 @@ class View:
     def cache(self, input: str) -> dict[str, Tensor]:
         """The declared hooks' activations on `input`, in TransformerLens's shapes (`hooks`)."""
         return self.outputs[resolve(input, self.task)][2]
+
+    def ablated_logits(self, input: str, ablation: str) -> Float[Tensor, "batch out_pos d_vocab_out"]:
+        """The logits on `input` with the probe's declared `ablation` applied: each hook it names replaced by
+        that hook's mean over the input's batch in the unablated forward, per position (and per model side
+        by side); all of them in one forward."""
+        return self.ablated[(resolve(input, self.task), ablation)]
 
     def patterns(self, input: str) -> Float[Tensor, "layer batch head_index query_pos key_pos"]:
         return torch.stack([self.cache(input)[h] for h in hooks.attention_patterns(self.n_layers)])

@@ -1,9 +1,11 @@
 """Running probes: check that each applies, draw each distinct input once, run the model once per
-input caching only the declared hooks, and hand each probe a View."""
+input caching only the declared hooks (and once per declared ablation, with those hooks mean-ablated),
+and hand each probe a View."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any, Optional
 
 import torch
@@ -41,7 +43,7 @@ def problem(probe: Probe, model: Any, task: Any, init: Any) -> Optional[str]:
         return why
     n_layers = max(1, dims(model)[0])  # at least one layer, so a model without attention misses its hooks
     have = getattr(model, "hook_dict", {})
-    for names_of in probe.reads.values():
+    for names_of in list(probe.reads.values()) + [h for named in probe.ablations.values() for h in named.values()]:
         missing = [h for h in names_of(n_layers) if h not in have]
         if missing:
             kind = "attention heads" if hooks.attn_pattern(0) in missing else f"hook {missing[0]!r}"
@@ -83,6 +85,9 @@ def run_many(probe_names: Sequence[str], model: Any, task: Any = None, *, batch_
     for probe in chosen:
         for input, hooks_of in probe.reads.items():
             wanted.setdefault(resolve(input, task), set()).update(hooks_of(n_layers))
+        for input, named in probe.ablations.items():  # the unablated run gives the means
+            for hooks_of in named.values():
+                wanted[resolve(input, task)].update(hooks_of(n_layers))
     device = next(model.parameters()).device
     batches = {i: draw(i, model, task, batch_size, seed).to(device) for i in wanted}
     m = getattr(model, "n_models", None)
@@ -92,6 +97,7 @@ def run_many(probe_names: Sequence[str], model: Any, task: Any = None, *, batch_
     try:
         outputs = {i: model.run_with_cache(batches[i].tokens, names_filter=lambda n, h=names: n in h)
                    for i, names in wanted.items()}
+        ablated = _ablate(chosen, model, task, n_layers, batches, outputs, m)
     finally:
         if was_training:
             model.train()
@@ -103,8 +109,39 @@ def run_many(probe_names: Sequence[str], model: Any, task: Any = None, *, batch_
         view = View(task, n_layers, n_heads, {
             i: (batches[i], logits if index is None else logits[index], {k: pick(v) for k, v in cache.items()})
             for i, (logits, cache) in outputs.items()}, _weights(model, index), _weights(init, None), facing)
-        results.append({p.name: p.fn(view) for p in chosen})
+        own = {p.name: {k: v if index is None else v[index] for k, v in ablated[p.name].items()} for p in chosen}
+        results.append({p.name: p.fn(replace(view, ablated=own[p.name])) for p in chosen})
     return results
+
+
+def _ablate(chosen: Sequence[Probe], model: Any, task: Any, n_layers: int, batches: dict[str, Any],
+            outputs: dict[str, Any], m: Optional[int]) -> dict[str, dict[tuple[str, str], Tensor]]:
+    """Each probe's declared ablations: {probe: {(input, ablation): logits}}, one forward per distinct
+    (input, hooks) however many probes declare it."""
+    done: dict[tuple[str, tuple[str, ...]], Tensor] = {}
+    out: dict[str, dict[tuple[str, str], Tensor]] = {}
+    for probe in chosen:
+        out[probe.name] = {}
+        for input, named in probe.ablations.items():
+            i = resolve(input, task)
+            for name, hooks_of in named.items():
+                key = (i, tuple(sorted(set(hooks_of(n_layers)))))
+                if key not in done:
+                    done[key] = mean_ablated(model, batches[i].tokens, outputs[i][1], key[1], m)
+                out[probe.name][(i, name)] = done[key]
+    return out
+
+
+def mean_ablated(model: Any, tokens: Tensor, cache: Any, names: Sequence[str], m: Optional[int] = None) -> Tensor:
+    """The model's logits with each hook in `names` replaced by its mean over the batch in `cache` (the
+    unablated forward), per position; with M models side by side (`m`), each model's over its own batch."""
+    def mean(t: Tensor) -> Tensor:
+        if m is None:
+            return t.mean(0, keepdim=True).expand_as(t).contiguous()
+        return t.unflatten(0, (m, -1)).mean(1, keepdim=True).expand(m, t.shape[0] // m, *t.shape[1:]).reshape(t.shape)
+
+    means = {n: mean(cache[n]) for n in names}
+    return model.run_with_hooks(tokens, fwd_hooks=[(n, lambda act, hook, v=means[n]: v) for n in names])
 
 
 def _weights(model: Any, index: Optional[int]) -> Optional[Callable[[str], Tensor]]:

@@ -351,6 +351,280 @@ def known_fourier() -> None:
         assert abs(m["weight_norm_sq"] - squares) < 1e-9 * squares, (op, m)
 
 
+
+
+# ---- factual recall ---------------------------------------------------------------------------------
+
+RECALL = {"subjects": 16, "relations": 3, "answers": 4, "noise": 5, "length": 10, "seed": 1}
+TYPE_LOGIT, FACT_LOGIT = 2.0, 4.0  # t on the relation's answer set, c on a stored answer
+
+
+def planted_recall_weights(task, where: str, seed: int = 0) -> tuple[models.TransformerConfig, dict[str, Tensor]]:
+    """1 layer, 2 heads, no LayerNorm, over factual_recall's vocabulary, with the facts stored in the MLP
+    (`where="mlp"`) or in head 0's value/output map (`"attn"`). Returns (config, weights).
+
+    Residual stream = [subject one-hot (S) | relation one-hot (R) | end token (1) | answer logits (R·D)];
+    noise tokens and positions embed to 0. From the end token head 0 attends only to the subject and head 1
+    only to the relation (scores ±1000: exactly one-hot patterns); head 1 copies the relation into its
+    block, which the unembedding reads as t on that relation's answer set (the type). "mlp": head 0 copies
+    the subject into its block and neuron (s, r) = ReLU(subject s + relation r − 1) writes c on answer
+    facts[s, r]. "attn": head 0 writes c on every answer of its subject, facts[s, ·] (one per relation),
+    and the MLP writes nothing. Either way the end logits are exactly t·[a in r's set] + c·[a = facts[s, r]]
+    (+ c on the subject's other answers for "attn", of other types): the fact wins by t."""
+    g = torch.Generator().manual_seed(seed)
+    S, R, D = task.cfg.subjects, task.cfg.relations, task.cfg.answers
+    subj, rel, end, ans = slice(0, S), slice(S, S + R), S + R, slice(S + R + 1, S + R + 1 + R * D)
+    d_model, d_head, V = S + R + 1 + R * D, max(S, R), task.spec.d_vocab
+    sd = {"embed.W_E": torch.zeros(V, d_model), "pos_embed.W_pos": torch.zeros(task.spec.n_ctx, d_model),
+          "unembed.W_U": torch.zeros(d_model, R * D), "unembed.b_U": torch.zeros(R * D)}
+    sd["embed.W_E"][:S, subj] = torch.eye(S)
+    sd["embed.W_E"][S:S + R, rel] = torch.eye(R)
+    sd["embed.W_E"][task.end_token, end] = 1
+    sd["unembed.W_U"][ans] = torch.eye(R * D)
+    for r in range(R):
+        sd["unembed.W_U"][S + r, D * r:D * (r + 1)] = TYPE_LOGIT
+    a = {k: v.zero_() for k, v in _layer(2, d_model, d_head, g).items()}
+    for h, block, n in ((0, subj, S), (1, rel, R)):
+        a["W_Q"][h, end, 0] = 1000.0 * math.sqrt(d_head)
+        a["W_K"][h, block, 0] = 1.0
+        a["W_V"][h, block, :n] = torch.eye(n)
+    a["W_O"][1, :R, rel] = torch.eye(R)
+    n_mlp = S * R
+    mlp = {"W_in": torch.zeros(d_model, n_mlp), "b_in": torch.zeros(n_mlp), "W_out": torch.zeros(n_mlp, d_model),
+           "b_out": torch.zeros(d_model)}
+    facts = task.facts
+    if where == "mlp":
+        a["W_O"][0, :S, subj] = torch.eye(S)
+        for s in range(S):
+            for r in range(R):
+                mlp["W_in"][s, s * R + r] = mlp["W_in"][S + r, s * R + r] = 1.0
+                mlp["W_out"][s * R + r, S + R + 1 + facts[s, r]] = FACT_LOGIT
+        mlp["b_in"] -= 1.0
+    elif where == "attn":
+        for s in range(S):
+            a["W_O"][0, s, S + R + 1 + facts[s]] = FACT_LOGIT
+        mlp["W_in"] = torch.randn(d_model, n_mlp, generator=g)  # live neurons that write nothing
+    else:
+        raise ValueError(f"where: 'mlp' or 'attn', got {where!r}")
+    sd |= {f"blocks.0.attn.{k}": v for k, v in a.items()} | {f"blocks.0.mlp.{k}": v for k, v in mlp.items()}
+    cfg = models.TransformerConfig(n_layers=1, n_heads=2, d_model=d_model, d_head=d_head, d_mlp=n_mlp,
+                                   normalization="none", act_fn="relu")
+    return cfg, sd
+
+
+def recall_reference(batch, task, where: str, ablate: str | None) -> dict[str, float]:
+    """acc, type_acc, loss and type_loss of `planted_recall_weights`'s model on `batch`, worked out by hand
+    in plain Python: each sequence's end-position attention output (subject and relation one-hots) and MLP
+    output, with the ablated one (`ablate`: "mlp", "attn" or None) replaced by its mean over the batch."""
+    S, R, D = task.cfg.subjects, task.cfg.relations, task.cfg.answers
+    facts = task.facts.tolist()
+    subjects, relations = batch.truth["subject"].tolist(), batch.truth["relation"].tolist()
+    B = len(subjects)
+
+    def onehot(i: int, n: int) -> list[float]:
+        return [float(j == i) for j in range(n)]
+
+    def mean(rows: list[list[float]]) -> list[float]:
+        return [sum(col) / len(rows) for col in zip(*rows)]
+
+    attn = [(onehot(s, S), onehot(r, R)) for s, r in zip(subjects, relations)]
+    if ablate == "attn":
+        attn = [(mean([f for f, _ in attn]), mean([f for _, f in attn]))] * B
+
+    def mlp_out(fs: list[float], fr: list[float]) -> list[float]:
+        out = [0.0] * (R * D)
+        for s in range(S):
+            for r in range(R):
+                out[facts[s][r]] += FACT_LOGIT * max(0.0, fs[s] + fr[r] - 1) if where == "mlp" else 0.0
+        return out
+
+    mlp = [mlp_out(fs, fr) for fs, fr in attn]
+    if ablate == "mlp":  # its mean in the unablated model
+        mlp = [mean([mlp_out(onehot(s, S), onehot(r, R)) for s, r in zip(subjects, relations)])] * B
+    acc = type_acc = loss = type_loss = 0.0
+    for i, (s, r) in enumerate(zip(subjects, relations)):
+        fs, fr = attn[i]
+        logits = [TYPE_LOGIT * fr[a // D] + mlp[i][a] for a in range(R * D)]
+        if where == "attn":  # head 0 writes c on each of the attended subjects' answers
+            for s2 in range(S):
+                for a in facts[s2]:
+                    logits[a] += FACT_LOGIT * fs[s2]
+        pred = max(range(R * D), key=lambda a: (logits[a], -a))  # the first of the largest, as torch's argmax
+        z = sum(math.exp(v) for v in logits)
+        acc += pred == facts[s][r]
+        type_acc += pred // D == r
+        loss -= math.log(math.exp(logits[facts[s][r]]) / z)
+        type_loss -= math.log(sum(math.exp(logits[a]) for a in range(D * r, D * (r + 1))) / z)
+    return {"acc": acc / B, "type_acc": type_acc / B, "loss": loss / B, "type_loss": type_loss / B}
+
+
+def known_fact_storage() -> None:
+    task = tasks.make("factual_recall", RECALL)
+    for where in ("mlp", "attn"):
+        cfg, sd = planted_recall_weights(task, where)
+        model = hooked_transformer(cfg, task.spec.d_vocab, task.spec.d_vocab_out, task.spec.n_ctx, sd)
+        m = probes.run("fact_storage", model, task).metrics
+        batch = probes.draw("data", model, task, 64, 0)
+        for ablate, suffix in ((None, ""), ("mlp", "_no_mlp"), ("attn", "_no_attn")):
+            ref = recall_reference(batch, task, where, ablate)
+            for k, v in ref.items():
+                assert abs(m[k + suffix] - v) < 1e-5 * max(1.0, abs(v)), (where, k + suffix, m[k + suffix], v)
+        assert m["acc"] == m["type_acc"] == 1.0 and m["type_acc_no_mlp"] == 1.0, (where, m)  # attention brings the type
+        targets, relations = batch.targets[:, -1].tolist(), batch.truth["relation"].tolist()
+        if where == "attn":  # the facts survive the MLP's ablation...
+            assert m["acc_no_mlp"] == 1.0 and abs(m["loss_no_mlp"] - m["loss"]) < 1e-9, m
+        else:  # ...or fall to the batch's most common answer of each type, the best guess from the type alone
+            common = {r: max(sorted(set(targets)), key=[a for a, q in zip(targets, relations) if q == r].count)
+                      for r in set(relations)}
+            assert m["acc_no_mlp"] == sum(a == common[r] for a, r in zip(targets, relations)) / 64 < 0.6, m
+        assert m["acc_no_attn"] < 0.5 and m["type_acc_no_attn"] < 0.6, (where, m)  # no subject, no relation
+        facts = task.facts.tolist()  # the fact table's most common answer of each relation
+        table = {r: max(sorted({row[r] for row in facts}), key=[row[r] for row in facts].count) for r in set(relations)}
+        assert m["type_only_acc"] == sum(a == table[r] for a, r in zip(targets, relations)) / 64, m
+
+
+class PlantedTypePredictor(nn.Module):
+    """A "model" of factual_recall that answers, at the end position with logit `scale` (0 elsewhere): the
+    fact for subjects below `right`, the next answer of the same relation's set for subjects below `typed`,
+    and an answer of the next relation's set for the others. So acc and type_acc are the shares of the
+    batch's subjects below `right` and below `typed`."""
+
+    def __init__(self, task, right: int, typed: int, scale: float = 3.0):
+        super().__init__()
+        self.task, self.right, self.typed, self.scale = task, right, typed, scale
+        self.d_vocab, self.n_ctx = task.spec.d_vocab, task.spec.n_ctx
+        self.hook_dict: dict[str, nn.Module] = {}
+        self.anchor = nn.Parameter(torch.zeros(()))
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        S, R, D = self.task.cfg.subjects, self.task.cfg.relations, self.task.cfg.answers
+        logits = torch.zeros(*tokens.shape, R * D)
+        for i, row in enumerate(tokens.tolist()):
+            s = next(t for t in row if t < S)
+            r = next(t for t in row if S <= t < S + R) - S
+            fact = int(self.task.facts[s, r])
+            answer = fact if s < self.right else D * r + (fact + 1) % D if s < self.typed else (fact + D) % (R * D)
+            logits[i, -1, answer] = self.scale
+        return logits
+
+    def run_with_cache(self, tokens: Tensor, names_filter=None):
+        return self(tokens), {}
+
+
+def known_answer_type() -> None:
+    task = tasks.make("factual_recall", RECALL)
+    S, R, D = task.cfg.subjects, task.cfg.relations, task.cfg.answers
+    for right, typed in ((0, S), (S // 4, 3 * S // 4), (S, S), (0, 0)):  # the plateau, midway, learned, neither
+        model = PlantedTypePredictor(task, right, typed)
+        m = probes.run("answer_type", model, task).metrics
+        subjects = probes.draw("data", model, task, 64, 0).truth["subject"].tolist()
+        acc, type_acc = sum(s < right for s in subjects) / 64, sum(s < typed for s in subjects) / 64
+        z = math.exp(3.0) + R * D - 1
+        loss = sum(-math.log((math.exp(3.0) if s < right else 1.0) / z) for s in subjects) / 64
+        type_loss = sum(-math.log((math.exp(3.0) + D - 1 if s < typed else D) / z) for s in subjects) / 64
+        assert m["acc"] == acc and m["type_acc"] == type_acc and abs(m["type_gap"] - (type_acc - acc)) < 1e-12, m
+        assert abs(m["loss"] - loss) < 1e-5 and abs(m["type_loss"] - type_loss) < 1e-5, (m, loss, type_loss)
+        assert abs(m["fact_loss"] - (loss - type_loss)) < 1e-5, m
+        assert 0 < m["type_only_acc"] < 1, m  # (computed by hand in known_fact_storage)
+        assert 0 < acc < type_acc < 1 or right in (0, S), (right, typed, m)  # midway is no corner case
+
+
+# ---- causal graph (causal_icl) -------------------------------------------------------------------
+
+
+def planted_causal_graph_model(task, n_heads: int = 3, seed: int = 0):
+    """A 2-layer disentangled transformer (mechsynth/models/disentangled.py) over causal_icl's graph, with A set by
+    hand: in layer 0 a parent head at a random index attends from each position with a parent to it (positions
+    one-hot: A[pos i, pos parent(i)] = big), so it writes its parent's token and position into its slot; in
+    layer 1 a graph-induction head matches the query's token against that slot's token (+big) and shuns roots
+    (-big), so it attends to the earlier children of the query token. The other heads have random A. Returns
+    (model, parent head, graph-induction head)."""
+    g = torch.Generator().manual_seed(seed)
+    spec, parents = task.spec, task.graph.parents
+    V, N = spec.d_vocab, spec.n_ctx
+    model = models.build(models.parse({"kind": "disentangled", "n_layers": 2, "n_heads": n_heads}), spec)
+    d0, d1 = model.widths[:2]
+    big = 60.0
+    parent_head, induction_head = torch.randint(n_heads, (2,), generator=g).tolist()
+    roots = [j for j in range(N) if parents[j, 0] < 0]
+    with torch.no_grad():
+        A0, A1 = model.blocks[0].attn.W_A, model.blocks[1].attn.W_A
+        A0.copy_(torch.randn(A0.shape, generator=g))
+        A1.copy_(torch.randn(A1.shape, generator=g) * 0.3)
+        A0[parent_head] = 0
+        for i in range(N):
+            if parents[i, 0] >= 0:
+                A0[parent_head, V + i, V + int(parents[i, 0])] = big
+        A1[induction_head] = 0
+        slot = d0 * (1 + parent_head)  # where layer 0's parent head wrote: its parent's token first
+        A1[induction_head, :V, slot:slot + V] = big * torch.eye(V)
+        A1[induction_head, V:V + N, [V + j for j in roots]] = -big  # from every query position (one-hot), shun roots
+    assert A1.shape[-1] == d1
+    return model, parent_head, induction_head
+
+
+def known_causal_graph() -> None:
+    task = tasks.make("causal_icl", {"k": 5, "length": 32, "graph": "tree", "roots": "uniform", "seed": 3})
+    model, parent, induction = planted_causal_graph_model(task, n_heads=3, seed=1)
+    result = probes.run("causal_graph", model, task)
+    m = result.metrics
+    assert result.per_head.shape == (1, 3), result.per_head  # layer 0 only
+    assert result.top_heads(1)[0][:2] == (0, parent) and float(result.per_head[0, parent]) == 1.0, result.per_head
+    assert m[f"auc/L0H{parent}"] == 1.0, m
+    assert _others_below(result.per_head, 0, parent, 0.5), result.per_head  # random heads: near chance
+    assert all(abs(m[f"auc/L0H{h}"] - 0.5) < 0.25 for h in range(3) if h != parent), m
+    assert m["edges"] == int((task.graph.parents[:32, 0] >= 0).sum()) > 20, m
+    assert m[f"graph_induction/L1H{induction}"] > 0.99, m
+    chance = m["graph_induction_chance"]
+    assert 0 < chance < 0.5 and 0.5 < m["graph_queries"] <= 1, m
+    assert all(m[f"graph_induction/L1H{h}"] < 0.5 for h in range(3) if h != induction), m
+    assert set(result.render["heads"]) >= {f"L0H{parent}"}
+
+
+# ---- HMM identifiability (masked prediction) ---------------------------------------------------------
+
+
+class HMMPredictorModel(nn.Module):
+    """A "model" of hmm_masked whose answers are, exactly, the task's optimal predictor (the log of its
+    probabilities as logits at the answer positions), or that of another HMM drawn with `other_seed` (a model
+    that learned the wrong HMM)."""
+
+    def __init__(self, task, other_seed: int | None = None):
+        super().__init__()
+        self.task = task if other_seed is None else tasks.make("hmm_masked", {**vars(task.cfg), "seed": other_seed})
+        self.d_vocab, self.n_ctx = task.spec.d_vocab, task.spec.n_ctx
+        self.hook_dict: dict[str, nn.Module] = {}  # no hooks: the probe reads the answers only
+        self.anchor = nn.Parameter(torch.zeros(()))
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        q = self.task.optimal(tokens[:, : self.task.cfg.length]).clamp_min(1e-30).log()
+        out = torch.zeros(*tokens.shape, self.task.spec.d_vocab_out)
+        out[:, -q.shape[1]:] = q
+        return out
+
+    def run_with_cache(self, tokens: Tensor, names_filter=None):
+        return self(tokens), {}
+
+
+def known_hmm_identifiability() -> None:
+    """The exact triplet predictor (and mlm's, assembled by the chain rule) gives O, T and π back; a model of
+    another HMM does not; for pairwise, a rotated HMM far from (O, T) has the same predictor."""
+    for params in ({"objective": "triplet"}, {"objective": "mlm"}, {"objective": "triplet", "t1": 2, "t2": 0, "t3": 1}):
+        task = tasks.make("hmm_masked", params)
+        m = probes.run("hmm_identifiability", HMMPredictorModel(task), task).metrics
+        assert max(m["O_err"], m["T_err"], m["pi_err"]) < 1e-3 and m["cp_fit"] < 1e-4, (params, m)
+        assert m["kl_joint"] < 1e-6 and m["kruskal_margin"] >= 0 and max(m["floor_O_err"], m["floor_T_err"]) < 1e-3, (params, m)
+        recovered = torch.tensor([[m[f"O_hat/x{x}h{h}"] for h in range(task.cfg.k)] for x in range(task.cfg.d)])
+        assert (recovered - task.emission).abs().max() < 1e-3, params
+        if params["objective"] == "mlm":
+            wrong = probes.run("hmm_identifiability", HMMPredictorModel(task, other_seed=7), task).metrics
+            assert wrong["O_err"] > 0.05 and wrong["kl_joint"] > 0.01 and wrong["floor_O_err"] == m["floor_O_err"], wrong
+    task = tasks.make("hmm_masked", {"objective": "pairwise", "concentration": 5.0})
+    m = probes.run("hmm_identifiability", HMMPredictorModel(task), task).metrics
+    assert m["alt_pred_diff"] < 1e-6 and m["alt_O_diff"] > 0.02 and m["alt_T_diff"] > 0.02, m
+    assert m["err_true"] < 1e-5 and m["err_alt"] < 1e-5 and "kruskal_margin" not in m, m
+
+
 PLANTED: dict[str, Callable[[], None]] = {
     "previous_token": known_previous_token,
     "induction": known_induction,
@@ -360,4 +634,8 @@ PLANTED: dict[str, Callable[[], None]] = {
     "hidden_progress": known_hidden_progress,
     "icl_strategy": known_icl_strategy,
     "fourier": known_fourier,
+    "causal_graph": known_causal_graph,
+    "fact_storage": known_fact_storage,
+    "answer_type": known_answer_type,
+    "hmm_identifiability": known_hmm_identifiability,
 }

@@ -54,11 +54,18 @@ BASES: dict[str, dict[str, dict[str, Any]]] = {
     "modular_arithmetic": {"task": {"name": "modular_arithmetic", "p": 7}, "model": SMALL},
     "factual_recall": {"task": {"name": "factual_recall", "subjects": 8, "relations": 2, "answers": 3, "length": 8}, "model": SMALL},
     "causal_icl": {"task": {"name": "causal_icl", "k": 3, "length": 8}, "model": SMALL},
+    "associative_memory": {"task": {"name": "associative_memory", "inputs": 16}, "model": SMALL},
+    "hmm_masked": {"task": {"name": "hmm_masked", "k": 2, "d": 3, "length": 4}, "model": SMALL},
     "mlp": {"task": {"name": "sparse_parity", "n": 6, "k": 2}, "model": {"kind": "mlp", "width": 8}},
     "sin": {"task": {"name": "sparse_parity", "n": 6, "k": 3}, "model": {"kind": "sin"}},
     "polynet": {"task": {"name": "sparse_parity", "n": 6, "k": 3}, "model": {"kind": "polynet", "degree": 3}},
+    "disentangled": {"task": {"name": "causal_icl", "k": 3, "length": 8}, "model": {"kind": "disentangled"}},
+    "linear_memory": {"task": {"name": "associative_memory", "inputs": 16}, "model": {"kind": "linear_memory", "d": 8}},
+    "mlp_memory": {"task": {"name": "associative_memory", "inputs": 16}, "model": {"kind": "mlp_memory", "d": 8, "m": 8}},
 }
-KIND_BASES = {"transformer": "sparse_parity", "mlp": "mlp", "sin": "sin", "polynet": "polynet"}  # a base config whose model is of that kind
+KIND_BASES = {"transformer": "sparse_parity", "mlp": "mlp", "sin": "sin", "polynet": "polynet",
+              "disentangled": "disentangled",
+              "linear_memory": "linear_memory", "mlp_memory": "mlp_memory"}  # a base config whose model is of that kind
 REQUIRES = {
     "no_cuda": lambda: not torch.cuda.is_available(),
     "no_mps": lambda: not torch.backends.mps.is_available(),

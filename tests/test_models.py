@@ -208,8 +208,8 @@ def test_input_weights_are_declared_by_the_kind():
 
 @pytest.mark.parametrize("table, field, message", [
     ({"width": 8}, "model.width", "is a field of kind 'mlp', not 'transformer'"),
-    ({"kind": "mlp", "n_layers": 2}, "model.n_layers", "is a field of kind 'transformer', not 'mlp'"),
-    ({"kind": "rnn"}, "model.kind", "'rnn' is not allowed; allowed: 'mlp', 'polynet', 'sin', 'transformer'"),
+    ({"kind": "mlp", "n_layers": 2}, "model.n_layers", "is a field of kinds 'disentangled', 'transformer', not 'mlp'"),
+    ({"kind": "rnn"}, "model.kind", "'rnn' is not allowed; allowed: 'disentangled', 'linear_memory', 'mlp', 'mlp_memory', 'polynet', 'sin', 'transformer'"),
     ({"kind": "mlp", "act_fn": "gelu"}, "model.act_fn", "'gelu' is not allowed"),
     ({"layers": 2}, "model.layers", "unknown key"),
 ])
@@ -236,3 +236,54 @@ def test_a_run_stored_with_every_kinds_fields_still_opens(tmp_path, tiny):
         assert [step for step, _ in run.models()] == run.steps
         train_run(parse_config({**data, "train": {**data["train"], "steps": 6}}), run_dir, resume=True, progress=False)
         assert load_run(run_dir).steps[-1] == 6
+
+
+# ---- frozen embeddings (Nichani et al. 2024 train only attention and the MLP) -------------------------
+
+FROZEN = ("embed.W_E", "pos_embed.W_pos", "unembed.W_U", "unembed.b_U")
+RECALL = {"name": "factual_recall", "subjects": 6, "relations": 2, "answers": 3, "noise": 3, "length": 8}
+FROZEN_MODEL = {"n_layers": 1, "n_heads": 2, "d_model": 16, "freeze_embeddings": True}
+# Decay on every weight and clipping always active: neither may touch a frozen weight.
+FROZEN_TRAIN = {"steps": 8, "checkpoints": 3, "eval_every": 4, "lr": 0.01, "weight_decay": 0.5, "grad_clip": 0.01}
+
+
+def test_frozen_embeddings_start_as_trained_ones_and_only_the_rest_is_optimized():
+    from mechsynth.train import TrainConfig, make_optimizer
+
+    cfg = TransformerConfig(n_layers=1, n_heads=2, d_model=16, freeze_embeddings=True)
+    frozen, free = build(cfg, SPEC), build(dataclasses.replace(cfg, freeze_embeddings=False), SPEC)
+    assert frozen.state_dict().keys() == free.state_dict().keys()
+    assert all(torch.equal(v, free.state_dict()[k]) for k, v in frozen.state_dict().items())
+    assert {n for n, p in frozen.named_parameters() if not p.requires_grad} == set(FROZEN)
+    assert sum(p.numel() for p in frozen.parameters()) == cfg.param_count(SPEC)  # the memory estimate: all of them
+    optimized = [p for g in make_optimizer(frozen, TrainConfig(decay="matrices")).param_groups for p in g["params"]]
+    assert len(optimized) == len(list(frozen.parameters())) - len(FROZEN)
+    assert all(p.requires_grad for p in optimized)
+    assert models.describe(cfg) == "1-layer transformer, 2 heads, d_model 16, frozen embeddings"
+
+
+def test_frozen_embeddings_stay_bit_identical_and_resume_exactly(tmp_path, tiny):
+    data = tiny(RECALL, FROZEN_MODEL, FROZEN_TRAIN)
+    whole = load_run(train_run(parse_config(data), tmp_path / "whole", progress=False))
+    start, end = whole.weights(0), whole.weights(8)
+    assert all(torch.equal(start[k], end[k]) for k in FROZEN)
+    moved = [k for k in end if k.rsplit(".", 1)[1].startswith("W_") and k not in FROZEN]
+    assert len(moved) == 6 and all(not torch.equal(start[k], end[k]) for k in moved)  # W_Q, W_K, W_V, W_O, W_in, W_out
+    train_run(parse_config({**data, "train": {**data["train"], "steps": 4}}), tmp_path / "cut", progress=False)
+    cut = load_run(train_run(parse_config(data), tmp_path / "cut", resume=True, progress=False))
+    assert all(torch.equal(end[k], cut.weights(8)[k]) for k in end)
+
+
+@pytest.mark.parametrize("passes", ["stacked", "per_seed"])
+def test_frozen_embeddings_side_by_side_follow_separate_runs(tmp_path, tiny, passes):
+    data = tiny(RECALL, FROZEN_MODEL, {**FROZEN_TRAIN, "seeds": 2, "seed_passes": passes})
+    out = train_run(parse_config(data), tmp_path / "seeds", progress=False)
+    alone = tiny(RECALL, {**FROZEN_MODEL, "init_seed": 1}, {**FROZEN_TRAIN, "seed": 1})
+    ref = load_run(train_run(parse_config(alone), tmp_path / "alone", progress=False)).weights(8)
+    for i in range(2):
+        run = load_run(out / f"seed_{i}")
+        assert all(torch.equal(run.weights(0)[k], run.weights(8)[k]) for k in FROZEN), (passes, i)
+    seed_1 = load_run(out / "seed_1").weights(8)
+    # (Not b_K: its gradient is 0 but for rounding, as softmax ignores it, and Adam scales rounding up to lr.)
+    for k, v in ((k, v) for k, v in ref.items() if not k.endswith("b_K")):
+        torch.testing.assert_close(seed_1[k], v, atol=1e-5, rtol=1e-4, msg=f"{passes}: {k}")

@@ -49,7 +49,8 @@ def parse(table: dict[str, Any], field: str = "model") -> ModelKind:
     for key in table:
         others = [k for k in names() if key not in own and key in _fields(k)]
         if others:
-            raise ConfigError(f"{field}.{key_name(key)}", f"is a field of kind {others[0]!r}, not {kind!r}; "
+            whose = f"kind {others[0]!r}" if len(others) == 1 else f"kinds {', '.join(map(repr, others))}"
+            raise ConfigError(f"{field}.{key_name(key)}", f"is a field of {whose}, not {kind!r}; "
                                                           f"allowed for {kind!r}: {', '.join(sorted(own))}")
     return from_dict(MODEL_KINDS.get(kind), table, field)
 

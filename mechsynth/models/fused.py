@@ -116,6 +116,10 @@ class FusedTransformer(HookedRootModule):
             self.ln_final = norm()
         self.unembed = _Holder({"W_U": zeros(dm, d_vocab_out), "b_U": zeros(d_vocab_out)})
         self.reset_parameters()
+        # The trainer optimizes (and clips) only what requires grad. (getattr: other kinds may reuse this module.)
+        if getattr(cfg, "freeze_embeddings", False):
+            for holder in (self.embed, self.unembed, *([self.pos_embed] if hasattr(self, "pos_embed") else [])):
+                holder.requires_grad_(False)
         self.setup()
 
     @torch.no_grad()

@@ -39,6 +39,10 @@ class TransformerConfig(ModelKind):
     init_seed: int = doc("seed of the initial weights", 0, lo=0, hi=MAX_SEED,
                          why="torch seeds are 64-bit; seeds side by side add their index")
     init_range: Optional[float] = doc("std of the normal weight init; unset = 0.8/sqrt(d_model) as in TransformerLens", None)
+    freeze_embeddings: bool = doc(
+        "W_E, W_pos, W_U and b_U stay at their initial values (Nichani et al. 2024 train only attention and the MLP, "
+        "over random embeddings: the init's rows are near-orthogonal, of norm ~0.8; init_range = 1/sqrt(d_model) "
+        "gives their norm ~1)", False)
 
     def __post_init__(self):
         check_fields(self)  # bounds and finite floats first
@@ -68,7 +72,7 @@ class TransformerConfig(ModelKind):
 
     def describe(self) -> str:
         return (f"{self.n_layers}-layer{' attention-only' if self.attn_only else ''} transformer, "
-                f"{self.n_heads} heads, d_model {self.d_model}")
+                f"{self.n_heads} heads, d_model {self.d_model}{', frozen embeddings' if self.freeze_embeddings else ''}")
 
     def validate(self, spec: TaskSpec) -> None:
         if self.transformer_lens:
