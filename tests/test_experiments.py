@@ -475,3 +475,52 @@ def test_grokking_smoke(tmp_path):
     assert all(len(c["steps_to_0.99"]) == size["grid"]["seeds"] for c in res["grid"]["cells"].values())
     for p in res["parity"]["seeds"]:
         assert p["fit_at"] is None or p["generalized_at"] is None or p["gap"] == p["generalized_at"] - p["fit_at"]
+
+
+def test_causal_structure_smoke(tmp_path):
+    out = run_smoke("causal_structure", tmp_path)
+    res, size = out["results"], load("causal_structure").SIZES["smoke"]
+    assert set(res) == {"chain", "tree", "dag"} and all(set(res[g]) == set(size["steps"]) for g in res)
+    for g in res:
+        for setup, r in res[g].items():
+            assert len(r["seeds"]) == size["seeds"]
+            for s in r["seeds"]:
+                assert len(s["edge_recovery"]) == len(s["steps"]) and all(0 <= v <= 1 for v in s["edge_recovery"])
+                assert len(s["kl_bayes"]) == len(s["kl_steps"]) and min(s["kl_bayes"]) >= -1e-6
+                assert s["final"]["edge_recovery"] == s["edge_recovery"][-1]
+    # The probe's KL is the trainer's own evaluation, read from the run's metrics.
+    run = load_run(tmp_path / "runs/runs/graph=chain,setup=disentangled/seed_0")
+    last = [r["eval/kl_bayes"] for r in run.metrics if "eval/kl_bayes" in r][-1]
+    assert res["chain"]["disentangled"]["seeds"][0]["kl_bayes"][-1] == pytest.approx(last, abs=1e-5)
+
+
+def test_factual_capacity_search_brackets_a_planted_capacity():
+    """The search on a planted accuracy (stored iff N ≤ 100): doubling, halving and bisecting close in on
+    100 within 2^(1/4), and the capacity read back is the largest N that stored."""
+    module = load("factual_capacity")
+    c = module.SIZES["cpu"]
+    for family, start in (("linear_memory", 13), ("attention", 400)):
+        tried: dict[int, list[float]] = {}
+        n = start
+        while n is not None:
+            tried[n] = [1.0, 1.0, 0.5] if n <= 100 else [1.0, 0.5, 0.5]
+            n = module.next_n(family, tried, c)
+        cap = module.capacity(tried, "median_0.99")
+        above = min(k for k in tried if k > 100)
+        assert cap <= 100 < above and above / cap <= 2 ** 0.25 * 1.1, (family, sorted(tried))
+        assert module.capacity(tried, "all_seeds_0.99") is None and module.capacity(tried, "median_0.9") == cap
+        assert family == "linear_memory" or all(k % c["relations"] == 0 for k in tried)  # S·R facts
+
+
+def test_factual_capacity_smoke(tmp_path):
+    out = run_smoke("factual_capacity", tmp_path)
+    module = load("factual_capacity")
+    size = module.SIZES["smoke"]
+    for family in module.FAMILIES:
+        rows = out["results"][family]["sizes"]
+        assert [r["size"] for r in rows] == size["ladders"][family]
+        for r in rows:
+            assert r["params"] == module.params(family, r["size"], size) and r["tried"]
+            assert all(len(accs) == size["seeds"] and all(0 <= a <= 1 for a in accs) for accs in r["tried"].values())
+            stored = [int(n) for n, accs in r["tried"].items() if sorted(accs)[len(accs) // 2] >= 0.99]
+            assert r["capacity"]["median_0.99"] == (max(stored) if stored else None)
