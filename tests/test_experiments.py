@@ -524,3 +524,21 @@ def test_factual_capacity_smoke(tmp_path):
             assert all(len(accs) == size["seeds"] and all(0 <= a <= 1 for a in accs) for accs in r["tried"].values())
             stored = [int(n) for n, accs in r["tried"].items() if sorted(accs)[len(accs) // 2] >= 0.99]
             assert r["capacity"]["median_0.99"] == (max(stored) if stored else None)
+
+
+def test_hmm_identifiability_smoke(tmp_path):
+    out = run_smoke("hmm_identifiability", tmp_path)
+    res, module = out["results"], load("hmm_identifiability")
+    size = module.SIZES["smoke"]
+    assert set(res["conditions"]) == set(module.conditions(size))
+    assert all(v > 0 for v in res["random_guess_error"].values())
+    for cond, r in res["conditions"].items():
+        for s in r["seeds"]:
+            assert len(s["O_err"]) == len(s["steps"]) and all(e >= 0 for e in s["O_err"] + s["T_err"])
+            assert s["final"]["O_err"] == s["O_err"][-1]
+        # the exact predictor's recovery is the floor: near zero wherever the tensor is identifiable
+        if cond == "triplet":
+            assert all(s["final"]["floor_O_err"] < 1e-3 for s in r["seeds"])
+    # pairwise: a second HMM, different in O, with the same predictor
+    alt = res["conditions"]["pairwise"]["seeds"][0]["final"]
+    assert alt["alt_pred_diff"] < 1e-6 < alt["alt_O_diff"]
