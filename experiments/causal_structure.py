@@ -80,11 +80,6 @@ def run_config(size: dict[str, Any], graph: str, setup: str) -> dict[str, Any]:
     return {"task": task, "model": model, "train": train}
 
 
-def below(steps: list[int], series: list[float], level: float) -> Optional[int]:
-    """The first step after which `series` stays ≤ level."""
-    return formation_step(steps, [-v for v in series], -level)
-
-
 def analyse(run: Run) -> dict[str, Any]:
     tl = probe_run(run, ["causal_graph"])
     m = tl.metrics["causal_graph"]
@@ -99,6 +94,7 @@ def analyse(run: Run) -> dict[str, Any]:
     recovered = {"absolute": formation_step(steps, recovery, 0.99), "loose": formation_step(steps, recovery, 0.9),
                  "relative": formation_step(steps, recovery, recovery[0] + 0.5 * (recovery[-1] - recovery[0]))
                  if recovery[-1] > recovery[0] else None}
+    below = harness.stays_below
     bayes = {"absolute": below(kl_steps, kl, 0.05), "loose": below(kl_steps, kl, 0.1),
              "relative": below(kl_steps, kl, kl[-1] + 0.1 * (kl[0] - kl[-1]))}
     best_induction = max(induction, key=lambda h: induction[h][-1]) if induction else None

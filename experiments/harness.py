@@ -351,6 +351,13 @@ def _ranks(x: Sequence[float]) -> list[float]:
     return ranks
 
 
+def stays_below(steps: Sequence[int], series: Sequence[float], level: float) -> Optional[int]:
+    """The first step after which `series` stays ≤ level (None: it does not by the end)."""
+    from mechsynth.timeline import formation_step
+
+    return formation_step(steps, [-v for v in series], -level)
+
+
 def rise_step(steps: Sequence[int], scores: Sequence[float], fraction: float = 0.5) -> Optional[int]:
     """The first step after which a score stays above start + fraction × (end − start): when a head
     forms, measured against its own start and end rather than a fixed threshold (chance levels differ:

@@ -96,7 +96,7 @@ def transitions(steps: list[int], kls: dict[str, list[float]], gram: str) -> dic
     the end of training)."""
     kl = kls[gram]
     nearest = [1.0 if min(kls, key=lambda s: kls[s][i]) == gram else 0.0 for i in range(len(steps))]
-    below = lambda level: formation_step(steps, [-v for v in kl], -level)  # noqa: E731
+    below = lambda level: harness.stays_below(steps, kl, level)  # noqa: E731
     return {"nearest": formation_step(steps, nearest, 1.0), "kl<=0.1": below(0.1), "kl<=0.05": below(0.05),
             "drop90": below(kl[-1] + 0.1 * (kl[0] - kl[-1]))}
 

@@ -50,6 +50,22 @@ def ctrl_c_at(monkeypatch):
     return patch
 
 
+class PlotRecorder:
+    """Stands in for WandbLogger where a probe draws its own W&B plots: keeps each plot's x values and series."""
+
+    def __init__(self):
+        self.plots: dict = {}
+        self.xs: dict = {}
+
+    def line_series(self, key, xs, series, title, x_name):
+        self.plots[key], self.xs[key] = series, xs
+
+
+@pytest.fixture
+def wandb_plots():
+    return PlotRecorder()
+
+
 def pytest_configure(config):
     # tests/test_contracts.py checks that every registered task has a test with this marker
     config.addinivalue_line("markers", "reference(task): checks the task's generator against a slow reference")

@@ -129,7 +129,7 @@ def test_applies_by_the_truth_parents():
     assert "needs truth parents" in probes.why_not("causal_graph", model, markov)
 
 
-def test_summary_section_and_wandb_read_the_timeline():
+def test_summary_section_and_wandb_read_the_timeline(wandb_plots):
     task = tasks.make("causal_icl", {"k": 5, "length": 32, "graph": "tree", "roots": "uniform", "seed": 3})
     planted, parent, ind = planted_causal_graph_model(task, n_heads=3, seed=1)
     start = models.build(models.parse({"kind": "disentangled", "n_heads": 3}), task.spec)  # zero: uniform
@@ -145,17 +145,9 @@ def test_summary_section_and_wandb_read_the_timeline():
     assert f"L1H{ind} 1.00" in lines[1] and "uniform:" in lines[1], lines
     assert probe.section.figure(tl, task) is not None
 
-    class Logger:
-        def __init__(self):
-            self.plots = {}
-
-        def line_series(self, key, xs, series, title, x_name):
-            self.plots[key] = series
-
-    logger = Logger()
-    probe.wandb(tl, logger)
-    assert set(logger.plots) == {"plots/causal_graph_edges", "plots/causal_graph_induction"}
-    assert all(len(v) == 2 for series in logger.plots.values() for v in series.values())
+    probe.wandb(tl, wandb_plots)
+    assert set(wandb_plots.plots) == {"plots/causal_graph_edges", "plots/causal_graph_induction"}
+    assert all(len(v) == 2 for series in wandb_plots.plots.values() for v in series.values())
 
 
 def test_a_trained_disentangled_transformer_learns_the_graph(tmp_path, tiny):

@@ -113,7 +113,7 @@ def test_summary_lines_say_when_and_where(task):
     assert "facts at step None" in timeline.summary(tl, task)[-2]
 
 
-def test_figures_and_wandb_plots(task):
+def test_figures_and_wandb_plots(task, wandb_plots):
     tl = hand_timeline()
     figs = probe_figures(tl, task)
     assert set(figs) >= set(NAMES)
@@ -122,19 +122,11 @@ def test_figures_and_wandb_plots(task):
         set(labels["answer_type"])
     assert {"MLP mean-ablated", "attention mean-ablated", "as trained"} <= set(labels["fact_storage"])
 
-    class Logger:
-        def __init__(self):
-            self.plots = {}
-
-        def line_series(self, key, xs, series, title, x_name):
-            self.plots[key] = (xs, series)
-
-    logger = Logger()
     for name in NAMES:
-        probes.PROBES.get(name).wandb(tl, logger)
-    assert set(logger.plots) == {"plots/answer_type", "plots/answer_type_loss", "plots/fact_storage"}
-    assert logger.plots["plots/answer_type"][1]["type_gap"] == tl.metrics["answer_type"]["type_gap"]
-    assert logger.plots["plots/fact_storage"][1]["MLP mean-ablated"] == tl.metrics["fact_storage"]["acc_no_mlp"]
+        probes.PROBES.get(name).wandb(tl, wandb_plots)
+    assert set(wandb_plots.plots) == {"plots/answer_type", "plots/answer_type_loss", "plots/fact_storage"}
+    assert wandb_plots.plots["plots/answer_type"]["type_gap"] == tl.metrics["answer_type"]["type_gap"]
+    assert wandb_plots.plots["plots/fact_storage"]["MLP mean-ablated"] == tl.metrics["fact_storage"]["acc_no_mlp"]
 
 
 def test_a_trained_run_probed_in_chunks_equals_each_checkpoint_alone(tmp_path, tiny):

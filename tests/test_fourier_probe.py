@@ -197,7 +197,7 @@ def train_grokking(task, steps: list[int], seed: int = 0):
     return cfg, model, kept
 
 
-def test_a_tiny_transformer_groks_with_few_key_frequencies():
+def test_a_tiny_transformer_groks_with_few_key_frequencies(wandb_plots):
     """p = 31, 60% of the pairs, 2000 full-batch steps (about 15 s on a CPU core): the final model has 1–7
     key frequencies, a concentrated embedding, restricted loss as low as the test loss, and excluded loss
     far above the train loss; with the final key frequencies fixed (Nanda et al.), restricted loss falls
@@ -240,15 +240,7 @@ def test_a_tiny_transformer_groks_with_few_key_frequencies():
     assert "restricted loss" in lines[1] and "below ln p / 2 from step" in lines[1], lines
     assert probe.section.figure(tl, task) is not None
 
-    class Logger:
-        def __init__(self):
-            self.plots = {}
-
-        def line_series(self, key, xs, series, title, x_name):
-            self.plots[key] = series
-
-    logger = Logger()
-    probe.wandb(tl, logger)
-    assert set(logger.plots) == {"plots/fourier_losses", "plots/fourier_weights"}
-    assert all(len(v) == len(steps) for series in logger.plots.values() for v in series.values())
+    probe.wandb(tl, wandb_plots)
+    assert set(wandb_plots.plots) == {"plots/fourier_losses", "plots/fourier_weights"}
+    assert all(len(v) == len(steps) for series in wandb_plots.plots.values() for v in series.values())
     print(f"trained and probed in {time.perf_counter() - start:.1f} s")

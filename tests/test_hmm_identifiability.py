@@ -149,15 +149,7 @@ def timeline(task, eps: list[float]) -> Timeline:
     return tl
 
 
-class Logger:
-    def __init__(self):
-        self.logged = {}
-
-    def line_series(self, key, xs, series, title, x_name):
-        self.logged[key] = series
-
-
-def test_summary_figure_and_wandb_plots():
+def test_summary_figure_and_wandb_plots(wandb_plots):
     probe = probes.PROBES.get("hmm_identifiability")
     task = tasks.make("hmm_masked", {"objective": "triplet", "d": 5})
     tl = timeline(task, [0.6, 0.0])
@@ -168,9 +160,8 @@ def test_summary_figure_and_wandb_plots():
     assert "O within 0.05 from step 10;" in line and "Kruskal margin +" in line
     fig = probe.section.figure(tl, task)
     assert len(fig.axes) == 4  # errors, true O, recovered Ô, the colour bar
-    logger = Logger()
-    probe.wandb(tl, logger)
-    assert logger.logged["plots/hmm_identifiability"]["O_err"] == m["O_err"]
+    probe.wandb(tl, wandb_plots)
+    assert wandb_plots.plots["plots/hmm_identifiability"]["O_err"] == m["O_err"]
     pair = tasks.make("hmm_masked", {"objective": "pairwise", "d": 5})
     (line,) = probe.summary(timeline(pair, [0.0]), pair)
     assert "pairwise: not identifiable: another valid HMM (Õ = OR, R a" in line and "from the other's" in line
