@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet "$(TORCH)"
-	$(BIN)/pip install --quiet -e ".[dev]" $(if $(TL),"transformer-lens==$(TL).*")
+	$(BIN)/pip install --quiet -e ".[dev,devinterp]" $(if $(TL),"transformer-lens==$(TL).*")
 	touch $@
 
 demo: $(VENV)/.installed

@@ -6,9 +6,10 @@ import argparse
 import json
 import sys
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from mechsynth.config import apply_override, describe, read_toml
 from mechsynth.errors import ConfigError, DivergedError, UserError
@@ -24,6 +25,8 @@ def _parser() -> argparse.ArgumentParser:
 
     t = sub.add_parser("tasks", help="list tasks, their parameters and defaults")
     t.add_argument("--json", action="store_true", help="machine-readable output")
+    ps = sub.add_parser("probes", help="list probes, the task truth each reads, and their options (mechsynth probe --set)")
+    ps.add_argument("--json", action="store_true", help="machine-readable output")
 
     tr = sub.add_parser("train", help="train a model from a TOML config (or continue one with --resume)")
     tr.add_argument("config", nargs="?", help="TOML file with [task], [model], [train], [wandb] tables")
@@ -38,6 +41,9 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument("--probes", help="comma-separated probe names (default: all that apply to the run)")
     pr.add_argument("--steps", help="comma-separated checkpoint steps (default: all)")
     pr.add_argument("--batch-size", type=int, default=64, help="sequences per probe")
+    pr.add_argument("--set", action="append", default=[], metavar="PROBE.OPTION=VALUE",
+                    help="a probe's option, e.g. llc.draws=400 or sharpness.checkpoints=0 (repeatable; "
+                         "`mechsynth probes` lists them)")
     pr.add_argument("--json", action="store_true", help="print the timeline as JSON")
     pr.add_argument("--wandb", choices=MODES, help="W&B mode (default: the run's)")
 
@@ -73,15 +79,34 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _first_line(obj: Any) -> str:
+    """The first sentence of the docstring of the module that defines `obj` (a class or a function)."""
+    paragraph = " ".join((sys.modules[obj.__module__].__doc__ or "").strip().split("\n\n")[0].split())
+    return paragraph.split(". ")[0].rstrip(".") + "."
+
+
 def _cmd_tasks(args) -> int:
     from mechsynth import tasks
 
-    def summary(cls) -> str:  # the first line of the task's module docstring
-        return (sys.modules[cls.__module__].__doc__ or "").strip().split("\n")[0]
+    return _listing({name: {"doc": _first_line(tasks.TASKS.get(name)), "params": describe(tasks.TASKS.get(name).Config)}
+                     for name in tasks.names()}, args.json)
 
-    table = {name: {"doc": summary(tasks.TASKS.get(name)), "params": describe(tasks.TASKS.get(name).Config)}
-             for name in tasks.names()}
-    if args.json:
+
+def _cmd_probes(args) -> int:
+    from mechsynth import probes
+
+    table = {}
+    for name in probes.names():
+        p = probes.PROBES.get(name)
+        doc = _first_line(p.fn)
+        reads = f"reads truth {', '.join(p.truth)}" if p.truth else "reads no truth"
+        table[name] = {"doc": f"{doc} [{reads}{'; runs only when named' if p.landscape else ''}]",
+                       "params": describe(p.options) if p.options is not None else []}
+    return _listing(table, args.json)
+
+
+def _listing(table: dict[str, dict[str, Any]], as_json: bool) -> int:
+    if as_json:
         print(json.dumps(table, indent=2))
         return 0
     for name, info in table.items():
@@ -129,7 +154,7 @@ def _say(line: str) -> None:
 
 
 def _probe(run_dir: Path, probe_names: Optional[str], steps: Optional[str], batch_size: int, as_json: bool,
-           wandb: Optional[str]) -> int:
+           wandb: Optional[str], sets: Sequence[str] = ()) -> int:
     from dataclasses import replace
 
     from mechsynth import probes, timeline
@@ -140,6 +165,7 @@ def _probe(run_dir: Path, probe_names: Optional[str], steps: Optional[str], batc
     if not run.steps:
         raise ConfigError("run_dir", f"{run_dir} has no checkpoint yet")
     names = timeline.applicable(run)
+    allowed = timeline.applicable(run, landscape=True)
     if probe_names:
         asked = [n.strip() for n in probe_names.split(",") if n.strip()]
         model = run.trainable(run.steps[0])
@@ -148,8 +174,15 @@ def _probe(run_dir: Path, probe_names: Optional[str], steps: Optional[str], batc
                 raise ConfigError("--probes", f"unknown probe {n!r}; allowed: {', '.join(probes.names())}")
             why = probes.why_not(n, model, run.task)
             if why is not None:
-                raise ConfigError("--probes", f"{n!r} does not apply to this run: {why}; allowed: {', '.join(names)}")
+                raise ConfigError("--probes", f"{n!r} does not apply to this run: {why}; allowed: {', '.join(allowed)}")
         names = asked
+    options: dict[str, Any] = {}
+    for assignment in sets:
+        apply_override(options, assignment)
+    for n, table in options.items():
+        if n not in names:
+            raise ConfigError(f"--set {n}", f"probe {n!r} is not being run; allowed: options of {', '.join(names)}")
+        probes.options(n, table)  # every bad option named before any work
     chosen = run.steps
     if steps:
         try:
@@ -161,7 +194,11 @@ def _probe(run_dir: Path, probe_names: Optional[str], steps: Optional[str], batc
             raise ConfigError("--steps", f"no checkpoint at {missing}; allowed: {run.steps}")
     if batch_size < 1:
         raise ConfigError("--batch-size", f"must be ≥ 1, got {batch_size}")
-    tl = timeline.probe_run(run, names, chosen, batch_size=batch_size)
+    tl = timeline.probe_run(run, names, chosen, batch_size=batch_size, options=options)
+    try:  # probing again for some probes keeps the others'
+        tl = timeline.merge(timeline.load(run.path), tl)
+    except (FileNotFoundError, UserError):
+        pass
     timeline.save(tl, run.path)
     cfg = run.config.wandb if wandb is None else replace(run.config.wandb, mode=wandb)
     if resolve_mode(cfg) != "disabled":
@@ -258,9 +295,13 @@ def _report(run_dir: Path, batch_size: int, wandb: Optional[str]) -> int:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
+    # A warning here is for the user (an LLC chain that diverged): one line, not the source line it came from.
+    warnings.formatwarning = lambda message, category, *rest, **kw: f"warning: {message}\n"
     try:
         if args.command == "tasks":
             return _cmd_tasks(args)
+        if args.command == "probes":
+            return _cmd_probes(args)
         if args.command == "train":
             if args.resume:
                 if args.config:
@@ -271,7 +312,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             _train(read_toml(args.config), args.out, Path(args.config).stem, args.set, args.wandb, not args.no_progress)
             return 0
         if args.command == "probe":
-            return _probe(Path(args.run_dir), args.probes, args.steps, args.batch_size, args.json, args.wandb)
+            return _probe(Path(args.run_dir), args.probes, args.steps, args.batch_size, args.json, args.wandb, args.set)
         if args.command == "sweep":
             return _sweep(args)
         if args.command == "sweep-report":

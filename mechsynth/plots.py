@@ -121,3 +121,30 @@ def head_timelines(tl: "Timeline", thresholds: dict[str, float]) -> Optional[Fig
         ax.legend(fontsize=6, loc="upper left", ncol=max(1, len(heads) // 6))
         steps_axis(ax, label=ax is axes[-1, 0])
     return fig
+
+
+def stages(tl: "Timeline", series: dict[str, list[Optional[float]]], found: dict[str, list[int]]) -> Optional[Figure]:
+    """One panel per timeline stages are read from (held-out loss, LLC, sharpness, each probe's best head) on
+    one step axis: its own change points solid, the LLC's turns dash-dotted in every panel, and the first
+    formation of each probe dashed."""
+    if not series:
+        return None
+    fig, axes = new_figure(len(series), height=1.9, sharex=True)
+    first: dict[str, int] = {}
+    for probe, head, step in tl.formed():
+        first.setdefault(probe, step)
+    for row, (ax, (name, values)) in enumerate(zip(axes[:, 0], series.items())):
+        pts = [(s, v) for s, v in zip(tl.steps, values) if v is not None and math.isfinite(v)]
+        if pts:
+            ax.plot(*zip(*pts), "o-" if len(pts) < len(tl.steps) else "-", color="black", markersize=3, linewidth=1.2)
+        for s in found.get(name, []):
+            ax.axvline(s, color="tab:red", linewidth=1.2, alpha=0.8, label="change point" if s == found[name][0] else None)
+        for s in found.get("llc turns", []):
+            ax.axvline(s, color="tab:purple", linewidth=1, linestyle="-.", label="LLC turns" if row == 0 and s == found["llc turns"][0] else None)
+        for i, (probe, s) in enumerate(first.items()):
+            ax.axvline(s, color=f"C{i + 2}", linestyle="--", linewidth=1, label=f"{probe} forms ({s})" if row == 0 else None)
+        ax.set_ylabel(name.replace("_", " "), fontsize=8)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=6, loc="best")
+        steps_axis(ax, label=row == len(series) - 1)
+    return fig

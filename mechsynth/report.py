@@ -18,7 +18,7 @@ from jaxtyping import Float
 from matplotlib.figure import Figure
 from torch import Tensor
 
-from mechsynth import hooks, io, models, plots, probes, rundir, timeline, views
+from mechsynth import hooks, io, models, plots, probes, rundir, stages, timeline, views
 from mechsynth.run import Run, load_run
 from mechsynth.timeline import Timeline, applicable, probe_run, summary
 
@@ -45,11 +45,15 @@ class Report:
 
 
 def timeline_of(run: Run, batch_size: int = 64, seed: int = 0) -> tuple[Timeline, bool]:
-    """The run's probe timeline: probes.json if `mechsynth probe` wrote one, else probe every checkpoint
-    now (and write probes.json and probes.csv). Returns (timeline, whether it was just probed)."""
-    if (run.path / timeline.JSON).exists():
-        return timeline.load(run.path), False
-    tl = probe_run(run, applicable(run), batch_size=batch_size, seed=seed)
+    """The run's probe timeline: probes.json if `mechsynth probe` wrote one, with the circuit probes it lacks
+    probed now (it may hold only `--probes llc,sharpness`), else every checkpoint probed now; whatever was
+    probed is written to probes.json and probes.csv. Returns (timeline, whether anything was just probed)."""
+    old = timeline.load(run.path) if (run.path / timeline.JSON).exists() else None
+    missing = [p for p in applicable(run) if old is None or p not in old.metrics]
+    if old is not None and (not missing or old.steps != run.steps):
+        return old, False
+    tl = probe_run(run, missing, batch_size=batch_size, seed=seed)
+    tl = tl if old is None else timeline.merge(old, tl)
     timeline.save(tl, run.path)
     return tl, True
 
@@ -189,8 +193,10 @@ def build(run_dir: Path | str, *, batch_size: int = 64, seed: int = 0) -> Report
     run = load_run(run_dir)
     tl, probed = timeline_of(run, batch_size, seed)
     thresholds = {p: probes.PROBES.get(p).threshold for p in tl.per_head if p in probes.names()}
+    found = stages.detect(tl)
     figs = {"curves": plots.curves(run.metrics, tl.loss_drop_step, tl.formed()),
-            "timelines": plots.head_timelines(tl, thresholds)} | probe_figures(tl, run.task)
+            "timelines": plots.head_timelines(tl, thresholds),
+            "stages": plots.stages(tl, stages.series(tl), found)} | probe_figures(tl, run.task)
     figs = {k: f for k, f in figs.items() if f is not None}
     rendered = attention_views(run, tl, seed)
 
@@ -205,6 +211,14 @@ def build(run_dir: Path | str, *, batch_size: int = 64, seed: int = 0) -> Report
                                  '<p class="note">Each head\'s score at every probed checkpoint; dash-dotted: the '
                                  'probe\'s threshold; dashed: the step after which a head stays above it (formation); '
                                  'dotted: the loss drop.</p>' + _formation_table(tl)))
+    sections.append(_section("stages", "Stages", _img(figs["stages"], "stages of training") +
+                             '<p class="note">Stages found without a circuit in mind, on one step axis: each timeline\'s '
+                             'change points (red: where the best piecewise-linear fit in log-step turns a corner), the '
+                             'LLC\'s turns (purple, dash-dotted: where it stops rising or falling, as Hoogland et al. '
+                             'read stages), and the step each probe\'s first head forms (dashed). The LLC and sharpness '
+                             'appear when the run was probed with <code>--probes llc,sharpness</code>.</p>' +
+                             _table([(name, ", ".join(map(str, steps)) or "—") for name, steps in found.items()],
+                                    ("timeline", "stage boundaries (steps)"))))
     for own in _sections(tl):
         if own.name in figs:
             sections.append(_section(own.name, own.title, _img(figs[own.name], own.title.lower()) +

@@ -13,9 +13,11 @@ from typing import Any, Optional
 import torch
 import torch.nn as nn
 
-from mechsynth import hooks, io, models, probes
+from mechsynth import hooks, io, models, probes, stages
+from mechsynth.config import to_dict
 from mechsynth.errors import CorruptFileError
 from mechsynth.probes import formation_step  # (importable from here too, as before)
+from mechsynth.fixed_set import FixedTrainingSet
 from mechsynth.run import Run
 
 JSON, CSV = "probes.json", "probes.csv"  # in the run directory
@@ -30,11 +32,15 @@ class Timeline:
     metrics: dict[str, dict[str, list[float]]] = field(default_factory=dict)  # probe -> metric -> series
     formation: dict[str, dict[str, Optional[int]]] = field(default_factory=dict)  # probe -> head -> step
     loss_drop_step: Optional[int] = None
+    options: dict[str, dict[str, Any]] = field(default_factory=dict)  # probe -> the options it ran with
 
     def to_json(self) -> dict[str, Any]:
+        """The timeline, and the stage boundaries found in it (`stages.detect`; recomputed on reading)."""
         return {"steps": self.steps, "loss": self.loss, "loss_drop_step": self.loss_drop_step,
+                "stages": stages.detect(self),
                 "probes": {name: {"per_head": self.per_head[name], "metrics": self.metrics[name],
-                                  "formation": self.formation[name]} for name in self.per_head}}
+                                  "formation": self.formation[name]} | ({"options": self.options[name]} if name in self.options else {})
+                           for name in self.per_head}}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Timeline":
@@ -42,7 +48,7 @@ class Timeline:
         probed = data.get("probes", {})
         tl = cls(list(data["steps"]), list(data["loss"]), {n: dict(p["per_head"]) for n, p in probed.items()},
                  {n: dict(p["metrics"]) for n, p in probed.items()}, {n: dict(p["formation"]) for n, p in probed.items()},
-                 data.get("loss_drop_step"))
+                 data.get("loss_drop_step"), {n: dict(p["options"]) for n, p in probed.items() if "options" in p})
         n = len(tl.steps)
         lengths = [len(tl.loss)] + [len(v) for d in (tl.per_head, tl.metrics) for series in d.values() for v in series.values()]
         if any(length != n for length in lengths):
@@ -71,10 +77,12 @@ def steepest_drop(steps: Sequence[int], loss: Sequence[Optional[float]], window:
     return best
 
 
-def applicable(run: Run) -> list[str]:
-    """Probes that make sense for this run: its task, and the hooks its model has (no attention probes on an MLP)."""
+def applicable(run: Run, landscape: bool = False) -> list[str]:
+    """Probes that make sense for this run: its task, and the hooks its model has (no attention probes on an
+    MLP); the costly loss landscape probes (llc, sharpness) only with `landscape`, as they run only when named."""
     model = run.trainable(run.steps[0]) if run.steps else None
-    return [name for name in probes.names() if model is not None and probes.can_run(name, model, run.task)]
+    return [name for name in probes.names() if model is not None and (landscape or not probes.PROBES.get(name).landscape)
+            and probes.can_run(name, model, run.task)]
 
 
 def chunk_size(model: nn.Module, batch_size: int, device: torch.device) -> int:
@@ -87,13 +95,31 @@ def chunk_size(model: nn.Module, batch_size: int, device: torch.device) -> int:
 
 
 def probe_run(run: Run, names: Optional[Sequence[str]] = None, steps: Optional[Sequence[int]] = None,
-              batch_size: int = 64, seed: int = 0, device: str | torch.device = "cpu") -> Timeline:
+              batch_size: int = 64, seed: int = 0, device: str | torch.device = "cpu",
+              options: Optional[dict[str, dict[str, Any]]] = None) -> Timeline:
     """Probe checkpoints `steps` (default: all). Checkpoints are loaded side by side into one model with
-    a leading checkpoint axis (`n_models`), so each chunk of checkpoints costs one forward per input."""
+    a leading checkpoint axis (`n_models`), so each chunk of checkpoints costs one forward per input.
+    Loss landscape probes (llc, sharpness) run on one checkpoint at a time, on the log-spaced subset their
+    options pick, and are NaN at the others. `options`: {probe: overrides of its options}."""
     names = list(names) if names is not None else applicable(run)
     steps = list(steps) if steps is not None else run.steps
     loss = [run.meta(s)["metrics"].get(f"{run.task.main_eval}/loss") for s in steps]
     tl = Timeline(steps, loss, {n: {} for n in names}, {n: {} for n in names})
+    landscape = [n for n in names if probes.PROBES.get(n).landscape]
+    batched = [n for n in names if n not in landscape]
+    if batched:
+        _probe_batched(run, tl, batched, batch_size, seed, device)
+    if landscape:
+        _probe_landscape(run, tl, landscape, batch_size, seed, device, options or {})
+    for name in names:
+        threshold = probes.PROBES.get(name).threshold
+        tl.formation[name] = {h: formation_step(steps, series, threshold) for h, series in tl.per_head[name].items()}
+    tl.loss_drop_step = steepest_drop(steps, loss)
+    return tl
+
+
+def _probe_batched(run: Run, tl: Timeline, names: list[str], batch_size: int, seed: int, device: str | torch.device) -> None:
+    steps = tl.steps
     init = run.trainable(run.steps[0], device)  # step 0: what hidden-progress probes compare with
     # Chunks are sized by the largest input the probes read (modular arithmetic's "all": every pair).
     largest = max([batch_size] + [len(probes.draw(probes.resolve(i, run.task), init, run.task, batch_size, seed).tokens)
@@ -108,19 +134,50 @@ def probe_run(run: Run, names: Optional[Sequence[str]] = None, steps: Optional[S
         stacked.load_state_dict({k: torch.stack([w[k] for w in weights]) if k in params else weights[0][k]
                                  for k in weights[0]})  # buffers (e.g. the MLP's token values) are shared
         for results in probes.run_many(names, stacked, run.task, batch_size=batch_size, seed=seed, init=init)[:len(chunk)]:
-            for name, result in results.items():
-                if result.per_head is not None:
-                    for layer in range(result.per_head.shape[0]):
-                        for head in range(result.per_head.shape[1]):
-                            tl.per_head[name].setdefault(hooks.head_label(layer, head), []).append(
-                                float(result.per_head[layer, head]))
-                for key, value in result.metrics.items():
-                    tl.metrics[name].setdefault(key, []).append(value)
-    for name in names:
-        threshold = probes.PROBES.get(name).threshold
-        tl.formation[name] = {h: formation_step(steps, series, threshold) for h, series in tl.per_head[name].items()}
-    tl.loss_drop_step = steepest_drop(steps, loss)
-    return tl
+            _record(tl, results)
+
+
+def _record(tl: Timeline, results: dict[str, probes.ProbeResult]) -> None:
+    for name, result in results.items():
+        if result.per_head is not None:
+            for layer in range(result.per_head.shape[0]):
+                for head in range(result.per_head.shape[1]):
+                    tl.per_head[name].setdefault(hooks.head_label(layer, head), []).append(float(result.per_head[layer, head]))
+        for key, value in result.metrics.items():
+            tl.metrics[name].setdefault(key, []).append(value)
+
+
+def _probe_landscape(run: Run, tl: Timeline, names: list[str], batch_size: int, seed: int, device: str | torch.device,
+                     options: dict[str, dict[str, Any]]) -> None:
+    """Each landscape probe on its own log-spaced checkpoints (`checkpoints` in its options), one model at a
+    time, against the run's training loss (its fixed training set where it had one)."""
+    opts = {n: probes.options(n, options.get(n)) for n in names}
+    visit = {n: set(probes.log_spaced(tl.steps, opts[n].checkpoints)) for n in names}
+    train = run.config.train
+    train_set = FixedTrainingSet(run.task, train.n_train, train.set_seed).set if train.data == "fixed" else None
+    measured: dict[str, dict[int, dict[str, float]]] = {n: {} for n in names}
+    for step in tl.steps:
+        here = [n for n in names if step in visit[n]]
+        if here:
+            results = probes.run_many(here, run.trainable(step, device), run.task, batch_size=batch_size, seed=seed,
+                                      options={n: opts[n] for n in here}, train_set=train_set, train=train)[0]
+            for n, result in results.items():
+                measured[n][step] = result.metrics
+    for n in names:
+        keys = list(dict.fromkeys(k for m in measured[n].values() for k in m))
+        tl.metrics[n] = {k: [measured[n].get(s, {}).get(k, math.nan) for s in tl.steps] for k in keys}
+        tl.options[n] = to_dict(opts[n])
+
+
+def merge(old: Timeline, new: Timeline) -> Timeline:
+    """`new` with the probes only `old` has, where both cover the same checkpoints: probing a run again for
+    some probes (`--probes llc,sharpness`) keeps the others' timelines."""
+    if old.steps != new.steps:
+        return new
+    kept = [p for p in old.per_head if p not in new.per_head]
+    return Timeline(new.steps, new.loss, {p: old.per_head[p] for p in kept} | new.per_head,
+                    {p: old.metrics[p] for p in kept} | new.metrics, {p: old.formation[p] for p in kept} | new.formation,
+                    new.loss_drop_step, {p: old.options[p] for p in kept if p in old.options} | new.options)
 
 
 def shown_probes(tl: Timeline) -> list[probes.Probe]:
@@ -138,7 +195,7 @@ def summary(tl: Timeline, task: Any = None) -> list[str]:
     # "No circuit" speaks of heads: say it where heads were scored, or where nothing else was said.
     if not tl.formed() and (any(tl.per_head.values()) or not own):
         own.append("no circuit stayed above its threshold")
-    return lines + own
+    return lines + own + stages.summary(stages.detect(tl))
 
 
 def rows(tl: Timeline) -> list[list[Any]]:
@@ -192,7 +249,8 @@ def log_to_wandb(tl: Timeline, logger) -> None:
         history.append(row)
     logger.log_against("probe_step", history)
     logger.summary({f"formation/{p}/{h}": s for p, heads in tl.formation.items() for h, s in heads.items()}
-                   | {"formation/loss_drop_step": tl.loss_drop_step})
+                   | {"formation/loss_drop_step": tl.loss_drop_step}
+                   | {f"stages/{name}": found for name, found in stages.detect(tl).items()})
 
 
 def log_plots_to_wandb(tl: Timeline, logger) -> None:

@@ -19,7 +19,6 @@ from typing import Any, Literal, Optional, Protocol, runtime_checkable
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from jaxtyping import Float
 from torch import Tensor
 
@@ -27,7 +26,7 @@ from mechsynth import optimizers
 from mechsynth.config import MAX_SEED, MAX_STEPS, check, check_fields, doc, show, validates_itself
 from mechsynth.errors import DivergedError
 from mechsynth.fixed_set import FixedTrainingSet
-from mechsynth.tasks.base import Batch, align
+from mechsynth.tasks.base import Batch, masked_loss
 
 
 # Device names `train.device` accepts (ASCII digits: `\d` would take other scripts' digits too).
@@ -178,13 +177,6 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
 
 # Weights (TransformerLens's names) that look up a row rather than multiply: embeddings, not matrices.
 NOT_MATRICES = ("W_E", "W_pos", "W_rel")
-
-
-def masked_loss(logits: Float[Tensor, "batch out_pos d_vocab_out"], batch: Batch) -> Float[Tensor, ""]:
-    """Mean cross-entropy over scored positions. Unscored targets become ignore_index rather than
-    being dropped by boolean indexing, which would cost a device->host sync every step."""
-    logits, targets, mask = align(logits, batch)
-    return F.cross_entropy(logits.flatten(0, 1).float(), torch.where(mask, targets, -100).flatten(), ignore_index=-100)
 
 
 def held_out_batches(data: DataSource, seed: int, batch_size: int, device: torch.device) -> dict[str, Batch]:

@@ -11,8 +11,12 @@ plots (`register(summary=, section=, wandb=)`); the timeline, report and W&B ite
 Probes work on any TransformerLens-hooked model; a probe whose hooks a model lacks (attention on an
 MLP) raises ProbeError saying what it needs.
 
+Loss landscape probes (llc, sharpness) differentiate the training loss through one model at a time and
+run only when named, on a log-spaced subset of checkpoints (`register(landscape=True)`).
+
 Layout: `_base` (Probe, register, View, ProbeResult), `_inputs` (drawing the inputs), `_run` (checking
-and running); every module without a leading underscore is a probe and is imported here.
+and running), `_landscape` (what the landscape probes share); every module without a leading underscore
+is a probe and is imported here.
 """
 
 from __future__ import annotations
@@ -24,12 +28,13 @@ from mechsynth.probes._base import (PROBES, Probe, ProbeError, ProbeResult, Sect
                                     formation_step, head_metrics, input_weights, no_hooks, register, render_heads,
                                     resolve)
 from mechsynth.probes._inputs import dims, draw
-from mechsynth.probes._run import can_run, names, run, run_many, why_not
+from mechsynth.probes._landscape import log_spaced
+from mechsynth.probes._run import can_run, names, options, run, run_many, why_not
 
 for _m in pkgutil.iter_modules(__path__):
     if not _m.name.startswith("_"):  # _base, _inputs, _run: the machinery, not probes
         importlib.import_module(f"{__name__}.{_m.name}")
 
 __all__ = ["PROBES", "Probe", "ProbeError", "ProbeResult", "Section", "View", "attention_hooks", "can_run",
-           "dims", "draw", "formation_step", "head_metrics", "input_weights", "names", "no_hooks", "register", "render_heads", "run",
+           "dims", "draw", "formation_step", "head_metrics", "input_weights", "log_spaced", "names", "no_hooks", "options", "register", "render_heads", "run",
            "run_many", "why_not"]

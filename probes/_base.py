@@ -78,6 +78,11 @@ class Probe:
     section: Optional[Section] = None  # its section of the run report
     wandb: Optional[Callable[[Timeline, Any], None]] = None  # (timeline, WandbLogger): its own W&B plots
     ablations: Ablations = field(default_factory=dict)  # forwards with activations mean-ablated, per input
+    # Reads the training loss around the weights (LLC, sharpness): it differentiates through one model at a
+    # time (`View.model`), costs many forward and backward passes, and so runs only when named, on the
+    # checkpoints its options pick (`checkpoints`, log-spaced).
+    landscape: bool = False
+    options: Optional[type] = None  # the probe's options: a config dataclass, every field with a documented default
 
     @property
     def needs_task(self) -> bool:
@@ -91,18 +96,21 @@ PROBES: Registry[Probe] = Registry("probe")
 def register(name: str, *, reads: dict[str, Hooks], truth: tuple[str, ...] = (), needs_init: bool = False,
              threshold: float = 0.5, model_check: Optional[ModelCheck] = None, weights: Sequence[str] = (),
              summary: Optional[Callable[[Timeline, Any], list[str]]] = None, section: Optional[Section] = None,
-             wandb: Optional[Callable[[Timeline, Any], None]] = None, ablations: Optional[Ablations] = None):
+             wandb: Optional[Callable[[Timeline, Any], None]] = None, ablations: Optional[Ablations] = None,
+             landscape: bool = False, options: Optional[type] = None):
     """Decorator: `@register("induction", reads={"repeated": attention_hooks})` on fn(view) -> ProbeResult.
     `summary`, `section` and `wandb` are how the probe shows itself beyond its per-head scores, which the
     timeline, report and W&B draw for every probe alike. `ablations={"data": {"no_mlp": mlp_outs}}`: the
-    logits on input "data" with the hooks `mlp_outs` names mean-ablated (`View.ablated_logits`)."""
+    logits on input "data" with the hooks `mlp_outs` names mean-ablated (`View.ablated_logits`).
+    `landscape=True`: the probe differentiates the training loss through `View.model` (see Probe);
+    `options`: its config dataclass, set with `mechsynth probe --set <probe>.<field>=VALUE`."""
 
     if not set(ablations or {}) <= set(reads):
         raise ValueError(f"probe {name!r} ablates on inputs {sorted(set(ablations or {}) - set(reads))} it does not read")
 
     def deco(fn):
         PROBES.register(name)(Probe(name, fn, reads, tuple(truth), needs_init, threshold, model_check, tuple(weights),
-                                    summary, section, wandb, dict(ablations or {})))
+                                    summary, section, wandb, dict(ablations or {}), landscape, options))
         return fn
 
     return deco
@@ -141,6 +149,10 @@ class View:
     init_weight: Optional[Callable[[str], Tensor]] = None  # the same weights at step 0
     input_weights: Optional[str] = None  # the weight facing the input positions (see `input_weights`)
     ablated: dict[tuple[str, str], Tensor] = field(default_factory=dict)  # (input, ablation) -> logits
+    model: Any = None  # the model itself, for landscape probes (one model, never several side by side)
+    train_set: Optional[Batch] = None  # the run's fixed training set where it trained on one (train.data = fixed)
+    train: Any = None  # what the run trained with (its TrainConfig: lr, optimizer, ...), where probed as a run
+    options: Any = None  # the probe's options (an instance of its `options` class)
 
     def batch(self, input: str) -> Batch:
         return self.outputs[resolve(input, self.task)][0]

@@ -12,6 +12,8 @@ import torch
 from torch import Tensor
 
 from mechsynth import hooks
+from mechsynth.config import from_dict
+from mechsynth.errors import ConfigError
 from mechsynth.probes._base import PROBES, Probe, ProbeError, ProbeResult, View, input_weights, resolve
 from mechsynth.probes._inputs import dims, draw
 
@@ -36,6 +38,8 @@ def problem(probe: Probe, model: Any, task: Any, init: Any) -> Optional[str]:
             if split is not None and split not in task.splits:
                 return (f"probe {probe.name!r} reads split {split!r}, which task {task.name!r} does not have "
                         f"(splits: {', '.join(task.splits)})")
+    if probe.landscape and getattr(model, "n_models", None):
+        return f"probe {probe.name!r} differentiates one model at a time; pass one model, not {model.n_models} side by side"
     if probe.needs_init and init is None:
         return f"probe {probe.name!r} compares with the initial weights; pass init= (the step-0 model)"
     why = probe.model_check(model) if probe.model_check is not None else None  # the probe's own reason first
@@ -64,18 +68,35 @@ def can_run(name: str, model: Any, task: Any = None) -> bool:
     return why_not(name, model, task) is None
 
 
-def run(name: str, model: Any, task: Any = None, *, batch_size: int = 64, seed: int = 0, init: Any = None) -> ProbeResult:
+def options(name: str, table: Optional[dict[str, Any]] = None) -> Any:
+    """Probe `name`'s options from a table of overrides (`{"n_beta": 30}`), every other field at its
+    default; ConfigError naming `<probe>.<field>` for a bad one. None for a probe without options."""
+    probe = PROBES.get(name)
+    if probe.options is None:
+        if table:
+            raise ConfigError(name, f"probe {name!r} takes no options; got {', '.join(map(str, table))}")
+        return None
+    return from_dict(probe.options, dict(table or {}), name)
+
+
+def run(name: str, model: Any, task: Any = None, *, batch_size: int = 64, seed: int = 0, init: Any = None,
+        option: Optional[dict[str, Any]] = None, train_set: Any = None, train: Any = None) -> ProbeResult:
     """Run probe `name` on a hooked model; same seed, same result. `init`: the model at step 0, for
-    probes that measure how far the weights moved."""
-    return run_many([name], model, task, batch_size=batch_size, seed=seed, init=init)[0][name]
+    probes that measure how far the weights moved; `option`: overrides of the probe's options."""
+    return run_many([name], model, task, batch_size=batch_size, seed=seed, init=init,
+                    options={name: option or {}}, train_set=train_set, train=train)[0][name]
 
 
-@torch.no_grad()
+@torch.no_grad()  # landscape probes turn gradients back on for themselves
 def run_many(probe_names: Sequence[str], model: Any, task: Any = None, *, batch_size: int = 64, seed: int = 0,
-             init: Any = None) -> list[dict[str, ProbeResult]]:
+             init: Any = None, options: Optional[dict[str, dict[str, Any]]] = None,
+             train_set: Any = None, train: Any = None) -> list[dict[str, ProbeResult]]:
     """Run several probes, one forward pass per distinct input. `model` may hold M models side by side
-    (`n_models=M`, e.g. M checkpoints of a run): the result is then one {probe: result} per model."""
+    (`n_models=M`, e.g. M checkpoints of a run): the result is then one {probe: result} per model.
+    `options`: {probe: overrides of its options}; for the landscape probes, `train_set`: the run's fixed
+    training set, if any (the loss they differentiate), and `train`: the run's TrainConfig."""
     chosen = [PROBES.get(n) for n in probe_names]
+    opts = {p.name: _run_options(p.name, (options or {}).get(p.name)) for p in chosen}
     for probe in chosen:
         why = problem(probe, model, task, init)
         if why is not None:
@@ -108,10 +129,16 @@ def run_many(probe_names: Sequence[str], model: Any, task: Any = None, *, batch_
         pick = (lambda t: t) if index is None else (lambda t: t.unflatten(0, (m, -1))[index])
         view = View(task, n_layers, n_heads, {
             i: (batches[i], logits if index is None else logits[index], {k: pick(v) for k, v in cache.items()})
-            for i, (logits, cache) in outputs.items()}, _weights(model, index), _weights(init, None), facing)
+            for i, (logits, cache) in outputs.items()}, _weights(model, index), _weights(init, None), facing,
+            model=model if index is None else None, train_set=train_set, train=train)
         own = {p.name: {k: v if index is None else v[index] for k, v in ablated[p.name].items()} for p in chosen}
-        results.append({p.name: p.fn(replace(view, ablated=own[p.name])) for p in chosen})
+        results.append({p.name: p.fn(replace(view, ablated=own[p.name], options=opts[p.name])) for p in chosen})
     return results
+
+
+def _run_options(name: str, given: Any) -> Any:
+    """Options as given: an options instance is used as is, a table is parsed (`options`)."""
+    return given if given is not None and not isinstance(given, dict) else options(name, given)
 
 
 def _ablate(chosen: Sequence[Probe], model: Any, task: Any, n_layers: int, batches: dict[str, Any],

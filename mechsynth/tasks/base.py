@@ -123,6 +123,13 @@ def readout_batch(bits: Int[Tensor, "batch bit"], labels: Int[Tensor, "batch"], 
     return Batch(tokens, targets, mask, truth)
 
 
+def masked_loss(logits: Float[Tensor, "batch out_pos d_vocab_out"], batch: Batch) -> Float[Tensor, ""]:
+    """Mean cross-entropy over scored positions. Unscored targets become ignore_index rather than
+    being dropped by boolean indexing, which would cost a device->host sync every step."""
+    logits, targets, mask = align(logits, batch)
+    return F.cross_entropy(logits.flatten(0, 1).float(), torch.where(mask, targets, -100).flatten(), ignore_index=-100)
+
+
 def readout_labels(names: tuple[str, ...], tokens: Int[Tensor, "pos"], support: Int[Tensor, "support"]) -> list[str]:
     """Labels for a bits-then-readout sequence: the bit values, the hidden support S starred
     ("1*"), the readout token as "?"; the support is what a sparse-selection head should attend to."""

@@ -1,0 +1,120 @@
+"""Stages of training found without knowing the circuit: change points of the loss, LLC, sharpness and
+probe timelines in log-step, and the LLC's turns (Hoogland et al. 2024 bound their stages by the
+critical points of the LLC curve: where it stops rising or falling).
+
+A change point is where a piecewise-linear fit in log(step + 1) changes segment: the fit with the fewest
+segments the Bayesian information criterion allows (at most `max_segments`, each of at least `min_size`
+checkpoints), found exactly by dynamic programming. Series are standardised first, so one criterion
+serves every scale."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, Optional
+
+import numpy as np
+
+# the series whose stages `detect` reads, besides each head-scoring probe's best head
+LANDSCAPE = {"llc": ("llc", "llc"), "sharpness": ("sharpness", "lambda_max")}
+
+
+def _measured(steps: Sequence[int], values: Sequence[Optional[float]]) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    kept = [(s, float(v)) for s, v in zip(steps, values) if v is not None and math.isfinite(v)]
+    return (np.log1p([s for s, _ in kept]), np.array([v for _, v in kept]), [s for s, _ in kept])
+
+
+def _segment_costs(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """cost[i, j]: the squared error of the least-squares line through points i..j-1."""
+    n = len(x)
+    cost = np.full((n + 1, n + 1), np.inf)
+    for i in range(n):
+        sx = sy = sxx = sxy = syy = 0.0
+        for j in range(i, n):
+            sx, sy, sxx, sxy, syy = sx + x[j], sy + y[j], sxx + x[j] ** 2, sxy + x[j] * y[j], syy + y[j] ** 2
+            m = j - i + 1
+            vx, vy, cxy = sxx - sx * sx / m, syy - sy * sy / m, sxy - sx * sy / m
+            cost[i, j + 1] = max(vy - (cxy * cxy / vx if vx > 1e-12 else 0.0), 0.0)
+    return cost
+
+
+def change_points(steps: Sequence[int], values: Sequence[Optional[float]], max_segments: int = 5,
+                  min_size: int = 3) -> list[int]:
+    """The checkpoints where a new segment of the best piecewise-linear fit in log(step + 1) begins
+    (NaN and None values are skipped; empty when one line fits best or there are too few points)."""
+    x, y, kept = _measured(steps, values)
+    n = len(y)
+    if n < 2 * min_size or float(np.std(y)) == 0.0:
+        return []
+    y = (y - y.mean()) / y.std()
+    cost = _segment_costs(x, y)
+    most = min(max_segments, n // min_size)
+    best = np.full((most + 1, n + 1), np.inf)
+    back = np.zeros((most + 1, n + 1), dtype=int)
+    best[0, 0] = 0.0
+    for k in range(1, most + 1):
+        for j in range(k * min_size, n + 1):
+            starts = np.arange((k - 1) * min_size, j - min_size + 1)
+            totals = best[k - 1, starts] + cost[starts, j]
+            back[k, j] = starts[int(np.argmin(totals))]
+            best[k, j] = totals.min()
+    # BIC: each segment costs a slope, an intercept and a boundary; the floor keeps a perfect fit finite
+    bic = [n * math.log(best[k, n] / n + 1e-4) + 3 * k * math.log(n) if math.isfinite(best[k, n]) else math.inf
+           for k in range(1, most + 1)]
+    k = 1 + int(np.argmin(bic))
+    starts, j = [], n
+    for level in range(k, 0, -1):
+        j = back[level, j]
+        starts.append(j)
+    return [kept[i] for i in sorted(starts)[1:]]
+
+
+def turns(steps: Sequence[int], values: Sequence[Optional[float]], prominence: float = 0.1) -> list[int]:
+    """The checkpoints where the curve turns (a local maximum or minimum, after a 3-point moving average in
+    log-step) by at least `prominence` of its range on each side: where the LLC stops rising or falling."""
+    _, y, kept = _measured(steps, values)
+    if len(y) < 3 or np.ptp(y) == 0:
+        return []
+    smooth = np.convolve(np.pad(y, 1, mode="edge"), np.ones(3) / 3, mode="valid")
+    need = prominence * float(np.ptp(smooth))
+    out, last = [], 0  # last: the index of the previous turn (or the start)
+    for i in range(1, len(smooth) - 1):
+        before, after = smooth[last:i + 1], smooth[i:]
+        if smooth[i] >= before.max() and smooth[i] >= after.max() and \
+                min(smooth[i] - before.min(), smooth[i] - after.min()) >= need:
+            out.append(i)
+            last = i
+        elif smooth[i] <= before.min() and smooth[i] <= after.min() and \
+                min(before.max() - smooth[i], after.max() - smooth[i]) >= need:
+            out.append(i)
+            last = i
+    return [kept[i] for i in out]
+
+
+def series(tl: Any) -> dict[str, list[Optional[float]]]:
+    """The timelines stages are read from: the held-out loss, the LLC and sharpness where measured, and
+    each head-scoring probe's best head at every checkpoint."""
+    out: dict[str, list[Optional[float]]] = {"loss": list(tl.loss)}
+    for name, (probe, metric) in LANDSCAPE.items():
+        if metric in tl.metrics.get(probe, {}):
+            out[name] = tl.metrics[probe][metric]
+    for probe, heads in tl.per_head.items():
+        if heads:
+            out[probe] = [max(v[i] for v in heads.values()) for i in range(len(tl.steps))]
+    return out
+
+
+def detect(tl: Any) -> dict[str, list[int]]:
+    """Stage boundaries per timeline (`series`): its change points; and "llc turns", the LLC's turns."""
+    found = {name: change_points(tl.steps, values) for name, values in series(tl).items()}
+    if "llc" in found:
+        found["llc turns"] = turns(tl.steps, series(tl)["llc"])
+    return found
+
+
+def summary(found: dict[str, list[int]]) -> list[str]:
+    """One line: each timeline's stage boundaries."""
+    if not found:
+        return []
+    parts = [f"{name} {', '.join(map(str, steps)) if steps else '—'}" for name, steps in found.items()]
+    return ["stages           boundaries (change points in log-step): " + " · ".join(parts)]

@@ -1,0 +1,58 @@
+"""What the loss landscape probes (llc, sharpness) share: the loss they differentiate, the batch they
+differentiate it on, and which checkpoints they visit."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from mechsynth.probes._base import ProbeError, View
+from mechsynth.tasks.base import Batch, masked_loss
+
+
+def training_batch(view: View, n: int, seed: int) -> Batch:
+    """The data the run's training loss is a mean over: its fixed training set where it trained on one
+    (`train.data = "fixed"`: the whole set, the loss gradient descent saw), else `n` sequences of the
+    task's training split drawn with `seed` (a fixed batch, the same at every checkpoint)."""
+    if view.train_set is not None:
+        return view.train_set
+    if view.task is None:
+        raise ProbeError("a loss landscape probe differentiates the task's training loss; pass the task")
+    return view.task.sample(n, torch.Generator().manual_seed(seed), "cpu", "train")
+
+
+def loss(model: nn.Module, batch: Batch) -> Tensor:
+    """The training loss: mean cross-entropy over the scored positions (what the trainer minimises)."""
+    return masked_loss(model(batch.tokens), batch)
+
+
+def device_of(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def log_spaced(steps: Sequence[int], n: int) -> list[int]:
+    """At most `n` of `steps`, as evenly spaced in log(step + 1) as the checkpoints allow, always with
+    the first and the last (all of them when n is 0 or there are no more than n)."""
+    if n <= 0 or len(steps) <= n:
+        return list(steps)
+    lo, hi = math.log1p(steps[0]), math.log1p(steps[-1])
+    chosen = []
+    for i in range(n):
+        target = lo + (hi - lo) * i / (n - 1)
+        best = min((s for s in steps if s not in chosen), key=lambda s: abs(math.log1p(s) - target))
+        chosen.append(best)
+    return sorted(chosen)
+
+
+def finite(steps: Sequence[int], values: Sequence[float]) -> tuple[list[int], list[float]]:
+    """The (step, value) pairs a landscape probe measured: it leaves the other checkpoints NaN."""
+    pairs = [(s, v) for s, v in zip(steps, values) if v is not None and math.isfinite(v)]
+    return [s for s, _ in pairs], [v for _, v in pairs]
+
+
+def options_table(view: View) -> dict[str, Any]:
+    return {} if view.options is None else {k: getattr(view.options, k) for k in view.options.__dataclass_fields__}
