@@ -4,10 +4,10 @@ differentiate it on, and which checkpoints they visit."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
 import torch
+from jaxtyping import Float
 from torch import Tensor, nn
 
 from mechsynth.probes._base import ProbeError, View
@@ -25,8 +25,9 @@ def training_batch(view: View, n: int, seed: int) -> Batch:
     return view.task.sample(n, torch.Generator().manual_seed(seed), "cpu", "train")
 
 
-def loss(model: nn.Module, batch: Batch) -> Tensor:
-    """The training loss: mean cross-entropy over the scored positions (what the trainer minimises)."""
+def loss(model: Callable[[Tensor], Tensor], batch: Batch) -> Float[Tensor, ""]:
+    """The training loss of `model` (a module, or its forward as a function of the tokens): mean
+    cross-entropy over the scored positions, what the trainer minimises."""
     return masked_loss(model(batch.tokens), batch)
 
 
@@ -52,7 +53,3 @@ def finite(steps: Sequence[int], values: Sequence[float]) -> tuple[list[int], li
     """The (step, value) pairs a landscape probe measured: it leaves the other checkpoints NaN."""
     pairs = [(s, v) for s, v in zip(steps, values) if v is not None and math.isfinite(v)]
     return [s for s, _ in pairs], [v for _, v in pairs]
-
-
-def options_table(view: View) -> dict[str, Any]:
-    return {} if view.options is None else {k: getattr(view.options, k) for k in view.options.__dataclass_fields__}

@@ -89,11 +89,11 @@ def run(name: str, model: Any, task: Any = None, *, batch_size: int = 64, seed: 
 
 @torch.no_grad()  # landscape probes turn gradients back on for themselves
 def run_many(probe_names: Sequence[str], model: Any, task: Any = None, *, batch_size: int = 64, seed: int = 0,
-             init: Any = None, options: Optional[dict[str, dict[str, Any]]] = None,
+             init: Any = None, options: Optional[dict[str, Any]] = None,
              train_set: Any = None, train: Any = None) -> list[dict[str, ProbeResult]]:
     """Run several probes, one forward pass per distinct input. `model` may hold M models side by side
     (`n_models=M`, e.g. M checkpoints of a run): the result is then one {probe: result} per model.
-    `options`: {probe: overrides of its options}; for the landscape probes, `train_set`: the run's fixed
+    `options`: {probe: overrides of its options (a table), or its options}; for the landscape probes, `train_set`: the run's fixed
     training set, if any (the loss they differentiate), and `train`: the run's TrainConfig."""
     chosen = [PROBES.get(n) for n in probe_names]
     opts = {p.name: _run_options(p.name, (options or {}).get(p.name)) for p in chosen}

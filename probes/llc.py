@@ -26,7 +26,7 @@ import tqdm
 from matplotlib.figure import Figure
 from torch import Tensor, nn
 
-from mechsynth.config import check_fields, doc, validates_itself
+from mechsynth.config import check, check_fields, doc, validates_itself
 from mechsynth.plots import new_figure, steps_axis
 from mechsynth.probes import ProbeResult, Section, View, no_hooks, register
 from mechsynth.probes._landscape import device_of, finite, loss, training_batch
@@ -52,6 +52,9 @@ class LLCOptions:
 
     def __post_init__(self) -> None:
         check_fields(self)
+        for name in ("lr", "n_beta"):
+            check(getattr(self, name) > 0, name, f"must be a positive number, got {getattr(self, name)}")
+        check(self.localization >= 0, "localization", f"must be ≥ 0, got {self.localization}")
 
 
 @dataclass
@@ -124,13 +127,21 @@ def troubles(e: Estimate) -> list[str]:
     bad = [c for c, t in enumerate(e.traces) if not all(map(math.isfinite, t))]
     if e.failed or bad:
         out.append(f"{max(e.failed, len(bad))} of {len(e.traces)} chains diverged")
-    rising = [c for c, t in enumerate(e.traces) if all(map(math.isfinite, t)) and
-              t[-1] - t[len(t) // 2] > 0.25 * max(t[-1] - e.init_loss, 1e-12)]
+    rising = [c for c, t in enumerate(e.traces) if all(map(math.isfinite, t)) and _rising(t, e.init_loss)]
     if rising:
         out.append(f"the loss of {len(rising)} of {len(e.traces)} chains was still rising at the end (more draws, larger ε)")
     if e.llc < 0:
         out.append("the estimate is negative: the checkpoint is not at a local minimum of the loss SGLD samples")
     return out
+
+
+def _rising(trace: list[float], init_loss: float) -> bool:
+    """The last three tenths of the draws sit above the three before them, by more than the noise between
+    tenths and by a quarter of the excess over L(w*): the chain had not reached its plateau."""
+    late, middle = trace[-3:], trace[-6:-3]
+    rise = sum(late) / 3 - sum(middle) / 3
+    noise = float(torch.tensor(trace[-6:]).std())
+    return rise > max(2 * noise, 0.25 * (sum(late) / 3 - init_loss))
 
 
 def summary(tl: Any, task: Any) -> list[str]:

@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from torch.func import functional_call, grad, jvp
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from mechsynth.config import check_fields, doc, validates_itself
+from mechsynth.config import check, check_fields, doc, validates_itself
 from mechsynth.plots import new_figure, steps_axis
 from mechsynth.probes import ProbeResult, Section, View, no_hooks, register
 from mechsynth.probes._landscape import device_of, finite, loss, training_batch
@@ -39,6 +39,7 @@ class SharpnessOptions:
 
     def __post_init__(self) -> None:
         check_fields(self)
+        check(self.lr is None or self.lr > 0, "lr", f"must be a positive number or unset, got {self.lr}")
 
 
 def loss_at(model: nn.Module, batch: Batch):

@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import copy
 import math
+import types
 from typing import Callable
 
 import torch
 import torch.nn as nn
 from torch import Tensor
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from mechsynth import models, probes, tasks
+from mechsynth.probes import llc, sharpness
+from mechsynth.tasks.base import Batch, masked_loss
 from mechsynth.models.tl_compat import hooked_transformer
 
 
@@ -625,6 +629,70 @@ def known_hmm_identifiability() -> None:
     assert m["err_true"] < 1e-5 and m["err_alt"] < 1e-5 and "kruskal_margin" not in m, m
 
 
+def explicit_hessian(model: nn.Module, batch) -> Tensor:
+    """The training loss's Hessian over the trainable parameters, row by row with double backward (not the
+    forward-over-reverse products the sharpness probe uses)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    with sdpa_kernel(SDPBackend.MATH):  # the fused attention kernels cannot be differentiated twice
+        loss = masked_loss(model(batch.tokens), batch)
+        g = torch.cat([x.reshape(-1) for x in torch.autograd.grad(loss, params, create_graph=True)])
+        rows = [torch.cat([x.reshape(-1) for x in torch.autograd.grad(g[i], params, retain_graph=True)]) for i in range(len(g))]
+    return torch.stack(rows).double()
+
+
+def known_sharpness() -> None:
+    """λ_max of a small transformer's loss Hessian, and of a 2-parameter quadratic model, against explicit
+    Hessians; 2/η from the run's optimizer."""
+    task = tasks.make("markov_icl", {"k": 3, "length": 8})
+    model = models.build(models.TransformerConfig(n_layers=1, n_heads=2, d_model=8), task.spec).double()
+    batch = task.sample(16, torch.Generator().manual_seed(0), "cpu", "train")
+    want = float(torch.linalg.eigvalsh(explicit_hessian(model, batch))[-1])
+    got = probes.run("sharpness", model, task, option={"batch": 16, "iterations": 60}).metrics
+    assert abs(got["lambda_max"] - want) < 1e-6 * max(1.0, want), (got, want)
+    assert math.isnan(got["stability_limit"])  # no learning rate known
+    sgd = types.SimpleNamespace(lr=0.05, optimizer="sgd", momentum=0.0)
+    assert probes.run("sharpness", model, task, option={"batch": 16}, train=sgd).metrics["stability_limit"] == 2 / 0.05
+    heavy = types.SimpleNamespace(lr=0.05, optimizer="sgd", momentum=0.9)
+    assert abs(probes.run("sharpness", model, task, option={"batch": 16}, train=heavy).metrics["stability_limit"] - 3.8 / 0.05) < 1e-9
+    adam = types.SimpleNamespace(lr=0.05, optimizer="adam", momentum=0.0)
+    assert math.isnan(probes.run("sharpness", model, task, option={"batch": 16}, train=adam).metrics["stability_limit"])
+    # Lanczos alone on a known spectrum
+    spectrum = torch.tensor([5.0, 3.0, 1.0, -2.0, 0.5] + [0.1] * 45, dtype=torch.float64)
+    ritz = sharpness.lanczos(lambda v: spectrum * v, 50, 30, torch.Generator().manual_seed(0))
+    assert abs(float(ritz[-1]) - 5.0) < 1e-9 and abs(float(ritz[0]) + 2.0) < 1e-6
+
+
+class SoftmaxTable(nn.Module):
+    """logits = W[token]: a regular model of a conditional distribution. Its learning coefficient is half the
+    number of identifiable parameters, V (C - 1) / 2: each row loses one to the softmax's shift invariance."""
+
+    def __init__(self, weights: Tensor):
+        super().__init__()
+        self.W = nn.Parameter(weights)
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        return self.W[tokens]
+
+
+def known_llc() -> None:
+    """devinterp's SGLD through the llc probe's loss on softmax tables at their maximum-likelihood weights:
+    λ̂ within 12% of V (C - 1) / 2 for two sizes (4 and 2), and a point off the minimum gives a negative one."""
+    for V, C in ((4, 3), (2, 3)):
+        g = torch.Generator().manual_seed(V)
+        n = 500
+        tokens = torch.randint(V, (n, 1), generator=g)
+        targets = torch.multinomial(torch.softmax(0.5 * torch.randn(V, C, generator=g), -1)[tokens[:, 0]], 1, generator=g)
+        counts = torch.zeros(V, C).index_put_((tokens[:, 0], targets[:, 0]), torch.ones(n), accumulate=True)
+        batch = Batch(tokens, targets, torch.ones_like(tokens, dtype=torch.bool))
+        options = llc.LLCOptions(lr=4e-3, n_beta=float(n), localization=0.1, chains=2, draws=600, batch=n, pool=n)
+        e = llc.estimate(SoftmaxTable((counts / counts.sum(1, keepdim=True)).log()), batch, options)
+        want = V * (C - 1) / 2
+        assert abs(e.llc - want) < 0.12 * want and not llc.troubles(e), (V, C, e.llc, e.per_chain, llc.troubles(e))
+        assert len(e.traces) == 2 and all(len(t) == llc.TRACE_POINTS for t in e.traces)
+    off = llc.estimate(SoftmaxTable(torch.zeros(V, C) + 3 * torch.eye(V, C)), batch, options)
+    assert off.llc < 0 and any("negative" in t for t in llc.troubles(off)), off
+
+
 PLANTED: dict[str, Callable[[], None]] = {
     "previous_token": known_previous_token,
     "induction": known_induction,
@@ -638,4 +706,6 @@ PLANTED: dict[str, Callable[[], None]] = {
     "fact_storage": known_fact_storage,
     "answer_type": known_answer_type,
     "hmm_identifiability": known_hmm_identifiability,
+    "sharpness": known_sharpness,
+    "llc": known_llc,
 }

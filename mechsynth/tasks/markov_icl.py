@@ -288,10 +288,13 @@ class MarkovICL(Task):
         return out
 
     def metrics(self, logits, batch) -> dict[str, float]:
-        """Adds kl_<strategy>: KL(strategy ‖ model) averaged over positions."""
+        """Adds kl_<strategy>: KL(strategy ‖ model) averaged over positions, where the batch carries the
+        strategies (a fixed training set, drawn from the training split, does not)."""
         out = super().metrics(logits, batch)
         logp = logits.float().log_softmax(-1)
         for name in self.strategies:
+            if name not in batch.truth:
+                continue
             q = batch.truth[name]
             out[f"kl_{name}"] = (q * (q.clamp_min(1e-30).log() - logp)).sum(-1).mean().item()
         return out

@@ -1,0 +1,164 @@
+"""Progressive sharpening and the edge of stability (Cohen et al. 2021; Damian, Nichani & Lee's
+self-stabilization, seed 004) on a small mechsynth run: full-batch gradient descent (plain SGD on the whole
+fixed training set, no clipping, no decay) of a 2-layer attention-only transformer on in-context Markov
+chains, at three step sizes η. The sharpness probe measures λ_max, the top eigenvalue of the training loss's
+Hessian on that same training set, at every checkpoint; the trainer records the full-batch loss every few
+steps. The theory: while λ_max < 2/η it rises (progressive sharpening) and the loss falls monotonically;
+once it reaches 2/η it stops there and hovers, and the loss keeps falling but not monotonically. A step
+size whose 2/η is above the sharpness at initialization and beyond the budget's reach is the control:
+sharpening without an edge.
+
+    python experiments/edge_of_stability.py            # 3 step sizes × 3 seeds (~10 min on 2 cores)
+    python experiments/edge_of_stability.py --full     # longer, 5 seeds
+    python experiments/edge_of_stability.py --smoke    # seconds; checks the pipeline only
+
+Runs already in --runs are reused, and each run's sharpness timeline (its probes.json) too.
+Writes OUT/edge_of_stability.json and OUT/edge_of_stability.png."""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness  # noqa: E402
+
+from mechsynth import timeline  # noqa: E402
+from mechsynth.run import Run  # noqa: E402
+
+NAME = "edge_of_stability"
+SIZES: dict[str, dict[str, Any]] = {
+    "smoke": dict(seeds=3, lrs=(0.05, 0.1), steps=30, eval_every=2, checkpoints=8, n_train=16, length=8, d_model=8),
+    "cpu": dict(seeds=3, lrs=(0.02, 0.05, 0.1), steps=1500, eval_every=5, checkpoints=60, n_train=256, length=32, d_model=32),
+    "full": dict(seeds=5, lrs=(0.02, 0.05, 0.1, 0.2), steps=6000, eval_every=5, checkpoints=120, n_train=1024, length=32,
+                 d_model=64),
+}
+# "at the edge": λ_max within this fraction of 2/η (two readings); "reaches": first ≥ (1 - fraction) × 2/η
+NEAR = (0.1, 0.2)
+
+
+def run_config(size: dict[str, Any], lr: float) -> dict[str, Any]:
+    return {"task": {"name": "markov_icl", "k": 3, "length": size["length"]},
+            "model": {"n_layers": 2, "n_heads": 1, "d_model": size["d_model"], "attn_only": True},
+            "train": {"steps": size["steps"], "data": "fixed", "n_train": size["n_train"], "batch_size": size["n_train"],
+                      "optimizer": "sgd", "lr": lr, "momentum": 0.0, "weight_decay": 0.0, "grad_clip": 0,
+                      "eval_every": size["eval_every"], "eval_batch_size": 64, "checkpoints": size["checkpoints"]}}
+
+
+def sharpness(run: Run) -> timeline.Timeline:
+    """λ_max at every checkpoint (probes.json when it has it, else measured now and saved)."""
+    try:
+        tl = timeline.load(run.path)
+        if "sharpness" in tl.metrics and tl.steps == run.steps and tl.options["sharpness"]["checkpoints"] == 0:
+            return tl
+    except (FileNotFoundError, ValueError, KeyError):
+        pass
+    tl = timeline.probe_run(run, ["sharpness"], options={"sharpness": {"checkpoints": 0}})
+    timeline.save(tl, run.path)
+    return tl
+
+
+def increases(losses: list[float]) -> int:
+    return sum(1 for a, b in zip(losses, losses[1:]) if b > a)
+
+
+def analyse(run: Run) -> dict[str, Any]:
+    tl = sharpness(run)
+    m = tl.metrics["sharpness"]
+    steps, top, limit = tl.steps, m["lambda_max"], m["stability_limit"][0]
+    low = min(range(len(top)), key=top.__getitem__)
+    records = [r for r in run.metrics if "train_set/loss" in r]
+    loss_steps, loss = [r["step"] for r in records], [r["train_set/loss"] for r in records]
+    out: dict[str, Any] = {"steps": steps, "lambda_max": top, "limit": limit, "loss_steps": loss_steps, "loss": loss,
+                           "initial": top[0], "min": top[low], "min_step": steps[low], "max_after_min": max(top[low:]),
+                           "sharpening": max(top[low:]) / top[low]}
+    for near in NEAR:
+        reached = next((s for s, v in zip(steps, top) if v >= (1 - near) * limit), None)
+        after = [v / limit for s, v in zip(steps, top) if reached is not None and s >= reached]
+        before_loss = [v for s, v in zip(loss_steps, loss) if reached is None or s < reached]
+        after_loss = [v for s, v in zip(loss_steps, loss) if reached is not None and s >= reached]
+        out[f"near{near}"] = {
+            "reached_step": reached,
+            "median_ratio_after": statistics.median(after) if after else None,
+            "fraction_within_after": sum(abs(r - 1) <= near for r in after) / len(after) if after else None,
+            "max_ratio_after": max(after) if after else None,
+            "loss_increases_before": increases(before_loss), "evals_before": len(before_loss),
+            "loss_increases_after": increases(after_loss), "evals_after": len(after_loss)}
+    out["final_loss"] = loss[-1]
+    return out
+
+
+def claims(res: dict[str, list[dict[str, Any]]], lrs: tuple[float, ...]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for lr in lrs:
+        seeds = res[str(lr)]
+        c: dict[str, Any] = {"limit": seeds[0]["limit"], "initial_sharpness": harness.spread([r["initial"] for r in seeds]),
+                             "sharpening_factor": harness.spread([r["sharpening"] for r in seeds]),
+                             "max_over_limit": harness.spread([r["max_after_min"] / r["limit"] for r in seeds])}
+        for near in NEAR:
+            k = f"near{near}"
+            c[k] = {"reached": sum(r[k]["reached_step"] is not None for r in seeds), "of": len(seeds),
+                    "reached_step": harness.spread([r[k]["reached_step"] for r in seeds]),
+                    "median_ratio_after": harness.spread([r[k]["median_ratio_after"] for r in seeds]),
+                    "fraction_within_after": harness.spread([r[k]["fraction_within_after"] for r in seeds]),
+                    "loss_increases_before": [r[k]["loss_increases_before"] for r in seeds],
+                    "loss_increases_after": [r[k]["loss_increases_after"] for r in seeds],
+                    "evals_after": [r[k]["evals_after"] for r in seeds]}
+        out[str(lr)] = c
+    edge = [lr for lr in lrs if seeds_at_edge(out[str(lr)], len(res[str(lr)]))]
+    out["verdict"] = {"step_sizes_at_the_edge": edge,
+                      "control_below_the_edge": [lr for lr in lrs if all(out[str(lr)][f"near{n}"]["reached"] == 0 for n in NEAR)]}
+    return out
+
+
+def seeds_at_edge(c: dict[str, Any], n: int) -> bool:
+    """Every seed reaches 2/η, then spends most checkpoints within the band and the loss rises at times,
+    under both bands (NEAR); monotone before it got there."""
+    return all(c[f"near{near}"]["reached"] == n and c[f"near{near}"]["fraction_within_after"]["min"] >= 0.5
+               and min(c[f"near{near}"]["loss_increases_after"]) > 0 for near in NEAR)
+
+
+def plot(res: dict[str, list[dict[str, Any]]], lrs: tuple[float, ...], path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, len(lrs), figsize=(5 * len(lrs), 7), sharex=True, squeeze=False)
+    for col, lr in enumerate(lrs):
+        for i, r in enumerate(res[str(lr)]):
+            axes[0, col].plot([max(s, 1) for s in r["steps"]], r["lambda_max"], color=f"C{i}", label=f"seed {r['seed']}")
+            axes[1, col].plot([max(s, 1) for s in r["loss_steps"]], r["loss"], color=f"C{i}", linewidth=0.8)
+        limit = res[str(lr)][0]["limit"]
+        axes[0, col].axhline(limit, color="black", linestyle="--", label=f"2/η = {limit:g}")
+        axes[0, col].set_title(f"full-batch GD, η = {lr}")
+        axes[0, col].legend(fontsize=7)
+        axes[1, col].set_xlabel("training step")
+        axes[1, col].set_xscale("log")
+    axes[0, 0].set_ylabel("λ_max of the training loss's Hessian")
+    axes[1, 0].set_ylabel("full-batch training loss")
+    fig.suptitle("Progressive sharpening up to 2/η and the edge of stability (markov_icl, 2-layer attention-only)")
+    return harness.save_figure(fig, path)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = harness.parse_args(NAME, __doc__, argv)
+    session = harness.Session(NAME, args)
+    size = SIZES[args.size]
+    specs = [({"lr": lr}, seed, run_config(size, lr)) for lr in size["lrs"] for seed in range(size["seeds"])]
+    runs = session.train_runs(specs)  # each step size's seeds side by side: the same training set, own init and order
+    res: dict[str, list[dict[str, Any]]] = {}
+    for lr in size["lrs"]:
+        res[str(lr)] = []
+        for job in runs.jobs(lr=lr):
+            r = {"seed": job.seed, "run": str(args.runs / job.dir), **analyse(runs.load(job))}
+            res[str(lr)].append(r)
+            print(f"η = {lr} seed {job.seed}: λ_max {r['initial']:.1f} → min {r['min']:.1f} → max {r['max_after_min']:.1f}; "
+                  f"2/η = {r['limit']:.1f}", file=sys.stderr)
+    figures = [plot(res, size["lrs"], args.out / f"{NAME}.png")]
+    session.finish({"size": size, "runs": {str(lr): run_config(size, lr) for lr in size["lrs"]}, "near": NEAR},
+                   {"claims": claims(res, size["lrs"]), "step_sizes": res}, figures)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(harness.cli(main))
