@@ -36,6 +36,7 @@ SIZES: dict[str, dict[str, Any]] = {
                  d_model=64),
 }
 # "at the edge": λ_max within this fraction of 2/η (two readings); "reaches": first ≥ (1 - fraction) × 2/η
+# from its lowest point on (sharpening towards the edge, not the initial sharpness)
 NEAR = (0.1, 0.2)
 
 
@@ -74,8 +75,14 @@ def analyse(run: Run) -> dict[str, Any]:
     out: dict[str, Any] = {"steps": steps, "lambda_max": top, "limit": limit, "loss_steps": loss_steps, "loss": loss,
                            "initial": top[0], "min": top[low], "min_step": steps[low], "max_after_min": max(top[low:]),
                            "sharpening": max(top[low:]) / top[low]}
+    out["approach"] = "below" if top[0] < limit else "above"
     for near in NEAR:
-        reached = next((s for s, v in zip(steps, top) if v >= (1 - near) * limit), None)
+        # Reached from below (progressive sharpening, counted from the lowest point, after the first steps'
+        # transient), or from above (a sharpness above 2/η at initialization falls to it: self-stabilization).
+        if out["approach"] == "below":
+            reached = next((s for s, v in zip(steps[low:], top[low:]) if v >= (1 - near) * limit), None)
+        else:
+            reached = next((s for s, v in zip(steps, top) if v <= (1 + near) * limit), None)
         after = [v / limit for s, v in zip(steps, top) if reached is not None and s >= reached]
         before_loss = [v for s, v in zip(loss_steps, loss) if reached is None or s < reached]
         after_loss = [v for s, v in zip(loss_steps, loss) if reached is not None and s >= reached]
@@ -95,6 +102,7 @@ def claims(res: dict[str, list[dict[str, Any]]], lrs: tuple[float, ...]) -> dict
     for lr in lrs:
         seeds = res[str(lr)]
         c: dict[str, Any] = {"limit": seeds[0]["limit"], "initial_sharpness": harness.spread([r["initial"] for r in seeds]),
+                             "approach": [r["approach"] for r in seeds],
                              "sharpening_factor": harness.spread([r["sharpening"] for r in seeds]),
                              "max_over_limit": harness.spread([r["max_after_min"] / r["limit"] for r in seeds])}
         for near in NEAR:

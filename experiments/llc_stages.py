@@ -85,7 +85,8 @@ def analyse(run: Run, size: dict[str, Any]) -> dict[str, Any]:
     behaviour = si.analyse(run, size)
     tl = llc_timeline(run, size)
     steps, llc = tl.steps, tl.metrics["llc"]["llc"]
-    readings = {"change_points": stages.change_points(steps, llc), "turns": stages.turns(steps, llc)}
+    valid = stages.series(tl)["llc"]  # negative estimates (not at a minimum: the first steps) left out, as in a run's stages
+    readings = {"change_points": stages.change_points(steps, valid), "turns": stages.turns(steps, valid)}
     unigram_from = next((s["from"] for s in behaviour["segments"] if s["strategy"] == "unigram"), None)
     events = {"unigram_starts": unigram_from,
               **{f"bigram_{d}": behaviour["transitions"][d] for d in si.TRANSITIONS},

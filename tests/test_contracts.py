@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 import os
 import subprocess
 import sys
@@ -71,6 +72,10 @@ def test_every_kind_trains_checkpoints_resumes_exactly_and_probes(kind, tmp_path
     assert names, f"no probe applies to a {kind} on sparse_parity"
     tl = timeline.probe_run(whole, names, batch_size=8)
     assert tl.steps == whole.steps and all(len(v) == len(tl.steps) for n in names for v in tl.metrics[n].values())
+    # the loss landscape probes apply to every kind too (named, as they run only then)
+    small = {"llc": {"draws": 10, "chains": 2, "pool": 16, "batch": 8, "checkpoints": 2}, "sharpness": {"batch": 8, "iterations": 4}}
+    tl = timeline.probe_run(whole, ["llc", "sharpness"], options=small)
+    assert all(math.isfinite(tl.metrics[p][m][-1]) for p, m in (("llc", "llc"), ("sharpness", "lambda_max"))), kind
 
 
 # ---- one new file each -------------------------------------------------------------------------------

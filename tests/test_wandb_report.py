@@ -54,6 +54,9 @@ def test_report_logs_series_summary_and_media_to_the_training_run(tmp_path, caps
             if data["formation"][head] is not None:
                 assert summary[f"formation/{probe}/{head}"] == data["formation"][head]
     assert summary["formation/loss_drop_step"] == probes_json["loss_drop_step"]
+    # and the stage boundaries found without a circuit in mind, beside them
+    assert probes_json["stages"]["loss"] is not None
+    assert {k: summary[f"stages/{k}"] for k in probes_json["stages"]} == probes_json["stages"]
 
     # The renders and the whole report, unchanged: W&B injects no stylesheet from the network.
     for key, must in (("report/attention", "CircuitsVis.render("), ("report/page", "<section id=\"attention\">")):
