@@ -134,14 +134,13 @@ def plot(res: dict[str, list[dict[str, Any]]], lrs: tuple[float, ...], path: Pat
     fig, axes = plt.subplots(2, len(lrs), figsize=(5 * len(lrs), 7), sharex=True, squeeze=False)
     for col, lr in enumerate(lrs):
         for i, r in enumerate(res[str(lr)]):
-            axes[0, col].plot([max(s, 1) for s in r["steps"]], r["lambda_max"], color=f"C{i}", label=f"seed {r['seed']}")
-            axes[1, col].plot([max(s, 1) for s in r["loss_steps"]], r["loss"], color=f"C{i}", linewidth=0.8)
+            axes[0, col].plot(r["steps"], r["lambda_max"], color=f"C{i}", label=f"seed {r['seed']}")
+            axes[1, col].plot(r["loss_steps"], r["loss"], color=f"C{i}", linewidth=0.8)
         limit = res[str(lr)][0]["limit"]
         axes[0, col].axhline(limit, color="black", linestyle="--", label=f"2/η = {limit:g}")
         axes[0, col].set_title(f"full-batch GD, η = {lr}")
         axes[0, col].legend(fontsize=7)
-        axes[1, col].set_xlabel("training step")
-        axes[1, col].set_xscale("log")
+        axes[1, col].set_xlabel("training step")  # linear: the edge is the late part of training
     axes[0, 0].set_ylabel("λ_max of the training loss's Hessian")
     axes[1, 0].set_ylabel("full-batch training loss")
     fig.suptitle("Progressive sharpening up to 2/η and the edge of stability (markov_icl, 2-layer attention-only)")
