@@ -194,7 +194,7 @@ def _probe(run_dir: Path, probe_names: Optional[str], steps: Optional[str], batc
             raise ConfigError("--steps", f"no checkpoint at {missing}; allowed: {run.steps}")
     if batch_size < 1:
         raise ConfigError("--batch-size", f"must be ≥ 1, got {batch_size}")
-    tl = timeline.probe_run(run, names, chosen, batch_size=batch_size, options=options)
+    tl = timeline.probe_run(run, names, chosen, batch_size=batch_size, options=options, progress=True)
     try:  # probing again for some probes keeps the others'
         tl = timeline.merge(timeline.load(run.path), tl)
     except (FileNotFoundError, UserError):

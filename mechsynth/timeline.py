@@ -16,9 +16,10 @@ import torch.nn as nn
 from mechsynth import hooks, io, models, probes, stages
 from mechsynth.config import to_dict
 from mechsynth.errors import CorruptFileError
-from mechsynth.probes import formation_step  # (importable from here too, as before)
 from mechsynth.fixed_set import FixedTrainingSet
+from mechsynth.probes import formation_step  # (importable from here too, as before)
 from mechsynth.run import Run
+from mechsynth.train import Progress
 
 JSON, CSV = "probes.json", "probes.csv"  # in the run directory
 COLUMNS = ["step", "probe", "layer", "head", "metric", "value"]
@@ -96,11 +97,12 @@ def chunk_size(model: nn.Module, batch_size: int, device: torch.device) -> int:
 
 def probe_run(run: Run, names: Optional[Sequence[str]] = None, steps: Optional[Sequence[int]] = None,
               batch_size: int = 64, seed: int = 0, device: str | torch.device = "cpu",
-              options: Optional[dict[str, dict[str, Any]]] = None) -> Timeline:
+              options: Optional[dict[str, dict[str, Any]]] = None, progress: bool = False) -> Timeline:
     """Probe checkpoints `steps` (default: all). Checkpoints are loaded side by side into one model with
     a leading checkpoint axis (`n_models`), so each chunk of checkpoints costs one forward per input.
     Loss landscape probes (llc, sharpness) run on one checkpoint at a time, on the log-spaced subset their
-    options pick, and are NaN at the others. `options`: {probe: overrides of its options}."""
+    options pick, and are NaN at the others. `options`: {probe: overrides of its options}; `progress`: a
+    line (or bar) per checkpoint they visit, as those take seconds each."""
     names = list(names) if names is not None else applicable(run)
     steps = list(steps) if steps is not None else run.steps
     loss = [run.meta(s)["metrics"].get(f"{run.task.main_eval}/loss") for s in steps]
@@ -110,7 +112,7 @@ def probe_run(run: Run, names: Optional[Sequence[str]] = None, steps: Optional[S
     if batched:
         _probe_batched(run, tl, batched, batch_size, seed, device)
     if landscape:
-        _probe_landscape(run, tl, landscape, batch_size, seed, device, options or {})
+        _probe_landscape(run, tl, landscape, batch_size, seed, device, options or {}, progress)
     for name in names:
         threshold = probes.PROBES.get(name).threshold
         tl.formation[name] = {h: formation_step(steps, series, threshold) for h, series in tl.per_head[name].items()}
@@ -148,7 +150,7 @@ def _record(tl: Timeline, results: dict[str, probes.ProbeResult]) -> None:
 
 
 def _probe_landscape(run: Run, tl: Timeline, names: list[str], batch_size: int, seed: int, device: str | torch.device,
-                     options: dict[str, dict[str, Any]]) -> None:
+                     options: dict[str, dict[str, Any]], progress: bool) -> None:
     """Each landscape probe on its own log-spaced checkpoints (`checkpoints` in its options), one model at a
     time, against the run's training loss (its fixed training set where it had one)."""
     opts = {n: probes.options(n, options.get(n)) for n in names}
@@ -156,13 +158,17 @@ def _probe_landscape(run: Run, tl: Timeline, names: list[str], batch_size: int, 
     train = run.config.train
     train_set = FixedTrainingSet(run.task, train.n_train, train.set_seed).set if train.data == "fixed" else None
     measured: dict[str, dict[int, dict[str, float]]] = {n: {} for n in names}
-    for step in tl.steps:
+    todo = [s for s in tl.steps if any(s in visit[n] for n in names)]
+    bar = Progress(len(todo), 0, progress)
+    for i, step in enumerate(todo, 1):
         here = [n for n in names if step in visit[n]]
-        if here:
-            results = probes.run_many(here, run.trainable(step, device), run.task, batch_size=batch_size, seed=seed,
-                                      options={n: opts[n] for n in here}, train_set=train_set, train=train)[0]
-            for n, result in results.items():
-                measured[n][step] = result.metrics
+        results = probes.run_many(here, run.trainable(step, device), run.task, batch_size=batch_size, seed=seed,
+                                  options={n: opts[n] for n in here}, train_set=train_set, train=train)[0]
+        for n, result in results.items():
+            measured[n][step] = result.metrics
+        bar.update(1)
+        bar.show(i, checkpoint=f"{step} ({', '.join(here)})")
+    bar.close()
     for n in names:
         keys = list(dict.fromkeys(k for m in measured[n].values() for k in m))
         tl.metrics[n] = {k: [measured[n].get(s, {}).get(k, math.nan) for s in tl.steps] for k in keys}
