@@ -48,10 +48,10 @@ def test_markov_report_has_its_sections_and_probes_first_when_needed(markov_run,
     page = (markov_run / "report.html").read_text()
     assert page == markov_report.html and markov_report.probed
     assert (markov_run / "probes.json").exists() and (markov_run / "probes.csv").exists()
-    assert section_ids(page) == {"summary", "config", "curves", "timelines", "strategy_kl", "attention", "metrics"}
+    assert section_ids(page) == {"summary", "config", "curves", "timelines", "stages", "strategy_kl", "attention", "metrics"}
     assert page.count("var CircuitsVis=") == 1, "the circuitsvis bundle is inlined once"
     assert len(props_of(page)) == len(markov_report.views) == 3  # previous_token, induction, duplicate_token
-    assert page.count("data:image/png;base64,") == 3
+    assert page.count("data:image/png;base64,") == 4  # curves, timelines, stages, strategy KL
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//|@import|url\(\s*["']?https?:""", page)
     # Written again from probes.json, without probing.
     assert not report.build(markov_run).probed

@@ -80,7 +80,8 @@ def test_demo_model_forms_previous_token_then_induction_around_the_loss_drop(dem
     assert names[:2] == ["uniform", "unigram"] and names[2:] and set(names[2:]) <= {"ngram", "bayes"}
     lines = summary(tl, run.task)
     assert lines[0] == f"loss falls fastest at step {drop}"
-    assert lines[-1] == "icl_strategy     stages: " + " -> ".join(f"{n} (step {s})" for n, s in stages(tl))
+    assert lines[-2] == "icl_strategy     stages: " + " -> ".join(f"{n} (step {s})" for n, s in stages(tl))
+    assert lines[-1].startswith("stages           boundaries (change points in log-step): loss ")
 
 
 def test_probe_cli_json_table_and_wandb(demo_run, capsys):
