@@ -542,3 +542,41 @@ def test_hmm_identifiability_smoke(tmp_path):
     # pairwise: a second HMM, different in O, with the same predictor
     alt = res["conditions"]["pairwise"]["seeds"][0]["final"]
     assert alt["alt_pred_diff"] < 1e-6 < alt["alt_O_diff"]
+
+
+def test_llc_stages_smoke(tmp_path):
+    out = run_smoke("llc_stages", tmp_path)
+    res, module = out["results"], load("llc_stages")
+    assert len(res["seeds"]) == module.SIZES["smoke"]["seeds"] and res["claims"]["verdict"] in (
+        "matches", "partly", "does not", "inconclusive")
+    for r in res["seeds"]:
+        llc = r["llc"]
+        assert 0 < len(llc["steps"]) <= module.SIZES["smoke"]["llc"]["checkpoints"] and llc["steps"][-1] == r["steps"][-1]
+        assert all(math.isfinite(v) for v in llc["mean"]) and len(llc["std"]) == len(llc["mean"])
+        assert set(r["llc_boundaries"]) == {"change_points", "turns"} and set(r["matches"]) == {"change_points", "turns"}
+        for found in r["llc_boundaries"].values():
+            assert set(found) <= set(llc["steps"])
+        # each matched boundary is the nearest in log-step to its event, and the factor says how far
+        for event, m in r["matches"]["change_points"].items():
+            if m is not None:
+                assert m["event"] == r["events"][event] and m["factor"] >= 1
+    # a second invocation reuses the runs and their LLC timelines
+    again = load("llc_stages").main(["--smoke", "--out", str(tmp_path), "--runs", str(tmp_path / "runs")])
+    assert again == 0 and json.loads((tmp_path / "llc_stages.json").read_text())["results"]["seeds"][0]["llc"] == res["seeds"][0]["llc"]
+
+
+def test_edge_of_stability_smoke(tmp_path):
+    out = run_smoke("edge_of_stability", tmp_path)
+    res, module = out["results"], load("edge_of_stability")
+    size = module.SIZES["smoke"]
+    assert set(res["step_sizes"]) == {str(lr) for lr in size["lrs"]}
+    for lr, seeds in res["step_sizes"].items():
+        assert len(seeds) == size["seeds"]
+        for r in seeds:
+            assert r["limit"] == pytest.approx(2 / float(lr)) and len(r["lambda_max"]) == len(r["steps"])
+            assert all(v > 0 for v in r["lambda_max"]) and r["sharpening"] >= 1
+            # the loss is the full-batch loss the trainer recorded on the fixed set
+            assert len(r["loss"]) == len(r["loss_steps"]) > 2 and r["final_loss"] == r["loss"][-1]
+            for near in module.NEAR:
+                n = r[f"near{near}"]
+                assert n["evals_before"] + n["evals_after"] == len(r["loss"])
