@@ -104,13 +104,13 @@ def test_summary_lines_say_when_and_where(task):
     assert ("fact_storage     step 80: acc 1; MLP mean-ablated 0.55 (type 1), attention mean-ablated 0.1 (type 0.33); "
             "best guess from the relation alone 0.4: facts in the MLP") in lines
     tl.metrics["fact_storage"]["acc_no_mlp"][-1] = 0.9  # most of the accuracy survives the MLP's ablation
-    assert timeline.summary(tl, task)[-1].endswith("facts in attention (OV)")
+    assert timeline.summary(tl, task)[-2].endswith("facts in attention (OV)")
     tl.metrics["fact_storage"]["acc"][-1] = 0.8
-    assert timeline.summary(tl, task)[-1].endswith("facts in attention (OV) (so far: acc < 0.9)")
+    assert timeline.summary(tl, task)[-2].endswith("facts in attention (OV) (so far: acc < 0.9)")
     tl.metrics["fact_storage"]["acc"][-1] = 0.4
-    assert timeline.summary(tl, task)[-1].endswith("no facts beyond the guess from the relation")
+    assert timeline.summary(tl, task)[-2].endswith("no facts beyond the guess from the relation")
     tl.metrics["answer_type"]["acc"][-1] = 0.5  # the facts drop again: not learned for good
-    assert "facts at step None" in timeline.summary(tl, task)[-2]
+    assert "facts at step None" in timeline.summary(tl, task)[-3]
 
 
 def test_figures_and_wandb_plots(task, wandb_plots):
