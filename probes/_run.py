@@ -46,6 +46,10 @@ def problem(probe: Probe, model: Any, task: Any, init: Any) -> Optional[str]:
     if why is not None:
         return why
     n_layers = max(1, dims(model)[0])  # at least one layer, so a model without attention misses its hooks
+    reads_attention = any(hooks.attn_pattern(0) in h(n_layers) for h in probe.reads.values())
+    if reads_attention and dims(model)[0] and dims(model)[3] < 2:
+        return (f"probe {probe.name!r} reads attention between positions, and this model's context has "
+                f"{dims(model)[3]} position (a one-token task such as associative_memory)")
     have = getattr(model, "hook_dict", {})
     for names_of in list(probe.reads.values()) + [h for named in probe.ablations.values() for h in named.values()]:
         missing = [h for h in names_of(n_layers) if h not in have]

@@ -208,3 +208,13 @@ def test_hidden_progress_rises_on_the_loss_plateau(tmp_path):
     assert m["drift_ratio"][end] > 1.5 and m["drift_inf"][end] > 5 * m["drift_inf"][1]
     early = [r for s, r in zip(tl.steps, m["drift_ratio"]) if 0 < s <= tl.steps[end] / 4]
     assert max(early) < m["drift_ratio"][end], "the support's lead grows during the plateau"
+
+
+def test_attention_probes_refuse_a_one_position_context():
+    """associative_memory's sequences are one token: no attention between positions to read (it used to crash
+    inside the model); the loss landscape probes still apply."""
+    task = tasks.make("associative_memory", {"inputs": 16})
+    model = models.build(models.TransformerConfig(n_layers=1, d_model=16), task.spec)
+    assert [n for n in probes.names() if probes.can_run(n, model, task)] == ["llc", "sharpness"]
+    with pytest.raises(ProbeError, match="reads attention between positions, and this model's context has 1 position"):
+        probes.run("induction", model, task)
