@@ -81,15 +81,12 @@ def turns(steps: Sequence[int], values: Sequence[Optional[float]], prominence: f
     need = prominence * float(np.ptp(smooth))
     out, last = [], 0  # last: the index of the previous turn (or the start)
     for i in range(1, len(smooth) - 1):
-        before, after = smooth[last:i + 1], smooth[i:]
-        if smooth[i] >= before.max() and smooth[i] >= after.max() and \
-                min(smooth[i] - before.min(), smooth[i] - after.min()) >= need:
-            out.append(i)
-            last = i
-        elif smooth[i] <= before.min() and smooth[i] <= after.min() and \
-                min(before.max() - smooth[i], after.max() - smooth[i]) >= need:
-            out.append(i)
-            last = i
+        for curve in (smooth, -smooth):  # a maximum, then a minimum (a maximum of the negated curve)
+            before, after = curve[last:i + 1], curve[i:]
+            if curve[i] >= max(before.max(), after.max()) and min(curve[i] - before.min(), curve[i] - after.min()) >= need:
+                out.append(i)
+                last = i
+                break
     return [kept[i] for i in out]
 
 
@@ -110,9 +107,10 @@ def series(tl: Any) -> dict[str, list[Optional[float]]]:
 
 def detect(tl: Any) -> dict[str, list[int]]:
     """Stage boundaries per timeline (`series`): its change points; and "llc turns", the LLC's turns."""
-    found = {name: change_points(tl.steps, values) for name, values in series(tl).items()}
-    if "llc" in found:
-        found["llc turns"] = turns(tl.steps, series(tl)["llc"])
+    read = series(tl)
+    found = {name: change_points(tl.steps, values) for name, values in read.items()}
+    if "llc" in read:
+        found["llc turns"] = turns(tl.steps, read["llc"])
     return found
 
 

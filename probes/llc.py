@@ -121,17 +121,17 @@ def estimate(model: nn.Module, data: Batch, o: LLCOptions) -> Estimate:
     return Estimate(sum(per_chain) / len(per_chain), per_chain, init_loss, spans.tolist(), failed)
 
 
-def troubles(e: Estimate) -> list[str]:
-    """What makes an estimate suspect, in words (empty: nothing seen)."""
-    out = []
+def troubles(e: Estimate) -> dict[str, str]:
+    """What makes an estimate suspect: {flag (diverged, rising, negative): what, in words}; empty: nothing seen."""
+    out = {}
     bad = [c for c, t in enumerate(e.traces) if not all(map(math.isfinite, t))]
     if e.failed or bad:
-        out.append(f"{max(e.failed, len(bad))} of {len(e.traces)} chains diverged")
+        out["diverged"] = f"{max(e.failed, len(bad))} of {len(e.traces)} chains diverged"
     rising = [c for c, t in enumerate(e.traces) if all(map(math.isfinite, t)) and _rising(t, e.init_loss)]
     if rising:
-        out.append(f"the loss of {len(rising)} of {len(e.traces)} chains was still rising at the end (more draws, larger ε)")
+        out["rising"] = f"the loss of {len(rising)} of {len(e.traces)} chains was still rising at the end (more draws, larger ε)"
     if e.llc < 0:
-        out.append("the estimate is negative: the checkpoint is not at a local minimum of the loss SGLD samples")
+        out["negative"] = "the estimate is negative: the checkpoint is not at a local minimum of the loss SGLD samples"
     return out
 
 
@@ -210,10 +210,9 @@ def llc_probe(view: View) -> ProbeResult:
         e = estimate(view.model, data, o)
     issues = troubles(e)
     metrics = {"llc": e.llc, "llc_std": float(torch.tensor(e.per_chain).std()) if len(e.per_chain) > 1 else 0.0,
-               "init_loss": e.init_loss, "diverged": float(any("diverged" in i for i in issues)),
-               "rising": float(any("rising" in i for i in issues)), "negative": float(e.llc < 0)}
+               "init_loss": e.init_loss} | {flag: float(flag in issues) for flag in ("diverged", "rising", "negative")}
     metrics |= {f"chain{c}": v for c, v in enumerate(e.per_chain)}
     metrics |= {f"trace/chain{c}/{q}": v for c, t in enumerate(e.traces) for q, v in enumerate(t)}
-    for issue in issues:
+    for issue in issues.values():
         warnings.warn(f"llc: {issue}", stacklevel=2)
     return ProbeResult("llc", None, metrics)
