@@ -30,8 +30,8 @@ import harness  # noqa: E402
 import statistical_induction as si  # noqa: E402
 
 from mechsynth import stages, timeline  # noqa: E402
-from mechsynth.config import read_toml  # noqa: E402
 from mechsynth.run import Run  # noqa: E402
+from mechsynth.sweep_plan import read_with_base  # noqa: E402
 
 NAME = "llc_stages"
 SIZES: dict[str, dict[str, Any]] = {
@@ -46,11 +46,7 @@ TOLERANCES = (1.5, 2.0)  # an LLC boundary "at" an event: within this factor of 
 
 def config_of(toml: str) -> dict[str, Any]:
     """The k = 3 condition of the statistical_induction sweep file (its base tables: task, model, train)."""
-    data = read_toml(harness.EXPERIMENTS / toml)
-    while "base" in data:  # the smoke and full files are overrides of the CPU one
-        base = read_toml(harness.EXPERIMENTS / data.pop("base"))
-        data = {k: {**base.get(k, {}), **data.get(k, {})} if isinstance(base.get(k), dict) else data.get(k, base.get(k))
-                for k in set(base) | set(data)}
+    data = read_with_base(harness.EXPERIMENTS / toml)  # the smoke and full files are overrides of the CPU one
     return {k: dict(data[k]) for k in ("task", "model", "train")} | {"task": {**data["task"], "k": 3}}
 
 
