@@ -1,20 +1,50 @@
 # Two commands on a fresh clone: `make demo` and `make test`. Each sets up its own virtualenv.
-#   make test TL=3.9      runs the suite against TransformerLens 3.9 in a second venv (.venv-tl3.9)
-#   make demo TORCH=...   picks the torch build to install (default: plain `torch` from PyPI)
+#   make test TL=3.9                  the suite against TransformerLens 3.9, in a second venv (.venv-tl3.9)
+#   make test TORCH_BUILD=cuda|cpu    which torch build (default: cuda where nvidia-smi sees a GPU, else cpu)
+#   make test TORCH=torch==2.13.0     a torch requirement of your own, of that build
+#   make test VENV=.venv-cuda         another virtualenv (e.g. to keep both builds side by side)
 
 PYTHON ?= python3
 TL ?=
-TORCH ?= torch
-VENV := .venv$(if $(TL),-tl$(TL))
+TORCH ?= torch>=2.2
+TORCH_BUILD ?= $(if $(shell nvidia-smi -L 2>/dev/null),cuda,cpu)
+ifneq ($(filter-out cpu cuda,$(TORCH_BUILD)),)
+$(error TORCH_BUILD must be cpu or cuda, got '$(TORCH_BUILD)')
+endif
+VENV ?= .venv$(if $(TL),-tl$(TL))
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: demo test bench clean
+# PyPI's Linux wheels of torch are CUDA builds (GBs of nvidia-* wheels); CPU builds are on PyTorch's own
+# index (used where it answers), or in a wheel directory pip already knows (find-links).
+CPU_INDEX := https://download.pytorch.org/whl/cpu
+CPU_INDEX_ANSWERS = $(shell $(PYTHON) -c "import urllib.request as u; u.urlopen('$(CPU_INDEX)/torch/', timeout=10)" 2>/dev/null && echo yes)
+# What only CUDA builds of torch require. Constrained to no version at all, they leave pip a CPU build or nothing.
+CUDA_ONLY := triton cuda-toolkit nvidia-cudnn-cu11 nvidia-cudnn-cu12 nvidia-cudnn-cu13
+REQUEST := $(TORCH) $(TORCH_BUILD) $(TL)
+# constraints.txt: the CUDA_ONLY lines for a CPU build, then the torch installed, so that installing the rest
+# never swaps it for another.
 
-$(VENV)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
+.PHONY: demo test bench clean FORCE
+
+# Rewritten only when the torch asked for differs from the one the venv was made with, which remakes the venv.
+$(VENV)/.request: FORCE
+	@mkdir -p $(VENV); echo '$(REQUEST)' | cmp -s - $@ || echo '$(REQUEST)' > $@
+
+$(VENV)/.installed: pyproject.toml $(VENV)/.request
+	$(PYTHON) -m venv --clear $(VENV)
+ifeq ($(TORCH_BUILD),cpu)
+	printf '%s<0\n' $(CUDA_ONLY) > $(VENV)/constraints.txt
+	$(BIN)/pip install --quiet $(if $(CPU_INDEX_ANSWERS),--extra-index-url $(CPU_INDEX)) --constraint $(VENV)/constraints.txt "$(TORCH)" \
+	  || { echo "make: no CPU build of torch matching '$(TORCH)' found; TORCH_BUILD=cuda installs a CUDA build" >&2; exit 2; }
+else
+	: > $(VENV)/constraints.txt
 	$(BIN)/pip install --quiet "$(TORCH)"
-	$(BIN)/pip install --quiet -e ".[dev,devinterp]" $(if $(TL),"transformer-lens==$(TL).*")
+endif
+	@$(BIN)/python -W ignore -c 'import torch; print(f"make: torch {torch.__version__}, the", f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU", "build (TORCH_BUILD=$(TORCH_BUILD))")'
+	$(BIN)/python -c 'import importlib.metadata as m; print("torch==" + m.version("torch"))' >> $(VENV)/constraints.txt
+	$(BIN)/pip install --quiet --constraint $(VENV)/constraints.txt -e ".[dev,devinterp]" $(if $(TL),"transformer-lens==$(TL).*")
+	echo '$(REQUEST)' > $(VENV)/.request
 	touch $@
 
 demo: $(VENV)/.installed
@@ -27,4 +57,4 @@ bench: $(VENV)/.installed
 	$(BIN)/python benchmarks/train_speed.py
 
 clean:
-	rm -rf .venv .venv-tl* runs
+	rm -rf .venv .venv-* runs

@@ -28,7 +28,6 @@ import platform
 import statistics
 import sys
 import time
-from importlib.metadata import version
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
@@ -188,7 +187,7 @@ class Session:
                "device": device_name(self.args.device),
                "threads": self.args.threads, "runs_trained": self.trained, "runs_reused": self.reused,
                "runs": provenance(list({run.path: run for runs in self.used for run in runs.all()}.values())),
-               "commit": commit(), "versions": versions(), "config": config, "results": results,
+               "commit": commit(), "versions": rundir.libraries(), "config": config, "results": results,
                "figures": [Path(f).name for f in figures]}
         path = self.args.out / f"{self.name}.json"
         io.write_json(path, _finite(out))
@@ -269,13 +268,6 @@ def commit() -> Optional[str]:
     """The checkout's commit, with "-dirty" when tracked code (the package, probes, experiments,
     pyproject.toml) differs from it; None outside a git checkout."""
     return rundir.code_commit(EXPERIMENTS)
-
-
-def versions() -> dict[str, str]:
-    from mechsynth import models
-
-    return {"mechsynth": version("mechsynth"), "torch": torch.__version__,
-            "transformer_lens": models.TL_VERSION, "python": platform.python_version()}
 
 
 def _finite(x: Any) -> Any:

@@ -385,14 +385,23 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def versions() -> dict[str, str]:
-    """What made the run, stored beside its config: library versions, and the commit of the checkout
-    mechsynth runs from (absent for an installed wheel)."""
+def libraries() -> dict[str, str]:
+    """The versions of what made a run. torch's is `torch.__version__`, with its build (2.13.0+cpu,
+    2.14.1+cu130): PyPI's CUDA wheels carry the build there and not in their package metadata."""
+    import platform
     from importlib.metadata import version
 
-    out = {"mechsynth": version("mechsynth"), "transformer_lens": version("transformer-lens"), "torch": version("torch")}
+    import torch
+
+    return {"mechsynth": version("mechsynth"), "torch": torch.__version__,
+            "transformer_lens": version("transformer-lens"), "python": platform.python_version()}
+
+
+def versions() -> dict[str, str]:
+    """What made the run, stored beside its config: `libraries()`, and the commit of the checkout
+    mechsynth runs from (absent for an installed wheel)."""
     commit = code_commit(Path(__file__).resolve().parent)
-    return out if commit is None else {**out, "commit": commit}
+    return libraries() if commit is None else {**libraries(), "commit": commit}
 
 
 CODE = ("mechsynth", "probes", "experiments", "pyproject.toml")  # what a commit marked "-dirty" has changed

@@ -89,7 +89,10 @@ def test_run_directory_and_load_run(tmp_path, tiny):
     cfg = parse_config(tiny({"name": "sparse_boolean", "length": 8, "s": 2}, {"n_heads": 2}))
     run = load_run(train_run(cfg, tmp_path / "run", progress=False))
     assert run.steps == checkpoint_steps(20, 6)
-    assert json.loads((tmp_path / "run" / "config.json").read_text())["task"]["name"] == "sparse_boolean"
+    stored = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert stored["task"]["name"] == "sparse_boolean"
+    # torch with its build as torch itself reports it: PyPI's CUDA wheels say "+cu130" there, not in their metadata
+    assert stored["versions"]["torch"] == torch.__version__ and stored["versions"]["transformer_lens"] == models.TL_VERSION
     meta = run.meta(20)
     assert meta["step"] == 20 and "eval/acc" in meta["metrics"]
     tokens = run.task.sample(8, torch.Generator().manual_seed(1)).tokens
