@@ -30,6 +30,26 @@ def mlp_post(layer: int) -> str:
     return f"blocks.{layer}.mlp.hook_post"
 
 
+def head_z(layer: int) -> str:
+    """Each head's mix of values before W_O: [batch, pos, head_index, d_head]."""
+    return f"blocks.{layer}.attn.hook_z"
+
+
+def head_input(layer: int, component: str) -> str:
+    """A head's query, key or value (`component` "q", "k", "v"), before rotary: [batch, pos, head_index, d_head]."""
+    return f"blocks.{layer}.attn.hook_{component}"
+
+
+def mlp_in(layer: int) -> str:
+    """What the MLP of block `layer` reads (TransformerLens's use_hook_mlp_in): [batch, pos, d_model]."""
+    return f"blocks.{layer}.hook_mlp_in"
+
+
+def mlp_out(layer: int) -> str:
+    """What the MLP of block `layer` writes to the residual stream: [batch, pos, d_model]."""
+    return f"blocks.{layer}.hook_mlp_out"
+
+
 def attention_patterns(n_layers: int) -> list[str]:
     """Every layer's attention pattern hook."""
     return [attn_pattern(layer) for layer in range(n_layers)]

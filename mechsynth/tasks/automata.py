@@ -268,6 +268,7 @@ def automaton_truth(states: Int[Tensor, "batch pos"],
 class Automata(Task):
     Config = AutomataConfig
     splits = ("train", "eval", "eval_long")
+    patch_metric = "logit_diff"
 
     def __init__(self, cfg: AutomataConfig):
         super().__init__(cfg)
@@ -323,6 +324,45 @@ class Automata(Task):
             x = torch.stack(xs, 1)
         states_t = torch.stack(states, 1)
         return Batch(x, states_t, torch.ones_like(x, dtype=torch.bool), automaton_truth(states_t, self.factors))
+
+    def run(self, x: Int[Tensor, "batch pos"]) -> Int[Tensor, "batch pos"]:
+        """The state after each symbol; -1 from the first symbol its state does not allow (Dyck) on."""
+        delta = torch.cat([self.delta, torch.full_like(self.delta[:1], -1)]).to(x.device)  # row -1: stuck
+        state = torch.full_like(x[:, 0], self.table.start)
+        states = []
+        for t in range(x.shape[1]):
+            state = delta[state, x[:, t]]
+            states.append(state)
+        return torch.stack(states, 1)
+
+    def counterfactual(self, batch, generator, control=False) -> Optional[Batch]:
+        """One symbol changed per sequence, at a uniform position to a uniform other symbol; the states from it on
+        are recomputed. Dyck: uniform among the changes that keep the word valid (depth within 0..n), and a word
+        with none (n = 1 forces "()()...") is left as it is. No control: every symbol can move the state."""
+        if control:
+            return None
+        x, device = batch.tokens, batch.tokens.device
+        (B, T), V = x.shape, self.delta.shape[1]
+        rows = torch.arange(B, device=device)
+        if bool((self.delta >= 0).all()):
+            pos = torch.randint(T, (B,), generator=generator).to(device)
+            shift = torch.randint(1, V, (B,), generator=generator).to(device)
+            x = x.clone()
+            x[rows, pos] = (x[rows, pos] + shift) % V
+        else:  # try every (position, symbol) at once, a step at a time
+            delta = torch.cat([self.delta, torch.full_like(self.delta[:1], -1)]).to(device)
+            before = torch.cat([torch.full_like(x[:, :1], self.table.start), self.run(x)[:, :-1]], 1)
+            state = before[:, :, None].expand(B, T, V)  # [batch, changed pos, new symbol]
+            at, symbols = torch.arange(T, device=device)[:, None], torch.arange(V, device=device)
+            for t in range(T):
+                state = torch.where(at <= t, delta[state, torch.where(at == t, symbols, x[:, t, None, None])], state)
+            ok = ((state >= 0) & (x[..., None] != symbols)).flatten(1)
+            change = (torch.rand(B, T * V, generator=generator).to(device) + ok).argmax(-1)
+            pos = change // V
+            x = x.clone()
+            x[rows, pos] = torch.where(ok.any(-1), change % V, x[rows, pos])
+        states = self.run(x)
+        return Batch(x, states, torch.ones_like(x, dtype=torch.bool), automaton_truth(states, self.factors))
 
     def position_accuracy(self, logits: Float[Tensor, "batch pos d_vocab_out"], batch: Batch) -> Float[Tensor, "pos"]:
         return (logits.argmax(-1) == batch.targets).float().mean(0)

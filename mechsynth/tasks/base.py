@@ -9,7 +9,7 @@ model predicts, all of `pos` or the last few (the MLP baselines answer at the re
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Optional
+from typing import Any, ClassVar, Literal, Optional
 
 import torch
 import torch.nn.functional as F
@@ -66,6 +66,12 @@ class Task:
     # costly ones). Probes declare the truth they read and apply exactly where a task provides it; a
     # subclass whose truth depends on its config makes this a property.
     truth_keys: ClassVar[tuple[str, ...]] = ()
+    # How a causal patch is judged (mechsynth.circuits) on this task's counterfactual pairs:
+    # "logit_diff", the clean answer's logit minus the corrupted input's answer's, at the scored positions
+    # where the two answers differ; "loss", the clean targets' cross-entropy (answers that are
+    # distributions, as a Markov chain's next token). None: the task makes no counterfactuals, and the
+    # probes that patch do not apply to it.
+    patch_metric: ClassVar[Optional[Literal["logit_diff", "loss"]]] = None
 
     def __init__(self, cfg: Any):
         self.cfg = cfg
@@ -84,6 +90,14 @@ class Task:
         inputs are few enough to list (modular arithmetic's p² pairs): held-out metrics are then exact, not
         a sample. None (the default): the task only samples."""
         return None
+
+    def counterfactual(self, batch: Batch, generator: torch.Generator, control: bool = False) -> Optional[Batch]:
+        """A corrupted copy of `batch` (drawn from this task's split) for causal patching: tokens of the same
+        shape, changed where the answer depends on them, with the targets, mask and truth of the new tokens,
+        so that clean and corrupted inputs differ in what the circuit computes. `control=True`: changed only
+        where the answer must not depend on them (None where the task has no such place). Tasks that set
+        `patch_metric` implement it; same generator state -> same batch."""
+        raise NotImplementedError(f"task {self.name!r} makes no counterfactuals")
 
     def metrics(self, logits: Float[Tensor, "batch out_pos d_vocab_out"], batch: Batch) -> dict[str, float]:
         """Loss and accuracy at scored positions. Tasks add their own (e.g. per-position accuracy)."""

@@ -251,6 +251,7 @@ def causal_truth(parents: Int[Tensor, "batch node parent"], transition: Float[Te
 class CausalICL(Task):
     Config = CausalICLConfig
     truth_keys = ("parents", "transition", "root", "conditional", "bayes")  # shapes: causal_truth
+    patch_metric = "loss"
 
     def __init__(self, cfg: CausalICLConfig):
         super().__init__(cfg)
@@ -301,9 +302,7 @@ class CausalICL(Task):
                 rows = cum.gather(1, ctx[..., None].expand(-1, -1, k))
             x[:, nodes] = (rows < u[:, nodes, None]).sum(-1).clamp_max(k - 1)
         tokens = x[:, :T]
-        ctx = contexts(tokens, graph.parents, k)[:, 1:]
-        at_root = torch.where(graph.uniform_root[1:, None], 1 / k, root[:, None, :])
-        conditional = torch.where(graph.parents[1:, :1] >= 0, P.gather(1, ctx[..., None].expand(-1, -1, k)), at_root)
+        conditional = self.conditional(tokens, P, root)
         mask = torch.ones_like(tokens, dtype=torch.bool)
         if cfg.target == "query":
             mask[:, :-1] = False
@@ -311,6 +310,49 @@ class CausalICL(Task):
         bayes = self.bayes(tokens) if split != "train" else None
         truth = causal_truth(graph.parents.expand(batch_size, -1, -1), P, root, conditional, bayes)
         return Batch(tokens, x[:, 1:], mask, truth)
+
+    def conditional(self, tokens: Int[Tensor, "batch pos"], transition: Float[Tensor, "batch row d_vocab_out"],
+                    root: Float[Tensor, "batch d_vocab_out"]) -> Float[Tensor, "batch pos d_vocab_out"]:
+        """The true distribution of node t+1 given its parents' tokens (truth `conditional`)."""
+        graph, k = self.graph_on(tokens.device), self.cfg.k
+        ctx = contexts(tokens, graph.parents, k)[:, 1:]
+        at_root = torch.where(graph.uniform_root[1:, None], 1 / k, root[:, None, :])
+        return torch.where(graph.parents[1:, :1] >= 0, transition.gather(1, ctx[..., None].expand(-1, -1, k)), at_root)
+
+    def counterfactual(self, batch, generator, control=False) -> Optional[Batch]:
+        """Tokens changed, each to a uniform other value, with the kernel kept: in query mode every parent of the
+        answer (so its kernel row changes), or for `control` one uniform position that is none (None where every
+        token is); in next mode, where every position is scored, one uniform position that has children (any
+        position if none has), and no control. The conditionals (and Bayes' predictor) follow the new tokens, and
+        the answer node, not a token, is redrawn from its new conditional where its parents changed."""
+        cfg, device = self.cfg, batch.tokens.device
+        (B, T), parents = batch.tokens.shape, self.graph.parents
+        reads = torch.zeros(T, dtype=torch.bool)
+        reads[parents[T][parents[T] >= 0]] = True
+        if cfg.target == "next":
+            if control:
+                return None
+            where = torch.zeros(T, dtype=torch.bool)
+            where[parents[parents >= 0]] = True
+            where = where if where.any() else torch.ones(T, dtype=torch.bool)
+        else:
+            where = ~reads if control else reads
+            if not where.any():
+                return None
+        if control or cfg.target == "next":
+            one = (torch.rand(B, T, generator=generator) + where).argmax(-1)
+            where = F.one_hot(one, T).bool()
+        shift = torch.randint(1, cfg.k, (B, T), generator=generator).to(device)
+        u = torch.rand(B, 1, generator=generator).to(device)
+        change = where.to(device).expand(B, T)
+        tokens = torch.where(change, (batch.tokens + shift) % cfg.k, batch.tokens)
+        P, root = batch.truth["transition"], batch.truth["root"]
+        conditional = self.conditional(tokens, P, root)
+        draw = (conditional[:, -1].cumsum(-1) < u).sum(-1).clamp_max(cfg.k - 1)
+        answer = torch.where(change[:, reads.to(device)].any(-1), draw, batch.targets[:, -1])
+        bayes = self.bayes(tokens) if "bayes" in batch.truth else None
+        truth = causal_truth(batch.truth["parents"], P, root, conditional, bayes)
+        return Batch(tokens, torch.cat([tokens[:, 1:], answer[:, None]], 1), batch.mask.clone(), truth)
 
     def bayes(self, tokens: Int[Tensor, "batch pos"], samples: int = BAYES_SAMPLES) -> Float[Tensor, "batch pos d_vocab_out"]:
         """The posterior predictive of node t+1 from tokens 0..t: `count_bayes` where no root is drawn from the

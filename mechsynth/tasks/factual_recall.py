@@ -114,6 +114,7 @@ def recall_truth(subject: Int[Tensor, "batch"], relation: Int[Tensor, "batch"], 
 class FactualRecall(Task):
     Config = FactualRecallConfig
     truth_keys = ("subject", "relation", "subject_pos", "relation_pos", "answer_set", "facts")  # recall_truth
+    patch_metric = "logit_diff"
 
     def __init__(self, cfg: FactualRecallConfig):
         super().__init__(cfg)
@@ -174,6 +175,37 @@ class FactualRecall(Task):
         mask = torch.zeros_like(tokens, dtype=torch.bool)
         mask[:, -1] = True
         return Batch(tokens, targets, mask, recall_truth(subject, relation, subject_pos, relation_pos, answer_set, facts))
+
+    def counterfactual(self, batch, generator, control=False) -> Optional[Batch]:
+        """The subject swapped for one whose fact for the sequence's relation differs, uniform among those (any
+        other subject where none does; the answer then stays). Checks every subject: O(batch · S). `control`:
+        one noise token, at a uniform position that is neither subject, relation nor end, changed to a uniform
+        other noise type (None where there is no such position or type)."""
+        cfg, t, device = self.cfg, batch.truth, batch.tokens.device
+        B, T, S = len(batch.tokens), cfg.length, cfg.subjects
+        rows = torch.arange(B, device=device)
+        tokens, subject = batch.tokens.clone(), t["subject"]
+        if control:
+            if T == 3 or cfg.n_noise == 1:
+                return None
+            lo, hi = t["subject_pos"].minimum(t["relation_pos"]), t["subject_pos"].maximum(t["relation_pos"])
+            pos = torch.randint(T - 3, (B,), generator=generator).to(device)
+            pos = pos + (pos >= lo).long()
+            pos = pos + (pos >= hi).long()  # uniform over 0..T-2 but lo and hi
+            shift = torch.randint(1, cfg.n_noise, (B,), generator=generator).to(device)
+            noise = S + cfg.relations
+            tokens[rows, pos] = noise + (tokens[rows, pos] - noise + shift) % cfg.n_noise
+        else:
+            facts = self.tables(device)[0][:, t["relation"]].T  # [batch, subject]: each subject's fact for the relation
+            other = torch.arange(S, device=device) != subject[:, None]
+            differs = other & (facts != facts[rows, subject, None])
+            score = torch.rand(B, S, generator=generator).to(device) + other + differs
+            subject = torch.where(other.any(-1), score.argmax(-1), subject)
+            tokens[rows, t["subject_pos"]] = subject
+        targets = batch.targets.clone()
+        targets[:, -1] = self.tables(device)[0][subject, t["relation"]]
+        truth = recall_truth(subject, t["relation"], t["subject_pos"], t["relation_pos"], t["answer_set"], t["facts"])
+        return Batch(tokens, targets, batch.mask.clone(), truth)
 
     def metrics(self, logits: Float[Tensor, "batch out_pos d_vocab_out"], batch: Batch) -> dict[str, float]:
         """Adds type_acc, the fraction of predictions (argmax) in the right relation's answer set, and

@@ -135,6 +135,7 @@ class MarkovICL(Task):
     (least significant): context = Σ x_{t-i} k^i for i = 0..order-2."""
 
     Config = MarkovICLConfig
+    patch_metric = "loss"
 
     @property
     def n_contexts(self) -> int:
@@ -202,6 +203,18 @@ class MarkovICL(Task):
         # The reference predictors cost more than the batch; training never reads them.
         truth = markov_truth(tokens, P, pi, **(self.predictors(tokens) if split != "train" else {}))
         return Batch(tokens, targets, torch.ones_like(tokens, dtype=torch.bool), truth)
+
+    def counterfactual(self, batch, generator, control=False) -> Optional[Batch]:
+        """A fresh batch of as many sequences, each a new chain from the prior and a walk on it: every in-context
+        statistic the predictions read changes. Drawn on the batch's device with a generator seeded from
+        `generator`; an evaluation batch (one with the reference predictors) gets them too. No control: every
+        token is evidence about the chain."""
+        if control:
+            return None
+        device = batch.tokens.device
+        seeded = torch.Generator(device=device).manual_seed(int(torch.randint(2**62, (), generator=generator)))
+        split = "eval" if set(self.strategies) <= set(batch.truth) else "train"
+        return self.sample(batch.tokens.shape[0], seeded, device, split)
 
     def predictors(self, tokens: Int[Tensor, "batch pos"]) -> dict[str, Float[Tensor, "batch pos d_vocab_out"]]:
         """Each reference strategy's distribution for the token after position t, from tokens 0..t.

@@ -109,6 +109,7 @@ def modular_truth(a: Int[Tensor, "batch"], b: Int[Tensor, "batch"], modulus: int
 @TASKS.register("modular_arithmetic")
 class ModularArithmetic(Task):
     Config = ModularArithmeticConfig
+    patch_metric = "logit_diff"
 
     def __init__(self, cfg: ModularArithmeticConfig):
         super().__init__(cfg)
@@ -167,3 +168,21 @@ class ModularArithmetic(Task):
         if split not in self.splits:
             raise ValueError(f"split: {split!r} is not a split of {self.name}; allowed: {', '.join(self.splits)}, all")
         return self.batch(self.tables("cpu")[0][split])
+
+    def counterfactual(self, batch, generator, control=False) -> Optional[Batch]:
+        """b replaced by a residue giving another answer, uniform among those (for a/b, among b ≠ 0); where a
+        leaves every b the same answer (a = 0 in a*b, a/b, a^3+ab), by any other b, and the answer stays.
+        Checks all p residues per pair: O(batch · p). No control: the answer reads every token but "="."""
+        if control:
+            return None
+        cfg, device = self.cfg, batch.tokens.device
+        a, b = batch.tokens[:, 0], batch.tokens[:, 1]
+        B, p = len(a), cfg.p
+        other = torch.arange(p, device=device).expand(B, p)
+        c = answer(cfg.op, a.repeat_interleave(p), other.flatten(), p).view(B, p)
+        allowed = (other != b[:, None]) & ((other != 0) if cfg.op == "a/b" else True)
+        differs = allowed & (c != c.gather(1, b[:, None]))
+        score = torch.rand(B, p, generator=generator).to(device) + allowed + differs
+        new = torch.where(allowed.any(-1), score.argmax(-1), b)
+        index = a * (p - 1) + new - 1 if cfg.op == "a/b" else a * p + new
+        return self.batch(index)

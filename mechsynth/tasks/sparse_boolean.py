@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Optional
 
 import torch
-from jaxtyping import Float, Int
+from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from mechsynth.config import MAX_CTX, MAX_SEED, check, check_fields, doc, validates_itself
@@ -84,6 +84,7 @@ def selection_truth(bits: Int[Tensor, "batch bit"], support: Int[Tensor, "suppor
 class SparseBoolean(Task):
     Config = SparseBooleanConfig
     truth_keys = ("support", "readout")  # selection_truth
+    patch_metric = "logit_diff"
 
     def __init__(self, cfg: SparseBooleanConfig):
         super().__init__(cfg)
@@ -123,6 +124,31 @@ class SparseBoolean(Task):
         if self._train_set is None:
             return None
         return readout_batch(self._train_set, self.label(self._train_set), selection_truth(self._train_set, self.support))
+
+    def pivotal(self, bits: Int[Tensor, "batch bit"]) -> Bool[Tensor, "batch support"]:
+        """Which bits of S change the label when flipped, in each sequence."""
+        weights = 2 ** torch.arange(self.cfg.s - 1, -1, -1, device=bits.device)
+        row = (bits[:, self.support.to(bits.device)] * weights).sum(-1, keepdim=True)
+        table = self.table.to(bits.device)
+        return table[row ^ weights] != table[row]
+
+    def counterfactual(self, batch, generator, control=False) -> Optional[Batch]:
+        """One bit flipped per sequence: uniform among its pivotal bits of S (the label flips), or among all of S
+        where none is (AND with two zeros in S: no single flip changes it, and the label stays); for `control`,
+        uniform among the bits outside S (None when S is every bit)."""
+        bits, device = batch.tokens[:, :-1], batch.tokens.device
+        if control:
+            outside = torch.ones(self.cfg.length, dtype=torch.bool)
+            outside[self.support] = False
+            where = outside.nonzero()[:, 0]
+            if len(where) == 0:
+                return None
+            pos = where[torch.randint(len(where), (len(bits),), generator=generator)].to(device)
+        else:  # the argmax of iid uniforms is uniform over the pivotal bits, or over S where there are none
+            u = torch.rand(bits.shape[0], self.cfg.s, generator=generator).to(device)
+            pos = self.support.to(device)[(u + self.pivotal(bits)).argmax(-1)]
+        bits = bits.scatter(1, pos[:, None], 1 - bits.gather(1, pos[:, None]))
+        return readout_batch(bits, self.label(bits), selection_truth(bits, self.support.to(device)))
 
     def sample(self, batch_size, generator, device="cpu", split="train") -> Batch:
         self.check_split(split)

@@ -72,6 +72,7 @@ def parity_truth(bits: Int[Tensor, "batch bit"], support: Int[Tensor, "support"]
 class SparseParity(Task):
     Config = SparseParityConfig
     truth_keys = ("support", "label", "readout")  # S, the label before noise, the readout position (parity_truth)
+    patch_metric = "logit_diff"
 
     def __init__(self, cfg: SparseParityConfig):
         super().__init__(cfg)
@@ -108,4 +109,20 @@ class SparseParity(Task):
             if split == "train" and cfg.noise > 0:
                 flips = torch.rand(batch_size, generator=generator, device=device) < cfg.noise
                 labels = clean ^ flips.long()
+        return readout_batch(bits, labels, parity_truth(bits, self.support.to(device), clean))
+
+    def counterfactual(self, batch, generator, control=False) -> Optional[Batch]:
+        """One bit flipped per sequence, uniform among S (the label flips) or, for `control`, among the bits
+        outside S (the label stays; None when S is every bit)."""
+        bits, device = batch.tokens[:, :-1], batch.tokens.device
+        outside = torch.ones(self.cfg.n, dtype=torch.bool)
+        outside[self.support] = False
+        where = outside.nonzero()[:, 0] if control else self.support
+        if len(where) == 0:
+            return None
+        pos = where[torch.randint(len(where), (len(bits),), generator=generator)].to(device)
+        bits = bits.scatter(1, pos[:, None], 1 - bits.gather(1, pos[:, None]))
+        clean = parity_labels(bits, self.support.to(device))
+        # Each sequence keeps its label-noise flip (targets ^ clean label; none in eval): its target flips with the parity.
+        labels = clean ^ batch.targets[:, -1] ^ batch.truth["label"]
         return readout_batch(bits, labels, parity_truth(bits, self.support.to(device), clean))
