@@ -100,7 +100,7 @@ def _cmd_probes(args) -> int:
         p = probes.PROBES.get(name)
         doc = _first_line(p.fn)
         reads = f"reads truth {', '.join(p.truth)}" if p.truth else "reads no truth"
-        table[name] = {"doc": f"{doc} [{reads}{'; runs only when named' if p.landscape else ''}]",
+        table[name] = {"doc": f"{doc} [{reads}{'; runs only when named' if p.costly else ''}]",
                        "params": describe(p.options) if p.options is not None else []}
     return _listing(table, args.json)
 
@@ -165,14 +165,13 @@ def _probe(run_dir: Path, probe_names: Optional[str], steps: Optional[str], batc
     if not run.steps:
         raise ConfigError("run_dir", f"{run_dir} has no checkpoint yet")
     names = timeline.applicable(run)
-    allowed = timeline.applicable(run, landscape=True)
+    allowed = timeline.applicable(run, costly=True)
     if probe_names:
         asked = [n.strip() for n in probe_names.split(",") if n.strip()]
-        model = run.trainable(run.steps[0])
         for n in asked:
             if n not in probes.names():
                 raise ConfigError("--probes", f"unknown probe {n!r}; allowed: {', '.join(probes.names())}")
-            why = probes.why_not(n, model, run.task)
+            why = timeline.why_not(run, n)
             if why is not None:
                 raise ConfigError("--probes", f"{n!r} does not apply to this run: {why}; allowed: {', '.join(allowed)}")
         names = asked

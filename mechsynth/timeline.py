@@ -78,12 +78,19 @@ def steepest_drop(steps: Sequence[int], loss: Sequence[Optional[float]], window:
     return best
 
 
-def applicable(run: Run, landscape: bool = False) -> list[str]:
+def applicable(run: Run, costly: bool = False) -> list[str]:
     """Probes that make sense for this run: its task, and the hooks its model has (no attention probes on an
-    MLP); the costly loss landscape probes (llc, sharpness) only with `landscape`, as they run only when named."""
-    model = run.trainable(run.steps[0]) if run.steps else None
-    return [name for name in probes.names() if model is not None and (landscape or not probes.PROBES.get(name).landscape)
-            and probes.can_run(name, model, run.task)]
+    MLP); the costly probes (llc, sharpness, circuit) only with `costly`, as they run only when named."""
+    if not run.steps:
+        return []
+    return [name for name in probes.names() if (costly or not probes.PROBES.get(name).costly) and why_not(run, name) is None]
+
+
+def why_not(run: Run, name: str) -> Optional[str]:
+    """Why probe `name` does not apply to this run (None: it does), read off its first checkpoint's model (the
+    hooked TransformerLens model for the probes that patch it)."""
+    model = run.trainable(run.steps[0])
+    return probes.why_not(name, models.hooked(model) if probes.PROBES.get(name).hooked else model, run.task)
 
 
 def chunk_size(model: nn.Module, batch_size: int, device: torch.device) -> int:
@@ -100,19 +107,19 @@ def probe_run(run: Run, names: Optional[Sequence[str]] = None, steps: Optional[S
               options: Optional[dict[str, dict[str, Any]]] = None, progress: bool = False) -> Timeline:
     """Probe checkpoints `steps` (default: all). Checkpoints are loaded side by side into one model with
     a leading checkpoint axis (`n_models`), so each chunk of checkpoints costs one forward per input.
-    Loss landscape probes (llc, sharpness) run on one checkpoint at a time, on the log-spaced subset their
+    Costly probes (llc, sharpness, circuit) run on one checkpoint at a time, on the log-spaced subset their
     options pick, and are NaN at the others. `options`: {probe: overrides of its options}; `progress`: a
     line (or bar) per checkpoint they visit, as those take seconds each."""
     names = list(names) if names is not None else applicable(run)
     steps = list(steps) if steps is not None else run.steps
     loss = [run.meta(s)["metrics"].get(f"{run.task.main_eval}/loss") for s in steps]
     tl = Timeline(steps, loss, {n: {} for n in names}, {n: {} for n in names})
-    landscape = [n for n in names if probes.PROBES.get(n).landscape]
-    batched = [n for n in names if n not in landscape]
+    costly = [n for n in names if probes.PROBES.get(n).costly]
+    batched = [n for n in names if n not in costly]
     if batched:
         _probe_batched(run, tl, batched, batch_size, seed, device)
-    if landscape:
-        _probe_landscape(run, tl, landscape, batch_size, seed, device, options or {}, progress)
+    if costly:
+        _probe_costly(run, tl, costly, batch_size, seed, device, options or {}, progress)
     for name in names:
         threshold = probes.PROBES.get(name).threshold
         tl.formation[name] = {h: formation_step(steps, series, threshold) for h, series in tl.per_head[name].items()}
@@ -149,23 +156,33 @@ def _record(tl: Timeline, results: dict[str, probes.ProbeResult]) -> None:
             tl.metrics[name].setdefault(key, []).append(value)
 
 
-def _probe_landscape(run: Run, tl: Timeline, names: list[str], batch_size: int, seed: int, device: str | torch.device,
-                     options: dict[str, dict[str, Any]], progress: bool) -> None:
-    """Each landscape probe on its own log-spaced checkpoints (`checkpoints` in its options), one model at a
-    time, against the run's training loss (its fixed training set where it had one)."""
+def _probe_costly(run: Run, tl: Timeline, names: list[str], batch_size: int, seed: int, device: str | torch.device,
+                  options: dict[str, dict[str, Any]], progress: bool) -> None:
+    """Each costly probe on its own log-spaced checkpoints (`checkpoints` in its options), one model at a
+    time (the hooked model for `hooked` probes), with the run's fixed training set where it had one; the last
+    checkpoint first, so that probes comparing with it (`with_last`) have it."""
     opts = {n: probes.options(n, options.get(n)) for n in names}
     visit = {n: set(probes.log_spaced(tl.steps, opts[n].checkpoints)) for n in names}
     train = run.config.train
     train_set = FixedTrainingSet(run.task, train.n_train, train.set_seed).set if train.data == "fixed" else None
     measured: dict[str, dict[int, dict[str, float]]] = {n: {} for n in names}
     todo = [s for s in tl.steps if any(s in visit[n] for n in names)]
+    todo = todo[-1:] + todo[:-1]
+    last: dict[str, probes.ProbeResult] = {}
     bar = Progress(len(todo), 0, progress)
     for i, step in enumerate(todo, 1):
         here = [n for n in names if step in visit[n]]
-        results = probes.run_many(here, run.trainable(step, device), run.task, batch_size=batch_size, seed=seed,
-                                  options={n: opts[n] for n in here}, train_set=train_set, train=train)[0]
-        for n, result in results.items():
-            measured[n][step] = result.metrics
+        trained = run.trainable(step, device)
+        for hooked in (False, True):
+            group = [n for n in here if probes.PROBES.get(n).hooked == hooked]
+            if not group:
+                continue
+            results = probes.run_many(group, models.hooked(trained) if hooked else trained, run.task,
+                                      batch_size=batch_size, seed=seed, options={n: opts[n] for n in group},
+                                      train_set=train_set, train=train, last=last)[0]
+            for n, result in results.items():
+                measured[n][step] = result.metrics
+                last.setdefault(n, result)
         bar.update(1)
         bar.show(i, checkpoint=f"{step} ({', '.join(here)})")
     bar.close()

@@ -11,8 +11,9 @@ plots (`register(summary=, section=, wandb=)`); the timeline, report and W&B ite
 Probes work on any TransformerLens-hooked model; a probe whose hooks a model lacks (attention on an
 MLP) raises ProbeError saying what it needs.
 
-Loss landscape probes (llc, sharpness) differentiate the training loss through one model at a time and
-run only when named, on a log-spaced subset of checkpoints (`register(landscape=True)`).
+Costly probes read one model at a time — the loss landscape probes (llc, sharpness) differentiate the
+training loss through it, the circuit probe patches it — and run only when named, on a log-spaced subset
+of checkpoints (`register(costly=True)`).
 
 Layout: `_base` (Probe, register, View, ProbeResult), `_inputs` (drawing the inputs), `_run` (checking
 and running), `_landscape` (what the landscape probes share); every module without a leading underscore

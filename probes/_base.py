@@ -78,16 +78,21 @@ class Probe:
     section: Optional[Section] = None  # its section of the run report
     wandb: Optional[Callable[[Timeline, Any], None]] = None  # (timeline, WandbLogger): its own W&B plots
     ablations: Ablations = field(default_factory=dict)  # forwards with activations mean-ablated, per input
-    # Reads the training loss around the weights (LLC, sharpness): it differentiates through one model at a
-    # time (`View.model`), costs many forward and backward passes, and so runs only when named, on the
-    # checkpoints its options pick (`checkpoints`, log-spaced).
-    landscape: bool = False
+    # Reads the model itself (`View.model`), one model at a time: differentiates the training loss around the
+    # weights (LLC, sharpness) or patches the model's activations (circuit). It costs many forward and backward
+    # passes, and so runs only when named, on the checkpoints its options pick (`checkpoints`, log-spaced).
+    costly: bool = False
     options: Optional[type] = None  # the probe's options: a config dataclass, every field with a documented default
+    hooked: bool = False  # a costly probe's View.model is the hooked TransformerLens model, not the model as trained
+    task_check: Optional[Callable[[Any], Optional[str]]] = None  # task -> why the probe cannot read it, or None
+    # A costly probe that compares each checkpoint with the last (the final circuit at every earlier step): it runs
+    # at the last checkpoint first, and the others get that result as `View.last`.
+    with_last: bool = False
 
     @property
     def needs_task(self) -> bool:
         """Reads the task's truth or one of its splits; the others run on random tokens when task is None."""
-        return bool(self.truth) or any(i.startswith("task:") for i in self.reads)
+        return bool(self.truth) or self.task_check is not None or any(i.startswith("task:") for i in self.reads)
 
 
 PROBES: Registry[Probe] = Registry("probe")
@@ -97,20 +102,23 @@ def register(name: str, *, reads: dict[str, Hooks], truth: tuple[str, ...] = (),
              threshold: float = 0.5, model_check: Optional[ModelCheck] = None, weights: Sequence[str] = (),
              summary: Optional[Callable[[Timeline, Any], list[str]]] = None, section: Optional[Section] = None,
              wandb: Optional[Callable[[Timeline, Any], None]] = None, ablations: Optional[Ablations] = None,
-             landscape: bool = False, options: Optional[type] = None):
+             costly: bool = False, options: Optional[type] = None, hooked: bool = False,
+             task_check: Optional[Callable[[Any], Optional[str]]] = None, with_last: bool = False):
     """Decorator: `@register("induction", reads={"repeated": attention_hooks})` on fn(view) -> ProbeResult.
     `summary`, `section` and `wandb` are how the probe shows itself beyond its per-head scores, which the
     timeline, report and W&B draw for every probe alike. `ablations={"data": {"no_mlp": mlp_outs}}`: the
     logits on input "data" with the hooks `mlp_outs` names mean-ablated (`View.ablated_logits`).
-    `landscape=True`: the probe differentiates the training loss through `View.model` (see Probe);
-    `options`: its config dataclass, set with `mechsynth probe --set <probe>.<field>=VALUE`."""
+    `costly=True`: the probe reads `View.model` itself, one model at a time, and runs only when named (see
+    Probe; `hooked`, `with_last`); `options`: its config dataclass, set with `mechsynth probe --set
+    <probe>.<field>=VALUE`; `task_check`: why a task does not fit, beyond the truth it lacks."""
 
     if not set(ablations or {}) <= set(reads):
         raise ValueError(f"probe {name!r} ablates on inputs {sorted(set(ablations or {}) - set(reads))} it does not read")
 
     def deco(fn):
         PROBES.register(name)(Probe(name, fn, reads, tuple(truth), needs_init, threshold, model_check, tuple(weights),
-                                    summary, section, wandb, dict(ablations or {}), landscape, options))
+                                    summary, section, wandb, dict(ablations or {}), costly, options, hooked,
+                                    task_check, with_last))
         return fn
 
     return deco
@@ -149,10 +157,11 @@ class View:
     init_weight: Optional[Callable[[str], Tensor]] = None  # the same weights at step 0
     input_weights: Optional[str] = None  # the weight facing the input positions (see `input_weights`)
     ablated: dict[tuple[str, str], Tensor] = field(default_factory=dict)  # (input, ablation) -> logits
-    model: Any = None  # the model itself, for landscape probes (one model, never several side by side)
+    model: Any = None  # the model itself, for costly probes (one model, never several side by side)
     train_set: Optional[Batch] = None  # the run's fixed training set where it trained on one (train.data = fixed)
     train: Any = None  # what the run trained with (its TrainConfig: lr, optimizer, ...), where probed as a run
     options: Any = None  # the probe's options (an instance of its `options` class)
+    last: Optional["ProbeResult"] = None  # a `with_last` probe's result at the run's last checkpoint
 
     def batch(self, input: str) -> Batch:
         return self.outputs[resolve(input, self.task)][0]

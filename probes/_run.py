@@ -38,7 +38,11 @@ def problem(probe: Probe, model: Any, task: Any, init: Any) -> Optional[str]:
             if split is not None and split not in task.splits:
                 return (f"probe {probe.name!r} reads split {split!r}, which task {task.name!r} does not have "
                         f"(splits: {', '.join(task.splits)})")
-    if probe.landscape and getattr(model, "n_models", None):
+    if task is not None and probe.task_check is not None:
+        why = probe.task_check(task)
+        if why is not None:
+            return why
+    if probe.costly and getattr(model, "n_models", None):
         return f"probe {probe.name!r} differentiates one model at a time; pass one model, not {model.n_models} side by side"
     if probe.needs_init and init is None:
         return f"probe {probe.name!r} compares with the initial weights; pass init= (the step-0 model)"
@@ -84,21 +88,25 @@ def options(name: str, table: Optional[dict[str, Any]] = None) -> Any:
 
 
 def run(name: str, model: Any, task: Any = None, *, batch_size: int = 64, seed: int = 0, init: Any = None,
-        option: Optional[dict[str, Any]] = None, train_set: Any = None, train: Any = None) -> ProbeResult:
+        option: Optional[dict[str, Any]] = None, train_set: Any = None, train: Any = None,
+        last: Optional[ProbeResult] = None) -> ProbeResult:
     """Run probe `name` on a hooked model; same seed, same result. `init`: the model at step 0, for
-    probes that measure how far the weights moved; `option`: overrides of the probe's options."""
-    return run_many([name], model, task, batch_size=batch_size, seed=seed, init=init,
-                    options={name: option or {}}, train_set=train_set, train=train)[0][name]
+    probes that measure how far the weights moved; `option`: overrides of the probe's options; `last`: its
+    result on the last checkpoint, for probes that compare with it (`with_last`)."""
+    return run_many([name], model, task, batch_size=batch_size, seed=seed, init=init, options={name: option or {}},
+                    train_set=train_set, train=train, last={name: last} if last is not None else None)[0][name]
 
 
-@torch.no_grad()  # landscape probes turn gradients back on for themselves
+@torch.no_grad()  # costly probes turn gradients back on for themselves
 def run_many(probe_names: Sequence[str], model: Any, task: Any = None, *, batch_size: int = 64, seed: int = 0,
              init: Any = None, options: Optional[dict[str, Any]] = None,
-             train_set: Any = None, train: Any = None) -> list[dict[str, ProbeResult]]:
+             train_set: Any = None, train: Any = None,
+             last: Optional[dict[str, ProbeResult]] = None) -> list[dict[str, ProbeResult]]:
     """Run several probes, one forward pass per distinct input. `model` may hold M models side by side
     (`n_models=M`, e.g. M checkpoints of a run): the result is then one {probe: result} per model.
-    `options`: {probe: overrides of its options (a table), or its options}; for the landscape probes, `train_set`: the run's fixed
-    training set, if any (the loss they differentiate), and `train`: the run's TrainConfig."""
+    `options`: {probe: overrides of its options (a table), or its options}; for the costly probes, `train_set`: the run's fixed
+    training set, if any (the loss they differentiate), and `train`: the run's TrainConfig; `last`: {probe: its
+    result at the run's last checkpoint}, for the probes that compare with it."""
     chosen = [PROBES.get(n) for n in probe_names]
     opts = {p.name: _run_options(p.name, (options or {}).get(p.name)) for p in chosen}
     for probe in chosen:
@@ -136,7 +144,8 @@ def run_many(probe_names: Sequence[str], model: Any, task: Any = None, *, batch_
             for i, (logits, cache) in outputs.items()}, _weights(model, index), _weights(init, None), facing,
             model=model if index is None else None, train_set=train_set, train=train)
         own = {p.name: {k: v if index is None else v[index] for k, v in ablated[p.name].items()} for p in chosen}
-        results.append({p.name: p.fn(replace(view, ablated=own[p.name], options=opts[p.name])) for p in chosen})
+        results.append({p.name: p.fn(replace(view, ablated=own[p.name], options=opts[p.name],
+                                             last=(last or {}).get(p.name))) for p in chosen})
     return results
 
 

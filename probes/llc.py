@@ -201,7 +201,7 @@ SECTION = Section("llc", "Local learning coefficient",
                   "below L(w*) says the checkpoint is not at a minimum.", figure)
 
 
-@register("llc", reads={"task:train": no_hooks}, threshold=math.inf, landscape=True, options=LLCOptions,
+@register("llc", reads={"task:train": no_hooks}, threshold=math.inf, costly=True, options=LLCOptions,
           model_check=lambda model: available(), summary=summary, section=SECTION, wandb=wandb_plots)
 def llc_probe(view: View) -> ProbeResult:
     o: LLCOptions = view.options

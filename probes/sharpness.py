@@ -166,7 +166,7 @@ SECTION = Section("sharpness", "Sharpness", "The top eigenvalue of the training 
                   "gradient descent where the run used plain SGD; below, the loss on the same batch.", figure)
 
 
-@register("sharpness", reads={"task:train": no_hooks}, threshold=math.inf, landscape=True, options=SharpnessOptions,
+@register("sharpness", reads={"task:train": no_hooks}, threshold=math.inf, costly=True, options=SharpnessOptions,
           summary=summary, section=SECTION, wandb=wandb_plots)
 def sharpness(view: View) -> ProbeResult:
     o: SharpnessOptions = view.options

@@ -60,6 +60,9 @@ class PlotRecorder:
     def line_series(self, key, xs, series, title, x_name):
         self.plots[key], self.xs[key] = series, xs
 
+    def table(self, key, columns, rows):
+        self.plots[key] = [dict(zip(columns, row)) for row in rows]
+
 
 @pytest.fixture
 def wandb_plots():

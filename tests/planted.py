@@ -13,6 +13,7 @@ import math
 import types
 from typing import Callable
 
+import pytest
 import torch
 import torch.nn as nn
 from torch import Tensor
@@ -184,6 +185,41 @@ def known_sparse_selection() -> None:
         assert result.top_heads(1)[0][:2] == (0, head) and result.per_head[0, head] >= 0.9, (name, result.per_head)
         assert _others_below(result.per_head, 0, head, 0.5), (name, result.per_head)
         assert result.metrics["support_recovered"] == 1.0, name
+
+
+def planted_majority_model(task, n_heads: int = 3, seed: int = 0):
+    """1 layer computing sparse_boolean's majority of 3 exactly: one head attends from the readout uniformly onto
+    the support and copies the bits' one-hots into two dimensions of their own, which alone the unembedding
+    reads (logit 1 - logit 0 ∝ ones - zeros); the other heads attend at random and write nothing. Returns the
+    model and the planted head; its circuit: input -> head.v (the bits), head -> logits."""
+    g = torch.Generator().manual_seed(seed)
+    V, N = 3, task.cfg.length + 1
+    d_model, d_head = V + N + 2, 4
+    sd = _embeddings(V, N, d_model, 2)
+    sd["unembed.W_U"][V + N:, :] = 10 * torch.eye(2)
+    a = _layer(n_heads, d_model, d_head, g)
+    a["W_O"].zero_()
+    h = int(torch.randint(n_heads, (1,), generator=g))
+    a["W_Q"][h], a["W_K"][h], a["W_V"][h] = 0, 0, 0
+    a["W_Q"][h, V + N - 1, 0] = 100.0
+    a["W_K"][h, V + task.support, 0] = 1.0
+    a["W_V"][h, :2, :2] = torch.eye(2)  # bit 0 -> d0, bit 1 -> d1
+    a["W_O"][h, :2, V + N:] = torch.eye(2)
+    sd |= {f"blocks.0.attn.{k}": v for k, v in a.items()}
+    return hooked_transformer(_config(1, n_heads, d_model, d_head), V, 2, N, sd), h
+
+
+def known_circuit() -> None:
+    task = tasks.make("sparse_boolean", {"length": 12, "s": 3, "function": "majority", "seed": 4})
+    model, h = planted_majority_model(task)
+    truth = {f"input->L0H{h}.v", f"L0H{h}->logits"}
+    for method in ("patching", "eap", "eap_ig", "acdc"):
+        r = probes.run("circuit", model, task, option={"method": method})
+        kept = {k[3:] for k, v in r.metrics.items() if k.startswith("in/") and v == 1}
+        assert kept == truth, (method, kept)
+        assert r.metrics["faithfulness"] == pytest.approx(1.0, abs=1e-4), (method, r.metrics["faithfulness"])
+        assert r.metrics["auc_positions"] == 1.0 and abs(r.metrics["control"]) < 1e-5, method
+        assert r.metrics["gap"] > 1 and r.metrics["final_faithfulness"] == pytest.approx(1.0, abs=1e-4)
 
 
 # ---- automaton shortcut ---------------------------------------------------------------------------
@@ -708,4 +744,5 @@ PLANTED: dict[str, Callable[[], None]] = {
     "hmm_identifiability": known_hmm_identifiability,
     "sharpness": known_sharpness,
     "llc": known_llc,
+    "circuit": known_circuit,
 }

@@ -74,7 +74,7 @@ def test_bad_probe_options_are_one_line_before_any_work(run_dir, capsys, assignm
 def test_landscape_probes_run_only_when_named_and_on_one_model(run_dir):
     run = load_run(run_dir)
     assert not {"llc", "sharpness"} & set(timeline.applicable(run))
-    assert {"llc", "sharpness"} <= set(timeline.applicable(run, landscape=True))
+    assert {"llc", "sharpness"} <= set(timeline.applicable(run, costly=True))
     stacked = models.build(run.config.model, run.task.spec, n_models=2)
     with pytest.raises(ProbeError, match="one model at a time"):
         probes.run("sharpness", stacked, run.task)

@@ -54,7 +54,7 @@ def test_probes_apply_by_the_truth_they_need():
         probes.run("automaton_shortcut", model)
     for name in probes.names():
         probe = probes.PROBES.get(name)
-        assert probe.needs_task == bool(probe.truth or any(i.startswith("task:") for i in probe.reads))
+        assert probe.needs_task == bool(probe.truth or probe.task_check or any(i.startswith("task:") for i in probe.reads))
 
 
 def test_hidden_progress_reads_the_weights_the_model_names():

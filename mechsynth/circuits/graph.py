@@ -103,7 +103,7 @@ def why_not(model: Any) -> Optional[str]:
     TransformerLens-hooked transformer: the hook points of `mechsynth.hooks` and per-head weights."""
     have = getattr(model, "hook_dict", {})
     cfg = getattr(model, "cfg", None)
-    if cfg is None or not hasattr(cfg, "n_heads") or hooks.head_z(0) not in have:
+    if cfg is None or not hasattr(cfg, "normalization_type") or hooks.head_z(0) not in have:
         return f"{type(model).__name__} is no TransformerLens transformer with per-head hooks (attn.hook_z, hook_q/k/v)"
     if getattr(cfg, "positional_embedding_type", "standard") not in ("standard", "rotary"):
         return f"circuit discovery reads learned or rotary positions, not {cfg.positional_embedding_type!r}"

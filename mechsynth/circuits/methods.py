@@ -149,3 +149,20 @@ def acdc(model: Any, graph: Graph, tokens: Int[Tensor, "batch pos"], src: Tensor
         if now - f < threshold:
             patched, now = trial, f
     return scores
+
+
+def position_patching(model: Any, tokens: Int[Tensor, "batch pos"], metric: Metric) -> Float[Tensor, "pos"]:
+    """m(clean) - m(the embeddings at one position replaced by their batch mean there), for every position:
+    which input positions the answer reads."""
+    from mechsynth import hooks
+
+    B, P = tokens.shape
+    with torch.no_grad():
+        def at_each(t: Tensor, hook: Any) -> Tensor:  # copy p (of P + 1; the last is clean) ablates position p
+            t = t.unflatten(0, (P + 1, B)).clone()
+            for p in range(P):
+                t[p, :, p] = t[p, :, p].mean(0)
+            return t.flatten(0, 1)
+        logits = model.run_with_hooks(tokens.repeat(P + 1, 1), fwd_hooks=[(hooks.resid_pre(0), at_each)])
+        m = metric(logits.unflatten(0, (P + 1, B)))
+    return m[-1] - m[:-1]

@@ -1,0 +1,304 @@
+"""Causal circuit discovery at every probed checkpoint, scored against circuits known to be right.
+
+Four methods (mechsynth.circuits: exact activation patching, EAP, EAP-IG, ACDC) score every edge of a model's
+residual graph on a task's held-out batch and its counterfactual (`Task.counterfactual`), with resample
+ablation; the circuit is the fewest top-scoring edges keeping 0.9 of the clean-vs-counterfactual gap.
+
+- planted: hand-set models whose circuit is known edge by edge (tests/planted.py's majority circuit on
+  sparse_boolean; an induction circuit on repeated sequences, as in tests/test_circuits.py);
+- markov_icl, the demo setup (Edelman et al. 2024's two-layer attention-only transformer on in-context
+  bigrams): the known circuit is the induction circuit through the heads the pattern probes name — the
+  layer-0 previous-token head p and the layer-1 induction head i: input -> p.v, p -> i.k (K-composition),
+  input -> i.q, input -> i.v, i -> logits;
+- sparse_boolean (majority of s = 3 of T = 16 bits; Edelman et al. 2022's sparse variable creation) and
+  causal_icl (a chain, query target; Nichani et al. 2024): the truth names the input positions the answer
+  reads (S; the query's parent), scored by each position's effect (`auc_positions`).
+
+Per run: every method at the final checkpoint (edge AUC, circuit size, faithfulness, seconds), then over
+training at log-spaced checkpoints (the faithfulness of the final circuit: when the causal circuit forms),
+beside the pattern probes' formation steps and the loss drop.
+
+    python experiments/circuit_discovery.py            # 3 seeds per task (~20 min on 2 cores)
+    python experiments/circuit_discovery.py --smoke    # seconds; checks the pipeline only
+
+Writes OUT/circuit_discovery.json and OUT/circuit_discovery.png."""
+
+from __future__ import annotations
+
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+import harness  # noqa: E402
+
+from mechsynth import circuits, configs, models, probes, tasks, timeline  # noqa: E402
+from mechsynth.probes import circuit as circuit_probe  # noqa: E402
+from mechsynth.run import Run  # noqa: E402
+
+NAME = "circuit_discovery"
+METHODS = circuits.METHODS
+LEVEL = 0.9
+MIN_SEEDS = 3
+
+# The rules that turn the data into verdicts, fixed before any run they judge.
+RULES = {
+    "planted": "every method's edge AUC is exactly 1.0 and its circuit is exactly the planted one, on every "
+               "planted model → matches; otherwise does not (the answer is known exactly)",
+    "induction_circuit": "markov_icl, final checkpoint, per method: edge AUC against the induction circuit through "
+                         "the heads the pattern probes name ≥ 0.9 in every seed → matches; ≥ 0.75 in at least 2/3 of "
+                         "the seeds → partly; median < 0.6 → does not; else inconclusive",
+    "positions": "sparse_boolean and causal_icl, final checkpoint, seeds whose model learned (held-out accuracy ≥ 0.9; "
+                 "causal_icl: KL to Bayes ≤ 0.1): auc_positions ≥ 0.9 in every such seed → matches; in at least 2/3 → "
+                 "partly; in fewer → does not; fewer than 3 seeds learned → inconclusive (budget)",
+    "timing": "markov_icl: the causal circuit's formation step (the final circuit keeps ≥ 0.9 of a gap at least half "
+              "its final value from then on; exact patching) within 2× of the induction head's pattern formation step "
+              "in ≥ 2/3 of the seeds, where a step drawn log-uniformly over the probed range would land within 2× "
+              "with probability < 1/2 (the chance baseline) → matches; in ≥ 1 seed → partly; in none → does not; "
+              "fewer than 3 seeds where both form → inconclusive",
+    "agreement": "reported, no verdict: each approximate method's Spearman correlation with exact patching's edge "
+                 "scores and the Jaccard overlap of their circuits at the final checkpoint",
+}
+SIZES: dict[str, dict[str, Any]] = {
+    "smoke": dict(seeds=MIN_SEEDS, steps=40, checkpoints=4, batch=16, markov_steps=40, boolean_steps=40, causal_steps=40),
+    "cpu": dict(seeds=MIN_SEEDS, steps=None, checkpoints=8, batch=64, markov_steps=2000, boolean_steps=3000,
+                causal_steps=3000),
+}
+
+
+def run_configs(size: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    demo = configs.load("demo")
+    return {
+        "markov_icl": {**demo, "train": {**demo["train"], "steps": size["markov_steps"]}, "wandb": {"mode": "disabled"}},
+        "sparse_boolean": {"task": {"name": "sparse_boolean", "length": 16, "s": 3, "function": "majority"},
+                           "model": {"n_layers": 1, "n_heads": 1, "d_model": 64},
+                           "train": {"steps": size["boolean_steps"], "batch_size": 64, "lr": 1e-3, "eval_every": 50,
+                                     "checkpoints": 60}},
+        "causal_icl": {"task": {"name": "causal_icl", "k": 10, "length": 20, "graph": "chain", "alpha": 0.1,
+                                "target": "query"},
+                       "model": {"n_layers": 2, "n_heads": 1, "d_model": 64, "attn_only": True},
+                       "train": {"steps": size["causal_steps"], "batch_size": 256, "lr": 1e-3, "eval_every": 100,
+                                 "eval_batch_size": 256, "checkpoints": 60}},
+    }
+
+
+# ---- analysis of one run -------------------------------------------------------------------------------
+
+
+def known_edges(task_name: str, tl: timeline.Timeline) -> Optional[list[str]]:
+    """markov_icl: the induction circuit through the heads the pattern probes score highest at the end."""
+    if task_name != "markov_icl":
+        return None
+    last = lambda probe, layer: max((h for h in tl.per_head[probe] if h.startswith(f"L{layer}")),  # noqa: E731
+                                    key=lambda h: tl.per_head[probe][h][-1])
+    p, i = last("previous_token", 0), last("induction", 1)
+    return [f"input->{p}.v", f"{p}->{i}.k", f"input->{i}.q", f"input->{i}.v", f"{i}->logits"]
+
+
+def learned(task_name: str, run: Run) -> bool:
+    metrics = run.meta(run.steps[-1])["metrics"]
+    if task_name == "causal_icl":
+        return metrics.get("eval/kl_bayes", math.inf) <= 0.1
+    return metrics.get(f"{run.task.main_eval}/acc", 0.0) >= 0.9
+
+
+def probe_at(model: Any, task: Any, method: str, batch: int, last: Any = None) -> tuple[Any, float]:
+    t0 = time.perf_counter()
+    result = probes.run("circuit", model, task, batch_size=batch, option={"method": method}, last=last)
+    return result, time.perf_counter() - t0
+
+
+def analyse(task_name: str, run: Run, size: dict[str, Any]) -> dict[str, Any]:
+    pattern = timeline.probe_run(run, timeline.applicable(run), batch_size=size["batch"])
+    final = models.hooked(run.trainable(run.steps[-1]))
+    known = known_edges(task_name, pattern)
+    visit = probes.log_spaced(run.steps, size["checkpoints"])
+    out: dict[str, Any] = {"learned": learned(task_name, run), "known_edges": known, "steps": visit,
+                           "loss_drop": pattern.loss_drop_step, "pattern_formation": pattern.formation,
+                           "methods": {}}
+    for method in METHODS:
+        result, seconds = probe_at(final, run.task, method, size["batch"])
+        m = result.metrics
+        entry = {"seconds_final": round(seconds, 3), "edges": m["edges"], "faithfulness": m["faithfulness"],
+                 "gap": m["gap"], "auc_positions": m.get("auc_positions"), "control": m.get("control"),
+                 "circuit": [e for e, k in zip(result.render["edges"], result.render["circuit"]) if k],
+                 "scores": dict(zip(result.render["edges"], result.render["scores"].tolist()))}
+        if known is not None:
+            graph = circuits.Graph.of(final)
+            entry["auc_known"] = circuits.auc(result.render["scores"], graph.mask(known))
+        series = []
+        for step in visit:
+            r, s = probe_at(models.hooked(run.trainable(step)), run.task, method, size["batch"], last=result)
+            series.append({"step": step, "final_faithfulness": r.metrics["final_faithfulness"], "gap": r.metrics["gap"],
+                           "faithfulness": r.metrics["faithfulness"], "edges": r.metrics["edges"], "seconds": round(s, 3)})
+        entry["over_training"] = series
+        entry["formed"] = formed(series)
+        out["methods"][method] = entry
+    return out
+
+
+def formed(series: list[dict[str, Any]]) -> Optional[int]:
+    """The first probed step after which the final circuit keeps ≥ LEVEL of a gap ≥ half its final value."""
+    at, final_gap = None, series[-1]["gap"]
+    for point in series:
+        ok = point["final_faithfulness"] is not None and point["final_faithfulness"] >= LEVEL and point["gap"] >= 0.5 * final_gap > 0
+        at = (point["step"] if at is None else at) if ok else None
+    return at
+
+
+def within(a: Optional[int], b: Optional[int], factor: float = 2.0) -> Optional[bool]:
+    if a is None or b is None:
+        return None
+    return max(a, b, 1) / max(min(a, b), 1) <= factor
+
+
+def chance_within(event: int, first: int, last: int, factor: float = 2.0) -> float:
+    """P(a step drawn log-uniformly from [first, last] lies within `factor` of `event`)."""
+    lo, hi = math.log(max(first, 1)), math.log(max(last, 2))
+    a, b = max(lo, math.log(max(event, 1) / factor)), min(hi, math.log(max(event, 1) * factor))
+    return max(0.0, b - a) / (hi - lo) if hi > lo else 1.0
+
+
+# ---- claims ---------------------------------------------------------------------------------------------
+
+
+def planted() -> dict[str, Any]:
+    """Every method on the planted models: edge AUC and whether the circuit is exactly the planted one."""
+    import test_circuits as tc
+    from planted import planted_majority_model
+
+    out: dict[str, Any] = {}
+    task = tasks.make("sparse_boolean", {"length": 12, "s": 3, "function": "majority", "seed": 4})
+    model, h = planted_majority_model(task)
+    batch = task.sample(64, torch.Generator().manual_seed(0), split="eval")
+    cases = {"majority": (model, batch, task.counterfactual(batch, torch.Generator().manual_seed(1)),
+                          [f"input->L0H{h}.v", f"L0H{h}->logits"])}
+    model, truth = tc.planted_circuit()
+    cases["induction"] = (model, tc.repeated(1), tc.repeated(2), truth)
+    for name, (model, clean, corrupted, truth) in cases.items():
+        graph = circuits.Graph.of(model)
+        metric = circuits.patch_metric("logit_diff", clean, corrupted)
+        src = circuits.source(model, graph, clean.tokens, corrupted.tokens, "resample")
+        out[name] = {}
+        for method in METHODS:
+            scores = circuits.discover(method, model, graph, clean.tokens, src, metric)
+            found = circuits.circuit(model, graph, clean.tokens, src, metric, scores, LEVEL)
+            out[name][method] = {"auc": circuits.auc(scores, graph.mask(truth)),
+                                 "exact": bool(torch.equal(found.edges, graph.mask(truth))), "edges": len(graph.edge_list)}
+    return out
+
+
+def claims(results: dict[str, list[dict[str, Any]]], planted_: dict[str, Any]) -> dict[str, Any]:
+    verdicts: dict[str, Any] = {}
+    ok = all(v["auc"] == 1.0 and v["exact"] for case in planted_.values() for v in case.values())
+    verdicts["planted"] = {"verdict": "matches" if ok else "does not", "cases": planted_}
+
+    markov = results["markov_icl"]
+    per_method = {}
+    for method in METHODS:
+        aucs = [r["methods"][method]["auc_known"] for r in markov]
+        v = ("inconclusive" if len(aucs) < MIN_SEEDS else "matches" if all(a >= 0.9 for a in aucs)
+             else "partly" if sum(a >= 0.75 for a in aucs) >= 2 / 3 * len(aucs)
+             else "does not" if statistics.median(aucs) < 0.6 else "inconclusive")
+        per_method[method] = {"verdict": v, "aucs": aucs}
+    verdicts["induction_circuit"] = per_method
+
+    positions = {}
+    for task_name in ("sparse_boolean", "causal_icl"):
+        rs = [r for r in results[task_name] if r["learned"]]
+        aucs = [r["methods"]["patching"]["auc_positions"] for r in rs]
+        good = sum(a is not None and a >= 0.9 for a in aucs)
+        v = ("inconclusive" if len(rs) < MIN_SEEDS else "matches" if good == len(rs)
+             else "partly" if good >= 2 / 3 * len(rs) else "does not")
+        positions[task_name] = {"verdict": v, "learned": len(rs), "of": len(results[task_name]), "aucs": aucs}
+    verdicts["positions"] = positions
+
+    timing = []
+    for r in markov:
+        i = known_edges_heads(r)
+        event = r["pattern_formation"].get("induction", {}).get(i)
+        causal = r["methods"]["patching"]["formed"]
+        timing.append({"causal": causal, "induction_pattern": event, "loss_drop": r["loss_drop"],
+                       "within_2x": within(causal, event),
+                       "chance": chance_within(event, r["steps"][1], r["steps"][-1]) if event else None})
+    both = [t for t in timing if t["within_2x"] is not None]
+    hits = sum(bool(t["within_2x"]) for t in both)
+    chance_ok = all(t["chance"] < 0.5 for t in both)
+    v = ("inconclusive" if len(both) < MIN_SEEDS else "matches" if hits >= 2 / 3 * len(both) and chance_ok
+         else "partly" if hits >= 1 else "does not")
+    verdicts["timing"] = {"verdict": v, "seeds": timing}
+
+    agreement = {}
+    for method in METHODS[1:]:
+        rho, jac = [], []
+        for rs in results.values():
+            for r in rs:
+                exact, other = r["methods"]["patching"], r["methods"][method]
+                keys = list(exact["scores"])
+                rho.append(harness.spearman([abs(exact["scores"][k]) for k in keys], [abs(other["scores"][k]) for k in keys]))
+                a, b = set(exact["circuit"]), set(other["circuit"])
+                jac.append(len(a & b) / len(a | b) if a | b else 1.0)
+        agreement[method] = {"spearman_median": statistics.median([x for x in rho if x is not None] or [math.nan]),
+                             "jaccard_median": statistics.median(jac)}
+    verdicts["agreement"] = agreement
+    verdicts["cost_s_per_checkpoint"] = {m: statistics.median([p["seconds"] for rs in results.values() for r in rs
+                                                               for p in r["methods"][m]["over_training"]]) for m in METHODS}
+    return verdicts
+
+
+def known_edges_heads(r: dict[str, Any]) -> str:
+    return r["known_edges"][1].split("->")[1].split(".")[0]  # the induction head of "p->i.k"
+
+
+def plot(results: dict[str, list[dict[str, Any]]], path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(results), figsize=(5 * len(results), 3.6), squeeze=False)
+    for ax, (task_name, rs) in zip(axes[0], results.items()):
+        for method, colour in zip(METHODS, ("black", "tab:blue", "tab:orange", "tab:green")):
+            for j, r in enumerate(rs):
+                series = r["methods"][method]["over_training"]
+                ax.plot([max(p["step"], 1) for p in series], [p["final_faithfulness"] for p in series], color=colour,
+                        alpha=0.8, linewidth=1, label=method if j == 0 else None)
+        for r in rs:
+            if r["loss_drop"]:
+                ax.axvline(r["loss_drop"], color="0.5", linestyle=":", linewidth=1)
+        ax.axhline(LEVEL, color="0.5", linestyle="--", linewidth=0.8)
+        ax.set_xscale("log")
+        ax.set_ylim(-0.5, 1.15)
+        ax.set_title(task_name, fontsize=10)
+        ax.set_xlabel("training step")
+    axes[0, 0].set_ylabel("faithfulness of the final circuit")
+    axes[0, 0].legend(fontsize=7)
+    return harness.save_figure(fig, path)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = harness.parse_args(NAME, __doc__, argv)
+    session = harness.Session(NAME, args)
+    size = SIZES[args.size]
+    cfgs = run_configs(size)
+    results: dict[str, list[dict[str, Any]]] = {}
+    for task_name, cfg in cfgs.items():
+        runs = session.train_runs([({"task": task_name}, seed, cfg) for seed in range(size["seeds"])])
+        results[task_name] = []
+        for job in runs.plan.jobs:
+            r = {"seed": job.seed, "run": str(args.runs / job.dir), **analyse(task_name, runs.load(job), size)}
+            results[task_name].append(r)
+            harness.log(f"{task_name} seed {job.seed}: " + ", ".join(
+                f"{m} {r['methods'][m]['edges']:.0f} edges, formed {r['methods'][m]['formed']}" for m in METHODS))
+    verdicts = claims(results, planted())
+    figures = [plot(results, args.out / f"{NAME}.png")]
+    session.finish({"size": size, "runs": cfgs, "rules": RULES, "level": LEVEL, "min_seeds": MIN_SEEDS},
+                   {"claims": verdicts, "results": results}, figures)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(harness.cli(main))

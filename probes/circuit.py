@@ -1,0 +1,249 @@
+"""The causal circuit of each probed checkpoint: which edges of the model's graph (`mechsynth.circuits`)
+the task's answer depends on, found by patching, not by what attention looks like.
+
+On the task's held-out batch and its counterfactual (`Task.counterfactual`: the same batch with what the
+answer depends on changed), every edge is scored by `method`, and the circuit is the smallest set of
+top-scoring edges that alone keeps `level` of the clean-vs-ablated gap of the task's patch metric (its
+faithfulness). Metrics per checkpoint:
+
+- `edges`, `edge_share`: the circuit's size; `faithfulness`: its faithfulness (≥ level unless no set is);
+- `gap`: m(clean) - m(every edge patched), how much the answer depends on the change at all (a model that
+  ignores its input has no circuit to find: faithfulness is then NaN);
+- `final_faithfulness`: the faithfulness here of the circuit found at the run's last checkpoint. The causal
+  circuit has formed from the first step after which it stays ≥ level while the gap is at least half its
+  final value;
+- `control`: what the task's control counterfactual (changed only where the answer must not depend) moves
+  the metric, as a share of the gap: near 0 for a model that reads what the task says it should;
+- `auc_positions`: where the task's truth names the positions the answer reads (`support`: sparse parity
+  and Boolean functions; the query's `parents`: causal_icl), the ROC AUC of each input position's effect
+  (its embedding replaced by the batch mean) separating those positions from the others;
+- `score/<edge>` and `in/<edge>` (1 or 0) for every edge ("L0H1->L1H0.k").
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+from matplotlib.figure import Figure
+from torch import Tensor
+
+from mechsynth import circuits
+from mechsynth.config import check, check_fields, doc, validates_itself
+from mechsynth.plots import mark_drop, new_figure, steps_axis
+from mechsynth.probes import ProbeError, ProbeResult, Section, View, no_hooks, register
+from mechsynth.probes._landscape import finite, log_spaced
+from mechsynth.tasks.base import Batch
+
+
+@validates_itself
+@dataclass(frozen=True)
+class CircuitOptions:
+    method: str = doc(f"how edges are scored: {', '.join(circuits.METHODS)} (exact patching: one forward per edge; "
+                      "eap: one forward and backward; eap_ig: ig_steps of them; acdc: greedy pruning)", "eap_ig")
+    ablation: str = doc(f"what a patched edge carries: {', '.join(circuits.ABLATIONS)} (the sender's output on the "
+                        "counterfactual input, its batch mean at each position, nothing)", "resample")
+    level: float = doc("faithfulness a circuit must reach: the share of the clean-vs-ablated metric gap it keeps "
+                       "with every other edge patched", 0.9)
+    ig_steps: int = doc("eap_ig: points on the path from the ablated to the clean input", 8, lo=2, hi=1024)
+    threshold: float = doc("acdc: an edge stays when removing it costs at least this share of the gap", 0.02)
+    checkpoints: int = doc("checkpoints to probe, log-spaced (first and last included); 0 = every one", 16, lo=0,
+                           hi=100_000)
+    seed: int = doc("seed of the counterfactuals", 0, lo=0, hi=2**31)
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        check(self.method in circuits.METHODS, "method", f"{self.method!r}; allowed: {', '.join(circuits.METHODS)}")
+        check(self.ablation in circuits.ABLATIONS, "ablation",
+              f"{self.ablation!r}; allowed: {', '.join(circuits.ABLATIONS)}")
+        check(0 < self.level <= 1, "level", f"must be in (0, 1], got {self.level}")
+        check(0 <= self.threshold < 1, "threshold", f"must be in [0, 1), got {self.threshold}")
+
+
+def known_positions(batch: Batch) -> Optional[Tensor]:
+    """The input positions the answer reads, where the task's truth names them for every sequence alike."""
+    if "support" in batch.truth:
+        return batch.truth["support"].cpu()
+    if "parents" in batch.truth and not batch.mask[:, :-1].any():  # causal_icl answering its query only
+        parents = batch.truth["parents"][0, batch.tokens.shape[1]].cpu()
+        return parents[parents >= 0]
+    return None
+
+
+def task_check(task: Any) -> Optional[str]:
+    if getattr(task, "patch_metric", None) is None:
+        return f"probe 'circuit' needs counterfactual inputs, which task {task.name!r} does not make"
+    return None
+
+
+def _gap(model: Any, graph: circuits.Graph, tokens: Tensor, src: Tensor, metric: circuits.Metric) -> float:
+    n = len(graph.edge_list)
+    ends = circuits.metric_of(model, graph, tokens, src, metric, torch.stack([torch.zeros(n, dtype=torch.bool),
+                                                                              torch.ones(n, dtype=torch.bool)]))
+    return float(ends[0] - ends[1])
+
+
+# ---- how it shows itself ----------------------------------------------------------------------------
+
+
+def formed(tl: Any, level: float) -> Optional[int]:
+    """The first step after which the final circuit keeps ≥ level of a gap at least half the final one."""
+    m = tl.metrics.get("circuit", {})
+    steps, final = finite(tl.steps, m.get("final_faithfulness", []))
+    _, gap = finite(tl.steps, m.get("gap", []))
+    if not steps or len(gap) != len(steps):
+        return None
+    at = None
+    for step, f, g in zip(steps, final, gap):
+        ok = f >= level and g >= 0.5 * gap[-1] > 0
+        at = (step if at is None else at) if ok else None
+    return at
+
+
+def _level(tl: Any) -> float:
+    return tl.options.get("circuit", {}).get("level", CircuitOptions().level)
+
+
+def summary(tl: Any, task: Any) -> list[str]:
+    m = tl.metrics.get("circuit", {})
+    steps, faith = finite(tl.steps, m.get("faithfulness", []))
+    if not steps:
+        return []
+    opts = tl.options.get("circuit", {})
+    size = [v for s, v in zip(tl.steps, m["edges"]) if s == steps[-1]][0]
+    total = len([k for k in m if k.startswith("in/")])
+    step = formed(tl, _level(tl))
+    line = (f"{'circuit':<16} {opts.get('method', '?')}, {opts.get('ablation', '?')} ablation: {int(size)} of {total} "
+            f"edges keep {faith[-1]:.2f} of the gap at step {steps[-1]}; ")
+    line += f"formed at step {step} (the final circuit keeps ≥ {_level(tl)} from then on)" if step is not None else \
+        "the final circuit never keeps that much earlier"
+    lines = [line]
+    top = sorted((k[3:] for k in m if k.startswith("in/") and m[k][tl.steps.index(steps[-1])] == 1),
+                 key=lambda e: -abs(m[f"score/{e}"][tl.steps.index(steps[-1])]))
+    lines.append(f"{'circuit':<16} edges, strongest first: {', '.join(top[:8])}{' …' if len(top) > 8 else ''}")
+    _, auc = finite(tl.steps, m.get("auc_positions", []))
+    _, control = finite(tl.steps, m.get("control", []))
+    extra = ([f"positions the truth names found with AUC {auc[-1]:.2f}"] if auc else []) + (
+        [f"the control counterfactual moves the metric by {control[-1]:+.2f} of the gap"] if control else [])
+    if extra:
+        lines.append(f"{'circuit':<16} {'; '.join(extra)} (step {steps[-1]})")
+    return lines
+
+
+def _graph_axes(ax: Any, names: list[str], scores: list[float], kept: list[float], title: str) -> None:
+    """The residual graph, senders left to right by layer: an edge's width is its |score|, in the circuit black."""
+    nodes: dict[str, tuple[float, float]] = {}
+
+    def place(node: str) -> tuple[float, float]:
+        base = node.split(".")[0]
+        if base not in nodes:
+            layer = -1.0 if base == "input" else len(set(n.split("->")[0] for n in names)) if base == "logits" else (
+                float(base[3:]) + 0.5 if base.startswith("MLP") else float(base[1:].split("H")[0]))
+            row = 0.0 if base in ("input", "logits") or base.startswith("MLP") else float(base.split("H")[1]) + 1
+            nodes[base] = (layer, row)
+        return nodes[base]
+
+    top = max([abs(s) for s in scores] + [1e-12])
+    for name, s, k in sorted(zip(names, scores, kept), key=lambda x: x[2]):
+        a, b = place(name.split("->")[0]), place(name.split("->")[1])
+        ax.plot([a[0], b[0]], [a[1], b[1]], color="black" if k else "0.8", linewidth=0.3 + 3 * abs(s) / top, zorder=k)
+    for node, (x, y) in nodes.items():
+        ax.annotate(node, (x, y), ha="center", va="center", fontsize=7,
+                    bbox=dict(boxstyle="round", facecolor="white", edgecolor="0.5"))
+    ax.set_title(title, fontsize=9)
+    ax.set_axis_off()
+
+
+def figure(tl: Any, task: Any) -> Optional[Figure]:
+    """Faithfulness over training (the circuit found at each step, the final circuit's), then the graph at
+    three measured steps."""
+    m = tl.metrics.get("circuit", {})
+    steps, faith = finite(tl.steps, m.get("faithfulness", []))
+    if not steps:
+        return None
+    fig, axes = new_figure(1, 4, height=3.2, width=14)
+    ax = axes[0, 0]
+    ax.plot(steps, faith, "o-", markersize=3, label="circuit found at the step")
+    s2, final = finite(tl.steps, m["final_faithfulness"])
+    ax.plot(s2, final, "o-", markersize=3, label="the final circuit")
+    s3, gap = finite(tl.steps, m["gap"])
+    if gap and gap[-1] > 0:  # faithfulness divides by the gap: where it is small, it says little
+        ax.plot(s3, [g / gap[-1] for g in gap], color="0.6", linestyle=":", label="gap / its final value")
+    ax.axhline(_level(tl), color="0.5", linestyle="--", linewidth=0.8)
+    step = formed(tl, _level(tl))
+    if step is not None:
+        ax.axvline(step, color="tab:green", linewidth=1, label=f"formed (step {step})")
+    mark_drop(ax, tl.loss_drop_step, label=True)
+    ax.set_ylabel("faithfulness")
+    ax.set_ylim(max(-0.5, min([-0.05] + final + faith)), 1.15)
+    ax.legend(fontsize=7)
+    steps_axis(ax)
+    edges = [k[6:] for k in m if k.startswith("score/")]
+    for ax_g, s in zip(axes[0, 1:], log_spaced(steps, 3)):
+        i = tl.steps.index(s)
+        _graph_axes(ax_g, edges, [m[f"score/{e}"][i] for e in edges], [m[f"in/{e}"][i] for e in edges],
+                    f"step {s}: {int(m['edges'][i])} edges")
+    return fig
+
+
+def wandb_plots(tl: Any, logger: Any) -> None:
+    m = tl.metrics.get("circuit", {})
+    steps, faith = finite(tl.steps, m.get("faithfulness", []))
+    if not steps:
+        return
+    _, final = finite(tl.steps, m["final_faithfulness"])
+    _, size = finite(tl.steps, m["edge_share"])
+    logger.line_series("plots/circuit_faithfulness", steps, {"circuit at the step": faith, "final circuit": final,
+                                                              "edge share": size}, "causal circuit", "step")
+    last = tl.steps.index(steps[-1])
+    rows = sorted(([k[6:], m[k][last], int(m[f"in/{k[6:]}"][last])] for k in m if k.startswith("score/")),
+                  key=lambda r: -abs(r[1]))
+    logger.table("circuit/edges", ["edge", "score", "in circuit"], rows)
+
+
+SECTION = Section("circuit", "The causal circuit",
+                  "Left: the faithfulness of the circuit found at each probed step (the fewest top-scoring edges that "
+                  "keep the level's share of the clean-vs-counterfactual gap of the task's metric, every other edge "
+                  "patched) and of the circuit found at the last step, evaluated at each earlier one; the circuit "
+                  "has formed once the latter stays above the dashed level. Right: the model's graph at three steps, "
+                  "senders from the input (left) to the logits (right), each edge as wide as its score, the "
+                  "circuit's edges in black.", figure)
+
+
+@register("circuit", reads={"data": no_hooks}, threshold=math.inf, costly=True, hooked=True, with_last=True,
+          options=CircuitOptions, model_check=circuits.why_not, task_check=task_check, summary=summary,
+          section=SECTION, wandb=wandb_plots)
+def circuit(view: View) -> ProbeResult:
+    o: CircuitOptions = view.options
+    model, task, clean = view.model, view.task, view.batch("data")
+    g = torch.Generator().manual_seed(o.seed)
+    corrupted = task.counterfactual(clean, g)
+    graph = circuits.Graph.of(model)
+    try:
+        metric = circuits.patch_metric(task.patch_metric, clean, corrupted)
+    except ValueError as e:
+        raise ProbeError(f"probe 'circuit': {e} (a batch of {clean.tokens.shape[0]}; try a larger one)") from None
+    src = circuits.source(model, graph, clean.tokens, corrupted.tokens, o.ablation)
+    scores = circuits.discover(o.method, model, graph, clean.tokens, src, metric, ig_steps=o.ig_steps,
+                               threshold=o.threshold).cpu()
+    found = circuits.circuit(model, graph, clean.tokens, src, metric, scores, o.level)
+    names = [graph.edge_name(e) for e in graph.edge_list]
+    out = {"edges": float(found.edges.sum()), "edge_share": float(found.edges.float().mean()),
+           "faithfulness": found.faithfulness, "gap": _gap(model, graph, clean.tokens, src, metric)}
+    final = view.last.render["circuit"] if view.last is not None else found.edges
+    out["final_faithfulness"] = float(circuits.faithfulness(model, graph, clean.tokens, src, metric, final[None])[0])
+    control = task.counterfactual(clean, torch.Generator().manual_seed(o.seed), control=True)
+    if control is not None and out["gap"] != 0:
+        control_src = circuits.source(model, graph, clean.tokens, control.tokens, "resample")
+        out["control"] = _gap(model, graph, clean.tokens, control_src, metric) / out["gap"]
+    known = known_positions(clean)
+    if known is not None and len(known):
+        effects = circuits.position_patching(model, clean.tokens, metric)
+        truth = torch.zeros(len(effects), dtype=torch.bool)
+        truth[known] = True
+        out["auc_positions"] = circuits.auc(effects, truth)
+    out |= {f"score/{n}": float(s) for n, s in zip(names, scores)}
+    out |= {f"in/{n}": float(i) for n, i in zip(names, found.edges)}
+    return ProbeResult("circuit", None, out, {"circuit": found.edges, "scores": scores, "edges": names})
