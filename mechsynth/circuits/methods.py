@@ -97,11 +97,12 @@ def activation_patching(model: Any, graph: Graph, tokens: Int[Tensor, "batch pos
     return clean - metric_of(model, graph, tokens, src, metric, sets)
 
 
-def _gradients(model: Any, graph: Graph, tokens: Tensor, metric: Metric, override: Tensor | None) -> dict[int, Tensor]:
+def _gradients(model: Any, graph: Graph, tokens: Tensor, metric: Metric, override: Tensor | None,
+               record: dict[int, Tensor] | None = None) -> dict[int, Tensor]:
     """d metric / d (each receiver's input) at the unpatched model, on `tokens` (the input node's output
-    replaced by `override`)."""
+    replaced by `override`); `record` gets each sender's output on the way."""
     with torch.enable_grad():
-        out = forward.run(model, graph, tokens, None, None, keep_inputs=True, input_override=override)
+        out = forward.run(model, graph, tokens, None, None, keep_inputs=True, input_override=override, record=record)
         keys = sorted(out.inputs)
         grads = torch.autograd.grad(metric(out.logits).sum(), [out.inputs[k] for k in keys])
     return dict(zip(keys, grads))
@@ -112,10 +113,12 @@ def attribution(model: Any, graph: Graph, tokens: Int[Tensor, "batch pos"], src:
     """EAP (`steps` = 1): (clean_u - source_u) · dm/dx_v at the clean input, for each edge (u, v). EAP-IG
     (`steps` > 1): the gradient averaged over the inputs source + α (clean - source), α = 1/steps ... 1, the
     input node's output moved along that line (Hanna et al. 2024's integrated gradients on the inputs)."""
-    clean = forward.sender_outputs(model, graph, tokens)
-    if steps == 1:
-        grads = _gradients(model, graph, tokens, metric, None)
+    if steps == 1:  # one forward and one backward: the senders' outputs are recorded on the way
+        seen: dict[int, Tensor] = {}
+        grads = _gradients(model, graph, tokens, metric, None, seen)
+        clean = torch.stack([seen[i].detach() for i in range(len(graph.senders))])
     else:
+        clean = forward.sender_outputs(model, graph, tokens)
         grads = {}
         for k in range(1, steps + 1):
             point = (src[0] + k / steps * (clean[0] - src[0])).detach()
