@@ -4,8 +4,9 @@ Four methods (mechsynth.circuits: exact activation patching, EAP, EAP-IG, ACDC) 
 residual graph on a task's held-out batch and its counterfactual (`Task.counterfactual`), with resample
 ablation; the circuit is the fewest top-scoring edges keeping 0.9 of the clean-vs-counterfactual gap.
 
-- planted: hand-set models whose circuit is known edge by edge (tests/planted.py's majority circuit on
-  sparse_boolean; an induction circuit on repeated sequences, as in tests/test_circuits.py);
+- planted: models whose circuit is known edge by edge: hand-set ones (tests/planted.py's majority circuit on
+  sparse_boolean; an induction circuit on repeated sequences, as in tests/test_circuits.py) and two
+  tracr-compiled programs (experiments/tracr_programs.py: frac_prevs and detect_pattern);
 - markov_icl, the demo setup (Edelman et al. 2024's two-layer attention-only transformer on in-context
   bigrams): the known circuit is the induction circuit through the heads the pattern probes name — the
   layer-0 previous-token head p and the layer-1 induction head i: input -> p.v, p -> i.k (K-composition),
@@ -66,9 +67,10 @@ RULES = {
                  "scores and the Jaccard overlap of their circuits at the final checkpoint",
 }
 SIZES: dict[str, dict[str, Any]] = {
-    "smoke": dict(seeds=MIN_SEEDS, steps=40, checkpoints=4, batch=16, markov_steps=40, boolean_steps=40, causal_steps=40),
-    "cpu": dict(seeds=MIN_SEEDS, steps=None, checkpoints=8, batch=64, markov_steps=2000, boolean_steps=3000,
-                causal_steps=3000),
+    "smoke": dict(seeds=MIN_SEEDS, checkpoints=4, batch=16, markov_steps=40, boolean_steps=40, causal_steps=40,
+                  causal_batch=32),
+    "cpu": dict(seeds=MIN_SEEDS, checkpoints=8, batch=64, markov_steps=2000, boolean_steps=3000, causal_steps=3000,
+                causal_batch=256),
 }
 
 
@@ -83,8 +85,8 @@ def run_configs(size: dict[str, Any]) -> dict[str, dict[str, Any]]:
         "causal_icl": {"task": {"name": "causal_icl", "k": 10, "length": 20, "graph": "chain", "alpha": 0.1,
                                 "target": "query"},
                        "model": {"n_layers": 2, "n_heads": 1, "d_model": 64, "attn_only": True},
-                       "train": {"steps": size["causal_steps"], "batch_size": 256, "lr": 1e-3, "eval_every": 100,
-                                 "eval_batch_size": 256, "checkpoints": 60}},
+                       "train": {"steps": size["causal_steps"], "batch_size": size["causal_batch"], "lr": 1e-3,
+                                 "eval_every": 100, "eval_batch_size": size["causal_batch"], "checkpoints": 60}},
     }
 
 
@@ -169,28 +171,36 @@ def chance_within(event: int, first: int, last: int, factor: float = 2.0) -> flo
 
 
 def planted() -> dict[str, Any]:
-    """Every method on the planted models: edge AUC and whether the circuit is exactly the planted one."""
+    """Every method on the planted models: edge AUC and whether the circuit is exactly the known one. The
+    hand-set ones under resample ablation; the tracr-compiled programs (experiments/tracr_programs.py) under
+    zero ablation against their structural circuit, and under resample ablation against its edges that
+    carry what the counterfactual changes (as tests/test_circuits.py checks)."""
     import test_circuits as tc
     from planted import planted_majority_model
 
-    out: dict[str, Any] = {}
     task = tasks.make("sparse_boolean", {"length": 12, "s": 3, "function": "majority", "seed": 4})
     model, h = planted_majority_model(task)
     batch = task.sample(64, torch.Generator().manual_seed(0), split="eval")
-    cases = {"majority": (model, batch, task.counterfactual(batch, torch.Generator().manual_seed(1)),
-                          [f"input->L0H{h}.v", f"L0H{h}->logits"])}
+    corrupted = task.counterfactual(batch, torch.Generator().manual_seed(1))
+    cases = {"majority": (model, batch.tokens, corrupted.tokens, circuits.patch_metric("logit_diff", batch, corrupted),
+                          {"resample": [f"input->L0H{h}.v", f"L0H{h}->logits"]})}
     model, truth = tc.planted_circuit()
-    cases["induction"] = (model, tc.repeated(1), tc.repeated(2), truth)
-    for name, (model, clean, corrupted, truth) in cases.items():
+    clean, corrupted = tc.repeated(1), tc.repeated(2)
+    cases["induction"] = (model, clean.tokens, corrupted.tokens, circuits.patch_metric("logit_diff", clean, corrupted),
+                          {"resample": truth})
+    for name in ("frac_prevs", "detect_pattern"):
+        cases[f"tracr_{name}"] = tc.tracr_case(name)
+    out: dict[str, Any] = {}
+    for name, (model, clean, corrupted, metric, truths) in cases.items():
         graph = circuits.Graph.of(model)
-        metric = circuits.patch_metric("logit_diff", clean, corrupted)
-        src = circuits.source(model, graph, clean.tokens, corrupted.tokens, "resample")
-        out[name] = {}
-        for method in METHODS:
-            scores = circuits.discover(method, model, graph, clean.tokens, src, metric)
-            found = circuits.circuit(model, graph, clean.tokens, src, metric, scores, LEVEL)
-            out[name][method] = {"auc": circuits.auc(scores, graph.mask(truth)),
-                                 "exact": bool(torch.equal(found.edges, graph.mask(truth))), "edges": len(graph.edge_list)}
+        for ablation, truth in truths.items():
+            src = circuits.source(model, graph, clean, corrupted, ablation)
+            for method in METHODS:
+                scores = circuits.discover(method, model, graph, clean, src, metric)
+                found = circuits.circuit(model, graph, clean, src, metric, scores, LEVEL)
+                out.setdefault(f"{name}/{ablation}", {})[method] = {
+                    "auc": circuits.auc(scores, graph.mask(truth)), "exact": bool(torch.equal(found.edges, graph.mask(truth))),
+                    "edges": len(graph.edge_list), "truth": len(truth)}
     return out
 
 

@@ -15,8 +15,8 @@ from typing import Any, Optional
 
 import numpy as np
 
-# the series whose stages `detect` reads, besides each head-scoring probe's best head
-LANDSCAPE = {"llc": ("llc", "llc"), "sharpness": ("sharpness", "lambda_max")}
+# the series of costly probes whose stages `detect` reads, besides each head-scoring probe's best head
+MEASURED = {"llc": ("llc", "llc"), "sharpness": ("sharpness", "lambda_max"), "circuit": ("circuit", "final_faithfulness")}
 
 
 def _measured(steps: Sequence[int], values: Sequence[Optional[float]]) -> tuple[np.ndarray, np.ndarray, list[int]]:
@@ -91,11 +91,11 @@ def turns(steps: Sequence[int], values: Sequence[Optional[float]], prominence: f
 
 
 def series(tl: Any) -> dict[str, list[Optional[float]]]:
-    """The timelines stages are read from: the held-out loss, the LLC and sharpness where measured, and
-    each head-scoring probe's best head at every checkpoint. An LLC estimate the probe flagged negative is
+    """The timelines stages are read from: the held-out loss, the LLC, sharpness and the final causal
+    circuit's faithfulness where measured, and each head-scoring probe's best head at every checkpoint. An LLC estimate the probe flagged negative is
     left out: SGLD was not sampling around a minimum there (early in training), so it is no LLC."""
     out: dict[str, list[Optional[float]]] = {"loss": list(tl.loss)}
-    for name, (probe, metric) in LANDSCAPE.items():
+    for name, (probe, metric) in MEASURED.items():
         if metric in tl.metrics.get(probe, {}):
             flagged = tl.metrics[probe].get("negative", [0.0] * len(tl.steps))
             out[name] = [None if f == 1.0 else v for v, f in zip(tl.metrics[probe][metric], flagged)]

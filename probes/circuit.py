@@ -133,7 +133,8 @@ def summary(tl: Any, task: Any) -> list[str]:
 
 
 def _graph_axes(ax: Any, names: list[str], scores: list[float], kept: list[float], title: str) -> None:
-    """The residual graph, senders left to right by layer: an edge's width is its |score|, in the circuit black."""
+    """The residual graph, senders left to right by layer: an edge's width is its |score|, in the circuit black
+    (its q, k or v input marked)."""
     nodes: dict[str, tuple[float, float]] = {}
 
     def place(node: str) -> tuple[float, float]:
@@ -146,9 +147,15 @@ def _graph_axes(ax: Any, names: list[str], scores: list[float], kept: list[float
         return nodes[base]
 
     top = max([abs(s) for s in scores] + [1e-12])
+    port = {"q": 0.08, "k": 0.0, "v": -0.08}  # a head's query, key and value inputs enter it apart
     for name, s, k in sorted(zip(names, scores, kept), key=lambda x: x[2]):
-        a, b = place(name.split("->")[0]), place(name.split("->")[1])
-        ax.plot([a[0], b[0]], [a[1], b[1]], color="black" if k else "0.8", linewidth=0.3 + 3 * abs(s) / top, zorder=k)
+        sender, receiver = name.split("->")
+        a, b = place(sender), place(receiver)
+        dy = port.get(receiver.split(".")[-1], 0.0) if "." in receiver else 0.0
+        ax.plot([a[0], b[0] - 0.08 * bool(dy or "." in receiver)], [a[1], b[1] + dy], color="black" if k else "0.8",
+                linewidth=0.3 + 3 * abs(s) / top, zorder=k)
+        if "." in receiver and k:
+            ax.annotate(receiver[-1], (b[0] - 0.1, b[1] + dy), fontsize=6, ha="right", va="center")
     for node, (x, y) in nodes.items():
         ax.annotate(node, (x, y), ha="center", va="center", fontsize=7,
                     bbox=dict(boxstyle="round", facecolor="white", edgecolor="0.5"))

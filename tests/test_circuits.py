@@ -220,3 +220,54 @@ def test_models_circuit_discovery_cannot_read_are_named():
     mlp = models.build(models.MLPConfig(), task.spec)
     assert "per-head hooks" in circuits.why_not(mlp)
     assert circuits.why_not(random_model(False, "LN")) is None
+
+
+# ---- tracr-compiled programs ---------------------------------------------------------------------------
+
+
+def _tracr():
+    """experiments/tracr_programs.py, for its loader: the compiled weights are committed (tests/data), so
+    no jax is needed here."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("tracr_programs", Path(__file__).parent.parent / "experiments" / "tracr_programs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def tracr_case(name: str):
+    """(model, clean tokens, corrupted tokens, metric, {ablation: true edges}) of a tracr-compiled program: its
+    structural circuit (who writes what the other reads, on a path to the output) under zero ablation; under
+    resample ablation, without the edges that carry only what the counterfactual keeps (positions, BOS,
+    tracr's constant dimension), which then have no effect."""
+    tp = _tracr()
+    model, record, _ = tp.load(name)
+    clean, corrupted = torch.tensor(record["clean"]), torch.tensor(record["corrupted"])
+    mask = torch.tensor([[v is not None for v in row] for row in record["clean_outputs"]])
+    if record["output"] == "categorical":
+        ids = lambda rows: torch.tensor([[record["outputs"].index(v) if v is not None else 0 for v in row]  # noqa: E731
+                                         for row in rows])
+        metric = circuits.patch_metric("logit_diff", Batch(clean, ids(record["clean_outputs"]), mask),
+                                       Batch(corrupted, ids(record["corrupted_outputs"]), mask))
+    else:
+        values = lambda rows: torch.tensor([[v if v is not None else 0.0 for v in row] for row in rows])  # noqa: E731
+        metric = tp.numerical_metric(values(record["clean_outputs"]), values(record["corrupted_outputs"]), mask.float())
+    kept = lambda labels: any(not (l.startswith("indices:") or l in ("one", "tokens:compiler_bos")) for l in labels)  # noqa: E731, E741
+    return model, clean, corrupted, metric, {"zero": record["truth"],
+                                             "resample": [e for e in record["truth"] if kept(record["carries"][e])]}
+
+
+@pytest.mark.parametrize("name", ["frac_prevs", "detect_pattern"])
+@pytest.mark.parametrize("method", circuits.METHODS)
+def test_every_method_recovers_tracr_compiled_circuits(name, method):
+    model, clean, corrupted, metric, truths = tracr_case(name)
+    graph = circuits.Graph.of(model)
+    for ablation, truth_names in truths.items():
+        truth = graph.mask(truth_names)
+        src = circuits.source(model, graph, clean, corrupted, ablation)
+        scores = circuits.discover(method, model, graph, clean, src, metric)
+        assert circuits.auc(scores, truth) == 1.0, (ablation, [(graph.edge_name(e), float(s)) for e, s in zip(graph.edge_list, scores)])
+        found = circuits.circuit(model, graph, clean, src, metric, scores, level=0.9)
+        assert torch.equal(found.edges, truth) and found.faithfulness == pytest.approx(1.0, abs=1e-4), ablation

@@ -580,3 +580,24 @@ def test_edge_of_stability_smoke(tmp_path):
             for near in module.NEAR:
                 n = r[f"near{near}"]
                 assert n["evals_before"] + n["evals_after"] == len(r["loss"])
+
+
+def test_circuit_discovery_smoke(tmp_path):
+    out = run_smoke("circuit_discovery", tmp_path)
+    res, module = out["results"], load("circuit_discovery")
+    claims, size = res["claims"], module.SIZES["smoke"]
+    assert out["config"]["rules"] == module.RULES and set(claims) >= {"planted", "induction_circuit", "positions", "timing"}
+    assert claims["planted"]["verdict"] == "matches"  # known exactly, whatever the training budget
+    assert {k.split("/")[0] for k in claims["planted"]["cases"]} == {"majority", "induction", "tracr_frac_prevs",
+                                                                      "tracr_detect_pattern"}
+    verdicts = [claims["timing"]["verdict"]] + [v["verdict"] for v in claims["induction_circuit"].values()] + [
+        v["verdict"] for v in claims["positions"].values()]
+    assert set(verdicts) <= {"matches", "partly", "does not", "inconclusive"}
+    for task_name, runs in res["results"].items():
+        assert len(runs) == size["seeds"]
+        for r in runs:
+            assert set(r["methods"]) == set(module.METHODS) and len(r["steps"]) == size["checkpoints"]
+            for m in r["methods"].values():
+                assert len(m["over_training"]) == size["checkpoints"] and set(m["circuit"]) <= set(m["scores"])
+                assert m["edges"] == len(m["circuit"]) >= 1
+            assert (r["known_edges"] is not None) == (task_name == "markov_icl")
