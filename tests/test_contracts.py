@@ -54,6 +54,25 @@ def test_every_task_carries_the_truth_it_declares(name):
     assert any(probes.can_run(p, models.build(models.parse({}), task.spec), task) for p in probes.names())
 
 
+@pytest.mark.parametrize("name", tasks.names())
+def test_the_circuit_probe_runs_on_every_task_that_makes_counterfactuals(name, tmp_path, tiny):
+    """On a few steps of a small transformer, through the timeline as `mechsynth probe --probes circuit` runs
+    it; a task without counterfactuals is refused in one line."""
+    small = {"associative_memory": {"inputs": 16}, "modular_arithmetic": {"p": 7},
+             "causal_icl": {"length": 8}, "factual_recall": {"subjects": 8}}.get(name, {})
+    run = load_run(train_run(parse_config(tiny({"name": name, **small}, {"n_layers": 2, "d_model": 16},
+                                               {"steps": 4, "checkpoints": 2, "eval_every": 4})), tmp_path / "run",
+                             progress=False))
+    why = timeline.why_not(run, "circuit")
+    if tasks.make(name, small).patch_metric is None:
+        assert why is not None and "counterfactual" in why and "\n" not in why
+        return
+    assert why is None, why
+    tl = timeline.probe_run(run, ["circuit"], batch_size=32, options={"circuit": {"method": "eap", "checkpoints": 2}})
+    m = tl.metrics["circuit"]
+    assert all(math.isfinite(v) for v in m["edges"]) and m["edges"][-1] >= 1, name
+
+
 @pytest.mark.parametrize("kind", models.names())
 def test_every_kind_trains_checkpoints_resumes_exactly_and_probes(kind, tmp_path, tiny):
     """8 steps in one go equal 4 steps, then a restart from that checkpoint for 4 more; then every
