@@ -33,8 +33,8 @@ token embedding writes, so that dimension is part of what the input sends).
 
 Run (tracr brings jax, which is no dependency of mechsynth: use a venv of its own):
 
-    python3 -m venv /tmp/tracr && /tmp/tracr/bin/pip install tracr-pypi torch==2.13.0 safetensors numpy
-    /tmp/tracr/bin/python experiments/tracr_programs.py           # writes tests/data/tracr_*.{json,safetensors}
+    python3 -m venv .venv-tracr && .venv-tracr/bin/pip install tracr-pypi torch safetensors numpy
+    .venv-tracr/bin/python experiments/tracr_programs.py          # writes tests/data/tracr_*.{json,safetensors}
     .venv/bin/python experiments/tracr_programs.py --check        # the project's venv, no jax: see below
 
 Regenerating needs no network once installed and gives the same files bit for bit (tracr labels each
