@@ -40,7 +40,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 import harness  # noqa: E402
 
 from mechsynth import circuits, configs, models, probes, tasks, timeline  # noqa: E402
-from mechsynth.probes import circuit as circuit_probe  # noqa: E402
 from mechsynth.run import Run  # noqa: E402
 
 NAME = "circuit_discovery"
