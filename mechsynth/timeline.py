@@ -160,7 +160,7 @@ def _probe_costly(run: Run, tl: Timeline, names: list[str], batch_size: int, see
                   options: dict[str, dict[str, Any]], progress: bool) -> None:
     """Each costly probe on its own log-spaced checkpoints (`checkpoints` in its options), one model at a
     time (the hooked model for `hooked` probes), with the run's fixed training set where it had one; the last
-    checkpoint first, so that probes comparing with it (`with_last`) have it."""
+    checkpoint first, so that probes comparing with it (the circuit's final circuit) have it as `View.last`."""
     opts = {n: probes.options(n, options.get(n)) for n in names}
     visit = {n: set(probes.log_spaced(tl.steps, opts[n].checkpoints)) for n in names}
     train = run.config.train

@@ -85,9 +85,6 @@ class Probe:
     options: Optional[type] = None  # the probe's options: a config dataclass, every field with a documented default
     hooked: bool = False  # a costly probe's View.model is the hooked TransformerLens model, not the model as trained
     task_check: Optional[Callable[[Any], Optional[str]]] = None  # task -> why the probe cannot read it, or None
-    # A costly probe that compares each checkpoint with the last (the final circuit at every earlier step): it runs
-    # at the last checkpoint first, and the others get that result as `View.last`.
-    with_last: bool = False
 
     @property
     def needs_task(self) -> bool:
@@ -103,14 +100,15 @@ def register(name: str, *, reads: dict[str, Hooks], truth: tuple[str, ...] = (),
              summary: Optional[Callable[[Timeline, Any], list[str]]] = None, section: Optional[Section] = None,
              wandb: Optional[Callable[[Timeline, Any], None]] = None, ablations: Optional[Ablations] = None,
              costly: bool = False, options: Optional[type] = None, hooked: bool = False,
-             task_check: Optional[Callable[[Any], Optional[str]]] = None, with_last: bool = False):
+             task_check: Optional[Callable[[Any], Optional[str]]] = None):
     """Decorator: `@register("induction", reads={"repeated": attention_hooks})` on fn(view) -> ProbeResult.
     `summary`, `section` and `wandb` are how the probe shows itself beyond its per-head scores, which the
     timeline, report and W&B draw for every probe alike. `ablations={"data": {"no_mlp": mlp_outs}}`: the
     logits on input "data" with the hooks `mlp_outs` names mean-ablated (`View.ablated_logits`).
     `costly=True`: the probe reads `View.model` itself, one model at a time, and runs only when named (see
-    Probe; `hooked`, `with_last`); `options`: its config dataclass, set with `mechsynth probe --set
-    <probe>.<field>=VALUE`; `task_check`: why a task does not fit, beyond the truth it lacks."""
+    Probe and `hooked`; a run's last checkpoint is probed first, the others see that result as `View.last`);
+    `options`: its config dataclass, set with `mechsynth probe --set <probe>.<field>=VALUE`; `task_check`:
+    why a task does not fit, beyond the truth it lacks."""
 
     if not set(ablations or {}) <= set(reads):
         raise ValueError(f"probe {name!r} ablates on inputs {sorted(set(ablations or {}) - set(reads))} it does not read")
@@ -118,7 +116,7 @@ def register(name: str, *, reads: dict[str, Hooks], truth: tuple[str, ...] = (),
     def deco(fn):
         PROBES.register(name)(Probe(name, fn, reads, tuple(truth), needs_init, threshold, model_check, tuple(weights),
                                     summary, section, wandb, dict(ablations or {}), costly, options, hooked,
-                                    task_check, with_last))
+                                    task_check))
         return fn
 
     return deco
@@ -161,7 +159,7 @@ class View:
     train_set: Optional[Batch] = None  # the run's fixed training set where it trained on one (train.data = fixed)
     train: Any = None  # what the run trained with (its TrainConfig: lr, optimizer, ...), where probed as a run
     options: Any = None  # the probe's options (an instance of its `options` class)
-    last: Optional["ProbeResult"] = None  # a `with_last` probe's result at the run's last checkpoint
+    last: Optional["ProbeResult"] = None  # a costly probe's own result at the run's last checkpoint (the final circuit)
 
     def batch(self, input: str) -> Batch:
         return self.outputs[resolve(input, self.task)][0]

@@ -92,7 +92,7 @@ def run(name: str, model: Any, task: Any = None, *, batch_size: int = 64, seed: 
         last: Optional[ProbeResult] = None) -> ProbeResult:
     """Run probe `name` on a hooked model; same seed, same result. `init`: the model at step 0, for
     probes that measure how far the weights moved; `option`: overrides of the probe's options; `last`: its
-    result on the last checkpoint, for probes that compare with it (`with_last`)."""
+    result on the last checkpoint, for probes that compare with it (the circuit probe)."""
     return run_many([name], model, task, batch_size=batch_size, seed=seed, init=init, options={name: option or {}},
                     train_set=train_set, train=train, last={name: last} if last is not None else None)[0][name]
 

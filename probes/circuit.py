@@ -219,7 +219,7 @@ SECTION = Section("circuit", "The causal circuit",
                   "circuit's edges in black.", figure)
 
 
-@register("circuit", reads={"data": no_hooks}, threshold=math.inf, costly=True, hooked=True, with_last=True,
+@register("circuit", reads={"data": no_hooks}, threshold=math.inf, costly=True, hooked=True,
           options=CircuitOptions, model_check=circuits.why_not, task_check=task_check, summary=summary,
           section=SECTION, wandb=wandb_plots)
 def circuit(view: View) -> ProbeResult:
