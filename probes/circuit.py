@@ -78,13 +78,6 @@ def task_check(task: Any) -> Optional[str]:
     return None
 
 
-def _gap(model: Any, graph: circuits.Graph, tokens: Tensor, src: Tensor, metric: circuits.Metric) -> float:
-    n = len(graph.edge_list)
-    ends = circuits.metric_of(model, graph, tokens, src, metric, torch.stack([torch.zeros(n, dtype=torch.bool),
-                                                                              torch.ones(n, dtype=torch.bool)]))
-    return float(ends[0] - ends[1])
-
-
 # ---- how it shows itself ----------------------------------------------------------------------------
 
 
@@ -238,13 +231,15 @@ def circuit(view: View) -> ProbeResult:
     found = circuits.circuit(model, graph, clean.tokens, src, metric, scores, o.level)
     names = [graph.edge_name(e) for e in graph.edge_list]
     out = {"edges": float(found.edges.sum()), "edge_share": float(found.edges.float().mean()),
-           "faithfulness": found.faithfulness, "gap": _gap(model, graph, clean.tokens, src, metric)}
+           "faithfulness": found.faithfulness}
+    clean_m, ablated_m = circuits.ends(model, graph, clean.tokens, src, metric)
+    out["gap"] = clean_m - ablated_m
     final = view.last.render["circuit"] if view.last is not None else found.edges
     out["final_faithfulness"] = float(circuits.faithfulness(model, graph, clean.tokens, src, metric, final[None])[0])
     control = task.counterfactual(clean, torch.Generator().manual_seed(o.seed), control=True)
     if control is not None and out["gap"] != 0:
         control_src = circuits.source(model, graph, clean.tokens, control.tokens, "resample")
-        out["control"] = _gap(model, graph, clean.tokens, control_src, metric) / out["gap"]
+        out["control"] = (clean_m - circuits.ends(model, graph, clean.tokens, control_src, metric)[1]) / out["gap"]
     known = known_positions(clean)
     if known is not None and len(known):
         effects = circuits.position_patching(model, clean.tokens, metric)

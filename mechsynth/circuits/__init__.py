@@ -23,7 +23,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from mechsynth.circuits.graph import Graph, why_not
-from mechsynth.circuits.methods import (ABLATIONS, METHODS, Metric, acdc, activation_patching, attribution,
+from mechsynth.circuits.methods import (ABLATIONS, METHODS, Metric, acdc, activation_patching, attribution, ends,
                                         metric_of, patch_metric, position_patching, source)
 from mechsynth.circuits.score import Circuit, auc, circuit, faithfulness, top_edges
 
@@ -44,4 +44,4 @@ def discover(method: str, model: Any, graph: Graph, tokens: Int[Tensor, "batch p
 
 
 __all__ = ["ABLATIONS", "Circuit", "Graph", "METHODS", "Metric", "activation_patching", "acdc", "attribution", "auc",
-           "circuit", "discover", "faithfulness", "metric_of", "patch_metric", "position_patching", "source", "top_edges", "why_not"]
+           "circuit", "discover", "ends", "faithfulness", "metric_of", "patch_metric", "position_patching", "source", "top_edges", "why_not"]

@@ -87,6 +87,14 @@ def metric_of(model: Any, graph: Graph, tokens: Int[Tensor, "batch pos"], src: T
     return torch.cat(out)
 
 
+def ends(model: Any, graph: Graph, tokens: Int[Tensor, "batch pos"], src: Tensor, metric: Metric) -> tuple[float, float]:
+    """(m(nothing patched), m(every edge patched)): the clean model and the fully ablated one."""
+    n = len(graph.edge_list)
+    both = metric_of(model, graph, tokens, src, metric, torch.stack([torch.zeros(n, dtype=torch.bool),
+                                                                     torch.ones(n, dtype=torch.bool)]))
+    return float(both[0]), float(both[1])
+
+
 def activation_patching(model: Any, graph: Graph, tokens: Int[Tensor, "batch pos"], src: Tensor, metric: Metric,
                         level: Literal["edge", "node"] = "edge") -> Float[Tensor, "item"]:
     """Exact: m(clean) - m(one edge patched) for every edge, or m(clean) - m(every edge out of a sender
@@ -135,10 +143,8 @@ def acdc(model: Any, graph: Graph, tokens: Int[Tensor, "batch pos"], src: Tensor
     (m - m_ablated) / (m_clean - m_ablated) by less than `threshold`. The score of an edge is that drop
     when it was tried; the edges kept score ≥ threshold."""
     n = len(graph.edge_list)
-    ends = metric_of(model, graph, tokens, src, metric, torch.stack([torch.zeros(n, dtype=torch.bool),
-                                                                     torch.ones(n, dtype=torch.bool)]))
-    gap = float(ends[0] - ends[1])
-    if gap == 0:
+    clean, ablated = ends(model, graph, tokens, src, metric)
+    if clean == ablated:
         return torch.zeros(n)
     order = sorted(range(n), key=lambda i: (-graph.edge_list[i][1], -graph.edge_list[i][0]))
     patched = torch.zeros(n, dtype=torch.bool)
@@ -147,7 +153,7 @@ def acdc(model: Any, graph: Graph, tokens: Int[Tensor, "batch pos"], src: Tensor
     for i in order:
         trial = patched.clone()
         trial[i] = True
-        f = float((metric_of(model, graph, tokens, src, metric, trial[None])[0] - ends[1]) / gap)
+        f = (float(metric_of(model, graph, tokens, src, metric, trial[None])[0]) - ablated) / (clean - ablated)
         scores[i] = now - f
         if now - f < threshold:
             patched, now = trial, f

@@ -13,7 +13,7 @@ from scipy.stats import mannwhitneyu
 from torch import Tensor
 
 from mechsynth.circuits.graph import Graph
-from mechsynth.circuits.methods import Metric, metric_of
+from mechsynth.circuits.methods import Metric, ends, metric_of
 
 
 @dataclass
@@ -28,13 +28,10 @@ def faithfulness(model: Any, graph: Graph, tokens: Int[Tensor, "batch pos"], src
     """(m(C) - m(∅)) / (m(all) - m(∅)) for each circuit C: the share of the clean-vs-ablated metric gap it
     keeps with every edge outside it patched (1: as the whole model, 0: as nothing). NaN when the gap is 0
     (the counterfactual changes nothing the metric sees)."""
-    n = circuits.shape[1]
-    ends = metric_of(model, graph, tokens, src, metric, torch.stack([torch.zeros(n, dtype=torch.bool),
-                                                                     torch.ones(n, dtype=torch.bool)]))
-    gap = ends[0] - ends[1]
-    if float(gap) == 0:
+    clean, ablated = ends(model, graph, tokens, src, metric)
+    if clean == ablated:
         return torch.full((circuits.shape[0],), math.nan)
-    return ((metric_of(model, graph, tokens, src, metric, ~circuits) - ends[1]) / gap).cpu()
+    return ((metric_of(model, graph, tokens, src, metric, ~circuits).cpu() - ablated) / (clean - ablated))
 
 
 def top_edges(scores: Float[Tensor, "edge"], k: int) -> Bool[Tensor, "edge"]:
