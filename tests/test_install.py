@@ -26,7 +26,9 @@ def install_commands(tmp_path: Path, gpu: bool, *make_args: str) -> str:
         smi.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)'\n")
         smi.chmod(0o755)
     keep = [d for d in os.environ["PATH"].split(os.pathsep) if not (Path(d) / "nvidia-smi").exists()]
-    env = {**os.environ, "PATH": os.pathsep.join([str(bin_dir), *keep])}
+    # Not the variables of a `make test` this suite runs under (it passes its TORCH_BUILD, VENV on to sub-makes)
+    outer = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")
+    env = {**{k: v for k, v in os.environ.items() if k not in outer}, "PATH": os.pathsep.join([str(bin_dir), *keep])}
     venv = tmp_path / "venv"
     # CPU_INDEX_ANSWERS set: no request to PyTorch's index (tests stay off the network)
     out = subprocess.run(["make", "-n", f"VENV={venv}", "CPU_INDEX_ANSWERS=", f"{venv}/.installed", *make_args],
