@@ -26,8 +26,9 @@ def install_commands(tmp_path: Path, gpu: bool, *make_args: str) -> str:
         smi.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)'\n")
         smi.chmod(0o755)
     keep = [d for d in os.environ["PATH"].split(os.pathsep) if not (Path(d) / "nvidia-smi").exists()]
-    # Not the variables of a `make test` this suite runs under (it passes its TORCH_BUILD, VENV on to sub-makes)
-    outer = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")
+    # Not the variables of a `make test` this suite runs under: make exports its command line (TORCH_BUILD=cuda
+    # VENV=...) to the environment and to sub-makes
+    outer = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "TORCH_BUILD", "TORCH", "VENV", "TL", "PYTHON")
     env = {**{k: v for k, v in os.environ.items() if k not in outer}, "PATH": os.pathsep.join([str(bin_dir), *keep])}
     venv = tmp_path / "venv"
     # CPU_INDEX_ANSWERS set: no request to PyTorch's index (tests stay off the network)
