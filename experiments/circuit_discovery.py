@@ -116,7 +116,10 @@ def probe_at(model: Any, task: Any, method: str, batch: int, last: Any = None) -
 
 
 def analyse(task_name: str, run: Run, size: dict[str, Any]) -> dict[str, Any]:
-    pattern = timeline.probe_run(run, timeline.applicable(run), batch_size=size["batch"])
+    # The timing rule was fixed when a pattern formed at the induction probe's bare 0.5 threshold; the probe
+    # now also asks for a score clearly above chance (over_chance), which over_chance = 1 turns off.
+    pattern = timeline.probe_run(run, timeline.applicable(run), batch_size=size["batch"],
+                                 options={"induction": {"over_chance": 1.0}})
     final = models.hooked(run.trainable(run.steps[-1]))
     known = known_edges(task_name, pattern)
     visit = probes.log_spaced(run.steps, size["checkpoints"])

@@ -515,9 +515,11 @@ def main(argv: list[str] | None = None) -> int:
                         "log_fit_rel_rms": LOG_FIT_RMS, "ci_percentiles": list(CI), "logistic_ridge": RIDGE}
     results["train_time_s_total"] = round(sum(r["train_time_s"] for r in results["runs"]), 1)
     s.finish(c, results, plot(s, c, results))
+    size = lambda v: f"{v:7.1f}" if v is not None else "not fit"  # noqa: E731 (no logistic fit: no size)
+    ci = lambda v: v if v is not None else "(no interval)"  # noqa: E731
     for st, res in results["settings"].items():
         for T, row in res["per_T"].items():
-            print(f"{st:<8} T={T:<4} n50 {row['n50'] or float('nan'):7.1f} {row['n50_ci']}  n90 {row['n90'] or float('nan'):7.1f}"
+            print(f"{st:<8} T={T:<4} n50 {size(row['n50'])} {ci(row['n50_ci'])}  n90 {size(row['n90'])} {ci(row['n90_ci'])}"
                   f"  not fitted {row['not_fitted']}/{row['runs']}  grid {row['grid']} bracketed {row['bracketed']}")
         for q, fit in res["scaling"].items():
             if fit:

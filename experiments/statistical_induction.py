@@ -341,8 +341,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             r = {"seed": job.seed, "train_time_s": round(harness.train_seconds(run), 1), "run": str(args.runs / job.dir),
                  **analyse(run, size)}
             res[cond]["seeds"].append(r)
-            print(f"{cond} seed {job.seed}: stages {' -> '.join(r['stages'])}, transition at step {r['transition_step']}",
-                  file=sys.stderr)
+            switch = f"at step {r['transition_step']}" if r["transition_step"] is not None else "not reached"
+            print(f"{cond} seed {job.seed}: stages {' -> '.join(r['stages'])}, transition {switch}", file=sys.stderr)
         res[cond]["summary"] = summarise(cond, res[cond]["seeds"])
     figures = [plot_stages(res, args.out / f"{NAME}_stages.png"), plot_priors(res, args.out / f"{NAME}_priors.png"),
                plot_trigram(res, args.out / f"{NAME}_trigram.png")]

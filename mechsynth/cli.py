@@ -36,16 +36,21 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("--wandb", choices=MODES, help="W&B mode (default: the config's, else WANDB_MODE, else offline)")
     tr.add_argument("--no-progress", action="store_true", help="no progress bar")
 
-    pr = sub.add_parser("probe", help="probe every checkpoint of a run and report when each circuit forms")
-    pr.add_argument("run_dir", help="a run directory (from `mechsynth train`)")
+    pr = sub.add_parser("probe", help="probe every checkpoint of a run (or of every run of a sweep) and report when each circuit forms")
+    pr.add_argument("run_dir", help="a run directory (from `mechsynth train`); a sweep directory, or a run with seeds side "
+                                    "by side: each of its complete runs, in parallel, skipping those probed already")
     pr.add_argument("--probes", help="comma-separated probe names (default: all that apply to the run)")
     pr.add_argument("--steps", help="comma-separated checkpoint steps (default: all)")
     pr.add_argument("--batch-size", type=int, default=64, help="sequences per probe")
     pr.add_argument("--set", action="append", default=[], metavar="PROBE.OPTION=VALUE",
                     help="a probe's option, e.g. llc.draws=400 or sharpness.checkpoints=0 (repeatable; "
                          "`mechsynth probes` lists them)")
-    pr.add_argument("--json", action="store_true", help="print the timeline as JSON")
+    pr.add_argument("--json", action="store_true", help="print the timeline as JSON (many runs: each one's status and earliest heads)")
     pr.add_argument("--wandb", choices=MODES, help="W&B mode (default: the run's)")
+    pr.add_argument("--backend", choices=BACKENDS, default="local", help="many runs: a local process pool (default) or Ray tasks")
+    pr.add_argument("--workers", type=int, help="many runs, local backend: runs at a time (default: the CPU count)")
+    pr.add_argument("--address", help="many runs, ray backend: cluster to join ('auto', HOST:PORT); default: start a local Ray")
+    pr.add_argument("--cpus-per-run", type=float, help="many runs, ray backend: CPUs each run requests (default 1)")
 
     sw = sub.add_parser("sweep", help="train a grid of configs × seeds; run it again to finish a killed sweep")
     sw.add_argument("sweep_file", help="TOML run config (or `base = FILE`) plus a [sweep] table with seeds and [sweep.grid]")
@@ -72,6 +77,17 @@ def _parser() -> argparse.ArgumentParser:
     rp.add_argument("--batch-size", type=int, default=64, help="sequences per probe, when probing")
     rp.add_argument("--wandb", choices=MODES, help="W&B mode (default: the run's)")
 
+    im = sub.add_parser("import", help="turn checkpoints from elsewhere (TransformerLens state dicts, nanoGPT, a tracr "
+                                       "program) into a run directory that probe and report read")
+    im.add_argument("checkpoints", nargs="+", help="checkpoint files, or directories of them; a file's step is the last "
+                                                   "number in its name (nanoGPT's: its iter_num)")
+    im.add_argument("--out", required=True, help="the new run directory")
+    im.add_argument("--task", help="the task the model learned (default: random tokens of its vocabulary; a tracr "
+                                   "program: its own vocabulary and length)")
+    im.add_argument("--set", action="append", default=[], metavar="task.KEY=VALUE|model.KEY=VALUE",
+                    help="a task parameter, or a model field the weights cannot say (model.act_fn=gelu, "
+                         "model.normalization=LNPre; model.n_heads for TransformerBridge state dicts)")
+
     d = sub.add_parser("demo", help="train the default model (markov_icl, 2-layer attention-only) on the CPU")
     d.add_argument("--out", default=None, help="run directory (default: runs/demo-<time>)")
     d.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override a config value")
@@ -79,10 +95,29 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+ABBREVIATIONS = ("et al.", "e.g.", "i.e.", "cf.", "vs.", "resp.", "approx.", "Fig.", "Eq.", "Sec.")
+
+
+def first_sentence(text: str) -> str:
+    """The first sentence of `text`'s first paragraph, on one line. A sentence ends at ".", "?" or "!" outside
+    brackets, before a capital or an opening bracket, and not after an abbreviation ("et al.", "e.g."): a plain
+    split at ". " cut "Automata (Liu et al. 2023, ...)" after "et al."."""
+    paragraph = " ".join(text.strip().split("\n\n")[0].split())
+    depth = 0
+    for i, c in enumerate(paragraph):
+        depth += (c in "([{") - (c in ")]}")
+        head, after = paragraph[:i + 1], paragraph[i + 2:i + 3]
+        if (c in ".?!" and depth == 0 and paragraph[i + 1:i + 2] == " " and after and (after.isupper() or after in "([")
+                and not head.endswith(ABBREVIATIONS)):
+            return head
+    return paragraph if paragraph.endswith((".", "?", "!")) else paragraph.rstrip(":;, ") + "."
+
+
 def _first_line(obj: Any) -> str:
-    """The first sentence of the docstring of the module that defines `obj` (a class or a function)."""
-    paragraph = " ".join((sys.modules[obj.__module__].__doc__ or "").strip().split("\n\n")[0].split())
-    return paragraph.split(". ")[0].rstrip(".") + "."
+    """The first sentence of `obj`'s own docstring where it has one (a probe function), else of the docstring
+    of the module that defines it (a task class; a probe file with one probe)."""
+    own = obj.__doc__ if callable(obj) and not isinstance(obj, type) else None
+    return first_sentence(own or sys.modules[obj.__module__].__doc__ or "")
 
 
 def _cmd_tasks(args) -> int:
@@ -98,9 +133,7 @@ def _cmd_probes(args) -> int:
     table = {}
     for name in probes.names():
         p = probes.PROBES.get(name)
-        doc = _first_line(p.fn)
-        reads = f"reads truth {', '.join(p.truth)}" if p.truth else "reads no truth"
-        table[name] = {"doc": f"{doc} [{reads}{'; runs only when named' if p.costly else ''}]",
+        table[name] = {"doc": _first_line(p.fn), "truth": list(p.truth), "costly": p.costly,
                        "params": describe(p.options) if p.options is not None else []}
     return _listing(table, args.json)
 
@@ -110,7 +143,11 @@ def _listing(table: dict[str, dict[str, Any]], as_json: bool) -> int:
         print(json.dumps(table, indent=2))
         return 0
     for name, info in table.items():
-        print(f"{name}: {info['doc']}")
+        note = ""
+        if "truth" in info:  # a probe: the truth it reads, and whether it runs only when named
+            note = f" [{'reads truth ' + ', '.join(info['truth']) if info['truth'] else 'reads no truth'}" \
+                   f"{'; runs only when named' if info['costly'] else ''}]"
+        print(f"{name}: {info['doc']}{note}")
         for p in info["params"]:
             print(f"  {p['name']:<14} {p['type']:<34} default {p['default']!r:<10} {p['help']}")
         print()
@@ -157,13 +194,14 @@ def _probe(run_dir: Path, probe_names: Optional[str], steps: Optional[str], batc
            wandb: Optional[str], sets: Sequence[str] = ()) -> int:
     from dataclasses import replace
 
-    from mechsynth import probes, timeline
+    from mechsynth import probes, rundir, timeline
     from mechsynth.run import load_run
     from mechsynth.wandb_log import WandbLogger, resolve_mode
 
     run = load_run(run_dir)
     if not run.steps:
         raise ConfigError("run_dir", f"{run_dir} has no checkpoint yet")
+    rundir.check_writable(run.path, "run_dir")  # probes.json goes there: refuse before probing, not after
     names = timeline.applicable(run)
     allowed = timeline.applicable(run, costly=True)
     if probe_names:
@@ -246,7 +284,7 @@ def _sweep(args) -> int:
 
 
 def _sweep_report(args) -> int:
-    from mechsynth import sweep_report
+    from mechsynth import rundir, sweep_report
     from mechsynth.sweep import load_plan
 
     if not 0 < args.acc <= 1:
@@ -255,15 +293,46 @@ def _sweep_report(args) -> int:
         raise ConfigError("--metric", f"{args.metric!r} is not allowed; allowed: {', '.join(sweep_report.METRICS)}")
     sweep_dir = Path(args.sweep_dir)
     sweep_report.check_axes(load_plan(sweep_dir), args.rows, args.cols)
+    rundir.check_writable(sweep_dir, "sweep_dir")  # the table and the figure go there
     plan, rows = sweep_report.summarize(sweep_dir, args.acc_key, args.acc)
-    sweep_report.write_csv(plan, rows, sweep_dir / "sweep_report.csv")
+    formation = sweep_report.add_formation(sweep_dir, plan, rows)
+    sweep_report.write_csv(plan, rows, sweep_dir / "sweep_report.csv", formation.probes)
     sweep_report.heatmap(plan, rows, sweep_dir / "sweep_report.png", args.metric, args.rows, args.cols,
                          title=sweep_report.title(plan, args.metric, args.acc_key, args.acc))
-    print(sweep_report.format_table(plan, rows))
+    figures = [sweep_dir / f"sweep_formation_{p}.png" for p in formation.probes]
+    for probe, path in zip(formation.probes, figures):
+        sweep_report.formation_heatmap(plan, rows, path, probe, args.rows, args.cols)
+    print(sweep_report.format_table(plan, rows, formation.probes))
+    if formation.probes:
+        print(f"circuits: {', '.join(formation.probes)} — the step each one's earliest head forms, median over the seeds "
+              "where it formed (seeds formed / probed)")
     incomplete = sum(r["n_runs"] - r["n_complete"] for r in rows)
     if incomplete:
         print(f"{incomplete} runs are not complete and are left out", file=sys.stderr)
+    if formation.unprobed or formation.damaged:
+        damaged = f" ({formation.damaged} with a probes.json that cannot be read)" if formation.damaged else ""
+        print(f"{formation.unprobed + formation.damaged} complete runs are not probed{damaged}, so circuit formation "
+              f"leaves them out: mechsynth probe {sweep_dir}", file=sys.stderr)
     print(f"table: {sweep_dir / 'sweep_report.csv'}\nfigure: {sweep_dir / 'sweep_report.png'}")
+    for path in figures:
+        print(f"figure: {path}")
+    return 0
+
+
+def _import(args) -> int:
+    from mechsynth import importing, tasks
+
+    given: dict[str, Any] = {}
+    for o in args.set:
+        apply_override(given, o)
+    for section in given:
+        if section not in ("task", "model"):
+            raise ConfigError(f"--set {section}", "unknown section; allowed: task, model")
+    if given.get("task") and not args.task:
+        raise ConfigError("--set task", "task parameters need --task NAME")
+    task = tasks.make(args.task, given.get("task", {})) if args.task else None
+    run_dir = importing.import_checkpoints(args.checkpoints, Path(args.out), task, given.get("model"))
+    print(run_dir)
     return 0
 
 
@@ -311,6 +380,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             _train(read_toml(args.config), args.out, Path(args.config).stem, args.set, args.wandb, not args.no_progress)
             return 0
         if args.command == "probe":
+            from mechsynth import sweep_probe
+
+            many = sweep_probe.runs_within(Path(args.run_dir))
+            if many is not None:  # a sweep, or seeds side by side: each run, in parallel
+                return sweep_probe.probe_many(Path(args.run_dir), many, args.probes, args.steps, args.batch_size, args.set,
+                                              wandb=args.wandb, backend=args.backend, workers=args.workers,
+                                              address=args.address, num_cpus=args.cpus_per_run, as_json=args.json)
+            sweep_probe.check_single_run(args.backend, args.workers, args.address, args.cpus_per_run)
             return _probe(Path(args.run_dir), args.probes, args.steps, args.batch_size, args.json, args.wandb, args.set)
         if args.command == "sweep":
             return _sweep(args)
@@ -327,6 +404,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             _probe(run_dir, None, None, 64, False, args.wandb)
             print("writing the report ...", file=sys.stderr)
             return _report(run_dir, 64, args.wandb)
+        if args.command == "import":
+            return _import(args)
         if args.command == "report":
             return _report(Path(args.run_dir), args.batch_size, args.wandb)
     except UserError as e:

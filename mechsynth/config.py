@@ -254,19 +254,55 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         raise ConfigError("config", f"{str(path)!r} nests arrays or tables too deeply; allowed: a few levels") from None
 
 
+# A quoted part of a dotted key: "task.n" or 'task.n' (TOML's basic and literal strings).
+_QUOTED = re.compile(r"""\s*("(?:[^"\\\n]|\\.)*"|'[^'\n]*')\s*""")
+
+
+def key_path(path: str, field: str = "--set") -> list[str]:
+    """The parts of a dotted key as TOML spells it: `sweep.grid."task.n"` -> ["sweep", "grid", "task.n"]
+    (a quoted part may hold dots); an unquoted part is taken as it is, so a misspelt key is still named by
+    the config's own check. A quote left open raises ConfigError naming `field`."""
+    parts: list[str] = []
+    i = 0
+    while True:
+        m = _QUOTED.match(path, i)
+        if m:
+            try:
+                parts.append(tomllib.loads(f"v = {m.group(1)}")["v"])
+            except tomllib.TOMLDecodeError:
+                raise ConfigError(field, f"{show(path)}: {show(m.group(1))} is not a TOML string") from None
+            i = m.end()
+        else:
+            dot = path.find(".", i)
+            part = path[i:] if dot < 0 else path[i:dot]
+            check('"' not in part and "'" not in part, field,
+                  f"{show(path)} has a quote left open; a key with dots is spelt as in TOML: sweep.grid.\"task.n\"")
+            parts.append(part.strip())
+            i = len(path) if dot < 0 else dot
+        if i >= len(path):
+            return parts
+        check(path[i] == ".", field, f"{show(path)}: a dot must follow {show(parts[-1])}")
+        i += 1
+
+
+def parse_value(raw: str, field: str) -> Any:
+    """A --set value: a TOML literal (10, [10, 20], "x", {a = 1}), else the text itself as a string."""
+    try:
+        return tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        return raw
+    except RecursionError:
+        raise ConfigError(field, "the --set value nests arrays or tables too deeply; allowed: a few levels") from None
+
+
 def apply_override(data: dict[str, Any], assignment: str) -> None:
-    """Apply `--set section.key=value` in place; value is parsed as a TOML literal, else a string."""
+    """Apply `--set section.key=value` in place; value is parsed as a TOML literal, else a string. A key
+    part may be quoted as in TOML (`sweep.grid."task.n"=[10, 20]`)."""
     check("=" in assignment and "." in assignment.split("=", 1)[0], "--set",
           f"{assignment!r} must look like section.key=value")
     path, raw = assignment.split("=", 1)
-    try:
-        value = tomllib.loads(f"v = {raw}")["v"]
-    except tomllib.TOMLDecodeError:
-        value = raw
-    except RecursionError:
-        raise ConfigError(".".join(map(key_name, path.strip().split("."))),
-                          "the --set value nests arrays or tables too deeply; allowed: a few levels") from None
-    *sections, key = path.strip().split(".")
+    value = parse_value(raw, ".".join(map(key_name, path.strip().split("."))))
+    *sections, key = key_path(path.strip())
     node = data
     for i, s in enumerate(sections):
         node = node.setdefault(s, {})

@@ -54,6 +54,11 @@ class CorruptFileError(RunFileError, RuntimeError):
         self._init_args = (path, why)
 
 
+class PluginError(RunFileError):
+    """A run (its config.json, or a sweep's run) needs a plugin — a task, model kind or optimizer from outside
+    mechsynth — that this process cannot import; the message says how to point MECHSYNTH_PLUGINS at it."""
+
+
 class DiskFullError(RunFileError, OSError):
     """No space left (or quota reached) while writing `path`; what was written before is intact."""
 
@@ -61,6 +66,14 @@ class DiskFullError(RunFileError, OSError):
         super().__init__(path, "no space left on the device while writing it; free some space and run again "
                                "(everything written before is intact; a training run continues with --resume)")
         self._init_args = (path,)
+
+
+class UnwritableError(RunFileError, PermissionError):
+    """`path` cannot be written: no permission, or a read-only filesystem (`why`, the system's words)."""
+
+    def __init__(self, path: Path | str, why: str):
+        super().__init__(path, f"cannot be written ({why}); make its directory writable or choose another")
+        self._init_args = (path, why)
 
 
 class RunInUseError(UserError):

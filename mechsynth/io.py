@@ -12,27 +12,53 @@ import tempfile
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Optional, TypeVar
 
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 
-from mechsynth.errors import CorruptFileError, DiskFullError
+from mechsynth.errors import CorruptFileError, DiskFullError, UnwritableError
 
 T = TypeVar("T")
 _FULL = (errno.ENOSPC, errno.EDQUOT)
+_DENIED = (errno.EACCES, errno.EPERM, errno.EROFS)
 
 
 def guard_disk(path: Path | str, fn: Callable[[], T]) -> T:
-    """Run `fn`, turning "no space left" into DiskFullError naming `path`."""
+    """Run `fn`, turning "no space left" into DiskFullError and "permission denied" or "read-only filesystem"
+    into UnwritableError, each naming `path` in one line (the commands check before any work, `why_unwritable`;
+    this catches a directory made read-only while a run was going)."""
     try:
         return fn()
     except OSError as e:
         if e.errno in _FULL:
             raise DiskFullError(path) from None
+        if e.errno in _DENIED:
+            raise UnwritableError(path, e.strerror or type(e).__name__) from None
         raise
+
+
+def why_unwritable(path: Path | str) -> Optional[str]:
+    """Why no directory can be made (or written into) at `path`, in words that name the culprit; None when
+    one can. Asked before any work, so that a run that could never be saved fails in one line, not in a
+    traceback after training: a parent that is a file, a directory without write permission or on a
+    read-only filesystem, a filesystem that makes nothing (/proc)."""
+    path = Path(path)
+    # os.path.exists, not Path.exists: under a directory we may not search, the latter raises
+    existing = next((p for p in (path, *path.parents) if os.path.lexists(p)), None)
+    if existing is None:
+        return "the current directory no longer exists"
+    if not existing.is_dir():
+        return f"{existing} is {'a file' if existing.is_file() else 'not a directory'}, not a directory to write in"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing} is not writable (no permission, or a read-only filesystem)"
+    try:  # access() reads the mode bits; some filesystems refuse anyway (/proc, a read-only bind mount as root)
+        os.rmdir(tempfile.mkdtemp(dir=existing, prefix=".mechsynth-check-"))
+    except OSError as e:
+        return f"nothing can be created in {existing} ({e.strerror or type(e).__name__})"
+    return None
 
 
 def _fsync_dir(path: Path) -> None:

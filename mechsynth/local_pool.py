@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from mechsynth.sweep_job import Resources, failed, run_job
+from mechsynth.sweep_job import JobFn, Resources, failed, run_job
 
 
 def _init_worker(threads: int) -> None:
@@ -46,30 +46,32 @@ def _how_workers_ended(workers: list[Any]) -> str:
     return ", ".join(how(p.exitcode) for p in workers if p.exitcode is not None) or "how is unknown"
 
 
-def run(tasks: list[tuple[Any, str]], on_result: Callable[[Any, dict], None], resources: Resources) -> None:
+def run(tasks: list[tuple[Any, str]], on_result: Callable[[Any, dict], None], resources: Resources,
+        fn: JobFn = run_job) -> None:
     """Each run in a process of a spawn pool (fork would copy torch's thread pools and CUDA state);
-    with one worker, each run in turn in this process."""
+    with one worker, each run in turn in this process. `fn(run_dir, task.config, threads)` does the work
+    (default: train the run; `mechsynth probe` passes its probing)."""
     workers = resources.workers
     threads = resources.threads or max(1, cpu_count() // workers)
     if workers == 1:  # one at a time: in this process, saving a worker's start-up (imports) per sweep
         for task, run_dir in tasks:
-            on_result(task, run_job(run_dir, task.config, threads))
+            on_result(task, fn(run_dir, task.config, threads))
         return
     # A worker that dies (killed, out of memory) breaks the whole pool and every run still in it. Those
     # runs get one more try in a fresh pool (they continue from their checkpoints); a run whose pool
     # breaks twice is reported failed.
     todo, tried = list(tasks), set()
     while todo:
-        cut = _run_pool(todo, on_result, workers, threads)
+        cut = _run_pool(todo, on_result, workers, threads, fn)
         for task, run_dir, why in cut:
             if run_dir in tried:
-                on_result(task, failed(f"its worker process died ({why}) twice; start the sweep again to retry it"))
+                on_result(task, failed(f"its worker process died ({why}) twice; run the same command again to retry it"))
         todo = [(task, run_dir) for task, run_dir, _ in cut if run_dir not in tried]
         tried |= {run_dir for _, run_dir in todo}
 
 
 def _run_pool(tasks: list[tuple[Any, str]], on_result: Callable[[Any, dict], None], workers: int,
-              threads: int) -> list[tuple[Any, str, str]]:
+              threads: int, fn: JobFn = run_job) -> list[tuple[Any, str, str]]:
     """Run `tasks` in one spawn pool; returns those cut off by a worker's death, with how it died."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -79,7 +81,7 @@ def _run_pool(tasks: list[tuple[Any, str]], on_result: Callable[[Any, dict], Non
                                initializer=_init_worker, initargs=(threads,))
     cut = []
     try:
-        futures = {pool.submit(run_job, run_dir, task.config, threads): (task, run_dir) for task, run_dir in tasks}
+        futures = {pool.submit(fn, run_dir, task.config, threads): (task, run_dir) for task, run_dir in tasks}
         procs = list(pool._processes.values())  # (the pool forgets a worker that died: keep them to say how)
         for f in as_completed(futures):
             try:

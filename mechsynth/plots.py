@@ -117,7 +117,7 @@ def head_timelines(tl: "Timeline", thresholds: dict[str, float]) -> Optional[Fig
         if threshold is not None and math.isfinite(threshold):
             ax.axhline(threshold, color="0.5", linewidth=0.8, linestyle="-.")
         mark_drop(ax, tl.loss_drop_step)
-        ax.set_ylabel(probe.replace("_", " "), fontsize=8)
+        ax.set_ylabel(probe, fontsize=8)  # the registered name, as `--probes` and `--set` spell it
         ax.legend(fontsize=6, loc="upper left", ncol=max(1, len(heads) // 6))
         steps_axis(ax, label=ax is axes[-1, 0])
     return fig

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mechsynth.errors import ConfigError
-from mechsynth.sweep_job import Resources, failed, run_job
+from mechsynth.sweep_job import JobFn, Resources, failed, run_job
 
 INSTALL_HINT = "ray is not installed; install it with: pip install 'mechsynth[ray]'"
 
@@ -34,8 +34,10 @@ def _gpus_for(config: dict[str, Any], cluster_gpus: float) -> float:
     return 1.0 if device == "auto" and cluster_gpus > 0 else 0.0
 
 
-def run(tasks: list[tuple[Any, str]], on_result: Callable[[Any, dict], None], resources: Resources) -> None:
-    """Run `tasks` [(job, run_dir)] as Ray tasks and call `on_result(job, result)` as each finishes.
+def run(tasks: list[tuple[Any, str]], on_result: Callable[[Any, dict], None], resources: Resources,
+        fn: JobFn = run_job) -> None:
+    """Run `tasks` [(job, run_dir)] as Ray tasks, each `fn(run_dir, job.config, threads)` (default: train it),
+    and call `on_result(job, result)` as each finishes.
     Without `resources.address`, starts a fresh local Ray instance (never attaches to a stray one) and
     stops it afterwards; with one ("auto", "HOST:PORT", "ray://..."), connects to that cluster."""
     import ray
@@ -49,7 +51,7 @@ def run(tasks: list[tuple[Any, str]], on_result: Callable[[Any, dict], None], re
             ray.init(address="local", include_dashboard=False, **kwargs)
     try:
         cluster_gpus = ray.cluster_resources().get("GPU", 0.0)
-        remote = ray.remote(run_job)
+        remote = ray.remote(fn)
         refs = {}
         for job, run_dir in tasks:
             gpus = resources.num_gpus if resources.num_gpus is not None else _gpus_for(job.config, cluster_gpus)

@@ -15,6 +15,7 @@ class Registry(Generic[T]):
     def __init__(self, kind: str):
         self.kind = kind
         self._items: dict[str, T] = {}
+        plugins.REGISTRIES[kind] = self  # so plugins can say where a name came from without importing each folder
 
     def register(self, name: str):
         """Class/function decorator: `@TASKS.register("automata")`."""
@@ -34,7 +35,8 @@ class Registry(Generic[T]):
         if name not in self._items:
             from mechsynth.config import ConfigError
 
-            raise ConfigError(f"{self.kind}.name", f"unknown {self.kind} {name!r}; allowed: {', '.join(self.names())}")
+            raise ConfigError(f"{self.kind}.name", f"unknown {self.kind} {name!r}; allowed: {', '.join(self.names())} (or a "
+                                                  f"plugin's, named in {plugins.ENV})")
         return self._items[name]
 
     def names(self) -> list[str]:

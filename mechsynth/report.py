@@ -26,7 +26,8 @@ STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", "DejaVu Sans", sans-serif; margin: 0 auto; max-width: 1100px;
        padding: 1.5em 2em 4em; color: #1d1d1f; background: #fff; line-height: 1.45; }
 h1 { font-size: 1.6em; margin-bottom: 0.1em; } h2 { border-bottom: 1px solid #ddd; padding-bottom: 0.2em; margin-top: 2em; }
-.sub { color: #666; margin-top: 0; } pre { background: #f6f6f8; padding: 0.8em 1em; border-radius: 6px; overflow-x: auto; }
+.sub { color: #666; margin-top: 0; } pre { background: #f6f6f8; padding: 0.8em 1em; border-radius: 6px;
+      white-space: pre-wrap; overflow-wrap: anywhere; }
 table { border-collapse: collapse; font-size: 0.85em; margin: 0.5em 1.5em 0.5em 0; vertical-align: top; }
 td, th { border-bottom: 1px solid #eee; padding: 0.15em 0.7em; text-align: left; } th { background: #f6f6f8; }
 .tables { display: flex; flex-wrap: wrap; align-items: flex-start; } img { max-width: 100%; }
@@ -134,10 +135,15 @@ def _table(rows: Sequence[tuple[Any, Any]], head: Optional[tuple[str, str]] = No
 
 def _fmt(v: Any) -> str:
     if isinstance(v, float):
-        return "nan" if math.isnan(v) else f"{v:.4g}"
+        return "—" if math.isnan(v) else f"{v:.4g}"  # NaN: not measured there (a costly probe's skipped checkpoint)
     if isinstance(v, (list, tuple)):
         return ", ".join(map(str, v)) or "—"
     return "—" if v is None else str(v)
+
+
+def _formed(tl: Timeline, probe: str, head: str) -> int | str:
+    step = tl.formation.get(probe, {}).get(head)
+    return "not reached" if step is None else step
 
 
 def _img(fig: Optional[Figure], alt: str) -> str:
@@ -162,10 +168,11 @@ def _config_tables(run: Run) -> str:
 def _formation_table(tl: Timeline) -> str:
     rows = []
     for p, heads in tl.per_head.items():
-        threshold = probes.PROBES.get(p).threshold if p in probes.names() else math.nan
+        threshold, chance = timeline.formation_threshold(tl, p)
+        shown = _fmt(threshold) + (f" (chance {_fmt(chance)})" if chance is not None else "")
         for h, series in heads.items():
-            rows.append(f"<tr><td>{p}</td><td>{h}</td><td>{_fmt(tl.formation.get(p, {}).get(h))}</td>"
-                        f"<td>{_fmt(threshold)}</td><td>{_fmt(max(series))}</td><td>{_fmt(series[-1])}</td></tr>")
+            rows.append(f"<tr><td>{p}</td><td>{h}</td><td>{_fmt(_formed(tl, p, h))}</td>"
+                        f"<td>{html.escape(shown)}</td><td>{_fmt(max(series))}</td><td>{_fmt(series[-1])}</td></tr>")
     if not rows:
         return ""
     return ("<table><tr><th>probe</th><th>head</th><th>forms at step</th><th>threshold</th><th>max score</th>"
@@ -192,7 +199,7 @@ def build(run_dir: Path | str, *, batch_size: int = 64, seed: int = 0) -> Report
     """Assemble the report of a run (probing it first if it has no probes.json) without writing it."""
     run = load_run(run_dir)
     tl, probed = timeline_of(run, batch_size, seed)
-    thresholds = {p: probes.PROBES.get(p).threshold for p in tl.per_head if p in probes.names()}
+    thresholds = {p: timeline.formation_threshold(tl, p)[0] for p in tl.per_head if p in probes.names()}
     found = stages.detect(tl)
     figs = {"curves": plots.curves(run.metrics, tl.loss_drop_step, tl.formed()),
             "timelines": plots.head_timelines(tl, thresholds),
@@ -208,9 +215,11 @@ def build(run_dir: Path | str, *, batch_size: int = 64, seed: int = 0) -> Report
                          'Dashed: the first head of each probe to form.</p>')]
     if "timelines" in figs:
         sections.append(_section("timelines", "Probe timelines", _img(figs["timelines"], "per-head probe timelines") +
-                                 '<p class="note">Each head\'s score at every probed checkpoint; dash-dotted: the '
-                                 'probe\'s threshold; dashed: the step after which a head stays above it (formation); '
-                                 'dotted: the loss drop.</p>' + _formation_table(tl)))
+                                 '<p class="note">Each head\'s score at every probed checkpoint, one panel per probe '
+                                 '(labelled by its name); dash-dotted: the probe\'s threshold, raised where a uniform '
+                                 'head already scores high on the probe\'s inputs (chance); dashed: the step after '
+                                 'which a head stays above it (formation); dotted: the loss drop.</p>' +
+                                 _formation_table(tl)))
     sections.append(_section("stages", "Stages", _img(figs["stages"], "stages of training") +
                              '<p class="note">Stages found without a circuit in mind, on one step axis: each timeline\'s '
                              'change points (red: where the best piecewise-linear fit in log-step turns a corner), the '
@@ -219,9 +228,10 @@ def build(run_dir: Path | str, *, batch_size: int = 64, seed: int = 0) -> Report
                              'appear when the run was probed with <code>--probes llc,sharpness</code>.</p>' +
                              _table([(name, ", ".join(map(str, steps)) or "—") for name, steps in found.items()],
                                     ("timeline", "stage boundaries (steps)"))))
-    for own in _sections(tl):
-        if own.name in figs:
-            sections.append(_section(own.name, own.title, _img(figs[own.name], own.title.lower()) +
+    for probe in timeline.shown_probes(tl):  # each headed by the probe that drew it
+        own = probe.section
+        if own is not None and own.name in figs:
+            sections.append(_section(own.name, f"{own.title} (probe {probe.name})", _img(figs[own.name], own.title.lower()) +
                                      f'<p class="note">{html.escape(own.note, quote=False)}</p>'))
     if rendered:
         body = ('<p class="note">circuitsvis renders of each probe\'s top heads at checkpoints before, while and after '
@@ -242,7 +252,9 @@ def build(run_dir: Path | str, *, batch_size: int = 64, seed: int = 0) -> Report
 
 
 def write(run_dir: Path | str, *, batch_size: int = 64, seed: int = 0) -> Report:
-    """Build the report and write RUN_DIR/report.html atomically."""
+    """Build the report and write RUN_DIR/report.html atomically (refused before probing where RUN_DIR is
+    read-only: ConfigError naming it)."""
+    rundir.check_writable(run_dir, "run_dir")
     report = build(run_dir, batch_size=batch_size, seed=seed)
     io.atomic_write(report.path, lambda p: p.write_text(report.html, encoding="utf-8"))
     return report

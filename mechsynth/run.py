@@ -11,23 +11,32 @@ from typing import Any, Optional
 import torch
 import torch.nn as nn
 
-from mechsynth import models, rundir
+from mechsynth import models, plugins, rundir
 from mechsynth.errors import ConfigError, CorruptFileError
 from mechsynth.runconfig import RunConfig, parse_config
 from mechsynth.tasks.base import Task
 
 
 def parse_stored(run_dir: Path | str, data: Optional[dict[str, Any]] = None) -> RunConfig:
-    """The config stored in a run directory, validated; a config.json that does not hold a valid run
-    config is named as the damaged file (not as a bad --set)."""
+    """The config stored in a run directory, validated, after importing the plugins the run recorded
+    (mechsynth/plugins.py). A config.json that does not hold a valid run config is named as the damaged
+    file (not as a bad --set); one that names a task, model kind or optimizer no plugin here registers
+    says which plugin is missing, or to name it in MECHSYNTH_PLUGINS."""
+    path = Path(run_dir) / rundir.CONFIG
     data = dict(rundir.read_config(run_dir) if data is None else data)
-    data.pop("versions", None)
+    entries = data.get("plugins", [])
+    for key in rundir.EXTRAS:
+        data.pop(key, None)
+    missing = plugins.load_recorded(entries, path)  # before anything looks a name up
     if "model" in data:  # runs made before each model kind had its own config stored every kind's fields
         data["model"] = models.stored_table(data["model"])
     try:  # opened anywhere (a CPU-only machine too): the device and memory are checked when it trains
-        return parse_config(data, resources=False)
+        cfg = parse_config(data, resources=False)
     except ConfigError as e:
-        raise CorruptFileError(Path(run_dir) / rundir.CONFIG, f"not a valid run config: {e}") from None
+        plugins.check_names(data, path, missing, entries)
+        raise CorruptFileError(path, f"not a valid run config: {e}") from None
+    plugins.warn_missing(missing, path)
+    return cfg
 
 
 class Run:

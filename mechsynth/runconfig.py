@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from mechsynth import budget, models, tasks
+from mechsynth import budget, models, rundir, tasks
 from mechsynth.config import ConfigError, check, from_dict, key_name, show, to_dict
 from mechsynth.models import ModelKind
 from mechsynth.tasks.base import Task
@@ -74,7 +74,7 @@ def complete(config: dict[str, Any]) -> dict[str, Any]:
     """A stored run config with every field the current version has, at its default where the config
     predates the field (the run trained as that default says: e.g. `train.decay`); as stored where it is
     not a valid config (whoever reads it says what is wrong)."""
-    data = {k: v for k, v in config.items() if k != "versions"}
+    data = {k: v for k, v in config.items() if k not in rundir.EXTRAS}
     try:
         if isinstance(data.get("model"), dict):
             data["model"] = models.stored_table(data["model"])

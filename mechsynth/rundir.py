@@ -1,7 +1,8 @@
 """The run directory: the one module that knows its layout, what makes a run complete, which config
 keys may change on resume, and who may write into it.
 
-    RUN_DIR/config.json                  everything needed to rebuild task and model (+ "versions")
+    RUN_DIR/config.json                  everything needed to rebuild task and model (+ EXTRAS: "versions",
+                                         and the "plugins" its task, model or optimizer came from)
     RUN_DIR/metrics.jsonl                one JSON record per evaluation, steps strictly increasing
     RUN_DIR/checkpoints/step_00000100/   model.safetensors, state.pt (resume), meta.json (step, metrics,
                                          and the SHA-256 of the other two, checked on every load)
@@ -29,7 +30,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-from mechsynth import io
+from mechsynth import io, plugins
 from mechsynth.errors import ConfigError, CorruptFileError, RunFileError, RunInUseError
 
 CONFIG, METRICS, LOCK = "config.json", "metrics.jsonl", ".lock"
@@ -37,6 +38,8 @@ WEIGHTS, STATE, META = "model.safetensors", "state.pt", "meta.json"
 # Keys that may change when a run is continued: how long it trains, where, how often it is
 # evaluated and how it logs. Anything else would make the continued run a different experiment.
 RESUMABLE = ("train.steps", "train.device", "train.eval_every", "train.seed_passes", "wandb.")
+# Keys config.json stores beside the run config: provenance (`stored_extras`), never compared or parsed as config.
+EXTRAS = ("versions", "plugins", "origin")  # origin: what made a run mechsynth did not train (Monitor, import)
 
 
 # ---- layout ---------------------------------------------------------------------------------------
@@ -66,7 +69,7 @@ def steps(run_dir: Path | str) -> list[int]:
 
 
 def read_config(run_dir: Path | str) -> dict[str, Any]:
-    """config.json as stored (with its "versions"); a missing or damaged file is named."""
+    """config.json as stored (with its EXTRAS); a missing or damaged file is named."""
     path = Path(run_dir) / CONFIG
     if Path(run_dir).exists() and not Path(run_dir).is_dir():
         raise RunFileError(run_dir, "is a file, not a run directory")
@@ -144,8 +147,8 @@ def flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def changed_keys(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """Dotted config keys whose values differ ("versions" is provenance, not config)."""
-    a, b = flatten({k: v for k, v in old.items() if k != "versions"}), flatten({k: v for k, v in new.items() if k != "versions"})
+    """Dotted config keys whose values differ (EXTRAS are provenance, not config)."""
+    a, b = (flatten({k: v for k, v in c.items() if k not in EXTRAS}) for c in (old, new))
     return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
 
 
@@ -306,6 +309,15 @@ def remove_stale_temps(run_dir: Path | str) -> None:
 # ---- the lock -------------------------------------------------------------------------------------
 
 
+def check_writable(path: Path | str, field: str) -> None:
+    """ConfigError naming `field` and the culprit unless a run (or sweep) directory can be made or written at
+    `path`: asked before any work, since a run that cannot be saved would otherwise fail after training, in a
+    traceback (a parent that is a file, a read-only directory, /proc)."""
+    why = io.why_unwritable(path)
+    if why is not None:
+        raise ConfigError(field, f"cannot write {path}: {why}")
+
+
 class RunLock:
     """One writer per run (or sweep) directory: `with RunLock([dirs]):`. Each directory's .lock file is
     flock'ed (the kernel releases it when the holder dies, so a killed run never leaves a stale lock),
@@ -402,6 +414,13 @@ def versions() -> dict[str, str]:
     mechsynth runs from (absent for an installed wheel)."""
     commit = code_commit(Path(__file__).resolve().parent)
     return libraries() if commit is None else {**libraries(), "commit": commit}
+
+
+def stored_extras(config: dict[str, Any]) -> dict[str, Any]:
+    """What config.json stores beside the run config `config` (as `RunConfig.to_dict()` has it): the
+    `versions()` that made the run and the plugins another process must import to rebuild it
+    (`plugins.recorded`). Every writer of a config.json stores `{**config, **stored_extras(config)}`."""
+    return {"versions": versions(), "plugins": plugins.recorded(config)}
 
 
 CODE = ("mechsynth", "probes", "experiments", "pyproject.toml")  # what a commit marked "-dirty" has changed

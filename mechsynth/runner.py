@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Optional
 
-from mechsynth import io, models, rundir
+from mechsynth import io, models, plugins, rundir
 from mechsynth.errors import ConfigError, CorruptFileError, DivergedError
 from mechsynth.run import load_weights, parse_stored
 from mechsynth.runconfig import RunConfig, complete
@@ -37,6 +37,7 @@ def train_run(cfg: RunConfig, run_dir: Path | str, *, resume: bool = False, prog
         rundir.check_resumable(parse_stored(run_dir).to_dict(), cfg.to_dict(), field="--resume")
     else:
         _check_new(run_dir)
+    rundir.check_writable(run_dir, "--resume" if resume else "--out")
     task = cfg.build_task()
     device = resolve_device(cfg.train.device)
     owned = list(dict.fromkeys([run_dir, *dirs]))  # (one seed: the run directory is its only member)
@@ -64,10 +65,9 @@ def train_run(cfg: RunConfig, run_dir: Path | str, *, resume: bool = False, prog
             else:
                 if log:
                     log(f"training {cfg.task_name} -> {run_dir}")
-                version = rundir.versions()
                 fresh = False
                 for d, c in _config_files(run_dir, cfg, dirs, cfgs):
-                    io.write_json(d / rundir.CONFIG, {**c.to_dict(), "versions": version})
+                    io.write_json(d / rundir.CONFIG, {**c.to_dict(), **rundir.stored_extras(c.to_dict())})
             _fit(trainer, cfg, run_dir, dirs, cfgs, wandb_ids, start, progress)
     except BaseException:
         if fresh:
@@ -159,16 +159,30 @@ def resume_step(dirs: list[Path]) -> Optional[int]:
 
 def _rewrite_configs(run_dir: Path, cfg: RunConfig, dirs: list[Path], cfgs: list[RunConfig], start: Optional[int]) -> None:
     """Before continuing from `start`: drop what a kill left half-written and the records after `start`
-    (they will be produced again), and store the config as given (its resumable keys may have changed)."""
+    (they will be produced again), and store the config as given (its resumable keys may have changed),
+    with the versions that made the run and its plugins as found now (a plugin that moved, found through
+    MECHSYNTH_PLUGINS, is recorded where it is now)."""
     for d, c in _config_files(run_dir, cfg, dirs, cfgs):
         path = d / rundir.CONFIG
         old = io.read_json(path) if path.exists() else {}
-        if not isinstance(old, dict) or rundir.changed_keys(complete(old), c.to_dict()):
-            version = old.get("versions", {}) if isinstance(old, dict) else {}
-            io.write_json(path, {**c.to_dict(), "versions": version or rundir.versions()})
+        old = old if isinstance(old, dict) else {}
+        extras = rundir.stored_extras(c.to_dict())
+        found = _found(old.get("plugins"), extras["plugins"])
+        if not old or rundir.changed_keys(complete(old), c.to_dict()) or found != old.get("plugins", []):
+            io.write_json(path, {**c.to_dict(), "versions": old.get("versions") or extras["versions"], "plugins": found})
     for d in dirs:
         rundir.remove_stale_temps(d)
         rundir.truncate_metrics(d, start or None)  # from step 0, `fit` records step 0 again
+
+
+def _found(old: Any, now: list[str]) -> list[str]:
+    """The plugins to record on a resume: those needed now, and those recorded before that this process
+    imported and that are still where recorded (a plugin adding probes only, when MECHSYNTH_PLUGINS is not
+    set this time; a moved one is in `now` at its new place)."""
+    if not isinstance(old, list):
+        return now
+    kept = [e for e in old if isinstance(e, str) and plugins.imported(e) and (not e.endswith(".py") or Path(e).is_file())]
+    return list(dict.fromkeys(now + kept))
 
 
 def _config_files(run_dir: Path, cfg: RunConfig, dirs: list[Path], cfgs: list[RunConfig]) -> list[tuple[Path, RunConfig]]:
@@ -186,8 +200,8 @@ def _check_new(run_dir: Path, ours: list[Path] = ()) -> None:
 
 def _remove_if_empty(run_dir: Path) -> None:
     """Undo creating a run directory that got nothing (a start that failed); never touches a file we did not make."""
-    (run_dir / rundir.LOCK).unlink(missing_ok=True)
-    try:
+    try:  # (an OSError here would hide the one that brought us here)
+        (run_dir / rundir.LOCK).unlink(missing_ok=True)
         run_dir.rmdir()
     except OSError:
         pass

@@ -1,6 +1,7 @@
 """Sweeps: a plan of runs (mechsynth/sweep_plan.py) trained into one directory, on a local process pool or Ray.
 
-    SWEEP_DIR/sweep.json                 the expanded plan: axes, seeds, every run's full config
+    SWEEP_DIR/sweep.json                 the expanded plan: axes, seeds, every run's full config, and the
+                                         plugins they need (as a run's config.json: mechsynth/plugins.py)
     SWEEP_DIR/runs/<point>/seed_<s>/     a normal run directory (load_run and `mechsynth probe` work on it)
     SWEEP_DIR/runs/<point>/config.json   where the point's seeds trained side by side: the batched job
     SWEEP_DIR/failures.json              the jobs that failed in the last invocation, with tracebacks
@@ -15,11 +16,11 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Optional
 
-from mechsynth import io, local_pool, rundir
+from mechsynth import io, local_pool, plugins, rundir
 from mechsynth.config import ConfigError
 from mechsynth.sweep_job import Backend, BackendName, Resources, State, run_state
 from mechsynth.sweep_plan import Axis, Job, Plan, load_sweep, plan_of_runs
@@ -122,6 +123,8 @@ def prepare(plan: Plan, sweep_dir: Path, extend: bool = False) -> None:
         sweep_dir.mkdir(parents=True, exist_ok=True)
     path = sweep_dir / "sweep.json"
     want = _union(io.read_json(path), plan) if extend and path.exists() else plan.to_json()
+    kept = io.read_json(path).get("plugins", []) if extend and path.exists() else []
+    want["plugins"] = list(dict.fromkeys([*kept, *(p for j in plan.jobs for p in plugins.recorded(j.config))]))
     if not path.exists() or io.read_json(path) != want:
         io.write_json(path, want)  # new, or a resumable key changed
 
@@ -160,12 +163,15 @@ def run_sweep(plan: Plan, sweep_dir: Path | str, *, backend: BackendName = "loca
     `extend`: the directory may hold other runs of the same sweep name (see `check_dir`)."""
     sweep_dir = Path(sweep_dir).resolve()
     check_dir(plan, sweep_dir, extend)
+    rundir.check_writable(sweep_dir, "--out")
     sweep_dir.mkdir(parents=True, exist_ok=True)
     with rundir.RunLock([sweep_dir], what="sweep"):
         prepare(plan, sweep_dir, extend)
         states = _states(plan, sweep_dir)
         units = plan_units(plan, sweep_dir, resources=backend != "ray")
-        todo = [(u, str(sweep_dir / u.dir)) for u in units if any(states[j.dir] != "complete" for j in u.jobs)]
+        # Each job carries the plugins of this process: a worker does not inherit one imported by hand here.
+        todo = [(replace(u, config={**u.config, "plugins": plugins.recorded(u.config)}), str(sweep_dir / u.dir))
+                for u in units if any(states[j.dir] != "complete" for j in u.jobs)]
         # Longest first (by model-steps), so that the pool does not end on one long job while other workers idle.
         todo.sort(key=lambda t: -t[0].config["train"]["steps"] * t[0].config["train"].get("seeds", 1))
         n = {s: list(states.values()).count(s) for s in ("complete", "partial", "new", "foreign")}
@@ -195,7 +201,7 @@ def run_sweep(plan: Plan, sweep_dir: Path | str, *, backend: BackendName = "loca
         if todo:
             resources = Resources(workers or min(local_pool.cpu_count(), len(todo)), address, num_cpus or plan.num_cpus,
                                   num_gpus if num_gpus is not None else plan.num_gpus, threads)
-            _backend(backend)(todo, on_result, resources)
+            get_backend(backend)(todo, on_result, resources)
         failed_path = sweep_dir / "failures.json"
         if failures:
             io.write_json(failed_path, failures)
@@ -211,7 +217,8 @@ def _accuracies(finals: list[dict[str, Any]]) -> str:
     return "".join(f"  {k}=" + "/".join(f"{f[k]:.3f}" for f in finals if isinstance(f.get(k), (int, float))) for k in keys)
 
 
-def _backend(name: BackendName) -> Backend:
+def get_backend(name: BackendName) -> Backend:
+    """The `run` function of backend `name` (importing ray only when asked for)."""
     if name == "ray":
         from mechsynth import ray_backend
 

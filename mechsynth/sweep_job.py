@@ -27,9 +27,11 @@ class Resources:
     threads: Optional[int] = None      # torch CPU threads per job (local); None: the CPU count / workers
 
 
-# What a backend is: `run(units, on_result, resources)` runs each (unit, run_dir) to completion with
-# `run_job(run_dir, unit.config, threads)` and calls `on_result(unit, result)` as each finishes.
-Backend = Callable[[list[tuple[Any, str]], Callable[[Any, dict], None], Resources], None]
+# What a backend is: `run(units, on_result, resources, fn=run_job)` runs each (unit, run_dir) to completion
+# with `fn(run_dir, unit.config, threads)` and calls `on_result(unit, result)` as each finishes. `fn` is a
+# module-level function (it is pickled to pool workers and Ray tasks) that never raises for a failed unit.
+JobFn = Callable[[str, dict[str, Any], int], dict[str, Any]]
+Backend = Callable[..., None]
 BackendName = Literal["local", "ray"]
 BACKENDS: tuple[str, ...] = get_args(BackendName)
 
@@ -54,18 +56,27 @@ def run_job(run_dir: str, config: dict[str, Any], threads: int = 1) -> dict[str,
     checkpoint, or from step 0), or train it from scratch. A directory that holds files but no readable
     run config is moved aside, never deleted (seeds side by side: never over runs of its seeds). Never
     raises for a failed run: returns {"status": "failed", "error", "traceback"}; else "status" (done,
-    resumed, skipped), "seconds" and "finals" (each model's last metrics record)."""
+    resumed, skipped), "seconds" and "finals" (each model's last metrics record). `config` may carry the
+    "plugins" the sweep's process had (`plugins.recorded`): a worker imports them first, as it does not
+    inherit a plugin that was imported by hand there."""
     import torch
 
-    from mechsynth import rundir, sweep_units
-    from mechsynth.errors import DivergedError, UserError
+    from mechsynth import plugins, rundir, sweep_units
+    from mechsynth.errors import ConfigError, DivergedError, UserError
     from mechsynth.runconfig import parse_config
     from mechsynth.runner import train_run
 
     torch.set_num_threads(max(1, threads))
     path, t0, out = Path(run_dir), time.time(), {}
     try:
-        cfg = parse_config(copy.deepcopy(config))
+        config = copy.deepcopy(config)
+        needed = config.pop("plugins", [])
+        missing = plugins.load_recorded(needed, path)
+        try:
+            cfg = parse_config(config)
+        except ConfigError:
+            plugins.check_names(config, path, missing, needed)
+            raise
         n = cfg.train.seeds
         state = run_state(path, cfg.train.steps)
         if state == "foreign" and n > 1 and sweep_units.is_vacant(path, n):

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from mechsynth import rundir
-from mechsynth.config import ConfigError, apply_override, check, read_toml
+from mechsynth.config import ConfigError, apply_override, check, key_path, parse_value, read_toml, show
 from mechsynth.runconfig import SECTIONS, parse_config
 from mechsynth.wandb_log import resolve_mode
 
@@ -177,6 +177,33 @@ def _flatten_axes(grid: dict[str, Any], prefix: str = "") -> Iterator[tuple[str,
             yield f"{prefix}{k}", v
 
 
+def _axes_of(grid: dict[str, Any]) -> dict[str, Any]:
+    """The grid as {axis key: values}, in file order; one axis spelt both ways ("task.n" and task.n) is refused."""
+    out: dict[str, Any] = {}
+    for key, values in _flatten_axes(grid):
+        check(key not in out, f"sweep.grid.{key}", "is given twice (quoted \"task.n\" and bare task.n are one axis); give it once")
+        out[key] = values
+    return out
+
+
+def _override(data: dict[str, Any], assignment: str) -> None:
+    """`--set` on the sweep file's data. Under sweep.grid a dotted key names one axis, spelt either way the
+    file may spell it (sweep.grid.task.n or sweep.grid."task.n"), and replaces that axis rather than adding
+    a second one beside it."""
+    parts = key_path(assignment.split("=", 1)[0].strip()) if "=" in assignment else []
+    if len(parts) < 3 or parts[:2] != ["sweep", "grid"]:
+        apply_override(data, assignment)
+        return
+    axis = ".".join(parts[2:])
+    value = parse_value(assignment.split("=", 1)[1], f"sweep.grid.{axis}")
+    sweep = data.setdefault("sweep", {})
+    check(isinstance(sweep, dict), "sweep", f"must be a table, got {show(sweep)}")
+    grid = sweep.get("grid", {})
+    check(isinstance(grid, dict), "sweep.grid", f"must be a table of axis = [values], got {show(grid)}")
+    # (an axis already there keeps its place; sweep.grid.task={n=[10, 20]} is the axis task.n too)
+    sweep["grid"] = {**_axes_of(grid), **dict(_flatten_axes({axis: value}))}
+
+
 def _number(sweep: dict[str, Any], key: str, default: Any, lo_ok) -> Any:
     v = sweep.get(key, default)
     check(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and lo_ok(v)), f"sweep.{key}",
@@ -209,7 +236,7 @@ def load_sweep(path: str | Path, overrides: tuple[str, ...] = (), wandb_mode: Op
     path = Path(path)
     data = read_with_base(path)
     for o in overrides:
-        apply_override(data, o)
+        _override(data, o)
     sweep = data.pop("sweep", None)
     check(isinstance(sweep, dict), "sweep", "missing: a sweep file needs a [sweep] table (seeds, [sweep.grid])")
     for key in sweep:
@@ -225,7 +252,7 @@ def load_sweep(path: str | Path, overrides: tuple[str, ...] = (), wandb_mode: Op
     num_gpus = _number(sweep, "num_gpus", None, lambda v: v >= 0)
     grid = sweep.get("grid", {})
     check(isinstance(grid, dict), "sweep.grid", f"must be a table of axis = [values], got {grid!r}")
-    axes = [_parse_axis(k, v, seed_keys) for k, v in _flatten_axes(grid)]
+    axes = [_parse_axis(k, v, seed_keys) for k, v in _axes_of(grid).items()]
     short = _short_names(axes)
 
     jobs, points = [], set()

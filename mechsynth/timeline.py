@@ -15,7 +15,7 @@ import torch.nn as nn
 
 from mechsynth import hooks, io, models, probes, stages
 from mechsynth.config import to_dict
-from mechsynth.errors import CorruptFileError
+from mechsynth.errors import CorruptFileError, UserError
 from mechsynth.fixed_set import FixedTrainingSet
 from mechsynth.probes import formation_step  # (importable from here too, as before)
 from mechsynth.run import Run
@@ -108,26 +108,30 @@ def probe_run(run: Run, names: Optional[Sequence[str]] = None, steps: Optional[S
     """Probe checkpoints `steps` (default: all). Checkpoints are loaded side by side into one model with
     a leading checkpoint axis (`n_models`), so each chunk of checkpoints costs one forward per input.
     Costly probes (llc, sharpness, circuit) run on one checkpoint at a time, on the log-spaced subset their
-    options pick, and are NaN at the others. `options`: {probe: overrides of its options}; `progress`: a
+    options pick, and are NaN at the others. `options`: {probe: overrides of its options} (the attention
+    probes' thresholds, previous_token's offset, ...), recorded as run in `Timeline.options`; `progress`: a
     line (or bar) per checkpoint they visit, as those take seconds each."""
     names = list(names) if names is not None else applicable(run)
     steps = list(steps) if steps is not None else run.steps
+    opts = {n: probes.options(n, (options or {}).get(n)) for n in names}  # every bad option before any work
     loss = [run.meta(s)["metrics"].get(f"{run.task.main_eval}/loss") for s in steps]
-    tl = Timeline(steps, loss, {n: {} for n in names}, {n: {} for n in names})
+    tl = Timeline(steps, loss, {n: {} for n in names}, {n: {} for n in names},
+                  options={n: to_dict(o) for n, o in opts.items() if o is not None})
     costly = [n for n in names if probes.PROBES.get(n).costly]
     batched = [n for n in names if n not in costly]
     if batched:
-        _probe_batched(run, tl, batched, batch_size, seed, device)
+        _probe_batched(run, tl, batched, batch_size, seed, device, opts)
     if costly:
-        _probe_costly(run, tl, costly, batch_size, seed, device, options or {}, progress)
+        _probe_costly(run, tl, costly, batch_size, seed, device, opts, progress)
     for name in names:
-        threshold = probes.PROBES.get(name).threshold
+        threshold, _ = formation_threshold(tl, name)
         tl.formation[name] = {h: formation_step(steps, series, threshold) for h, series in tl.per_head[name].items()}
     tl.loss_drop_step = steepest_drop(steps, loss)
     return tl
 
 
-def _probe_batched(run: Run, tl: Timeline, names: list[str], batch_size: int, seed: int, device: str | torch.device) -> None:
+def _probe_batched(run: Run, tl: Timeline, names: list[str], batch_size: int, seed: int, device: str | torch.device,
+                   opts: dict[str, Any]) -> None:
     steps = tl.steps
     init = run.trainable(run.steps[0], device)  # step 0: what hidden-progress probes compare with
     # Chunks are sized by the largest input the probes read (modular arithmetic's "all": every pair).
@@ -142,7 +146,8 @@ def _probe_batched(run: Run, tl: Timeline, names: list[str], batch_size: int, se
         weights += [weights[-1]] * (size - len(chunk))  # pad the last chunk; its extra results are dropped
         stacked.load_state_dict({k: torch.stack([w[k] for w in weights]) if k in params else weights[0][k]
                                  for k in weights[0]})  # buffers (e.g. the MLP's token values) are shared
-        for results in probes.run_many(names, stacked, run.task, batch_size=batch_size, seed=seed, init=init)[:len(chunk)]:
+        for results in probes.run_many(names, stacked, run.task, batch_size=batch_size, seed=seed, init=init,
+                                       options={n: opts[n] for n in names})[:len(chunk)]:
             _record(tl, results)
 
 
@@ -157,11 +162,11 @@ def _record(tl: Timeline, results: dict[str, probes.ProbeResult]) -> None:
 
 
 def _probe_costly(run: Run, tl: Timeline, names: list[str], batch_size: int, seed: int, device: str | torch.device,
-                  options: dict[str, dict[str, Any]], progress: bool) -> None:
-    """Each costly probe on its own log-spaced checkpoints (`checkpoints` in its options), one model at a
-    time (the hooked model for `hooked` probes), with the run's fixed training set where it had one; the last
-    checkpoint first, so that probes comparing with it (the circuit's final circuit) have it as `View.last`."""
-    opts = {n: probes.options(n, options.get(n)) for n in names}
+                  opts: dict[str, Any], progress: bool) -> None:
+    """Each costly probe on its own log-spaced checkpoints (`checkpoints` in its options, `opts`: each probe's
+    options), one model at a time (the hooked model for `hooked` probes), with the run's fixed training set where
+    it had one; the last checkpoint first, so that probes comparing with it (the circuit's final circuit) have it
+    as `View.last`."""
     visit = {n: set(probes.log_spaced(tl.steps, opts[n].checkpoints)) for n in names}
     train = run.config.train
     train_set = FixedTrainingSet(run.task, train.n_train, train.set_seed).set if train.data == "fixed" else None
@@ -189,7 +194,6 @@ def _probe_costly(run: Run, tl: Timeline, names: list[str], batch_size: int, see
     for n in names:
         keys = list(dict.fromkeys(k for m in measured[n].values() for k in m))
         tl.metrics[n] = {k: [measured[n].get(s, {}).get(k, math.nan) for s in tl.steps] for k in keys}
-        tl.options[n] = to_dict(opts[n])
 
 
 def merge(old: Timeline, new: Timeline) -> Timeline:
@@ -203,17 +207,49 @@ def merge(old: Timeline, new: Timeline) -> Timeline:
                     new.loss_drop_step, {p: old.options[p] for p in kept if p in old.options} | new.options)
 
 
+def formation_threshold(tl: Timeline, name: str) -> tuple[float, Optional[float]]:
+    """(the score a head of probe `name` had to reach and hold to form, the chance level where chance raised it
+    above the threshold of the options it ran with, else None): `probes.formation_threshold` on the options in
+    `tl.options` and the metric `chance`, the score of a uniform head on the inputs the probe read (the same at
+    every checkpoint; the highest is taken)."""
+    if name not in probes.PROBES:
+        return math.nan, None
+    chance = [v for v in tl.metrics.get(name, {}).get("chance", []) if math.isfinite(v)]
+    c = max(chance) if chance else None
+    table = tl.options.get(name)
+    try:
+        base, threshold = probes.formation_threshold(name, table), probes.formation_threshold(name, table, c)
+    except UserError:  # options stored by another version of the probe: its threshold as registered now
+        base = threshold = probes.PROBES.get(name).threshold
+    return threshold, (c if threshold > base else None)
+
+
+def threshold_text(tl: Timeline, name: str) -> str:
+    """"score ≥ 0.4", or "score ≥ 0.76; chance 0.52" where chance raised the threshold (`formation_threshold`)."""
+    threshold, chance = formation_threshold(tl, name)
+    return f"score ≥ {threshold:.3g}" + (f"; chance {chance:.2g}" if chance is not None else "")
+
+
 def shown_probes(tl: Timeline) -> list[probes.Probe]:
     """The registered probes in the timeline, in its order (a probes.json may name a probe since removed)."""
     return [probes.PROBES.get(name) for name in tl.metrics if name in probes.PROBES]
 
 
+def drop_line(tl: Timeline) -> str:
+    """Where the held-out loss falls fastest, or why there is no such step (never "step None")."""
+    if tl.loss_drop_step is not None:
+        return f"loss falls fastest at step {tl.loss_drop_step}"
+    if not any(loss is not None and math.isfinite(loss) for loss in tl.loss):
+        return "loss not measured at the probed checkpoints: no loss drop to show"
+    return "loss never falls over the probed checkpoints (no drop across a 1.5-fold span of steps)"
+
+
 def summary(tl: Timeline, task: Any = None) -> list[str]:
     """Human-readable lines: when each circuit formed, beside the loss drop, then each probe's own lines."""
-    lines = [f"loss falls fastest at step {tl.loss_drop_step}"]
-    thresholds = {p.name: p.threshold for p in shown_probes(tl)}
+    lines = [drop_line(tl)]
+    thresholds = {p.name: threshold_text(tl, p.name) for p in shown_probes(tl)}
     for probe, head, step in tl.formed():
-        lines.append(f"{probe:<16} {head} formed at step {step} (score ≥ {thresholds.get(probe, '?')})")
+        lines.append(f"{probe:<16} {head} formed at step {step} ({thresholds.get(probe, 'score ≥ ?')})")
     own = [line for p in shown_probes(tl) if p.summary is not None for line in p.summary(tl, task)]
     # "No circuit" speaks of heads: say it where heads were scored, or where nothing else was said.
     if not tl.formed() and (any(tl.per_head.values()) or not own):
@@ -261,7 +297,12 @@ def load(run_dir: Path | str) -> Timeline:
 
 
 def log_to_wandb(tl: Timeline, logger) -> None:
-    """Every series against the probed step (`probe/<probe>/<head or metric>`), formation steps in the summary."""
+    """Every series against the probed step (`probe/<probe>/<head or metric>`), formation steps in the summary.
+    `logger`: a WandbLogger, or a W&B run of your own (`wandb.init(...)`), which stays open."""
+    from mechsynth.wandb_log import WandbLogger
+
+    if not isinstance(logger, WandbLogger):
+        logger = WandbLogger.attach(logger)
     history = []
     for i, step in enumerate(tl.steps):
         row: dict[str, Any] = {"probe_step": step}

@@ -72,7 +72,7 @@ class WandbLogger:
     """Logs to a W&B run, or does nothing (with one warning) when W&B is disabled or fails to start."""
 
     def __init__(self, cfg: WandbConfig, run_dir: Path, config: dict[str, Any], run_id: Optional[str] = None):
-        self.run = None
+        self.run, self.owned = None, True
         mode = resolve_mode(cfg)  # a bad WANDB_MODE is the user's to fix: ConfigError, not a warning
         if mode == "disabled":
             return
@@ -100,6 +100,13 @@ class WandbLogger:
             warnings.warn(f"W&B did not start ({type(e).__name__}: {why}); metrics still go to metrics.jsonl{hint}",
                           stacklevel=2)
             self.run = None
+
+    @classmethod
+    def attach(cls, run: Any) -> "WandbLogger":
+        """A logger into a W&B run you started (`wandb.init(...)`): it logs there and leaves finishing it to you."""
+        logger = cls.__new__(cls)
+        logger.run, logger.owned = run, False
+        return logger
 
     @property
     def id(self) -> Optional[str]:
@@ -165,6 +172,6 @@ class WandbLogger:
             self.run.summary.update(values)
 
     def finish(self) -> None:
-        if self.run is not None:
+        if self.run is not None and self.owned:
             self.run.finish()
-            self.run = None
+        self.run = None

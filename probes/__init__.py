@@ -16,7 +16,8 @@ training loss through it, the circuit probe patches it — and run only when nam
 of checkpoints (`register(costly=True)`).
 
 Layout: `_base` (Probe, register, View, ProbeResult), `_inputs` (drawing the inputs), `_run` (checking
-and running), `_landscape` (what the landscape probes share); every module without a leading underscore
+and running), `_landscape` (what the landscape probes share), `_formation` (when a head forms: threshold
+and chance, and the options that set them); every module without a leading underscore
 is a probe and is imported here.
 """
 
@@ -28,14 +29,16 @@ import pkgutil
 from mechsynth.probes._base import (PROBES, Probe, ProbeError, ProbeResult, Section, View, attention_hooks,
                                     formation_step, head_metrics, input_weights, no_hooks, register, render_heads,
                                     resolve)
+from mechsynth.probes._formation import FormationOptions, threshold_field, uniform_attention
 from mechsynth.probes._inputs import dims, draw
 from mechsynth.probes._landscape import log_spaced
-from mechsynth.probes._run import can_run, names, options, run, run_many, why_not
+from mechsynth.probes._run import can_run, formation_threshold, names, options, run, run_many, why_not
 
 for _m in pkgutil.iter_modules(__path__):
     if not _m.name.startswith("_"):  # _base, _inputs, _run: the machinery, not probes
         importlib.import_module(f"{__name__}.{_m.name}")
 
-__all__ = ["PROBES", "Probe", "ProbeError", "ProbeResult", "Section", "View", "attention_hooks", "can_run",
-           "dims", "draw", "formation_step", "head_metrics", "input_weights", "log_spaced", "names", "no_hooks", "options", "register", "render_heads", "run",
+__all__ = ["PROBES", "FormationOptions", "Probe", "ProbeError", "ProbeResult", "Section", "View", "attention_hooks",
+           "can_run", "dims", "draw", "formation_step", "formation_threshold", "head_metrics", "threshold_field",
+           "uniform_attention", "input_weights", "log_spaced", "names", "no_hooks", "options", "register", "render_heads", "run",
            "run_many", "why_not"]

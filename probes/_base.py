@@ -14,6 +14,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from mechsynth import hooks
+from mechsynth.probes._formation import FormationOptions
 from mechsynth.registry import Registry
 from mechsynth.tasks.base import Batch
 
@@ -96,7 +97,7 @@ PROBES: Registry[Probe] = Registry("probe")
 
 
 def register(name: str, *, reads: dict[str, Hooks], truth: tuple[str, ...] = (), needs_init: bool = False,
-             threshold: float = 0.5, model_check: Optional[ModelCheck] = None, weights: Sequence[str] = (),
+             threshold: Optional[float] = None, model_check: Optional[ModelCheck] = None, weights: Sequence[str] = (),
              summary: Optional[Callable[[Timeline, Any], list[str]]] = None, section: Optional[Section] = None,
              wandb: Optional[Callable[[Timeline, Any], None]] = None, ablations: Optional[Ablations] = None,
              costly: bool = False, options: Optional[type] = None, hooked: bool = False,
@@ -108,10 +109,15 @@ def register(name: str, *, reads: dict[str, Hooks], truth: tuple[str, ...] = (),
     `costly=True`: the probe reads `View.model` itself, one model at a time, and runs only when named (see
     Probe and `hooked`; a run's last checkpoint is probed first, the others see that result as `View.last`);
     `options`: its config dataclass, set with `mechsynth probe --set <probe>.<field>=VALUE`; `task_check`:
-    why a task does not fit, beyond the truth it lacks."""
+    why a task does not fit, beyond the truth it lacks. `threshold`: when a head forms (0.5 unset); options that
+    subclass FormationOptions hold it instead (settable, and raised where chance is high: `_formation`)."""
 
     if not set(ablations or {}) <= set(reads):
         raise ValueError(f"probe {name!r} ablates on inputs {sorted(set(ablations or {}) - set(reads))} it does not read")
+    settable = options is not None and issubclass(options, FormationOptions)
+    if settable and threshold is not None:  # one place says it: the options' default
+        raise ValueError(f"probe {name!r}: its threshold is its options' default; do not pass threshold= too")
+    threshold = options().threshold if settable else 0.5 if threshold is None else threshold
 
     def deco(fn):
         PROBES.register(name)(Probe(name, fn, reads, tuple(truth), needs_init, threshold, model_check, tuple(weights),

@@ -14,7 +14,10 @@ from torch import Tensor
 from mechsynth import hooks
 from mechsynth.config import from_dict
 from mechsynth.errors import ConfigError
+from mechsynth.external import misfit, trainable
+from mechsynth.models.tl_compat import is_hooked_transformer
 from mechsynth.probes._base import PROBES, Probe, ProbeError, ProbeResult, View, input_weights, resolve
+from mechsynth.probes._formation import FormationOptions, raised
 from mechsynth.probes._inputs import dims, draw
 
 
@@ -38,6 +41,10 @@ def problem(probe: Probe, model: Any, task: Any, init: Any) -> Optional[str]:
             if split is not None and split not in task.splits:
                 return (f"probe {probe.name!r} reads split {split!r}, which task {task.name!r} does not have "
                         f"(splits: {', '.join(task.splits)})")
+    if task is not None and not getattr(model, "n_models", None):
+        why = misfit(model, task.spec, task.name)  # sizes first: every later check assumes they fit
+        if why is not None:
+            return f"probe {probe.name!r} cannot read this model: {why}"
     if task is not None and probe.task_check is not None:
         why = probe.task_check(task)
         if why is not None:
@@ -85,6 +92,16 @@ def options(name: str, table: Optional[dict[str, Any]] = None) -> Any:
             raise ConfigError(name, f"probe {name!r} takes no options; got {', '.join(map(str, table))}")
         return None
     return from_dict(probe.options, dict(table or {}), name)
+
+
+def formation_threshold(name: str, option: Any = None, chance: Optional[float] = None) -> float:
+    """The score a head must reach and hold for probe `name`'s circuit to count as formed: its threshold, as
+    `option` sets it (overrides, or its options), raised where `chance` (what a uniform head scores on the
+    probe's inputs) is high, for probes with FormationOptions (`_formation`); else the registered threshold."""
+    opts = _run_options(name, option)
+    if not isinstance(opts, FormationOptions):
+        return PROBES.get(name).threshold
+    return raised(opts.threshold, opts.over_chance, chance)
 
 
 def run(name: str, model: Any, task: Any = None, *, batch_size: int = 64, seed: int = 0, init: Any = None,
@@ -136,6 +153,9 @@ def run_many(probe_names: Sequence[str], model: Any, task: Any = None, *, batch_
             model.train()
 
     facing = input_weights(model)
+    # The landscape probes differentiate the plain model: a TransformerLens one is converted (external.trainable).
+    plain = (trainable(model, task) if any(p.costly and not p.hooked for p in chosen) and is_hooked_transformer(model)
+             else model)
     results = []
     for index in range(m) if m else [None]:
         pick = (lambda t: t) if index is None else (lambda t: t.unflatten(0, (m, -1))[index])
@@ -145,7 +165,9 @@ def run_many(probe_names: Sequence[str], model: Any, task: Any = None, *, batch_
             model=model if index is None else None, train_set=train_set, train=train)
         own = {p.name: {k: v if index is None else v[index] for k, v in ablated[p.name].items()} for p in chosen}
         results.append({p.name: p.fn(replace(view, ablated=own[p.name], options=opts[p.name],
-                                             last=(last or {}).get(p.name))) for p in chosen})
+                                             last=(last or {}).get(p.name),
+                                             model=plain if view.model is not None and p.costly and not p.hooked else view.model))
+                        for p in chosen})
     return results
 
 

@@ -147,11 +147,13 @@ def summary(tl: "Timeline", task: Any) -> list[str]:
     m, heads = tl.metrics.get("causal_graph"), tl.per_head.get("causal_graph", {})
     if not m or not heads or not tl.steps:
         return []
+    if not m["edges"][-1] > 0:  # (the scores are NaN then: there is nothing to recover)
+        return [f"{'causal_graph':<16} no edges to recover at step {tl.steps[-1]}: the probe's graph has none"]
     per = ", ".join(f"{h} {heads[h][-1]:.2f} (AUC {m[f'auc/{h}'][-1]:.2f})" for h in heads)
     lines = [f"{'causal_graph':<16} edges recovered at step {tl.steps[-1]}: {per}; all layer-0 heads together "
              f"{m['edge_recovery_all'][-1]:.2f} of {int(m['edges'][-1])} edges"]
     induction = _heads(m, "graph_induction/")
-    if induction:
+    if induction and math.isfinite(m["graph_induction_chance"][-1]):  # (NaN: no earlier child of the same value)
         per = ", ".join(f"{h} {m[f'graph_induction/{h}'][-1]:.2f}" for h in induction)
         lines.append(f"{'causal_graph':<16} graph induction at step {tl.steps[-1]}: {per} of the attention on earlier "
                      f"children of the same parent value (uniform: {m['graph_induction_chance'][-1]:.2f})")

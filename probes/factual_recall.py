@@ -173,6 +173,9 @@ STORAGE_SECTION = Section(
           truth=TRUTH, model_check=has_mlp, threshold=float("inf"), summary=storage_summary, section=STORAGE_SECTION,
           wandb=storage_wandb)
 def fact_storage(view: View) -> ProbeResult:
+    """Where a model stores its facts (Nichani, Lee, Bietti 2024): held-out answer accuracy as trained, with
+    every MLP output mean-ablated and with every attention output mean-ablated; facts that survive the MLP's
+    ablation live in attention, facts that fall to the guess from the relation alone live in the MLP."""
     batch = view.batch("data")
     keep = ("acc", "loss", "type_acc", "type_loss")
     metrics = {k: v for k, v in answer_metrics(view.logits("data"), batch).items() if k in keep}
@@ -192,7 +195,8 @@ def type_summary(tl: "Timeline", task: Any) -> list[str]:
         return []
     typed, facts = formation_step(tl.steps, m["type_acc"], KNOWN), formation_step(tl.steps, m["acc"], KNOWN)
     widest = max(range(len(tl.steps)), key=lambda i: m["type_gap"][i])
-    return [f"{'answer_type':<16} type known at step {typed}, facts at step {facts} (type_acc, acc ≥ {KNOWN} from "
+    when = lambda what, step: f"{what} at step {step}" if step is not None else f"{what}: not reached"  # noqa: E731
+    return [f"{'answer_type':<16} {when('type known', typed)}, {when('facts', facts)} (type_acc, acc ≥ {KNOWN} from "
             f"then on); widest gap type_acc - acc {m['type_gap'][widest]:.3g} at step {tl.steps[widest]} (fact loss "
             f"{m['fact_loss'][widest]:.3g} nats)"]
 
@@ -246,6 +250,9 @@ TYPE_SECTION = Section(
 @register("answer_type", reads={"data": no_hooks}, truth=TRUTH, threshold=float("inf"), summary=type_summary,
           section=TYPE_SECTION, wandb=type_wandb)
 def answer_type(view: View) -> ProbeResult:
+    """Whether a model learns the answer's type before the fact (Nichani, Lee, Bietti 2024): type accuracy (the
+    prediction is one of the relation's answers) beside fact accuracy, and the loss split into a type loss and
+    a fact loss; the gap between them is the plateau where it names an answer of the right type, not the fact."""
     batch = view.batch("data")
     metrics = answer_metrics(view.logits("data"), batch) | {"type_only_acc": type_only_acc(batch)}
     return ProbeResult("answer_type", None, metrics)

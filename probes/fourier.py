@@ -266,11 +266,12 @@ def summary(tl: "Timeline", task: Any) -> list[str]:
     more = f" and {n - len(keys)} more" if n > len(keys) else ""
     half = math.log(p) / 2  # half the loss of a uniform guess
     below = {name: formation_step(tl.steps, [-v for v in m[name]], -half) for name in ("restricted_loss", "test_loss")}
+    below = {name: f"from step {s}" if s is not None else "not reached" for name, s in below.items()}
     return [f"{'fourier':<16} key frequencies at step {tl.steps[-1]}: {', '.join(map(str, keys)) or 'none'}{more} "
             f"(of {n_freqs(p)}); embedding Gini {m['gini_embed'][-1]:.2f}",
             f"{'fourier':<16} restricted loss {m['restricted_loss'][-1]:.3g} vs test loss {m['test_loss'][-1]:.3g} at the "
             f"end (excluded {m['excluded_loss'][-1]:.3g} on train, chance ln p = {math.log(p):.3g}); below ln p / 2 "
-            f"from step {below['restricted_loss']} (restricted) and {below['test_loss']} (test)"]
+            f"{below['restricted_loss']} (restricted) and {below['test_loss']} (test)"]
 
 
 LOSSES = {"train_loss": ("train", "tab:blue", "-"), "test_loss": ("test", "black", "-"),

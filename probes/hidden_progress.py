@@ -67,9 +67,12 @@ def summary(tl: "Timeline", task: Any) -> list[str]:
     if not m:
         return []
     recovered = formation_step(tl.steps, m["support_recovered"], 1.0)
-    drop = tl.steps.index(tl.loss_drop_step) if tl.loss_drop_step in tl.steps else -1
+    at_drop = tl.loss_drop_step in tl.steps
+    drop = tl.steps.index(tl.loss_drop_step) if at_drop else -1
+    readable = (f"is readable from the weights from step {recovered}" if recovered is not None else
+                "is not readable from the weights at the last checkpoint (not reached)")
     return [f"hidden_progress  the support's weights lead the rest {m['drift_ratio'][drop]:.1f}x at the "
-            f"loss drop; the support is readable from the weights from step {recovered}"]
+            f"{'loss drop' if at_drop else 'last checkpoint (the loss never drops)'}; the support {readable}"]
 
 
 def figure(tl: "Timeline", task: Any) -> Optional[Figure]:

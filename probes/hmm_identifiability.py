@@ -380,9 +380,12 @@ def summary(tl: "Timeline", task: Any) -> list[str]:
     margin = m["kruskal_margin"][-1]
     unique = "unknown" if math.isnan(margin) else f"{margin:+.0f}, {'unique' if margin >= 0 else 'not guaranteed'}"
     within = formation_step(tl.steps, [-v for v in m["O_err"]], -0.05)
-    return [f"{NAME} {objective}: at step {last} O recovered to {m['O_err'][-1]:.3g} (max abs), {Tg} to "
-            f"{m['T_err'][-1]:.3g}; the exact predictor gives O {m['floor_O_err'][-1]:.2g}, {Tg} {m['floor_T_err'][-1]:.2g} "
-            f"(Kruskal margin {unique}); O within 0.05 from step {within}; KL {m['kl_joint'][-1]:.3g}"]
+    within_text = f"from step {within}" if within is not None else "not reached"
+    # a recovery that failed (its decomposition not finite) is recorded as NaN: say so, not "nan"
+    err = lambda key, spec: format(m[key][-1], spec) if math.isfinite(m[key][-1]) else "— (no recovery)"  # noqa: E731
+    return [f"{NAME} {objective}: at step {last} O recovered to {err('O_err', '.3g')} (max abs), {Tg} to "
+            f"{err('T_err', '.3g')}; the exact predictor gives O {err('floor_O_err', '.2g')}, {Tg} {err('floor_T_err', '.2g')} "
+            f"(Kruskal margin {unique}); O within 0.05 {within_text}; KL {m['kl_joint'][-1]:.3g}"]
 
 
 def o_hat(m: dict[str, list[float]], i: int = -1) -> Optional[Tensor]:

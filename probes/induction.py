@@ -6,6 +6,9 @@ query is therefore every key whose *previous* token equals the query's token —
 TransformerLens's induction detection pattern marks — and the score is the attention on that set,
 averaged over second-copy queries, so a perfect head scores 1.0 however often tokens repeat.
 (TransformerLens's 'mul' score averages over all queries, first copy included, and tops out near 0.5.)
+Because tokens repeat, a uniform head also puts a share of its attention on the targets (about 1/d_vocab of
+its keys, more with two or three tokens): `chance`, which formation must clearly beat
+(`mechsynth.probes._formation`).
 """
 
 from __future__ import annotations
@@ -16,8 +19,9 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from mechsynth.probes import ProbeResult, View, attention_hooks, head_metrics, no_hooks, register, render_heads
-from mechsynth.probes.duplicate_token import target_mass
+from mechsynth.probes import (FormationOptions, ProbeResult, View, attention_hooks, head_metrics, no_hooks, register,
+                              render_heads)
+from mechsynth.probes.duplicate_token import target_mass, uniform_target_mass
 
 
 def induction_targets(tokens: Int[Tensor, "batch pos"]) -> Bool[Tensor, "batch pos pos"]:
@@ -45,7 +49,7 @@ def icl_score(logits: Float[Tensor, "batch pos d_vocab_out"], targets: Int[Tenso
     return float(loss[-fifth:].mean() - loss[:fifth].mean())
 
 
-@register("induction", reads={"repeated": attention_hooks, "data": no_hooks}, threshold=0.5,
+@register("induction", reads={"repeated": attention_hooks, "data": no_hooks}, options=FormationOptions,
           weights=("W_E", "W_V", "W_O", "W_U"))
 def induction(view: View) -> ProbeResult:
     tokens, pattern = view.tokens("repeated"), view.patterns("repeated")
@@ -57,7 +61,8 @@ def induction(view: View) -> ProbeResult:
     # Prefix matching: attention on exactly the position after this token's first-copy occurrence.
     q = torch.arange(half, 2 * half, device=tokens.device)
     prefix = pattern[..., q, q - half + 1].mean(dim=(1, 3))
-    metrics = {"max": float(per_head.max()), **head_metrics("prefix_matching/", prefix)}
+    metrics = {"max": float(per_head.max()), "chance": uniform_target_mass(targets),
+               **head_metrics("prefix_matching/", prefix)}
     logits = view.logits("repeated")
     if logits.shape[-1] > int(tokens.max()):  # the outputs name the input tokens (not so for the readout tasks)
         metrics["icl_score"] = icl_score(logits[:, :-1], tokens[:, 1:])

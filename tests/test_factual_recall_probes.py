@@ -110,7 +110,7 @@ def test_summary_lines_say_when_and_where(task):
     tl.metrics["fact_storage"]["acc"][-1] = 0.4
     assert timeline.summary(tl, task)[-2].endswith("no facts beyond the guess from the relation")
     tl.metrics["answer_type"]["acc"][-1] = 0.5  # the facts drop again: not learned for good
-    assert "facts at step None" in timeline.summary(tl, task)[-3]
+    assert "type known at step 10, facts: not reached (type_acc, acc ≥ 0.9" in timeline.summary(tl, task)[-3]
 
 
 def test_figures_and_wandb_plots(task, wandb_plots):

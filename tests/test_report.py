@@ -199,3 +199,34 @@ def test_the_network_check_sees_a_page_that_asks(tmp_path):
     opened = browser.open_page(page, budget_ms=3000)
     assert opened.requests == ["http://img.invalid/a.png", "https://api.invalid/q", "https://fonts.invalid/css",
                                "wss://ws.invalid/s"]
+
+
+def test_the_summary_box_wraps_its_lines(markov_report):
+    """The summary's lines (the stages line is long) wrap inside the box: no sideways scrolling that hides
+    their ends, also for a run of characters without spaces."""
+    style = re.search(r"<style>(.*?)</style>", markov_report.html, re.S).group(1)
+    rule = re.search(r"(?:^|[}\s])pre\s*\{([^}]*)\}", style).group(1)
+    assert re.search(r"white-space:\s*pre-wrap", rule) and re.search(r"overflow-wrap:\s*anywhere", rule), rule
+    assert re.search(r'<section id="summary"><h2>Summary</h2>\s*<pre>', markov_report.html)
+
+
+def summary_box_widths(page: str, path) -> tuple[int, int]:
+    """(scrollWidth, clientWidth) of the report's summary box in headless Chromium, with a long line in it."""
+    long = "icl_strategy     stages: " + " -> ".join(f"ngram (step {s})" for s in range(40)) + " " + "x" * 300
+    page = page.replace('<section id="summary"><h2>Summary</h2>\n<pre>', f'<section id="summary"><h2>Summary</h2>\n<pre>{long}\n', 1)
+    probe = ("<script>const box = document.querySelector('#summary pre'); "
+             "document.body.setAttribute('data-widths', box.scrollWidth + ' ' + box.clientWidth);</script>")
+    path.write_text(page.replace("</body>", probe + "</body>"), encoding="utf-8")
+    opened = browser.open_page(path, width=1000, budget_ms=3000)
+    scroll, client = map(int, re.search(r'data-widths="(\d+) (\d+)"', opened.dom).groups())
+    return scroll, client
+
+
+@needs_chromium
+def test_the_summary_box_never_scrolls_sideways_in_chromium(markov_report, tmp_path):
+    scroll, client = summary_box_widths(markov_report.html, tmp_path / "report.html")
+    assert client > 300 and scroll == client, (scroll, client)
+    # the measurement sees a box that scrolls: the same page with lines that do not wrap
+    unwrapped = markov_report.html.replace("</style>", "pre { white-space: pre; overflow-x: auto; }</style>", 1)
+    scroll, client = summary_box_widths(unwrapped, tmp_path / "unwrapped.html")
+    assert scroll > 2 * client, (scroll, client)

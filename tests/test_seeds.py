@@ -235,9 +235,10 @@ def test_seed_directories_are_ordinary_runs(tmp_path, tiny, capsys):
     assert [r.path for r in parent.seeds] == [run_dir / "seed_0", run_dir / "seed_1"]
     with pytest.raises(ConfigError, match="seed_0"):
         parent.steps
-    assert main(["probe", str(run_dir)]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "2 seeds side by side" in err[0], err
+    # The batch's directory probes each seed (tests/test_sweep_probe.py checks what they hold).
+    assert main(["probe", str(run_dir), "--workers", "1", "--probes", "previous_token"]) == 0
+    assert all((d / "probes.json").exists() for d in (run_dir / "seed_0", run_dir / "seed_1"))
+    capsys.readouterr()
 
     seed = load_run(run_dir / "seed_1")
     assert seed.seeds == [seed]

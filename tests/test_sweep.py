@@ -272,7 +272,7 @@ def test_side_by_side_seeds_write_the_run_directories_separate_runs_would(tmp_pa
         a, b = batched / job.dir, separate / job.dir
         assert _files(a) == _files(b), job.dir  # the same checkpoints, metrics and config files
         assert io.read_json(a / "config.json") == io.read_json(b / "config.json") == {
-            **job.config, "versions": io.read_json(b / "config.json")["versions"]}
+            **job.config, "versions": io.read_json(b / "config.json")["versions"], "plugins": []}
         ra, rb = load_run(a), load_run(b)
         assert ra.config == rb.config and ra.config.train.seed == ra.config.model.init_seed == job.seed
         assert ra.steps == rb.steps and ra.steps[-1] == 60

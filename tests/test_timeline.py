@@ -75,12 +75,15 @@ def test_demo_model_forms_previous_token_then_induction_around_the_loss_drop(dem
     assert ind and all(h.startswith("L1") for h in ind), tl.formation
     drop = tl.loss_drop_step
     assert drop is not None and drop / 4 <= min(ind.values()) <= drop * 4
-    # then the in-context bigram counts or Bayes' predictor, which lie close together (Bayes weighs the first token too)
+    # then the in-context bigram counts and Bayes' predictor as one stage: they lie closer together than the model
+    # comes to either (Bayes weighs the first token too), so which of them is nearer is noise, not a stage
+    m = tl.metrics["icl_strategy"]
+    assert all(gap < min(a, b) for gap, a, b in zip(m["apart/ngram/bayes"], m["kl/ngram"], m["kl/bayes"]))
     names = [name for name, _ in stages(tl)]
-    assert names[:2] == ["uniform", "unigram"] and names[2:] and set(names[2:]) <= {"ngram", "bayes"}
+    assert names == ["uniform", "unigram", "ngram≈bayes"], stages(tl)  # the README's three stages
     lines = summary(tl, run.task)
     assert lines[0] == f"loss falls fastest at step {drop}"
-    assert lines[-2] == "icl_strategy     stages: " + " -> ".join(f"{n} (step {s})" for n, s in stages(tl))
+    assert lines[-2].startswith("icl_strategy     stages: " + " -> ".join(f"{n} (step {s})" for n, s in stages(tl)))
     assert lines[-1].startswith("stages           boundaries (change points in log-step): loss ")
 
 
@@ -89,7 +92,8 @@ def test_probe_cli_json_table_and_wandb(demo_run, capsys):
     out = json.loads(capsys.readouterr().out)
     assert set(out) >= {"steps", "loss", "probes"} and out["steps"] == load_run(demo_run).steps
     ind = out["probes"]["induction"]
-    assert set(ind) == {"per_head", "metrics", "formation"} and len(ind["per_head"]["L1H0"]) == len(out["steps"])
+    assert set(ind) == {"per_head", "metrics", "formation", "options"} and len(ind["per_head"]["L1H0"]) == len(out["steps"])
+    assert ind["options"] == {"threshold": 0.5, "over_chance": 3.0}  # what ran, defaults too
     table = (demo_run / "probes.csv").read_text().splitlines()
     assert table[0] == "step,probe,layer,head,metric,value" and len(table) > 4 * len(out["steps"])
 

@@ -90,7 +90,7 @@ def test_run_directory_and_load_run(tmp_path, tiny):
     run = load_run(train_run(cfg, tmp_path / "run", progress=False))
     assert run.steps == checkpoint_steps(20, 6)
     stored = json.loads((tmp_path / "run" / "config.json").read_text())
-    assert stored["task"]["name"] == "sparse_boolean"
+    assert stored["task"]["name"] == "sparse_boolean" and stored["plugins"] == []  # all built in: nothing to import
     # torch with its build as torch itself reports it: PyPI's CUDA wheels say "+cu130" there, not in their metadata
     assert stored["versions"]["torch"] == torch.__version__ and stored["versions"]["transformer_lens"] == models.TL_VERSION
     meta = run.meta(20)

@@ -83,6 +83,30 @@ def load_weights(model, cfg, state_dict: dict[str, Tensor]):
     return model
 
 
+def hooked_model(device: str | torch.device = "cpu", **fields):
+    """A TransformerLens model from HookedTransformerConfig fields, by the same call on TL 3.x and 4.x:
+    `hooked_model(n_layers=2, d_model=64, n_heads=1, d_head=64, n_ctx=100, d_vocab=3, act_fn="relu",
+    attn_only=True)` is a HookedTransformer on TL 3 and a TransformerBridge on TL 4, with the same hook names.
+    Rotary positions rotate adjacent pairs on both (TL 4's native bridge does; TL 3 is told to)."""
+    fields.setdefault("default_prepend_bos", False)  # synthetic tasks have no BOS token
+    if TL_MAJOR >= 4:
+        if fields.get("attn_only") and fields.get("d_mlp") is None:
+            fields["d_mlp"] = 4 * fields["d_model"]  # unused by attn-only models, but the bridge wants an int
+        return TransformerBridge.boot_native(TransformerBridgeConfig(**fields), device=device)
+    if fields.get("positional_embedding_type") == "rotary":
+        fields.setdefault("rotary_adjacent_pairs", True)
+    return HookedTransformer(HookedTransformerConfig(**fields, device=str(device)))
+
+
+def is_bridge(model) -> bool:
+    return TL_MAJOR >= 4 and isinstance(model, TransformerBridge)
+
+
+def is_hooked_transformer(model) -> bool:
+    """A TransformerLens transformer: TL 3's HookedTransformer or TL 4's TransformerBridge."""
+    return is_bridge(model) if TL_MAJOR >= 4 else isinstance(model, HookedTransformer)
+
+
 def to_bridge_layout(sd: dict[str, Tensor], cfg) -> dict[str, Tensor]:
     """HookedTransformer keys/shapes -> TL 4 bridge keys/shapes (per-head tensors become nn.Linear)."""
     out: dict[str, Tensor] = {}
@@ -111,5 +135,36 @@ def to_bridge_layout(sd: dict[str, Tensor], cfg) -> dict[str, Tensor]:
     return out
 
 
-__all__ = ["HookPoint", "HookedRootModule", "TL_MAJOR", "TL_VERSION", "check_supported", "hooked_transformer",
-           "load_weights"]
+def from_bridge_layout(sd: dict[str, Tensor], n_heads: int) -> dict[str, Tensor]:
+    """The inverse of `to_bridge_layout`: a TL 4 bridge's state dict in HookedTransformer's layout (the
+    layout runs store). Keys the bridge keeps besides the weights (its causal mask) are dropped."""
+    out: dict[str, Tensor] = {}
+    for key, t in sd.items():
+        if "._original_component." in key or key.endswith(("causal_mask", ".mask", ".IGNORE")):
+            continue
+        prefix, leaf = key.rsplit(".", 1)
+        parent, module = prefix.rsplit(".", 1) if "." in prefix else ("", prefix)
+        if module in ("q", "k", "v"):
+            name = module.upper()
+            out[f"{parent}.{'W' if leaf == 'weight' else 'b'}_{name}"] = (
+                einops.rearrange(t, "(h d) m -> h m d", h=n_heads) if leaf == "weight" else einops.rearrange(t, "(h d) -> h d", h=n_heads))
+        elif module == "o":
+            out[f"{parent}.W_O" if leaf == "weight" else f"{parent}.b_O"] = (
+                einops.rearrange(t, "m (h d) -> h d m", h=n_heads) if leaf == "weight" else t)
+        elif module in ("in", "out"):
+            out[f"{parent}.{'W' if leaf == 'weight' else 'b'}_{module}"] = t.T.contiguous() if leaf == "weight" else t
+        elif prefix == "unembed":
+            out["unembed.W_U" if leaf == "weight" else "unembed.b_U"] = t.T.contiguous() if leaf == "weight" else t
+        elif prefix == "embed":
+            out["embed.W_E"] = t
+        elif prefix == "pos_embed":
+            out["pos_embed.W_pos"] = t
+        elif leaf in ("weight", "bias"):  # layer norms
+            out[f"{prefix}.{'w' if leaf == 'weight' else 'b'}"] = t
+        else:
+            raise ValueError(f"unexpected weight {key!r}")
+    return out
+
+
+__all__ = ["HookPoint", "HookedRootModule", "TL_MAJOR", "TL_VERSION", "check_supported", "from_bridge_layout",
+           "hooked_model", "hooked_transformer", "is_bridge", "is_hooked_transformer", "load_weights"]

@@ -1,0 +1,286 @@
+"""Models, checkpoints and loops from outside mechsynth: `hooked_model` on either TransformerLens version,
+conversion checked against the source's logits, `mechsynth import` of each format, `probe_models`, the
+`Monitor` of a plain PyTorch loop, landscape probes on a model you hold, and the one-line refusals."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+import mechsynth
+from mechsynth import external, importing, load_run, parse_config, probes, tasks, timeline, train_run
+from mechsynth.cli import main
+from mechsynth.errors import ConfigError, UserError
+from mechsynth.models import tl_compat
+from mechsynth.tasks.base import masked_loss
+from tests.nanogpt_ref import GPT
+
+DATA = Path(__file__).parent / "data"
+ARCHITECTURES = [dict(attn_only=True), dict(d_mlp=32, act_fn="gelu"), dict(positional_embedding_type="rotary", attn_only=True),
+                 dict(normalization_type=None, d_mlp=16), dict(normalization_type="LNPre", d_mlp=16, act_fn="gelu_new")]
+
+
+def _task():
+    return tasks.make("markov_icl", {"k": 3, "order": 2, "length": 16})
+
+
+def _model(task, seed=0, **kw):
+    torch.manual_seed(seed)
+    kw.setdefault("act_fn", "relu")
+    model = mechsynth.hooked_model(n_layers=2, d_model=16, n_heads=2, d_head=8, n_ctx=task.spec.n_ctx,
+                                   d_vocab=task.spec.d_vocab, **kw)
+    with torch.no_grad():  # off the init's symmetric values, so every weight (LN too) matters
+        for p in model.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    return model
+
+
+@torch.no_grad()
+def _logits(model, task, n=8):
+    tokens = torch.randint(task.spec.d_vocab, (n, task.spec.n_ctx), generator=torch.Generator().manual_seed(1))
+    return model(tokens).float()
+
+
+@pytest.mark.reference("random_tokens")
+def test_random_tokens_are_uniform_and_each_target_is_the_next_token():
+    task = tasks.make("random_tokens", {"d_vocab": 4, "n_ctx": 50})
+    b = task.sample(400, torch.Generator().manual_seed(0))
+    assert b.tokens.shape == b.targets.shape == (400, 50) and b.mask.all()
+    assert torch.equal(b.targets[:, :-1], b.tokens[:, 1:])
+    counts = torch.bincount(b.tokens.flatten(), minlength=4).float() / b.tokens.numel()
+    assert (counts - 0.25).abs().max() < 0.01
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES, ids=lambda a: ",".join(f"{k}={v}" for k, v in a.items()))
+def test_a_transformerlens_model_converts_to_the_same_function(arch):
+    task = _task()
+    model = _model(task, **arch)
+    kind, weights = external.convert(model, task)
+    rebuilt = external.rebuild(kind, task.spec, weights)
+    assert (_logits(model, task) - _logits(rebuilt, task)).abs().max() <= 1e-5
+    # and back: the run's hooked model (HookedTransformer or TransformerBridge) of those weights
+    hooked = tl_compat.hooked_transformer(kind, task.spec.d_vocab, task.spec.d_vocab_out, task.spec.n_ctx, weights)
+    assert (_logits(model, task) - _logits(hooked, task)).abs().max() <= 1e-5
+
+
+def test_a_model_that_does_not_fit_the_task_is_one_line_naming_both_sizes():
+    task = _task()
+    wide = mechsynth.hooked_model(n_layers=1, d_model=8, n_heads=1, d_head=8, n_ctx=16, d_vocab=20, act_fn="relu")
+    short = mechsynth.hooked_model(n_layers=1, d_model=8, n_heads=1, d_head=8, n_ctx=4, d_vocab=3, act_fn="relu")
+    with pytest.raises(probes.ProbeError, match=r"vocabulary has 20 tokens and task markov_icl's has 3"):
+        probes.run("previous_token", wide, task)
+    with pytest.raises(probes.ProbeError, match=r"context is 4 positions and task markov_icl's sequences are 16"):
+        probes.run("induction", short, task)
+    with pytest.raises(ConfigError, match="d_vocab") as e:
+        external.convert(wide, task)
+    assert "\n" not in str(e.value)
+
+
+def test_a_landscape_probe_runs_on_the_hooked_model_of_a_run(tmp_path, tiny):
+    """`probes.run("llc", run.model(step), task)` with two chains: TL 4's bridge kept graph-attached tensors that
+    devinterp's per-chain deepcopy refused; it now differentiates the plain model, as `mechsynth probe` does."""
+    run = load_run(train_run(parse_config(tiny({"name": "markov_icl", "k": 3, "order": 2, "length": 16},
+                                               train={"steps": 10})), tmp_path / "run", progress=False))
+    option = {"chains": 2, "draws": 10, "checkpoints": 1}
+    on_hooked = probes.run("llc", run.model(), run.task, option=option).metrics
+    on_plain = probes.run("llc", run.trainable(), run.task, option=option).metrics
+    assert math.isfinite(on_hooked["llc"]) and on_hooked["llc"] == pytest.approx(on_plain["llc"], rel=1e-4)
+    held = _model(run.task, **{"attn_only": True})  # a TL model built by the helper
+    assert math.isfinite(probes.run("sharpness", held, run.task).metrics["lambda_max"])
+
+
+def _save_checkpoints(model, task, folder: Path, steps=(0, 10, 100)) -> list[torch.Tensor]:
+    folder.mkdir()
+    logits = []
+    for step in steps:
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(0.05 * torch.randn_like(p))
+        save_file(external.weights_of(model), folder / f"step_{step}.safetensors")
+        torch.save(model.state_dict(), folder / f"native_{step}.pt")  # the TL version's own layout
+        logits.append(_logits(model, task))
+    return logits
+
+
+def test_import_state_dicts_in_either_layout_gives_the_sources_logits(tmp_path):
+    task = _task()
+    logits = _save_checkpoints(_model(task, d_mlp=32, act_fn="gelu"), task, tmp_path / "ckpts")
+    hooked_layout = importing.import_checkpoints(sorted((tmp_path / "ckpts").glob("step_*")), tmp_path / "a", task,
+                                                 {"act_fn": "gelu"})
+    native = importing.import_checkpoints(sorted((tmp_path / "ckpts").glob("native_*")), tmp_path / "b", task,
+                                          {"act_fn": "gelu", "n_heads": 2})
+    for run_dir in (hooked_layout, native):
+        run = load_run(run_dir)
+        assert run.steps == [0, 10, 100] and run.metrics[0]["eval/loss"] > 0
+        for step, expected in zip(run.steps, logits):
+            assert (_logits(run.trainable(step), task) - expected).abs().max() <= 1e-5
+            assert (_logits(run.model(step), task) - expected).abs().max() <= 1e-5
+
+
+def test_import_a_nanogpt_checkpoint(tmp_path):
+    task = _task()
+    for bias in (True, False):
+        torch.manual_seed(0)
+        gpt = GPT(n_layer=2, n_head=2, n_embd=16, block_size=task.spec.n_ctx, vocab_size=3, bias=bias)
+        torch.save(gpt.checkpoint(iter_num=250), tmp_path / f"ckpt_{bias}.pt")
+        run = load_run(importing.import_checkpoints(tmp_path / f"ckpt_{bias}.pt", tmp_path / f"run_{bias}", task))
+        assert run.steps == [250]  # nanoGPT's iter_num, not the number in the file name
+        assert (_logits(run.trainable(), task) - _logits(gpt, task)).abs().max() <= 1e-5
+
+
+def test_import_a_tracr_program_and_probe_it(tmp_path):
+    info = json.loads((DATA / "tracr_detect_pattern.json").read_text())
+    run = load_run(importing.import_checkpoints(DATA / "tracr_detect_pattern.json", tmp_path / "run"))
+    assert run.task.name == "random_tokens" and run.task.spec.d_vocab == info["V"]
+    from mechsynth.io import tensors_from_bytes
+    from mechsynth.models import TransformerConfig
+
+    path = DATA / "tracr_detect_pattern.safetensors"
+    compiled = tl_compat.hooked_transformer(TransformerConfig(**info["config"], n_ctx=info["N"]), info["V"], info["V_out"],
+                                            info["N"], tensors_from_bytes(path.read_bytes(), path))
+    clean = torch.tensor(info["clean"])
+    assert (run.trainable()(clean) - compiled(clean)).abs().max() <= 1e-5
+    # L1H0 moves is_a one position on: an exact previous-token head, which the probe must find
+    assert main(["probe", str(run.path), "--probes", "previous_token"]) == 0
+    tl = timeline.load(run.path)
+    assert max(tl.per_head["previous_token"], key=lambda h: tl.per_head["previous_token"][h][-1]) == "L1H0"
+
+
+def test_probe_models_gives_the_timeline_of_models_you_hold(tmp_path):
+    task = _task()
+    held = [(step, _model(task, seed=step, attn_only=True)) for step in (0, 5, 50)]
+    tl = mechsynth.probe_models(held, task, tmp_path / "run", probes=["previous_token", "induction"])
+    assert tl.steps == [0, 5, 50] and set(tl.per_head) == {"previous_token", "induction"}
+    for i, (_, model) in enumerate(held):  # each checkpoint's score is the probe's score on that model
+        direct = probes.run("previous_token", model, task).per_head
+        assert tl.per_head["previous_token"]["L0H1"][i] == pytest.approx(float(direct[0, 1]), abs=1e-5)
+    assert timeline.load(tmp_path / "run").per_head == tl.per_head
+    assert main(["report", str(tmp_path / "run")]) == 0 and (tmp_path / "run" / "report.html").stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("args, field", [
+    (["--task", "markov_icl"], "model.act_fn"),  # MLP weights without their activation: asked, never guessed
+    (["--task", "no_such_task"], "task"),
+    (["--set", "task.k=3"], "--set task"),
+    (["--set", "train.lr=1"], "--set train"),
+])
+def test_import_mistakes_are_one_line(tmp_path, capsys, args, field):
+    task = _task()
+    _save_checkpoints(_model(task, d_mlp=32), task, tmp_path / "ckpts", steps=(0,))
+    (tmp_path / "ckpts" / "native_0.pt").unlink()
+    assert main(["import", str(tmp_path / "ckpts"), "--out", str(tmp_path / "run"), *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and field in err and not (tmp_path / "run").exists()
+
+
+def test_import_refuses_damaged_files_and_a_used_directory(tmp_path, capsys):
+    (tmp_path / "bad.pt").write_bytes(b"not a checkpoint")
+    assert main(["import", str(tmp_path / "bad.pt"), "--out", str(tmp_path / "run")]) == 2
+    assert "bad.pt" in capsys.readouterr().err
+    (tmp_path / "used").mkdir()
+    (tmp_path / "used" / "mine.txt").write_text("keep")
+    shutil.copy(DATA / "tracr_frac_prevs.json", tmp_path / "p.json")
+    shutil.copy(DATA / "tracr_frac_prevs.safetensors", tmp_path / "p.safetensors")
+    assert main(["import", str(tmp_path / "p.json"), "--out", str(tmp_path / "used")]) == 2
+    assert "not empty" in capsys.readouterr().err and (tmp_path / "used" / "mine.txt").read_text() == "keep"
+    assert main(["import", str(tmp_path / "missing.pt"), "--out", str(tmp_path / "run")]) == 2
+
+
+# ---- the monitor ----------------------------------------------------------------------------------
+
+
+def _plain_loop(model, task, run_dir, steps, seed=0, lr=3e-3, **monitor):
+    """A training loop as a researcher writes it, with the monitor's one call per update."""
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    g = torch.Generator().manual_seed(seed)
+    with mechsynth.Monitor(model, run_dir, task, steps=steps, seed=seed, **monitor) as mon:
+        for step in range(1, steps + 1):
+            batch = task.sample(64, g)
+            loss = masked_loss(model(batch.tokens), batch)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            mon.step(step, loss)
+    return mon
+
+
+def test_a_plain_pytorch_loop_forms_its_circuits_at_the_steps_mechsynth_train_finds(tmp_path):
+    """The same model, init, data stream and optimizer as `mechsynth train` (data_chunk 1, no clipping): the
+    monitored run's formation steps equal those of `mechsynth train` + `mechsynth probe` on the same seed."""
+    config = {"task": {"name": "markov_icl", "k": 3, "order": 2, "length": 32},
+              "model": {"n_layers": 2, "n_heads": 1, "d_model": 16, "attn_only": True},
+              "train": {"steps": 400, "batch_size": 64, "lr": 3e-3, "eval_every": 50, "checkpoints": 24,
+                        "data_chunk": 1, "grad_clip": 0, "device": "cpu"}, "wandb": {"mode": "disabled"}}
+    cfg = parse_config(config)
+    ours = load_run(train_run(cfg, tmp_path / "train", progress=False))
+    assert main(["probe", str(ours.path)]) == 0
+    task = cfg.build_task()
+    init = ours.weights(0)  # the same initial weights, in the TL model the loop trains
+    model = mechsynth.hooked_model(n_layers=2, d_model=16, n_heads=1, d_head=16, n_ctx=task.spec.n_ctx, d_vocab=3,
+                                   act_fn="relu", attn_only=True)
+    tl_compat.load_weights(model, cfg.model, init)
+    mon = _plain_loop(model, task, tmp_path / "loop", 400, checkpoints=24)
+    expected = timeline.load(ours.path)
+    assert load_run(tmp_path / "loop").steps == ours.steps
+    assert mon.timeline.formed(), "the run is long enough for circuits to form"
+    assert mon.timeline.formation == expected.formation
+    assert main(["report", str(tmp_path / "loop")]) == 0
+
+
+def test_the_monitor_writes_a_normal_run_and_logs_to_your_wandb_run(tmp_path):
+    import wandb
+
+    from tests.test_wandb import inspect
+
+    task = _task()
+    user_run = wandb.init(mode="offline", project="mine", dir=str(tmp_path), reinit="create_new")
+    mon = _plain_loop(_model(task, attn_only=True), task, tmp_path / "run", 40, wandb=user_run, checkpoints=8,
+                      probes=["previous_token"])
+    user_run.log({"mine/after": 1.0})  # still open: the monitor never finishes the user's run
+    user_run.finish()
+    run = load_run(tmp_path / "run")
+    assert run.steps[0] == 0 and run.steps[-1] == 40 and run.metrics[-1]["train/loss"] > 0
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["origin"]["by"] == "mechsynth.Monitor"
+    summary = inspect(next((tmp_path / "wandb").glob("offline-run-*/run-*.wandb")))["summary"]
+    assert "mechsynth/eval/loss" in summary and "mine/after" in summary
+    assert "stages/previous_token" in summary and "probe/previous_token/L0H0" in summary
+    assert mon.timeline.steps == run.steps
+
+
+def test_the_monitor_without_a_task_or_a_total_checkpoints_log_spaced(tmp_path):
+    model = mechsynth.hooked_model(n_layers=1, d_model=8, n_heads=1, d_head=8, n_ctx=12, d_vocab=5, act_fn="relu",
+                                   attn_only=True)
+    with mechsynth.Monitor(model, tmp_path / "run", probes=[]) as mon:
+        for step in range(1, 31):
+            mon.step(step, loss=1.0, mine=float(step))
+    run = load_run(tmp_path / "run")
+    assert run.task.name == "random_tokens" and run.task.spec.d_vocab == 5
+    assert run.steps == sorted({round(10 ** (i / 20)) for i in range(30) if 10 ** (i / 20) < 29.5} | {0, 30})
+    assert run.metrics[-1]["mine"] == 30.0
+
+
+def test_monitor_mistakes_are_one_line_before_anything_is_written(tmp_path):
+    task = _task()
+    (tmp_path / "file").write_text("mine")
+    (tmp_path / "used").mkdir()
+    (tmp_path / "used" / "x").write_text("mine")
+    wide = mechsynth.hooked_model(n_layers=1, d_model=8, n_heads=1, d_head=8, n_ctx=16, d_vocab=20, act_fn="relu")
+    for model, run_dir, why in [(wide, tmp_path / "a", "vocabulary has 20 tokens"),
+                                (_model(task), tmp_path / "file" / "sub", "file"),
+                                (_model(task), tmp_path / "used", "not empty"),
+                                (torch.nn.Linear(3, 3), tmp_path / "b", "neither a TransformerLens transformer")]:
+        with pytest.raises(UserError, match=why) as e:
+            mechsynth.Monitor(model, run_dir, task)
+        assert "\n" not in str(e.value)
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+    assert (tmp_path / "used" / "x").read_text() == "mine" and (tmp_path / "file").read_text() == "mine"
+    mon = mechsynth.Monitor(_model(task), tmp_path / "c", task, steps=10, probes=[])
+    with pytest.raises(ConfigError, match="does not follow"):
+        mon.step(0)
+    mon.finish()

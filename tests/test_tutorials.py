@@ -1,0 +1,66 @@
+"""The tutorials in docs/tutorials/ run as written: every ```python block in order in one process, every
+line of a ```bash block as that `mechsynth` command, in a fresh directory; then what they promise is on disk."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TUTORIALS = ROOT / "docs" / "tutorials"
+
+
+def script(markdown: str) -> str:
+    """The page as one Python program: python blocks as they are, shell lines as subprocess calls."""
+    out = ["import shlex, subprocess, sys"]
+    for lang, body in re.findall(r"```(python|bash)\n(.*?)```", markdown, flags=re.S):
+        if lang == "python":
+            out.append(body)
+            continue
+        for line in filter(None, (s.strip() for s in body.splitlines())):
+            assert line.startswith("mechsynth "), f"a tutorial's shell line is not a mechsynth command: {line}"
+            out.append(f"subprocess.run([sys.executable, '-m', 'mechsynth.cli', *shlex.split({line!r})[1:]], check=True)")
+    return "\n".join(out)
+
+
+def run_tutorial(name: str, cwd: Path) -> str:
+    (cwd / "tests").mkdir()
+    (cwd / "tests" / "data").symlink_to(ROOT / "tests" / "data")
+    env = {**os.environ, "WANDB_DIR": str(cwd)}  # (the suite's own WANDB_* directories are under tmp too)
+    done = subprocess.run([sys.executable, "-c", script((TUTORIALS / name).read_text())], cwd=cwd, capture_output=True,
+                          text=True, timeout=1500, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def test_the_tutorials_are_the_pages_under_docs():
+    assert sorted(p.name for p in TUTORIALS.glob("*.md")) == ["bring_checkpoints.md", "own_training_loop.md"]
+
+
+@pytest.mark.slow
+def test_probe_your_own_training_loop(tmp_path):
+    out = run_tutorial("own_training_loop.md", tmp_path)
+    run = tmp_path / "runs" / "my-loop"
+    probed = json.loads((run / "probes.json").read_text())
+    assert probed["probes"]["previous_token"]["options"]["offset"] == 2  # the second `mechsynth probe` kept its option
+    assert any(step is not None for heads in probed["probes"].values() for step in heads["formation"].values())
+    assert "formed at step" in out and (run / "report.html").stat().st_size > 100_000
+    assert list((tmp_path / "wandb").glob("offline-run-*/run-*.wandb"))
+
+
+@pytest.mark.slow
+def test_bring_checkpoints(tmp_path):
+    out = run_tutorial("bring_checkpoints.md", tmp_path)
+    imported = json.loads((tmp_path / "runs" / "imported" / "probes.json").read_text())
+    assert imported["steps"] == [0, 10, 30, 100, 300]
+    tracr = json.loads((tmp_path / "runs" / "tracr" / "probes.json").read_text())
+    last = {h: series[-1] for h, series in tracr["probes"]["previous_token"]["per_head"].items()}
+    assert max(last, key=last.get) == "L1H0"
+    assert (tmp_path / "runs" / "imported" / "report.html").exists() and (tmp_path / "runs" / "held" / "report.html").exists()
+    assert "loss falls fastest" in out or "loss never falls" in out
