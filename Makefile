@@ -43,7 +43,7 @@ else
 endif
 	@$(BIN)/python -W ignore -c 'import torch; print(f"make: torch {torch.__version__}, the", f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU", "build (TORCH_BUILD=$(TORCH_BUILD))")'
 	$(BIN)/python -c 'import importlib.metadata as m; print("torch==" + m.version("torch"))' >> $(VENV)/constraints.txt
-	$(BIN)/pip install --quiet --constraint $(VENV)/constraints.txt -e ".[dev,devinterp]" $(if $(TL),"transformer-lens==$(TL).*")
+	$(BIN)/pip install --quiet --constraint $(VENV)/constraints.txt -e ".[dev,devinterp,hf,lightning]" $(if $(TL),"transformer-lens==$(TL).*")
 	echo '$(REQUEST)' > $(VENV)/.request
 	touch $@
 

@@ -1,0 +1,195 @@
+"""A Monitor inside the HuggingFace Trainer or a Lightning Trainer, as a callback: the one module that
+imports their trainer classes, lazily (`pip install 'mechsynth[hf]'` or `'mechsynth[lightning]'`).
+
+The Monitor is given the TransformerLens model itself; what the Trainer trains is a module of yours that
+holds it (its forward computes the loss from the TL model's logits). The run directory is the Monitor's,
+as for a loop of your own: `mechsynth probe` and `mechsynth report` read it unchanged.
+
+HuggingFace (set `logging_steps=1` to record every step's loss; otherwise the loss the Trainer logs for
+each interval is recorded at the interval's last step):
+
+    from mechsynth.callbacks import hf_callback, lightning_callback
+    from mechsynth.tasks.base import Batch, masked_loss
+
+    class Wrapper(torch.nn.Module):                       # what the Trainer trains: it holds the TL model
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+        def forward(self, tokens, targets, mask):
+            return {"loss": masked_loss(self.model(tokens), Batch(tokens, targets, mask))}
+
+    model = mechsynth.hooked_model(...)                  # the TransformerLens model, sized to the task
+    # data: a torch Dataset of {"tokens", "targets", "mask"} rows, the Wrapper's forward's arguments
+    with mechsynth.Monitor(model, "runs/hf", task, steps=2000) as monitor:
+        args = TrainingArguments("out", max_steps=2000, logging_steps=1, report_to="none")
+        Trainer(Wrapper(model), args, train_dataset=data, callbacks=[hf_callback(monitor)]).train()
+
+Lightning (the loss `training_step` returns; with gradient accumulation, the mean over the update):
+
+    class Module(lightning.LightningModule):             # holds the TL model
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+        def training_step(self, batch, i):
+            return masked_loss(self.model(batch["tokens"]), Batch(batch["tokens"], batch["targets"], batch["mask"]))
+        def configure_optimizers(self):
+            return torch.optim.AdamW(self.parameters(), lr=3e-3)
+
+    with mechsynth.Monitor(model, "runs/lightning", task, steps=2000) as monitor:
+        lightning.Trainer(max_steps=2000, callbacks=[lightning_callback(monitor)]).fit(Module(model), loader)
+
+Each callback calls `monitor.step(global_step, loss=...)` after every update and `monitor.finish()` when
+training ends (the `with` block then does nothing more; it still closes the run if training fails). A
+Trainer that moves the model to a GPU must find it there already: `model.to(device)` before the Monitor.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from typing import Any, Optional
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+
+from mechsynth.errors import ConfigError
+from mechsynth.monitor import Monitor
+
+HF_HINT = "transformers is not installed; install it with: pip install 'mechsynth[hf]'"
+LIGHTNING_HINT = "lightning is not installed; install it with: pip install 'mechsynth[lightning]'"
+
+
+def hf_callback(monitor: Monitor) -> Any:
+    """A `transformers.TrainerCallback` that steps `monitor` after each update (with the loss the Trainer
+    logged for it, if it logged one) and finishes it when training ends. See the module docstring."""
+    return _hf_class()(monitor)
+
+
+def lightning_callback(monitor: Monitor) -> Any:
+    """A Lightning `Callback` (accepted by `lightning.Trainer` and `pytorch_lightning.Trainer` alike) that
+    steps `monitor` after each update with its loss and finishes it when fit ends. See the module docstring."""
+    return _lightning_class()(monitor)
+
+
+def _check_trains(monitor: Monitor, trained: nn.Module, field: str) -> None:
+    """The Trainer must train the monitor's own model: otherwise every checkpoint would hold the untouched
+    initial weights."""
+    ours = list(monitor.model.parameters())
+    theirs = {id(p) for p in trained.parameters()}
+    missing = sum(id(p) not in theirs for p in ours)
+    if missing:
+        raise ConfigError(field, f"the Trainer's model does not hold the monitor's model ({missing} of its {len(ours)} "
+                                 "parameters are not among the Trainer's); wrap the very model you gave the Monitor")
+
+
+@functools.cache
+def _hf_class() -> type:
+    try:
+        from transformers import TrainerCallback
+    except ImportError:
+        raise ConfigError("hf_callback", HF_HINT) from None
+
+    class MonitorCallback(TrainerCallback):
+        """Steps a mechsynth Monitor. The Trainer logs an update's loss only after on_step_end, so each step is
+        held until its log (or the next update begins, before the weights change again)."""
+
+        def __init__(self, monitor: Monitor):
+            self.monitor = monitor
+            self.pending: Optional[int] = None
+
+        def flush(self, loss: Optional[float] = None) -> None:
+            if self.pending is not None:
+                self.monitor.step(self.pending, loss)
+                self.pending = None
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, model: Optional[nn.Module] = None, **kw: Any) -> None:
+            if model is not None:
+                _check_trains(self.monitor, model, "hf_callback")
+
+        def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            self.flush()
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            self.flush()
+            self.pending = state.global_step
+
+        def on_log(self, args: Any, state: Any, control: Any, logs: Optional[dict[str, Any]] = None, **kw: Any) -> None:
+            if logs and "loss" in logs and self.pending == state.global_step:
+                self.flush(float(logs["loss"]))
+
+        def on_train_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            self.flush()
+            self.monitor.finish()
+
+    MonitorCallback.__qualname__ = MonitorCallback.__name__
+    return MonitorCallback
+
+
+def _lightning_bases() -> tuple[type, ...]:
+    """Callback of each Lightning package installed: `lightning` installs `pytorch_lightning` beside it, and
+    each Trainer accepts only its own package's Callback class."""
+    bases = []
+    try:
+        import lightning.pytorch
+
+        bases.append(lightning.pytorch.Callback)
+    except ImportError:
+        pass
+    try:
+        import pytorch_lightning
+
+        bases.append(pytorch_lightning.Callback)
+    except ImportError:
+        pass
+    if not bases:
+        raise ConfigError("lightning_callback", LIGHTNING_HINT)
+    return tuple(bases)
+
+
+def _loss_of(outputs: Any) -> Optional[Tensor]:
+    if isinstance(outputs, Tensor):
+        return outputs.detach()
+    if isinstance(outputs, Mapping) and isinstance(outputs.get("loss"), Tensor):
+        return outputs["loss"].detach()
+    return None  # training_step returned None (a skipped batch) or no loss
+
+
+@functools.cache
+def _lightning_class() -> type:
+    class MonitorCallback(*_lightning_bases()):
+        """Steps a mechsynth Monitor once per update (trainer.global_step), not once per batch."""
+
+        def __init__(self, monitor: Monitor):
+            self.monitor = monitor
+            self.losses: list[Tensor] = []  # of the batches since the last update (gradient accumulation)
+            self.last = 0
+
+        def on_train_start(self, trainer: Any, pl_module: nn.Module) -> None:
+            _check_trains(self.monitor, pl_module, "lightning_callback")
+
+        def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+            loss = _loss_of(outputs)
+            if loss is not None:
+                self.losses.append(loss)
+            step = trainer.global_step
+            if step <= self.last:  # mid-accumulation: no update yet
+                return
+            total = None
+            if self.losses:
+                # automatic optimization divides each batch's loss by the batches accumulated: their sum is the mean
+                total = torch.stack(self.losses).sum() if pl_module.automatic_optimization else torch.stack(self.losses).mean()
+            self.monitor.step(step, total)
+            self.losses, self.last = [], step
+
+        def on_fit_end(self, trainer: Any, pl_module: Any) -> None:
+            self.monitor.finish()
+
+        def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+            self.monitor.__exit__(type(exception), exception, exception.__traceback__)  # keep what was written
+
+    MonitorCallback.__qualname__ = MonitorCallback.__name__
+    return MonitorCallback
+
+
+__all__ = ["hf_callback", "lightning_callback"]
