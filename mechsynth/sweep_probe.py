@@ -270,6 +270,8 @@ def probe_many(path: Path, runs: list[tuple[Path, bool]], probe_names: Optional[
     if request["steps"] is not None:
         _check_steps(complete, request["steps"], path)
     to_probe, done = _sort(complete, request, path)
+    for d in to_probe:  # each probes.json goes into its run: refused before any probing, as for one run
+        rundir.check_writable(d, "run_dir")
     todo = [(Target(str(d.relative_to(path)), request), str(d)) for d in to_probe]
     left_out = len(runs) - len(complete)
     log(f"probe {path}: {len(complete)} complete runs — {len(done)} probed already, {len(todo)} to probe"
