@@ -4,7 +4,7 @@
     python benchmarks/monitor_overhead.py [--steps 2000] [--repeats 3]
 
 Prints the ratios from one run: loop + Monitor over the bare loop (the monitor's overhead: its ~100
-checkpoints, each with the task's held-out loss on 512 sequences), the final probing over the bare loop,
+checkpoints, each with the task's held-out loss on 128 sequences), the final probing over the bare loop,
 and `mechsynth train` over the bare loop. The loop trains the TransformerLens model (TL 3's
 HookedTransformer, TL 4's TransformerBridge), as a user's loop does; `mechsynth train` trains its fused
 model. Times are medians over `--repeats` interleaved repeats (machines here are shared: compare ratios).

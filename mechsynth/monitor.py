@@ -25,11 +25,12 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from mechsynth import external, io, probes, rundir, tasks
+from mechsynth import external, hooks, io, probes, rundir, tasks
 from mechsynth.config import to_dict
 from mechsynth.errors import ConfigError
 from mechsynth.models import ModelKind
 from mechsynth.runconfig import RunConfig
+from mechsynth.runner import remove_if_empty
 from mechsynth.tasks.base import Task
 from mechsynth.train import TrainConfig, checkpoint_steps, held_out_batches, held_out_metrics
 from mechsynth.wandb_log import WandbConfig, WandbLogger
@@ -76,11 +77,14 @@ class Monitor:
     `probes`: names to run at the end (None: all that apply; [] none); `live`: also probe each checkpoint
     as it is written and log the scores to W&B during training. `wandb`: a W&B run of yours
     (`wandb.init(...)`), which gets the held-out metrics, probe series and formation steps and is left open.
+    `eval_batch_size`: sequences of each held-out split, measured at every checkpoint (128, where `mechsynth
+    train` takes 512: the demo's loop then runs well within 10% slower watched; benchmarks/monitor_overhead.py).
+    `start`: the step of the model as given (checkpointed at once).
     """
 
     def __init__(self, model: nn.Module, run_dir: Path | str, task: Task | str | None = None, *,
                  steps: Optional[int] = None, checkpoints: int = 100, schedule: Optional[Sequence[int]] = None,
-                 eval_every: int = 100, eval_batch_size: int = 512, seed: int = 0,
+                 eval_every: int = 100, eval_batch_size: int = 128, seed: int = 0,
                  probes: Optional[Sequence[str]] = None, live: bool = False, wandb: Any = None,
                  start: int = 0, progress: bool = False):
         if schedule is not None and steps is not None:
@@ -108,7 +112,7 @@ class Monitor:
         except BaseException:
             self._lock.__exit__()
             if made:
-                _remove_if_empty(self.run_dir)
+                remove_if_empty(self.run_dir)
             raise
         self._device = next(model.parameters()).device
         self._plain = external.rebuild(kind, self.task.spec, weights).to(self._device)
@@ -182,8 +186,8 @@ class Monitor:
         row: dict[str, Any] = {"probe_step": step}
         for name, result in results.items():
             if result.per_head is not None:
-                row |= {f"probe/{name}/L{l}H{h}": float(result.per_head[l, h])
-                        for l in range(result.per_head.shape[0]) for h in range(result.per_head.shape[1])}
+                row |= {f"probe/{name}/{hooks.head_label(layer, head)}": float(result.per_head[layer, head])
+                        for layer in range(result.per_head.shape[0]) for head in range(result.per_head.shape[1])}
             row |= {f"probe/{name}/{k}": v for k, v in result.metrics.items() if isinstance(v, (int, float))}
         self._logger.log_against("probe_step", [row])
 
@@ -232,14 +236,6 @@ class Monitor:
             self._writer.close()
             self._lock.__exit__()
             self._lock = None
-
-
-def _remove_if_empty(d: Path) -> None:
-    (d / rundir.LOCK).unlink(missing_ok=True)
-    try:
-        d.rmdir()
-    except OSError:
-        pass
 
 
 __all__ = ["Monitor", "check_new", "resolve_task"]

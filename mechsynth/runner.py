@@ -72,7 +72,7 @@ def train_run(cfg: RunConfig, run_dir: Path | str, *, resume: bool = False, prog
     except BaseException:
         if fresh:
             for d in reversed(made):
-                _remove_if_empty(d)
+                remove_if_empty(d)
         raise
     return run_dir
 
@@ -198,7 +198,7 @@ def _check_new(run_dir: Path, ours: list[Path] = ()) -> None:
         raise ConfigError("--out", f"{run_dir} already exists and is not empty; choose another directory or --resume it")
 
 
-def _remove_if_empty(run_dir: Path) -> None:
+def remove_if_empty(run_dir: Path) -> None:
     """Undo creating a run directory that got nothing (a start that failed); never touches a file we did not make."""
     try:  # (an OSError here would hide the one that brought us here)
         (run_dir / rundir.LOCK).unlink(missing_ok=True)
