@@ -78,9 +78,9 @@ def _read_tracr(path: Path) -> tuple[dict[str, Tensor], Optional[int], dict[str,
 
 
 def _nanogpt(sd: dict[str, Tensor], args: dict[str, Any], path: Path) -> dict[str, Tensor]:
-    """nanoGPT's GPT (Karpathy) state dict in HookedTransformer's layout: fused c_attn split into per-head
-    W_Q/W_K/W_V, Conv1D-free nn.Linear weights transposed, the tied lm_head as W_U, zeros for the biases
-    a `bias=False` model lacks."""
+    """nanoGPT's GPT state dict in HookedTransformer's layout: the fused c_attn split into per-head W_Q/W_K/W_V,
+    nn.Linear weights ([out, in]) transposed, the tied lm_head as W_U, zeros for the biases a `bias=False`
+    model lacks."""
     sd = {k.removeprefix("_orig_mod."): v for k, v in sd.items()}
     try:
         d, h = args["n_embd"], args["n_head"]
