@@ -276,8 +276,8 @@ def import_models(checkpoints: Iterable[tuple[int, nn.Module]], run_dir: Path | 
 def probe_models(checkpoints: Iterable[tuple[int, nn.Module]], task: Task | str | None = None,
                  run_dir: Path | str | None = None, probes: Optional[Sequence[str]] = None, **probe_args: Any):
     """The timeline `mechsynth probe` writes — per-head scores, formation steps, stages — for (step, model)
-    pairs you hold. They are stored as a run first (in `run_dir`, or a new temporary directory), so that
-    `mechsynth report RUN_DIR` (or `mechsynth.report.write`) draws it afterwards; the timeline is saved there."""
+    pairs you hold. They are stored as a run first (in `run_dir`, or a new temporary directory: the timeline's
+    `run_dir`), so that `mechsynth report RUN_DIR` (or `mechsynth.report.write(tl.run_dir)`) draws it afterwards."""
     from mechsynth import timeline
     from mechsynth.run import load_run
 
@@ -285,7 +285,6 @@ def probe_models(checkpoints: Iterable[tuple[int, nn.Module]], task: Task | str 
     run = load_run(import_models(checkpoints, path, task))
     tl = timeline.probe_run(run, probes, **probe_args)
     timeline.save(tl, run.path)
-    tl.run_dir = run.path
     return tl
 
 

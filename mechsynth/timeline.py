@@ -34,6 +34,7 @@ class Timeline:
     formation: dict[str, dict[str, Optional[int]]] = field(default_factory=dict)  # probe -> head -> step
     loss_drop_step: Optional[int] = None
     options: dict[str, dict[str, Any]] = field(default_factory=dict)  # probe -> the options it ran with
+    run_dir: Optional[Path] = field(default=None, compare=False)  # the run it was probed from (not stored in probes.json)
 
     def to_json(self) -> dict[str, Any]:
         """The timeline, and the stage boundaries found in it (`stages.detect`; recomputed on reading)."""
@@ -127,6 +128,7 @@ def probe_run(run: Run, names: Optional[Sequence[str]] = None, steps: Optional[S
         threshold, _ = formation_threshold(tl, name)
         tl.formation[name] = {h: formation_step(steps, series, threshold) for h, series in tl.per_head[name].items()}
     tl.loss_drop_step = steepest_drop(steps, loss)
+    tl.run_dir = run.path
     return tl
 
 
@@ -204,7 +206,7 @@ def merge(old: Timeline, new: Timeline) -> Timeline:
     kept = [p for p in old.per_head if p not in new.per_head]
     return Timeline(new.steps, new.loss, {p: old.per_head[p] for p in kept} | new.per_head,
                     {p: old.metrics[p] for p in kept} | new.metrics, {p: old.formation[p] for p in kept} | new.formation,
-                    new.loss_drop_step, {p: old.options[p] for p in kept if p in old.options} | new.options)
+                    new.loss_drop_step, {p: old.options[p] for p in kept if p in old.options} | new.options, new.run_dir)
 
 
 def formation_threshold(tl: Timeline, name: str) -> tuple[float, Optional[float]]:
@@ -291,9 +293,11 @@ def load(run_dir: Path | str) -> Timeline:
     path = Path(run_dir) / JSON
     data = io.read_json(path)
     try:
-        return Timeline.from_json(data)
+        tl = Timeline.from_json(data)
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise CorruptFileError(path, f"not a probe timeline ({type(e).__name__}: {e}); delete it to probe again") from None
+    tl.run_dir = Path(run_dir)
+    return tl
 
 
 def log_to_wandb(tl: Timeline, logger) -> None:

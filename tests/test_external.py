@@ -160,7 +160,8 @@ def test_probe_models_gives_the_timeline_of_models_you_hold(tmp_path):
     for i, (_, model) in enumerate(held):  # each checkpoint's score is the probe's score on that model
         direct = probes.run("previous_token", model, task).per_head
         assert tl.per_head["previous_token"]["L0H1"][i] == pytest.approx(float(direct[0, 1]), abs=1e-5)
-    assert timeline.load(tmp_path / "run").per_head == tl.per_head
+    assert timeline.load(tmp_path / "run").per_head == tl.per_head and tl.run_dir == tmp_path / "run"
+    assert mechsynth.probe_models(held[:1], task, probes=["induction"]).run_dir.is_dir()  # a temporary run of its own
     assert main(["report", str(tmp_path / "run")]) == 0 and (tmp_path / "run" / "report.html").stat().st_size > 10_000
 
 
