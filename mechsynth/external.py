@@ -93,8 +93,8 @@ def weights_of(model: nn.Module) -> dict[str, Tensor]:
         sd = model.state_dict()
     elif tl_compat.is_bridge(model):
         sd = tl_compat.from_bridge_layout(model.state_dict(), model.cfg.n_heads)
-    else:  # HookedTransformer: its causal masks and rotary tables are buffers, not weights
-        sd = {k: v for k, v in model.state_dict().items() if not k.endswith((".mask", ".IGNORE", "rotary_sin", "rotary_cos"))}
+    else:  # HookedTransformer
+        sd = {k: v for k, v in model.state_dict().items() if not k.endswith(tl_compat.BUFFERS)}
     return {k.removeprefix("_orig_mod."): v.detach().to("cpu", copy=True).contiguous() for k, v in sd.items()}
 
 

@@ -27,15 +27,14 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from mechsynth import external, io, models, rundir, tasks
-from mechsynth.config import from_dict, to_dict
+from mechsynth import external, io, models, rundir
+from mechsynth.config import from_dict
 from mechsynth.errors import ConfigError, CorruptFileError, RunFileError
 from mechsynth.models import ModelKind, TransformerConfig
-from mechsynth.monitor import check_new, resolve_task
-from mechsynth.runconfig import RunConfig
+from mechsynth.models.tl_compat import BUFFERS, from_bridge_layout
+from mechsynth.monitor import check_new, random_tokens, resolve_task, start_run
 from mechsynth.tasks.base import Task
 from mechsynth.train import TrainConfig, held_out_batches, held_out_metrics
-from mechsynth.wandb_log import WandbConfig
 
 SUFFIXES = (".safetensors", ".pt", ".pth", ".bin", ".ckpt")
 FIELD = "checkpoints"  # how errors name the sources
@@ -117,13 +116,11 @@ def hooked_layout(sd: dict[str, Tensor], n_heads: Optional[int] = None) -> dict[
     """A state dict in HookedTransformer's layout, whichever of the two TransformerLens layouts it is in (a
     TransformerBridge's fuses the heads, so it needs `n_heads`)."""
     if "embed.W_E" in sd:
-        return {k: v for k, v in sd.items() if not k.endswith((".mask", ".IGNORE", "rotary_sin", "rotary_cos"))}
+        return {k: v for k, v in sd.items() if not k.endswith(BUFFERS)}
     if "embed.weight" in sd:
         if n_heads is None:
             raise ConfigError("model.n_heads", "missing: a TransformerBridge state dict does not say how many heads "
                                                "it has; give it (e.g. --set model.n_heads=4)")
-        from mechsynth.models.tl_compat import from_bridge_layout
-
         return from_bridge_layout(sd, n_heads)
     raise ConfigError(FIELD, f"weights in an unknown layout (first keys: {', '.join(list(sd)[:3])}); allowed: "
                              "HookedTransformer's (embed.W_E, ...), TransformerBridge's (embed.weight, ...), nanoGPT's")
@@ -160,20 +157,15 @@ def architecture(sd: dict[str, Tensor], told: dict[str, Any], info: dict[str, An
 
 
 def _task_for(info: dict[str, Any], task: Task | str | None, sd: dict[str, Tensor]) -> Task:
+    """The task given; else a tracr program's vocabulary and length, or the weights' (64 positions where they
+    have no positional embedding to say), as random tokens."""
     if task is not None:
         return resolve_task(task, None)
-    if "tracr" not in info:
-        return resolve_task(None, _Sizes(sd))
-    t = info["tracr"]  # a compiled program has no mechsynth task: random tokens of its vocabulary and length
-    return tasks.make("random_tokens", {"d_vocab": t["V"], "d_vocab_out": t["V_out"], "n_ctx": t["N"]})
-
-
-class _Sizes:
-    """The sizes `resolve_task` reads off a model, read off a HookedTransformer-layout state dict."""
-
-    def __init__(self, sd: dict[str, Tensor]):
-        self.d_vocab, self.d_vocab_out = sd["embed.W_E"].shape[0], sd["unembed.W_U"].shape[1]
-        self.n_ctx = sd["pos_embed.W_pos"].shape[0] if "pos_embed.W_pos" in sd else 64
+    if "tracr" in info:
+        t = info["tracr"]
+        return random_tokens(t["V"], t["V_out"], t["N"])
+    n_ctx = sd["pos_embed.W_pos"].shape[0] if "pos_embed.W_pos" in sd else 64
+    return random_tokens(sd["embed.W_E"].shape[0], sd["unembed.W_U"].shape[1], n_ctx)
 
 
 # ---- writing the run ----------------------------------------------------------------------------
@@ -195,12 +187,9 @@ def write_run(run_dir: Path | str, task: Task, kind: ModelKind, checkpoints: Ite
     built = [external.rebuild(kind, task.spec, w) for _, w in items]  # every checkpoint fits before any is written
     train = TrainConfig(steps=max(1, steps[-1]), checkpoints=max(2, len(steps)), eval_batch_size=eval_batch_size,
                         seed=seed, device="cpu")
-    params = {k: (list(v) if isinstance(v, tuple) else v) for k, v in to_dict(task.cfg).items()}
-    cfg = RunConfig(task.name, params, kind, train, WandbConfig(mode="disabled"))
     run_dir.mkdir(parents=True, exist_ok=True)
     with rundir.RunLock([run_dir]):
-        check_new(run_dir, "--out")  # again, now that we hold it
-        io.write_json(run_dir / rundir.CONFIG, {**cfg.to_dict(), **rundir.stored_extras(cfg.to_dict()), "origin": origin})
+        start_run(run_dir, kind, task, train, origin, "--out")
         batches = held_out_batches(task, seed, eval_batch_size, torch.device("cpu"))
         writer = rundir.MetricsWriter(run_dir)
         try:

@@ -26,7 +26,6 @@ import torch.nn as nn
 from torch import Tensor
 
 from mechsynth import external, hooks, io, probes, rundir, tasks
-from mechsynth.config import to_dict
 from mechsynth.errors import ConfigError
 from mechsynth.models import ModelKind
 from mechsynth.runconfig import RunConfig
@@ -46,15 +45,20 @@ def resolve_task(task: Task | str | None, model: Any) -> Task:
         return tasks.make(task)
     if task is not None:
         raise ConfigError("task", f"expected a mechsynth Task, a task name or None, got {type(task).__name__}")
-    d_vocab, d_vocab_out, n_ctx = external.sizes(model)
+    return random_tokens(*external.sizes(model))
+
+
+def random_tokens(d_vocab: int, d_vocab_out: int, n_ctx: int) -> Task:
+    """The task of a model without one: uniform random tokens of its sizes."""
     return tasks.make("random_tokens", {"d_vocab": d_vocab, "n_ctx": n_ctx, "d_vocab_out": d_vocab_out})
 
 
-def start_run(run_dir: Path, kind: ModelKind, task: Task, train: TrainConfig, origin: dict[str, Any]) -> RunConfig:
-    """Write config.json into the new run directory `run_dir` (absent or empty), whose lock the caller holds."""
-    params = {k: (list(v) if isinstance(v, tuple) else v) for k, v in to_dict(task.cfg).items()}
-    cfg = RunConfig(task.name, params, kind, train, WandbConfig(mode="disabled"))
-    check_new(run_dir)
+def start_run(run_dir: Path, kind: ModelKind, task: Task, train: TrainConfig, origin: dict[str, Any],
+              field: str = "run_dir") -> RunConfig:
+    """Write config.json into the new run directory `run_dir` (absent or empty: checked again, now that the
+    caller holds its lock)."""
+    cfg = RunConfig.of(task, kind, train, WandbConfig(mode="disabled"))
+    check_new(run_dir, field)
     io.write_json(run_dir / rundir.CONFIG, {**cfg.to_dict(), **rundir.stored_extras(cfg.to_dict()), "origin": origin})
     return cfg
 

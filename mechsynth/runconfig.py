@@ -30,6 +30,12 @@ class RunConfig:
     def build_task(self) -> Task:
         return tasks.make(self.task_name, self.task_params)
 
+    @classmethod
+    def of(cls, task: Task, model: ModelKind, train: TrainConfig, wandb: WandbConfig) -> "RunConfig":
+        """The run config of a built task (its parameters as config.json stores them: lists, not tuples)."""
+        return cls(task.name, {k: (list(v) if isinstance(v, tuple) else v) for k, v in to_dict(task.cfg).items()},
+                   model, train, wandb)
+
 
 def parse_config(data: dict[str, Any], *, resources: bool = True) -> RunConfig:
     """Validate a whole config (TOML tables) before any work: unknown sections/keys, types, ranges, the
@@ -46,10 +52,9 @@ def parse_config(data: dict[str, Any], *, resources: bool = True) -> RunConfig:
     name = task_table.pop("name", None)
     check(isinstance(name, str), "task.name", f"missing or not a string; allowed: {', '.join(tasks.names())}")
     task = tasks.make(name, task_table)
-    cfg = RunConfig(name, {k: (list(v) if isinstance(v, tuple) else v) for k, v in to_dict(task.cfg).items()},
-                    models.parse(data.get("model", {}), "model"),
-                    from_dict(TrainConfig, data.get("train", {}), "train"),
-                    from_dict(WandbConfig, data.get("wandb", {}), "wandb"))
+    cfg = RunConfig.of(task, models.parse(data.get("model", {}), "model"),
+                       from_dict(TrainConfig, data.get("train", {}), "train"),
+                       from_dict(WandbConfig, data.get("wandb", {}), "wandb"))
     models.validate(cfg.model, task.spec)
     if cfg.train.data == "fixed":
         check_fixed_set(cfg.train, task)

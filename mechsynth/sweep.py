@@ -22,7 +22,7 @@ from typing import Any, Optional
 
 from mechsynth import io, local_pool, plugins, rundir
 from mechsynth.config import ConfigError
-from mechsynth.sweep_job import Backend, BackendName, Resources, State, run_state
+from mechsynth.sweep_job import Backend, BackendName, Resources, State, record_failures, run_state
 from mechsynth.sweep_plan import Axis, Job, Plan, load_sweep, plan_of_runs
 from mechsynth.sweep_units import Unit, plan_units
 from mechsynth.runconfig import complete
@@ -202,13 +202,7 @@ def run_sweep(plan: Plan, sweep_dir: Path | str, *, backend: BackendName = "loca
             resources = Resources(workers or min(local_pool.cpu_count(), len(todo)), address, num_cpus or plan.num_cpus,
                                   num_gpus if num_gpus is not None else plan.num_gpus, threads)
             get_backend(backend)(todo, on_result, resources)
-        failed_path = sweep_dir / "failures.json"
-        if failures:
-            io.write_json(failed_path, failures)
-            log(f"{len(failures)} of {len(todo)} jobs failed (tracebacks in {failed_path}); "
-                "start the sweep again to retry them")
-        elif failed_path.exists():
-            failed_path.unlink()
+        record_failures(sweep_dir / "failures.json", failures, len(todo), "jobs failed", "start the sweep again to retry them", log)
         return Outcome(counts, failures)
 
 

@@ -38,6 +38,19 @@ BACKENDS: tuple[str, ...] = get_args(BackendName)
 State = Literal["complete", "partial", "new", "foreign"]
 
 
+def record_failures(path: Path, failures: list[dict[str, Any]], total: int, failed: str, retry: str,
+                    log: Callable[[str], None]) -> None:
+    """Write the failures of this invocation, with their tracebacks, to `path` and say so ("3 of 8 `failed`"),
+    or remove the file an earlier invocation left when none failed this time."""
+    if failures:
+        from mechsynth import io
+
+        io.write_json(path, failures)
+        log(f"{len(failures)} of {total} {failed} (tracebacks in {path}); {retry}")
+    elif path.exists():
+        path.unlink()
+
+
 def run_state(run_dir: Path | str, steps: Optional[int] = None) -> State:
     """`rundir.status`, measured against `steps` when given (a sweep's plan may ask for more or fewer steps
     than a run on disk was configured with): 'complete' once every model of the run has a checkpoint at

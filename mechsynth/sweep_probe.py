@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from mechsynth import io, local_pool, rundir
+from mechsynth import local_pool, rundir
 from mechsynth.config import apply_override
 from mechsynth.errors import ConfigError, DivergedError, UserError
-from mechsynth.sweep_job import BackendName, Resources, run_state
+from mechsynth.sweep_job import BackendName, Resources, record_failures, run_state
 
 FAILURES = "probe_failures.json"  # in the directory probed, while any run failed; tracebacks inside
 
@@ -294,13 +294,7 @@ def probe_many(path: Path, runs: list[tuple[Path, bool]], probe_names: Optional[
                               0.0)  # probing runs on the CPU (as for one run): no GPU asked of Ray
         get_backend(backend)(todo, on_result, resources, probe_job)
     results |= {str(d.relative_to(path)): {"status": "skipped"} for d in done}
-    failed_path = path / FAILURES
-    if failures:
-        io.write_json(failed_path, failures)
-        log(f"{len(failures)} of {len(todo)} runs failed to probe (tracebacks in {failed_path}); "
-            "run the same command again to retry them")
-    elif failed_path.exists():
-        failed_path.unlink()
+    record_failures(path / FAILURES, failures, len(todo), "runs failed to probe", "run the same command again to retry them", log)
     if as_json:
         print(json.dumps(results))
     else:

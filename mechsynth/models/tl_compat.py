@@ -33,6 +33,9 @@ if TL_MAJOR >= 4:
 else:
     from transformer_lens import HookedTransformer, HookedTransformerConfig
 
+# What a HookedTransformer's state dict holds besides its weights: causal masks and rotary tables (buffers).
+BUFFERS = (".mask", ".IGNORE", "rotary_sin", "rotary_cos")
+
 POSITIONAL = ("standard", "rotary") if TL_MAJOR >= 4 else ("standard", "rotary", "shortformer")
 
 
@@ -76,8 +79,7 @@ def load_weights(model, cfg, state_dict: dict[str, Tensor]):
         model.load_state_dict(to_bridge_layout(state_dict, cfg), strict=True)
         return model
     missing, unexpected = model.load_state_dict(state_dict, strict=False)
-    # HookedTransformer keeps its causal mask and rotary tables as buffers; nothing else may be missing.
-    missing = [k for k in missing if not k.endswith((".mask", ".IGNORE", "rotary_sin", "rotary_cos"))]
+    missing = [k for k in missing if not k.endswith(BUFFERS)]  # nothing but the buffers may be missing
     if missing or unexpected:
         raise ValueError(f"weights do not fit the model: missing {missing}, unexpected {unexpected}")
     return model
