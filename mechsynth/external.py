@@ -55,10 +55,11 @@ def kind_of(model: nn.Module) -> ModelKind:
                              act_fn=c.act_fn, n_ctx=c.n_ctx)
 
 
-def sizes(model: nn.Module) -> tuple[int, int, int]:
-    """(d_vocab, d_vocab_out, n_ctx) of a TransformerLens or mechsynth model."""
+def sizes(model: nn.Module) -> tuple[int, Optional[int], int]:
+    """(d_vocab, d_vocab_out, n_ctx) of a TransformerLens or mechsynth model (d_vocab_out None: a mechsynth kind
+    that does not say it); AttributeError for a model that says neither."""
     if isinstance(getattr(model, "d_vocab", None), int):  # ours keep their sizes themselves
-        return model.d_vocab, model.d_vocab_out, model.n_ctx
+        return model.d_vocab, getattr(model, "d_vocab_out", None), model.n_ctx
     c = model.cfg
     return c.d_vocab, c.d_vocab_out if c.d_vocab_out > 0 else c.d_vocab, c.n_ctx
 
@@ -72,7 +73,7 @@ def misfit(model: nn.Module, spec: TaskSpec, task_name: str) -> Optional[str]:
     if d_vocab != spec.d_vocab:
         return (f"the model's vocabulary has {d_vocab} tokens and task {task_name}'s has {spec.d_vocab} "
                 f"(d_vocab); build the model with d_vocab={spec.d_vocab}")
-    if d_vocab_out != spec.d_vocab_out:
+    if d_vocab_out is not None and d_vocab_out != spec.d_vocab_out:
         return (f"the model has {d_vocab_out} outputs and task {task_name} has {spec.d_vocab_out} target classes "
                 f"(d_vocab_out); build the model with d_vocab_out={spec.d_vocab_out}")
     if n_ctx < spec.n_ctx:

@@ -45,7 +45,12 @@ def resolve_task(task: Task | str | None, model: Any) -> Task:
         return tasks.make(task)
     if task is not None:
         raise ConfigError("task", f"expected a mechsynth Task, a task name or None, got {type(task).__name__}")
-    return random_tokens(*external.sizes(model))
+    try:
+        d_vocab, d_vocab_out, n_ctx = external.sizes(model)
+    except AttributeError:
+        raise ConfigError("task", f"missing: {type(model).__name__} does not say its vocabulary and context, so random "
+                                  "tokens cannot be sized to it; give the task it learns") from None
+    return random_tokens(d_vocab, d_vocab_out or d_vocab, n_ctx)
 
 
 def random_tokens(d_vocab: int, d_vocab_out: int, n_ctx: int) -> Task:

@@ -271,6 +271,23 @@ def test_the_monitor_without_a_task_or_a_total_checkpoints_log_spaced(tmp_path):
     assert run.metrics[-1]["mine"] == 30.0
 
 
+def test_the_monitor_takes_a_model_mechsynth_built(tmp_path):
+    from mechsynth import models
+
+    task = _task()
+    model = models.build(models.parse({"n_layers": 1, "n_heads": 1, "d_model": 8}), task.spec)
+    with mechsynth.Monitor(model, tmp_path / "with", task, steps=5, probes=["previous_token"]) as mon:
+        for step in range(1, 6):
+            mon.step(step, loss=1.0)
+    assert load_run(tmp_path / "with").steps[-1] == 5 and mon.timeline.steps[0] == 0
+    with mechsynth.Monitor(model, tmp_path / "without", probes=[]) as mon:  # random tokens of its sizes
+        mon.step(1)
+    assert load_run(tmp_path / "without").task.spec == tasks.make("random_tokens", {"d_vocab": 3, "n_ctx": 16}).spec
+    other = tasks.make("markov_icl", {"k": 5, "order": 2, "length": 16})
+    with pytest.raises(probes.ProbeError, match=r"vocabulary has 3 tokens and task markov_icl's has 5"):
+        probes.run("previous_token", model, other)
+
+
 def test_monitor_mistakes_are_one_line_before_anything_is_written(tmp_path):
     task = _task()
     (tmp_path / "file").write_text("mine")

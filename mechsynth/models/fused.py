@@ -71,7 +71,7 @@ class FusedTransformer(HookedRootModule):
     # cfg: a TransformerConfig (typed Any: transformer.py, which defines it, imports this module)
     def __init__(self, cfg: Any, d_vocab: int, d_vocab_out: int, n_ctx: int, n_models: Optional[int] = None):
         super().__init__()
-        self.cfg, self.d_vocab, self.n_ctx, self.n_models = cfg, d_vocab, n_ctx, n_models
+        self.cfg, self.d_vocab, self.d_vocab_out, self.n_ctx, self.n_models = cfg, d_vocab, d_vocab_out, n_ctx, n_models
         dm, h, dh, L = cfg.d_model, cfg.n_heads, cfg.head_dim, cfg.n_layers
         lead = () if n_models is None else (n_models,)
 

@@ -89,7 +89,7 @@ class MLPBaseline(HookedRootModule):
                  n_models: Optional[int] = None):
         super().__init__()
         self.cfg, self.n_inputs, self.n_models = cfg, n_inputs, n_models
-        self.d_vocab, self.n_ctx = len(token_values), n_inputs + 1
+        self.d_vocab, self.d_vocab_out, self.n_ctx = len(token_values), d_vocab_out, n_inputs + 1
         lead = () if n_models is None else (n_models,)
         self.register_buffer("token_values", torch.tensor(token_values))
         self.W_in = nn.Parameter(torch.empty(*lead, n_inputs, cfg.width))
