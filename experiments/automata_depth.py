@@ -32,6 +32,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import harness  # noqa: E402
+import verdicts  # noqa: E402
 
 from mechsynth import probes, tasks  # noqa: E402
 from mechsynth.probes.automaton_shortcut import layer_names  # noqa: E402
@@ -40,19 +41,12 @@ from mechsynth.config import ConfigError  # noqa: E402
 NAME = "automata_depth"
 
 # Liu et al. 2023, accuracy (%) against depth at T = 100, as listed in the seed talk "Guiding machine
-# learning design with insights from simple testbeds" (Liu). None: a cell not legible in that text.
-PAPER_DEPTHS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16)
-_ROWS = {"Dyck": (99.3, 100, 100, 100, 100, 100, 100, 100, 100, 100),
-         "Grid9": (92.2, 100, 100, 100, 100, 100, 100, 100, 100, 100),
-         "C2": (None, 99.8, 99.9, 100, 100, 99.5, 100, 99.7, 100, 100),
-         "C3": (54.6, 94.6, 96.7, 99.4, 100, 100, 99.8, 100, 100, 100),
-         "C2^3": (65.0, None, 99.9, 97.9, 100, 99.8, 98.2, 99.9, 95.9, 80.6),
-         "D6": (25.4, 27.2, 47.4, None, 100, 100, 100, 100, 100, 100),
-         "D8": (45.6, 98.0, 100, 100, 100, 100, 100, 100, 100, 100),
-         "Q8": (31.6, 49.2, 59.6, 60.4, 73.5, 99.3, 100, 100, 100, 100),
-         "A5": (12.5, 23.1, 32.5, 46.7, 71.2, 98.8, 100, 100, 100, 100),
-         "S5": (7.9, 11.8, 14.6, 19.7, 26.0, 28.4, 32.8, 51.8, 97.2, 99.9)}
-PAPER: dict[str, dict[int, Optional[float]]] = {g: dict(zip(PAPER_DEPTHS, row)) for g, row in _ROWS.items()}
+# learning design with insights from simple testbeds" (Liu); None: a cell not legible in that text. Kept
+# with the rules that compare with it (experiments/rules/automata_depth.py: PAPER_TABLE, and `tables`, which
+# prints it beside ours cell by cell).
+RULES = verdicts.rules_of(NAME)
+PAPER_DEPTHS: tuple[int, ...] = RULES.PAPER_DEPTHS
+PAPER: dict[str, dict[int, Optional[float]]] = RULES.PAPER_TABLE
 
 # A cell "solves" the task under each of these definitions: absolute accuracy thresholds, and a relative
 # one that discounts chance (the best constant guess per position: 50% for C2, ~0.8% for S5).
@@ -349,19 +343,8 @@ def plot(s: harness.Session, c: dict[str, Any], data: dict[str, Any]) -> list[Pa
 
 def markdown(c: dict[str, Any], results: dict[str, Any]) -> str:
     """The depth table as the README shows it: each cell ours (all positions, mean and seed range / last
-    position mean) beside the paper's."""
-    head = "| row | " + " | ".join(f"L={d}" for d in PAPER_DEPTHS) + " |"
-    lines = [head, "|" + "---|" * (len(PAPER_DEPTHS) + 1)]
-    for g in c["groups"]:
-        cells = []
-        for d in PAPER_DEPTHS:
-            p = PAPER[g][d]
-            paper = "?" if p is None else f"{p:g}"
-            x = results["table"][g].get(str(d))
-            cells.append(f"{paper}" if x is None else
-                         f"{paper} · **{x['all']['mean']:.0f}** ({x['all']['min']:.0f}–{x['all']['max']:.0f}) / {x['last']['mean']:.0f}")
-        lines.append(f"| {g} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    position mean) beside the paper's (the rules' `tables`, which the README's generator prints)."""
+    return RULES.tables(results)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,6 +22,10 @@ beside the pattern probes' formation steps and the loss drop.
     python experiments/circuit_discovery.py            # 3 seeds per task (~20 min on 2 cores)
     python experiments/circuit_discovery.py --smoke    # seconds; checks the pipeline only
 
+The claims and the rules that judge them are in experiments/rules/circuit_discovery.py (the harness applies
+them to this script's results); the script computes the numbers they read. The CPU size's seeds start at
+100: the rules were written after the runs of seeds 0-2 had been seen.
+
 Writes OUT/circuit_discovery.json and OUT/circuit_discovery.png."""
 
 from __future__ import annotations
@@ -47,30 +51,19 @@ METHODS = circuits.METHODS
 LEVEL = 0.9
 MIN_SEEDS = 3
 
-# The rules that turn the data into verdicts, fixed before any run they judge.
-RULES = {
-    "planted": "every method's edge AUC is exactly 1.0 and its circuit is exactly the planted one, on every "
-               "planted model → matches; otherwise does not (the answer is known exactly)",
-    "induction_circuit": "markov_icl, final checkpoint, per method: edge AUC against the induction circuit through "
-                         "the heads the pattern probes name ≥ 0.9 in every seed → matches; ≥ 0.75 in at least 2/3 of "
-                         "the seeds → partly; median < 0.6 → does not; else inconclusive",
-    "positions": "sparse_boolean and causal_icl, final checkpoint, seeds whose model learned (held-out accuracy ≥ 0.9; "
-                 "causal_icl: KL to Bayes ≤ 0.1): auc_positions ≥ 0.9 in every such seed → matches; in at least 2/3 → "
-                 "partly; in fewer → does not; fewer than 3 seeds learned → inconclusive (budget)",
-    "timing": "markov_icl: the causal circuit's formation step (the final circuit keeps ≥ 0.9 of a gap at least half "
-              "its final value from then on; exact patching) within 2× of the induction head's pattern formation step "
-              "in ≥ 2/3 of the seeds, where a step drawn log-uniformly over the probed range would land within 2× "
-              "with probability < 1/2 (the chance baseline) → matches; in ≥ 1 seed → partly; in none → does not; "
-              "fewer than 3 seeds where both form → inconclusive",
-    "agreement": "reported, no verdict: each approximate method's Spearman correlation with exact patching's edge "
-                 "scores and the Jaccard overlap of their circuits at the final checkpoint",
-}
+# seeds: how many, from first_seed on (the CPU size's start at 100: fresh seeds for the rules' first runs).
+# checkpoints: log-spaced probed steps; at 16 (a factor ~1.7 apart over 2000 steps) the step a circuit forms is
+# resolved finely enough for the timing rule's 2× window (at 8, ~3× apart, it mostly was not)
 SIZES: dict[str, dict[str, Any]] = {
-    "smoke": dict(seeds=MIN_SEEDS, checkpoints=4, batch=16, markov_steps=40, boolean_steps=40, causal_steps=40,
-                  causal_batch=32),
-    "cpu": dict(seeds=MIN_SEEDS, checkpoints=8, batch=64, markov_steps=2000, boolean_steps=3000, causal_steps=3000,
-                causal_batch=256),
+    "smoke": dict(seeds=MIN_SEEDS, first_seed=0, checkpoints=4, batch=16, markov_steps=40, boolean_steps=40,
+                  causal_steps=40, causal_batch=32),
+    "cpu": dict(seeds=MIN_SEEDS, first_seed=100, checkpoints=16, batch=64, markov_steps=2000, boolean_steps=3000,
+                causal_steps=3000, causal_batch=256),
 }
+
+
+def seeds_of(size: dict[str, Any]) -> list[int]:
+    return list(range(size["first_seed"], size["first_seed"] + size["seeds"]))
 
 
 def run_configs(size: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -169,7 +162,7 @@ def chance_within(event: int, first: int, last: int, factor: float = 2.0) -> flo
     return max(0.0, b - a) / (hi - lo) if hi > lo else 1.0
 
 
-# ---- claims ---------------------------------------------------------------------------------------------
+# ---- the numbers the claims read (experiments/rules/circuit_discovery.py judges them) ---------------------
 
 
 def planted() -> dict[str, Any]:
@@ -206,30 +199,18 @@ def planted() -> dict[str, Any]:
     return out
 
 
-def claims(results: dict[str, list[dict[str, Any]]], planted_: dict[str, Any]) -> dict[str, Any]:
-    verdicts: dict[str, Any] = {}
-    ok = all(v["auc"] == 1.0 and v["exact"] for case in planted_.values() for v in case.values())
-    verdicts["planted"] = {"verdict": "matches" if ok else "does not", "cases": planted_}
-
+def summary(results: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Per-claim numbers at a glance (no verdicts: the rules file gives those)."""
+    out: dict[str, Any] = {}
     markov = results["markov_icl"]
-    per_method = {}
-    for method in METHODS:
-        aucs = [r["methods"][method]["auc_known"] for r in markov]
-        v = ("inconclusive" if len(aucs) < MIN_SEEDS else "matches" if all(a >= 0.9 for a in aucs)
-             else "partly" if sum(a >= 0.75 for a in aucs) >= 2 / 3 * len(aucs)
-             else "does not" if statistics.median(aucs) < 0.6 else "inconclusive")
-        per_method[method] = {"verdict": v, "aucs": aucs}
-    verdicts["induction_circuit"] = per_method
+    out["induction_circuit"] = {m: {"aucs": [r["methods"][m]["auc_known"] for r in markov]} for m in METHODS}
 
     positions = {}
     for task_name in ("sparse_boolean", "causal_icl"):
         rs = [r for r in results[task_name] if r["learned"]]
-        aucs = [r["methods"]["patching"]["auc_positions"] for r in rs]
-        good = sum(a is not None and a >= 0.9 for a in aucs)
-        v = ("inconclusive" if len(rs) < MIN_SEEDS else "matches" if good == len(rs)
-             else "partly" if good >= 2 / 3 * len(rs) else "does not")
-        positions[task_name] = {"verdict": v, "learned": len(rs), "of": len(results[task_name]), "aucs": aucs}
-    verdicts["positions"] = positions
+        positions[task_name] = {"learned": len(rs), "of": len(results[task_name]),
+                                "aucs": [r["methods"]["patching"]["auc_positions"] for r in rs]}
+    out["positions"] = positions
 
     timing = []
     for r in markov:
@@ -239,12 +220,7 @@ def claims(results: dict[str, list[dict[str, Any]]], planted_: dict[str, Any]) -
         timing.append({"causal": causal, "induction_pattern": event, "loss_drop": r["loss_drop"],
                        "within_2x": within(causal, event),
                        "chance": chance_within(event, r["steps"][1], r["steps"][-1]) if event else None})
-    both = [t for t in timing if t["within_2x"] is not None]
-    hits = sum(bool(t["within_2x"]) for t in both)
-    chance_ok = all(t["chance"] < 0.5 for t in both)
-    v = ("inconclusive" if len(both) < MIN_SEEDS else "matches" if hits >= 2 / 3 * len(both) and chance_ok
-         else "partly" if hits >= 1 else "does not")
-    verdicts["timing"] = {"verdict": v, "seeds": timing}
+    out["timing"] = {"seeds": timing}
 
     agreement = {}
     for method in METHODS[1:]:
@@ -258,10 +234,10 @@ def claims(results: dict[str, list[dict[str, Any]]], planted_: dict[str, Any]) -
                 jac.append(len(a & b) / len(a | b) if a | b else 1.0)
         agreement[method] = {"spearman_median": statistics.median([x for x in rho if x is not None] or [math.nan]),
                              "jaccard_median": statistics.median(jac)}
-    verdicts["agreement"] = agreement
-    verdicts["cost_s_per_checkpoint"] = {m: statistics.median([p["seconds"] for rs in results.values() for r in rs
-                                                               for p in r["methods"][m]["over_training"]]) for m in METHODS}
-    return verdicts
+    out["agreement"] = agreement
+    out["cost_s_per_checkpoint"] = {m: statistics.median([p["seconds"] for rs in results.values() for r in rs
+                                                          for p in r["methods"][m]["over_training"]]) for m in METHODS}
+    return out
 
 
 def known_edges_heads(r: dict[str, Any]) -> str:
@@ -298,17 +274,17 @@ def main(argv: Optional[list[str]] = None) -> int:
     cfgs = run_configs(size)
     results: dict[str, list[dict[str, Any]]] = {}
     for task_name, cfg in cfgs.items():
-        runs = session.train_runs([({"task": task_name}, seed, cfg) for seed in range(size["seeds"])])
+        runs = session.train_runs([({"task": task_name}, seed, cfg) for seed in seeds_of(size)])
         results[task_name] = []
         for job in runs.plan.jobs:
             r = {"seed": job.seed, "run": str(args.runs / job.dir), **analyse(task_name, runs.load(job), size)}
             results[task_name].append(r)
             harness.log(f"{task_name} seed {job.seed}: " + ", ".join(
                 f"{m} {r['methods'][m]['edges']:.0f} edges, formed {r['methods'][m]['formed']}" for m in METHODS))
-    verdicts = claims(results, planted())
     figures = [plot(results, args.out / f"{NAME}.png")]
-    session.finish({"size": size, "runs": cfgs, "rules": RULES, "level": LEVEL, "min_seeds": MIN_SEEDS},
-                   {"claims": verdicts, "results": results}, figures)
+    session.finish({"size": size, "seeds": seeds_of(size), "runs": cfgs, "level": LEVEL, "min_seeds": MIN_SEEDS},
+                   {"seeds": seeds_of(size), "planted": planted(), "summary": summary(results), "results": results},
+                   figures)
     return 0
 
 

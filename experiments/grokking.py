@@ -47,16 +47,18 @@ SIZES: dict[str, dict[str, Any]] = {
                     train={"steps": 150, "eval_every": 10, "checkpoints": 8}),
         grid=dict(p=11, fracs=[0.5, 0.7], decays=[0.3, 1.0], seeds=2, steps=80, model={"d_model": 16, "d_mlp": 32, "n_heads": 2}),
         parity=dict(n=8, k=2, width=32, n_train=200, seeds=2, steps=200, eval_every=10)),
+    # seeds: a count (0, 1, ...) or a list; from 100 at the sizes the rules (experiments/rules/grokking.py) judge,
+    # so that their runs are not the ones the rules were written after (seeds 0-2)
     "cpu": dict(
-        phases=dict(seeds=3, task={}, model={}, train={}),
-        grid=dict(p=31, fracs=[0.3, 0.5, 0.7], decays=[0.1, 0.3, 1.0], seeds=3, steps=10000, model={}),
-        parity=dict(n=30, k=3, width=100, n_train=3000, seeds=3, steps=10000, eval_every=50)),
+        phases=dict(seeds=[100, 101, 102], task={}, model={}, train={}),
+        grid=dict(p=31, fracs=[0.3, 0.5, 0.7], decays=[0.1, 0.3, 1.0], seeds=[100, 101, 102], steps=10000, model={}),
+        parity=dict(n=30, k=3, width=100, n_train=3000, seeds=[100, 101, 102], steps=10000, eval_every=50)),
     "full": dict(
-        phases=dict(seeds=5, task={"p": 113, "train_frac": 0.3}, model={"d_model": 128, "d_mlp": 512},
+        phases=dict(seeds=[100, 101, 102, 103, 104], task={"p": 113, "train_frac": 0.3}, model={"d_model": 128, "d_mlp": 512},
                     train={"steps": 40000, "eval_every": 100, "checkpoints": 200}),
-        grid=dict(p=97, fracs=[0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8], decays=[0.0, 0.1, 0.3, 1.0, 3.0], seeds=5, steps=30000,
+        grid=dict(p=97, fracs=[0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8], decays=[0.0, 0.1, 0.3, 1.0, 3.0], seeds=[100, 101, 102, 103, 104], steps=30000,
                   model={"d_model": 128, "d_mlp": 512}),
-        parity=dict(n=40, k=3, width=1000, n_train=10000, seeds=8, steps=80000, eval_every=100)),
+        parity=dict(n=40, k=3, width=1000, n_train=10000, seeds=list(range(100, 108)), steps=80000, eval_every=100)),
 }
 
 # When each phase begins, for good (the first step from which the condition holds to the end), under an
@@ -72,6 +74,10 @@ EVENTS = {
               "relative": "test loss 90% of the way (log) from its peak to its final value"},
 }
 DEFINITIONS = ("absolute", "loss", "relative")
+
+
+def seed_list(seeds: int | list[int]) -> list[int]:
+    return list(range(seeds)) if isinstance(seeds, int) else list(seeds)
 
 
 def with_updates(base: dict[str, Any], **sections: dict[str, Any]) -> dict[str, Any]:
@@ -173,6 +179,8 @@ def analyse_phases(run: Run) -> dict[str, Any]:
     return {"steps": run.steps, "curves": c, "key_frequencies": keys, "n_key_frequencies": len(keys),
             "key_frequencies_over_training": [int(v) for v in m["n_key_freqs"]], "gini_embed": m["gini_embed"],
             "events": ev, "in_order": order,
+            # held-out accuracy when the training set is fit (chance 1/p): grokking has it near chance
+            "test_acc_at_memorized": at("test_acc", ev["memorized"]["absolute"]),
             # the signatures of each phase, at the absolute definitions' steps
             "excluded_loss_at": {e: at("excluded_loss", ev[e]["absolute"]) for e in ("memorized", "grokked")},
             "weight_norm_sq_at": {e: at("weight_norm_sq", ev[e]["relative"]) for e in ("memorized", "grokked", "clean")},
@@ -194,7 +202,7 @@ def summarise_phases(seeds: list[dict[str, Any]], p: int) -> dict[str, Any]:
                   s["events"]["memorized"]["relative"] <= s["weight_norm_peak_step"] <= s["events"]["grokked"]["relative"] and
                   s["weight_norm_end_over_peak"] < 1 for s in seeds]
     restricted_first = [s["restricted_minus_test_at_grokked"] is not None and s["restricted_minus_test_at_grokked"] < 0 for s in seeds]
-    return {"seeds": n, "p": p, "events": ev,
+    return {"seeds": n, "seed_list": [s.get("seed") for s in seeds], "p": p, "chance_acc": 1 / p, "events": ev,
             "in_order": {d: sum(s["in_order"][d] for s in seeds) for d in DEFINITIONS},
             "excluded_loss_rises_memorized_to_grokked": sum(excluded_rises),
             "weight_norm_peaks_between_memorized_and_grokked_then_falls": sum(norm_falls),
@@ -204,6 +212,7 @@ def summarise_phases(seeds: list[dict[str, Any]], p: int) -> dict[str, Any]:
             "n_key_frequencies": spread([s["n_key_frequencies"] for s in seeds]),
             "key_frequencies": [s["key_frequencies"] for s in seeds],
             "final_test_acc": spread([s["curves"]["test_acc"][-1] for s in seeds]),
+            "test_acc_at_memorized": spread([s["test_acc_at_memorized"] for s in seeds]),
             "excluded_loss_at_grokked": spread([s["excluded_loss_at"]["grokked"] for s in seeds]),
             "excluded_loss_at_memorized": spread([s["excluded_loss_at"]["memorized"] for s in seeds]),
             "chance_loss": math.log(p)}
@@ -218,7 +227,7 @@ def analyse_grid(runs: harness.Runs, g: dict[str, Any]) -> dict[str, Any]:
     cells = {}
     for frac in g["fracs"]:
         for decay in g["decays"]:
-            rs = [runs.run(s, frac=frac, decay=decay) for s in range(g["seeds"])]
+            rs = [runs.run(s, frac=frac, decay=decay) for s in seed_list(g["seeds"])]
             final = [[r["eval/acc"] for r in run.metrics if "eval/acc" in r][-1] for run in rs]
             cells[f"{frac},{decay}"] = {"frac": frac, "weight_decay": decay, "final_test_acc": final,
                                         "median_final_test_acc": harness.spread(final)["median"],
@@ -227,7 +236,7 @@ def analyse_grid(runs: harness.Runs, g: dict[str, Any]) -> dict[str, Any]:
         for a in ("0.99", "0.9"):
             c[f"median_{a}"] = harness.spread(c[f"steps_to_{a}"])["median"] if all(v is not None for v in c[f"steps_to_{a}"]) \
                 else None  # a censored seed: no median below the cap
-    out: dict[str, Any] = {"cap": g["steps"], "p": g["p"], "cells": cells}
+    out: dict[str, Any] = {"cap": g["steps"], "p": g["p"], "seeds": seed_list(g["seeds"]), "chance_acc": 1 / g["p"], "cells": cells}
     for a in ("0.99", "0.9"):
         t = lambda c: c[f"median_{a}"] if c[f"median_{a}"] is not None else 2 * g["steps"]  # noqa: E731 (censored: last)
         by_frac = [harness.spearman(g["fracs"], [t(cells[f"{f},{d}"]) for f in g["fracs"]]) for d in g["decays"]]
@@ -275,7 +284,7 @@ def plot_phases(seeds: list[dict[str, Any]], path: Path) -> Path:
                             ("excluded_loss", "tab:red")):
             ax.plot(steps, c[key], color=colour, label=key.replace("_", " "))
         ax.set_yscale("log")
-        ax.set_title(f"seed {j}: key frequencies {s['key_frequencies']}")
+        ax.set_title(f"seed {s.get('seed', j)}: key frequencies {s['key_frequencies']}")
         ax2 = axes[1, j]
         ax2.plot(steps, c["weight_norm_sq"], color="tab:orange", label="Σ θ²")
         ax2.set_xlabel("training step")
@@ -303,13 +312,13 @@ def plot_grid(grid: dict[str, Any], g: dict[str, Any], path: Path) -> Path:
         for j, v in enumerate(row):
             censored = sum(x is None for x in grid["cells"][f"{g['fracs'][i]},{g['decays'][j]}"]["steps_to_0.99"])
             acc = grid["cells"][f"{g['fracs'][i]},{g['decays'][j]}"]["median_final_test_acc"]
-            ax.text(j, i, f"{v:.0f}" if v is not None else f"> cap ({censored}/{g['seeds']})\ntest acc {acc:.2f}",
+            ax.text(j, i, f"{v:.0f}" if v is not None else f"> cap ({censored}/{len(seed_list(g['seeds']))})\ntest acc {acc:.2f}",
                     ha="center", va="center", fontsize=8, color="white" if v is not None else "black")
     ax.set_xticks(range(len(g["decays"])), [str(d) for d in g["decays"]])
     ax.set_yticks(range(len(g["fracs"])), [str(f) for f in g["fracs"]])
     ax.set_xlabel("weight decay")
     ax.set_ylabel("training fraction")
-    ax.set_title(f"steps until test accuracy ≥ 0.99 (median of {g['seeds']} seeds), p = {g['p']}")
+    ax.set_title(f"steps until test accuracy ≥ 0.99 (median of {len(seed_list(g['seeds']))} seeds), p = {g['p']}")
     fig.colorbar(im, ax=ax)
     return harness.save_figure(fig, path)
 
@@ -344,23 +353,30 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = harness.parse_args(NAME, __doc__, argv)
     session = harness.Session(NAME, args)
     size = SIZES[args.size]
-    ph, g, q = size["phases"], size["grid"], size["parity"]
-    specs = [({"part": "phases"}, s, phases_config(size)) for s in range(ph["seeds"])]
+    g, q = size["grid"], size["parity"]
+    seeds = {part: seed_list(size[part]["seeds"]) for part in ("phases", "grid", "parity")}
+    specs = [({"part": "phases"}, s, phases_config(size)) for s in seeds["phases"]]
     specs += [({"part": "grid", "frac": f, "decay": d}, s, grid_config(size, f, d))
-              for f in g["fracs"] for d in g["decays"] for s in range(g["seeds"])]
-    specs += [({"part": "parity"}, s, parity_config(size)) for s in range(q["seeds"])]
+              for f in g["fracs"] for d in g["decays"] for s in seeds["grid"]]
+    specs += [({"part": "parity"}, s, parity_config(size)) for s in seeds["parity"]]
     runs = session.train_runs(specs)  # each point's seeds side by side
 
-    phases = [analyse_phases(runs.run(s, part="phases")) for s in range(ph["seeds"])]
+    phases = [{"seed": s, **analyse_phases(runs.run(s, part="phases"))} for s in seeds["phases"]]
     p = int(phases_config(size)["task"]["p"])
     grid = analyse_grid(runs, g)
-    parity = [analyse_parity(runs.run(s, part="parity")) for s in range(q["seeds"])]
+    parity = [{"seed": s, **analyse_parity(runs.run(s, part="parity"))} for s in seeds["parity"]]
+    pq = parity_config(size)
+    # the setting the rule reads to tell whether it can show grokking at all (the training set's size
+    # against n, and against the parameters that would memorize it)
+    setting = {"n": q["n"], "k": q["k"], "n_train": q["n_train"], "width": q["width"], "steps": q["steps"],
+               "weight_decay": pq["train"].get("weight_decay", 0.0), "seeds": seeds["parity"],
+               "n_params": sum(t.numel() for t in runs.run(seeds["parity"][0], part="parity").trainable().parameters())}
     results = {"phases": {"summary": summarise_phases(phases, p), "seeds": phases}, "grid": grid,
                "parity": {"summary": {k: harness.spread([s[k] for s in parity]) for k in
                                       ("fit_at", "generalized_at", "gap", "ratio", "eval_acc_at_fit", "drift_ratio_at_fit",
                                        "drift_ratio_at_generalized", "topk_drift_ratio_at_fit", "topk_drift_ratio_at_generalized")},
-                          "seeds": parity}}
-    for line in (f"phases in order: {results['phases']['summary']['in_order']} of {ph['seeds']}",
+                          "setting": setting, "seeds": parity}}
+    for line in (f"phases in order: {results['phases']['summary']['in_order']} of {len(seeds['phases'])}",
                  f"events: {results['phases']['summary']['events']}",
                  f"grid: { {k: v for k, v in grid.items() if k != 'cells'} }",
                  f"parity: {results['parity']['summary']}"):

@@ -42,6 +42,9 @@ from mechsynth.sweep_job import BACKENDS
 from mechsynth.sweep_plan import label
 from mechsynth.wandb_log import MODES
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import verdicts  # noqa: E402
+
 SIZES = ("smoke", "cpu", "full")
 EXPERIMENTS = Path(__file__).resolve().parent
 # (labels, seed, config): one run of `Session.train_runs`; labels name its point ({"T": 16, "n": 45})
@@ -124,8 +127,8 @@ class Session:
         import matplotlib
 
         matplotlib.use("Agg")  # figures go to files; no display needed
-        self.t0 = time.perf_counter()
-        self.trained, self.reused = 0, 0
+        self.t0, self.started = time.perf_counter(), time.time()
+        self.trained, self.reused = 0, 0  # training jobs over every round (a run continued twice counts twice)
         self.used: list[Runs] = []
 
     def sweep_file(self) -> Path:
@@ -179,16 +182,20 @@ class Session:
         return self.used[-1]
 
     def finish(self, config: dict[str, Any], results: dict[str, Any], figures: Sequence[Path]) -> Path:
-        """Write OUT/<name>.json: the numbers, the configuration, where and how long it ran."""
+        """Write OUT/<name>.json: the numbers, the configuration, where and how long it ran, and the
+        verdict of each of the experiment's claims under its rules (experiments/rules/<name>.py)."""
         wall = time.perf_counter() - self.t0
+        runs = list({run.path: run for runs in self.used for run in runs.all()}.values())
+        made = provenance(runs, self.started)
         out = {"experiment": self.name, "size": self.args.size, "command": command(self.name, self.args),
                "wall_time_s": round(wall, 1), "date": time.strftime("%Y-%m-%d"),
                "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
-               "device": device_name(self.args.device),
-               "threads": self.args.threads, "runs_trained": self.trained, "runs_reused": self.reused,
-               "runs": provenance(list({run.path: run for runs in self.used for run in runs.all()}.values())),
-               "commit": commit(), "versions": rundir.libraries(), "config": config, "results": results,
-               "figures": [Path(f).name for f in figures]}
+               "device": device_name(self.args.device), "threads": self.args.threads,
+               "runs_trained": made["trained_here"], "runs_reused": made["count"] - made["trained_here"],
+               "jobs_trained": self.trained, "runs": made, "commit": commit(), "versions": versions(),
+               "claims": verdicts.judge_all(self.name, results),
+               "rules": verdicts.provenance(self.name, made["per_run_commits"]),
+               "config": config, "results": results, "figures": [Path(f).name for f in figures]}
         path = self.args.out / f"{self.name}.json"
         io.write_json(path, _finite(out))
         print(f"{path} ({wall:.0f} s)")
@@ -214,11 +221,26 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def provenance(runs: Sequence[Run]) -> dict[str, Any]:
+def versions() -> dict[str, str]:
+    """The versions of every library the numbers depend on (those installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = rundir.libraries()
+    for lib in ("numpy", "scipy", "devinterp", "tensorly", "matplotlib"):
+        try:
+            out[lib] = version(lib)
+        except PackageNotFoundError:
+            pass
+    return out
+
+
+def provenance(runs: Sequence[Run], started: float = math.inf) -> dict[str, Any]:
     """How the runs behind the numbers were made, also when this invocation only reused them: the commits
-    and library versions they were trained with, when, and their training time (seeds side by side
-    share their batch's time, counted once)."""
-    stored = [rundir.read_config(run.path).get("versions", {}) for run in runs]
+    and library versions they were trained with, their seeds, when, how many this invocation trained (a
+    checkpoint written since `started`), and their training time (seeds side by side share their batch's
+    time, counted once)."""
+    configs = [rundir.read_config(run.path) for run in runs]
+    stored = [c.get("versions", {}) for c in configs]
     metas = [[run.meta(step) for step in run.steps] for run in runs]
     times = [m["time"] for ms in metas for m in ms]
 
@@ -234,7 +256,10 @@ def provenance(runs: Sequence[Run]) -> dict[str, Any]:
         return time.strftime("%Y-%m-%d %H:%M", time.localtime(pick(times))) if times else None
 
     train_s = sum(_train_s(ms) / seeds_of(run) for run, ms in zip(runs, metas))
-    return {"count": len(runs), "commits": count("commit"), "torch": count("torch"),
+    return {"count": len(runs), "trained_here": sum(max(m["time"] for m in ms) >= started for ms in metas if ms),
+            "seeds": sorted({c.get("train", {}).get("seed", 0) for c in configs}),
+            "commits": count("commit"), "per_run_commits": [v.get("commit", "not recorded") for v in stored],
+            "torch": count("torch"),
             "transformer_lens": count("transformer_lens"), "trained_from": stamp(min), "trained_until": stamp(max),
             "train_time_s": round(train_s, 1),
             # runs made before checkpoints recorded their training time: estimated from checkpoint times

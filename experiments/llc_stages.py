@@ -10,8 +10,8 @@ boundary, under two readings of the LLC (change points of a piecewise-linear fit
 turns, Hoogland et al.'s reading), several definitions of the bigram transition (statistical_induction's
 TRANSITIONS), and two tolerances (within 1.5× and 2× in step).
 
-    python experiments/llc_stages.py            # 3 seeds, LLC at 20 checkpoints (~15 min on 2 cores)
-    python experiments/llc_stages.py --full     # 5 seeds, longer chains, 32 checkpoints
+    python experiments/llc_stages.py            # 3 seeds (100–102), LLC at 20 checkpoints (~15 min on 2 cores)
+    python experiments/llc_stages.py --full     # 5 seeds (100–104), longer chains, 32 checkpoints
     python experiments/llc_stages.py --smoke    # seconds; checks the pipeline only
 
 Runs already in --runs are reused, and so is each run's probes.json when it holds the same LLC options.
@@ -19,6 +19,7 @@ Writes OUT/llc_stages.json and OUT/llc_stages.png."""
 
 from __future__ import annotations
 
+import inspect
 import math
 import sys
 import warnings
@@ -37,11 +38,15 @@ NAME = "llc_stages"
 SIZES: dict[str, dict[str, Any]] = {
     "smoke": dict(toml="statistical_induction_smoke.toml", seeds=3, kl_batch=32, probe_batch=8,
                   llc=dict(checkpoints=6, draws=20, chains=2, pool=64, batch=8)),
-    "cpu": dict(toml="statistical_induction.toml", seeds=3, kl_batch=256, probe_batch=64, llc=dict(checkpoints=20)),
-    "full": dict(toml="statistical_induction_full.toml", seeds=5, kl_batch=512, probe_batch=64,
+    "cpu": dict(toml="statistical_induction.toml", seeds=[100, 101, 102], kl_batch=256, probe_batch=64,
+                llc=dict(checkpoints=20)),
+    "full": dict(toml="statistical_induction_full.toml", seeds=[100, 101, 102, 103, 104], kl_batch=512, probe_batch=64,
                  llc=dict(checkpoints=32, draws=400)),
 }
 TOLERANCES = (1.5, 2.0)  # an LLC boundary "at" an event: within this factor of its step
+# The seeds (a count: 0..S-1): fresh ones (from 100) for the runs experiments/rules/llc_stages.py judges,
+# written after the earlier runs (seeds 0–2) were seen. Seeds that are not 0..S-1 train one run each, not
+# side by side.
 
 
 def config_of(toml: str) -> dict[str, Any]:
@@ -83,6 +88,10 @@ def analyse(run: Run, size: dict[str, Any]) -> dict[str, Any]:
     steps, llc = tl.steps, tl.metrics["llc"]["llc"]
     valid = stages.series(tl)["llc"]  # negative estimates (not at a minimum: the first steps) left out, as in a run's stages
     readings = {"change_points": stages.change_points(steps, valid), "turns": stages.turns(steps, valid)}
+    kept = [s for s, v in zip(steps, valid) if v is not None and math.isfinite(v)]
+    margin = inspect.signature(stages.change_points).parameters["min_size"].default
+    # where each reading could have put a boundary: the null of experiments/rules/llc_stages.py places them there
+    candidates = {"change_points": kept[margin:len(kept) - margin + 1], "turns": kept[1:-1]}
     unigram_from = next((s["from"] for s in behaviour["segments"] if s["strategy"] == "unigram"), None)
     events = {"unigram_starts": unigram_from,
               **{f"bigram_{d}": behaviour["transitions"][d] for d in si.TRANSITIONS},
@@ -96,7 +105,7 @@ def analyse(run: Run, size: dict[str, Any]) -> dict[str, Any]:
             "segments": behaviour["segments"], "heads": behaviour["heads"], "series": behaviour["series"],
             "llc": {"steps": [s for s, _ in measured], "mean": [v for _, v in measured],
                     "std": [tl.metrics["llc"]["llc_std"][steps.index(s)] for s, _ in measured]},
-            "llc_boundaries": readings, "events": events, "diagnostics": diagnostics,
+            "llc_boundaries": readings, "boundary_candidates": candidates, "events": events, "diagnostics": diagnostics,
             "matches": {name: {e: nearest(t, b) for e, t in events.items()} for name, b in readings.items()},
             "llc_in_stage": llc_by_stage(behaviour["segments"], measured)}
 
@@ -179,7 +188,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     session = harness.Session(NAME, args)
     size = SIZES[args.size]
     cfg = config_of(size["toml"])
-    runs = session.train_runs([({"condition": "k3"}, seed, cfg) for seed in range(size["seeds"])])
+    seeds = range(size["seeds"]) if isinstance(size["seeds"], int) else size["seeds"]
+    runs = session.train_runs([({"condition": "k3"}, seed, cfg) for seed in seeds])
     seeds = []
     for job in runs.plan.jobs:
         r = {"seed": job.seed, "run": str(args.runs / job.dir), **analyse(runs.load(job), size)}

@@ -73,19 +73,28 @@ SIZES: dict[str, dict[str, Any]] = {
                   arch_seeds=2, noise=0.1, noise_seeds=1,
                   grid=dict(n=8, k=2, widths=[4, 16], sparse=dict(widths=[16], s=2), samples=[64, None], data=1, seeds=2,
                             first_budget=64, cap=128, eval_every=16, eval_batch_size=256)),
-    "cpu": dict(scaling={2: [10, 20, 30, 40, 50], 3: [10, 20, 30, 40, 50]}, seeds=8, hp_n=50, first_budget=500,
-                cap=64000, checkpoints=100, eval_every=10, eval_batch_size=1024,
-                transformer=dict(n=50, seeds=5, first_budget=1000, cap=16000), arch_seeds=5, noise=0.1, noise_seeds=3,
+    # Seeds (and the grid's data sets) from 100 on: the runs the rules (experiments/rules/) judge use seeds
+    # no earlier run of this script used (those were 0..count-1). A count means 0..count-1 (smoke).
+    "cpu": dict(scaling={2: [10, 20, 30, 40, 50], 3: [10, 20, 30, 40, 50]}, seeds=list(range(100, 108)), hp_n=50,
+                first_budget=500, cap=64000, checkpoints=100, eval_every=10, eval_batch_size=1024,
+                transformer=dict(n=50, seeds=list(range(100, 105)), first_budget=1000, cap=16000),
+                arch_seeds=list(range(100, 105)), noise=0.1, noise_seeds=[100, 101, 102],
                 grid=dict(n=30, k=3, widths=[10, 100, 1000, 10000], sparse=dict(widths=[100, 1000], s=4),
-                          samples=[300, 1000, 3000, 10000, None], data=2, seeds=6, first_budget=1250, cap=10000,
-                          eval_every=125, eval_batch_size=512)),
-    "full": dict(scaling={2: [25, 50, 75, 100, 150, 200], 3: [20, 30, 40, 50, 70, 100]}, seeds=16, hp_n=50,
-                 first_budget=1000, cap=1_000_000, checkpoints=200, eval_every=10, eval_batch_size=2048,
-                 transformer=dict(n=50, seeds=8, first_budget=4000, cap=256000), arch_seeds=16, noise=0.1, noise_seeds=8,
+                          samples=[300, 1000, 3000, 10000, None], data=[100, 101], seeds=list(range(100, 106)),
+                          first_budget=1250, cap=10000, eval_every=125, eval_batch_size=512)),
+    "full": dict(scaling={2: [25, 50, 75, 100, 150, 200], 3: [20, 30, 40, 50, 70, 100]}, seeds=list(range(100, 116)),
+                 hp_n=50, first_budget=1000, cap=1_000_000, checkpoints=200, eval_every=10, eval_batch_size=2048,
+                 transformer=dict(n=50, seeds=list(range(100, 108)), first_budget=4000, cap=256000),
+                 arch_seeds=list(range(100, 116)), noise=0.1, noise_seeds=list(range(100, 108)),
                  grid=dict(n=40, k=3, widths=[10, 100, 1000, 10000, 100000], sparse=dict(widths=[100, 1000, 10000], s=4),
-                           samples=[1000, 3000, 10000, 30000, 100000, None], data=4, seeds=8, first_budget=5000, cap=80000,
-                           eval_every=250, eval_batch_size=2048)),
+                           samples=[1000, 3000, 10000, 30000, 100000, None], data=list(range(100, 104)),
+                           seeds=list(range(100, 108)), first_budget=5000, cap=80000, eval_every=250, eval_batch_size=2048)),
 }
+
+
+def seeds_of(v: Any) -> list[int]:
+    """A size's seeds (or data sets): a list as it is, a count n as 0..n-1."""
+    return list(range(v)) if isinstance(v, int) else list(v)
 
 
 def mlp_config(n: int, k: int, seed: int, size: dict[str, Any], noise: float = 0.0, checkpoints: int = 4) -> dict[str, Any]:
@@ -157,9 +166,9 @@ def adaptive(labels: dict[str, Any], seed: int, cfg: dict[str, Any], first: int,
             "run": None, "converged_at": None}
 
 
-def cell(labels: dict[str, Any], seeds: int, cfg: dict[str, Any], first: int, cap: int) -> dict[str, Any]:
-    """A point whose seeds 0..seeds-1 train side by side (one task), until all converge or the cap."""
-    return {"labels": labels, "seeds": list(range(seeds)), "config": cfg, "first": first, "cap": cap,
+def cell(labels: dict[str, Any], seeds: Any, cfg: dict[str, Any], first: int, cap: int) -> dict[str, Any]:
+    """A point whose seeds (`seeds_of`) train side by side (one task), until all converge or the cap."""
+    return {"labels": labels, "seeds": seeds_of(seeds), "config": cfg, "first": first, "cap": cap,
             "budget": None, "runs": {}, "converged_at": {}}
 
 
@@ -354,8 +363,9 @@ def grid_summary(cells: list[dict[str, Any]], grid: dict[str, Any]) -> dict[str,
     sparse = {row: {m: table[row][m]["percent"] - table[str(w)][m]["percent"] for m in table[row]}
               for row, w, sparsity in grid_rows(grid) if sparsity}
     return {"n": grid["n"], "k": grid["k"], "rows": [row for row, _, _ in grid_rows(grid)], "widths": widths,
-            "samples": [samples_label(m) for m in grid["samples"]], "cap": grid["cap"], "data_sets": grid["data"],
-            "seeds_per_data_set": grid["seeds"], "sparse_init_inputs": grid["sparse"]["s"], "table": table,
+            "samples": [samples_label(m) for m in grid["samples"]], "cap": grid["cap"], "data_sets": len(seeds_of(grid["data"])),
+            "seeds_per_data_set": len(seeds_of(grid["seeds"])), "data_set_seeds": seeds_of(grid["data"]),
+            "seeds": seeds_of(grid["seeds"]), "sparse_init_inputs": grid["sparse"]["s"], "table": table,
             "samples_for_half_converged": half, "spearman_percent_vs_log_width": trend,
             "wider_is_more_sample_efficient": {"never_worse_with_width": all(a >= b for a, b in zip(rank, rank[1:])),
                                                "widest_beats_narrowest": rank[-1] < rank[0], "ranks": rank},
@@ -476,17 +486,17 @@ def main(argv: Optional[list[str]] = None) -> int:
     mlps = {(k, n, seed): adaptive({"model": "mlp", "k": k, "n": n, "noise": 0.0}, seed,
                                    mlp_config(n, k, seed, size, checkpoints=size["checkpoints"] if probed(size, k, n) else 4),
                                    size["first_budget"], size["cap"])
-            for k, ns in size["scaling"].items() for n in ns for seed in range(size["seeds"])}
+            for k, ns in size["scaling"].items() for n in ns for seed in seeds_of(size["seeds"])}
     tfs = [adaptive({"model": "transformer", "k": 3, "n": tf_size["n"]}, seed, transformer_config(tf_size["n"], 3, seed, size),
-                    tf_size["first_budget"], tf_size["cap"]) for seed in range(tf_size["seeds"])]
+                    tf_size["first_budget"], tf_size["cap"]) for seed in seeds_of(tf_size["seeds"])]
     others = {arch: [adaptive({"model": arch, "k": 3, "n": hp_n}, seed, arch_config(arch, hp_n, 3, seed, size),
-                              size["first_budget"], size["cap"]) for seed in range(size["arch_seeds"])] for arch in ARCHS}
+                              size["first_budget"], size["cap"]) for seed in seeds_of(size["arch_seeds"])] for arch in ARCHS}
     noisy_runs = [adaptive({"model": "mlp", "k": 3, "n": hp_n, "noise": size["noise"]}, seed,
                            mlp_config(hp_n, 3, seed, size, noise=size["noise"]), size["first_budget"], size["cap"])
-                  for seed in range(size["noise_seeds"])]
+                  for seed in seeds_of(size["noise_seeds"])]
     cells = [cell({"grid": "mlp", "width": w, "init": init_label(sparsity), "samples": samples_label(m), "data": d,
                    "n": grid["n"], "k": grid["k"]}, grid["seeds"], grid_config(w, m, d, grid, sparsity), grid["first_budget"], grid["cap"])
-             for _, w, sparsity in grid_rows(grid) for m in grid["samples"] for d in range(grid["data"])]
+             for _, w, sparsity in grid_rows(grid) for m in grid["samples"] for d in seeds_of(grid["data"])]
     rounds, seconds = train_until_converged(session, [*mlps.values(), *tfs, *(r for rs in others.values() for r in rs),
                                                       *noisy_runs, *cells])
 
@@ -496,10 +506,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     for k, ns in size["scaling"].items():
         table[k] = {}
         for n in ns:
-            table[k][n] = [mlps[k, n, seed]["converged_at"] for seed in range(size["seeds"])]
+            table[k][n] = [mlps[k, n, seed]["converged_at"] for seed in seeds_of(size["seeds"])]
             if probed(size, k, n):
                 hp_runs += [{"seed": seed, **progress(mlps[k, n, seed]["run"], mlps[k, n, seed]["converged_at"])}
-                            for seed in range(size["seeds"])]
+                            for seed in seeds_of(size["seeds"])]
             print(f"MLP k={k} n={n}: converged at {table[k][n]}", file=sys.stderr)
     tf_runs = [{"seed": r["seed"], **progress(r["run"], r["converged_at"])} for r in tfs]
     arch_runs = {"relu_mlp": hp_runs, **{a: [{"seed": r["seed"], **progress(r["run"], r["converged_at"])} for r in rs]
@@ -507,7 +517,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     for arch, runs in arch_runs.items():
         print(f"{arch} n={tf_size['n'] if arch == 'transformer' else hp_n}: converged at "
               f"{[r['converged_at'] for r in runs]}", file=sys.stderr)
-    noisy = [{"seed": r["seed"], "converged_at": r["converged_at"], "clean_converged_at": table[3][hp_n][r["seed"]],
+    clean = dict(zip(seeds_of(size["seeds"]), table[3][hp_n]))  # the same seeds without noise
+    noisy = [{"seed": r["seed"], "converged_at": r["converged_at"], "clean_converged_at": clean.get(r["seed"]),
               "final_eval_acc": r["run"].metrics[-1]["eval/acc"]} for r in noisy_runs]
     print(f"noisy labels: converged at {[r['converged_at'] for r in noisy]}", file=sys.stderr)
     timings = {"training_rounds": seconds, "probes": round(time.perf_counter() - t, 1)}
@@ -537,6 +548,10 @@ def main(argv: Optional[list[str]] = None) -> int:
                          "converged": sum(r["converged_at"] is not None for r in noisy),
                          "slowdown_vs_clean_same_seed": harness.spread(ratios)},
         "width_samples": widths,
+        # the seeds of each part (each seed also draws S; the grid's data sets are its task seeds)
+        "seeds": {"mlp": seeds_of(size["seeds"]), "architectures": seeds_of(size["arch_seeds"]),
+                  "transformer": seeds_of(tf_size["seeds"]), "noisy_labels": seeds_of(size["noise_seeds"]),
+                  "width_samples": seeds_of(grid["seeds"]), "width_samples_data_sets": seeds_of(grid["data"])},
         "runs_per_round": rounds,
         "timings_s": timings,
     }

@@ -27,7 +27,8 @@ seed, until it brackets the transition (success ≤ LOW at its smallest size, �
 meets the ladder's end or the last round. Then per setting and T a logistic fit of success against log2 n
 gives n50 and n90, the sizes at 50% and 90% success, with bootstrap intervals (resampling draws, each with
 all its runs); n50(T) and n90(T) are fitted by a + b log2 T, a + b T and c T^alpha, with intervals from the
-same bootstrap, and `verdict()` turns that into the verdict. Every run is probed at its last checkpoint with
+same bootstrap, and the rules (experiments/rules/sparse_selection.py, which `verdict()` calls) turn that into
+the verdict. Every run is probed at its last checkpoint with
 `sparse_selection` (attention from the readout onto S; whether the top-|S| attended positions are S), and
 one run per setting and T at every checkpoint.
 
@@ -40,6 +41,7 @@ Writes OUT/sparse_selection.json and OUT/sparse_selection_{samples,attention}.pn
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import random
 import statistics
@@ -57,14 +59,25 @@ from mechsynth import timeline  # noqa: E402
 from mechsynth.run import Run  # noqa: E402
 
 NAME = "sparse_selection"
+
+
+def _rules() -> Any:
+    """experiments/rules/sparse_selection.py: the claims' rules, and the thresholds this script shares with them."""
+    spec = importlib.util.spec_from_file_location(f"rules_{NAME}", Path(__file__).resolve().parent / "rules" / f"{NAME}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+RULES = _rules()
 SUCCESS = 0.99  # held-out balanced accuracy: reading exactly S computes AND exactly; 2 of the 3 bits score ≤ 0.93
-LOW, HIGH = 0.2, 0.9  # the grid brackets the transition: success ≤ LOW at its smallest size, ≥ HIGH at its largest
+LOW, HIGH = RULES.LOW, RULES.HIGH  # the grid brackets the transition: success ≤ LOW at its smallest size, ≥ HIGH at its largest
 SETTINGS = {"uniform": 0.5, "balanced": None}  # P(bit = 1); None: the task's default, 2**(-1/3) for AND of 3
 RIDGE = 0.01  # on the logistic slope: keeps the fit finite when success and failure separate perfectly
-# The verdict's thresholds (see `verdict`):
-MAX_NOT_FITTED = 0.2  # at most this fraction of a T's runs may fail to fit their training set
-EXPONENT_SPLIT = 0.5  # alpha of c T^alpha: clearly below = sub-polynomial-like growth; clearly above = polynomial
-LOG_FIT_RMS = 0.15  # a + b log2 T must predict every n50 within ~15% (relative rms) to "match"
+# The verdict's thresholds (the rules' own; see `verdict`):
+MAX_NOT_FITTED = RULES.MAX_NOT_FITTED  # at most this fraction of a T's runs may fail to fit their training set
+EXPONENT_SPLIT = RULES.EXPONENT_SPLIT  # alpha of c T^alpha: clearly below = sub-polynomial-like growth; above = polynomial
+LOG_FIT_RMS = RULES.LOG_FIT_RMS  # a + b log2 T must predict every n50 within ~15% (relative rms) to "match"
 CI = (2.5, 97.5)  # percentile bootstrap interval
 
 
@@ -77,6 +90,8 @@ def grid(lo: int, hi: int, per_octave: int) -> list[int]:
     return sorted(set(out))
 
 
+# "draws": the task seeds (each its own S and training set): a list, or a count n meaning 0..n-1 (smoke).
+# The CPU and --full draws start at 100: the runs the rules judge use draws no earlier run used (0..5).
 SIZES: dict[str, dict[str, Any]] = {
     "smoke": {"settings": ["uniform", "balanced"], "lengths": [8, 16], "ladder": grid(8, 64, 1),
               "start": {"uniform": [16], "balanced": [16]}, "draws": 2, "seeds": 1, "rounds": 2, "d_model": 16,
@@ -85,17 +100,21 @@ SIZES: dict[str, dict[str, Any]] = {
     # 400 steps: most runs fit their training sets by step ~300 at T = 512, and held-out accuracy then stays
     # put (measured to 1500 steps); a run that has not fitted by 400 continues to 800, then 1600 steps.
     "cpu": {"settings": ["uniform", "balanced"], "lengths": [16, 32, 64, 128, 256, 512], "ladder": grid(8, 2048, 2),
-            "start": {"uniform": [64, 91, 128], "balanced": [32, 45, 64]}, "draws": 6, "seeds": 1, "rounds": 6,
+            "start": {"uniform": [64, 91, 128], "balanced": [32, 45, 64]}, "draws": list(range(100, 106)), "seeds": 1, "rounds": 6,
             "d_model": 32, "n_heads": 1, "steps": 400, "max_steps": 1600, "batch_size": 32, "lr": 1e-3, "eval_batch_size": 512,
             "checkpoints": 8, "bootstrap": 1000},
     "full": {"settings": ["uniform", "balanced"], "lengths": [16, 32, 64, 128, 256, 512], "ladder": grid(8, 4096, 3),
-             "start": {"uniform": [64, 81, 102, 128], "balanced": [32, 40, 51, 64]}, "draws": 10, "seeds": 4, "rounds": 10,
+             "start": {"uniform": [64, 81, 102, 128], "balanced": [32, 40, 51, 64]}, "draws": list(range(100, 110)), "seeds": 4, "rounds": 10,
              "d_model": 32, "n_heads": 1, "steps": 1500, "max_steps": 6000, "batch_size": 32, "lr": 1e-3, "eval_batch_size": 4096,
              "checkpoints": 16, "bootstrap": 2000},
 }
 
 
 # ---- the runs --------------------------------------------------------------------------------------
+
+
+def draws_of(c: dict[str, Any]) -> list[int]:
+    return list(range(c["draws"])) if isinstance(c["draws"], int) else list(c["draws"])
 
 
 def config(c: dict[str, Any], setting: str, T: int, n: int, draw: int, steps: Optional[int] = None) -> dict[str, Any]:
@@ -113,7 +132,7 @@ def specs(c: dict[str, Any], setting: str, T: int, n: int, draws: Optional[Seque
           steps: Optional[int] = None) -> list[harness.RunSpec]:
     """Every seed of the draws (default: all) of one setting, T and size. One seed per draw: the draw is the
     run's seed (task, init and data seeds). Several: point draw=<d> holds the draw's seeds, side by side."""
-    point, draws = {"setting": setting, "T": T, "n": n}, range(c["draws"]) if draws is None else draws
+    point, draws = {"setting": setting, "T": T, "n": n}, draws_of(c) if draws is None else draws
     if c["seeds"] == 1:
         return [(point, d, config(c, setting, T, n, d, steps)) for d in draws]
     return [({**point, "draw": d}, i, config(c, setting, T, n, d, steps)) for d in draws for i in range(c["seeds"])]
@@ -179,7 +198,7 @@ def measure(s: harness.Session, c: dict[str, Any]) -> tuple[dict[tuple[str, int]
         rounds.append(len(batch))
         for st, T, n in new:
             found[st, T][n] = [outcome(load(runs, c, st, T, n, d, i), c, st, T, n, d, i)
-                               for d in range(c["draws"]) for i in range(c["seeds"])]
+                               for d in draws_of(c) for i in range(c["seeds"])]
         extended += extend_unfitted(s, c, found, new)
         for st, T, n in new:
             harness.log(f"{st:<8} T={T:<4} n={n:<5} success {success_rate(found[st, T][n]):.2f}")
@@ -272,13 +291,15 @@ def interval(xs: Sequence[Optional[float]]) -> Optional[list[float]]:
     return [percentile(xs, CI[0]), percentile(xs, CI[1])] if xs else None
 
 
-def bootstrap(rows: Sequence[dict[str, Any]], draws: int, replicates: int, seed: int) -> list[dict[str, Optional[float]]]:
-    """n50 and n90 of `replicates` resamples of the draws (each with all its runs, at every size and seed)."""
-    by_draw = [[r for r in rows if r["draw"] == d] for d in range(draws)]
+def bootstrap(rows: Sequence[dict[str, Any]], draws: int | Sequence[int], replicates: int, seed: int) -> list[dict[str, Optional[float]]]:
+    """n50 and n90 of `replicates` resamples of the draws (a list, or a count n: 0..n-1), each with all its
+    runs, at every size and seed."""
+    ds = list(range(draws)) if isinstance(draws, int) else list(draws)
+    by_draw = [[r for r in rows if r["draw"] == d] for d in ds]
     rng = random.Random(seed)
     out = []
     for _ in range(replicates):
-        sample = [r for _ in range(draws) for r in by_draw[rng.randrange(draws)]]
+        sample = [r for _ in range(len(ds)) for r in by_draw[rng.randrange(len(ds))]]
         out.append({k: v for k, v in sizes_of(sample).items() if k != "fit"})
     return out
 
@@ -302,25 +323,10 @@ def scaling_fits(lengths: Sequence[int], ns: Sequence[float]) -> dict[str, Any]:
 
 
 def verdict(s: dict[str, Any], problems: Sequence[str]) -> str:
-    """The data's verdict on "n grows like log T" from `scaling`'s fits of one quantile:
-    inconclusive — a T's transition is not bracketed, too many runs failed to optimize, or the exponent's
-        interval straddles EXPONENT_SPLIT (log-like and polynomial growth both fit);
-    does not — the exponent alpha of c T^alpha is above EXPONENT_SPLIT across its whole interval;
-    matches — alpha is below it across its interval, n grows (the log2 T slope's interval is above 0), and
-        a + b log2 T fits every T within LOG_FIT_RMS and at least as well as a + b T;
-    partly — alpha is below it but n does not clearly grow, or a + b log2 T fits worse than that."""
-    if problems or s["power"]["exponent_ci"] is None:
-        return "inconclusive"
-    lo, hi = s["power"]["exponent_ci"]
-    if lo > EXPONENT_SPLIT:
-        return "does not"
-    if hi >= EXPONENT_SPLIT:
-        return "inconclusive"
-    log_fit, lin_fit = s["log2_T"], s["T"]
-    grows = log_fit["slope_ci"] is not None and log_fit["slope_ci"][0] > 0
-    if grows and log_fit["rel_rms"] <= LOG_FIT_RMS and log_fit["rel_rms"] <= lin_fit["rel_rms"]:
-        return "matches"
-    return "partly"
+    """The data's verdict on "n grows like log T" from `scaling`'s fits of one quantile: the rule lives in
+    experiments/rules/sparse_selection.py (`scaling_verdict`, with its thresholds), committed apart from
+    this script; the claims in the JSON apply it from there."""
+    return RULES.scaling_verdict(s, problems)
 
 
 def summarize(c: dict[str, Any], found: dict[tuple[str, int], dict[int, list[dict]]]) -> dict[str, Any]:
@@ -331,7 +337,7 @@ def summarize(c: dict[str, Any], found: dict[tuple[str, int], dict[int, list[dic
             cells = found[st, T]
             rows = [r for n in sorted(cells) for r in cells[n]]
             est = sizes_of(rows)
-            boots[T] = bootstrap(rows, c["draws"], c["bootstrap"], seed=1000 * si + ti)
+            boots[T] = bootstrap(rows, draws_of(c), c["bootstrap"], seed=1000 * si + ti)
             sizes = sorted(cells)
             lowest, highest = success_rate(cells[sizes[0]]), success_rate(cells[sizes[-1]])
             not_fitted = sum(not r["fits"] for r in rows)
@@ -412,10 +418,10 @@ def support_timeline(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def timeline_runs(c: dict[str, Any], found: dict[tuple[str, int], dict[int, list[dict]]]) -> list[dict[str, Any]]:
-    """Per setting and T, draw 0 seed 0 at the smallest size where it succeeded (none if it never did)."""
-    out = []
+    """Per setting and T, the first draw's seed 0 at the smallest size where it succeeded (none if it never did)."""
+    out, draw = [], draws_of(c)[0]
     for cells in found.values():
-        first = [r for n in sorted(cells) for r in cells[n] if r["draw"] == 0 and r["seed"] == 0 and r["success"]]
+        first = [r for n in sorted(cells) for r in cells[n] if r["draw"] == draw and r["seed"] == 0 and r["success"]]
         if first:
             out.append(first[0])
     return out
@@ -489,7 +495,7 @@ def plot(s: harness.Session, c: dict[str, Any], data: dict[str, Any]) -> list[Pa
         a.set_xscale("log")
         a.set_xlabel("training step")
     axes[0].legend(fontsize=6, ncol=2)
-    fig.suptitle("draw 0 at its smallest successful size: attention concentrates on S as the model generalizes")
+    fig.suptitle("the first draw at its smallest successful size: attention concentrates on S as the model generalizes")
     paths.append(harness.save_figure(fig, s.args.out / f"{NAME}_attention.png"))
     return paths
 
@@ -511,6 +517,7 @@ def main(argv: list[str] | None = None) -> int:
     results["runs_per_round"] = rounds
     results["runs_continued"] = extended
     results["success_threshold"] = SUCCESS
+    results["draws"] = draws_of(c)
     results["rules"] = {"bracket": [LOW, HIGH], "max_not_fitted": MAX_NOT_FITTED, "exponent_split": EXPONENT_SPLIT,
                         "log_fit_rel_rms": LOG_FIT_RMS, "ci_percentiles": list(CI), "logistic_ridge": RIDGE}
     results["train_time_s_total"] = round(sum(r["train_time_s"] for r in results["runs"]), 1)

@@ -28,6 +28,7 @@ Writes OUT/statistical_induction.json and OUT/statistical_induction_{stages,prio
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 from typing import Any, Optional
@@ -43,8 +44,9 @@ from mechsynth.timeline import formation_step, probe_run, steepest_drop  # noqa:
 
 NAME = "statistical_induction"
 
-# The runs are experiments/statistical_induction.toml (CPU size; _smoke.toml, _full.toml): the four
-# conditions below × 3 seeds (smoke 2, full 5), each condition's seeds side by side. What follows is the
+# The runs are experiments/statistical_induction.toml (CPU size; _smoke.toml, _full.toml): the six
+# conditions below × 5 seeds, 100–104 (smoke 2, side by side; full 10: 100–109). Seeds that are not
+# 0..S-1 train one run each, not side by side (mechsynth.sweep_units.why_separate). What follows is the
 # analysis: its own sizes only.
 SIZES: dict[str, dict[str, Any]] = {
     "smoke": dict(kl_batch=32, probe_batch=8),
@@ -114,15 +116,23 @@ def segments(steps: list[int], kls: dict[str, list[float]]) -> list[dict[str, An
 
 
 def head(steps: list[int], series: dict[str, list[float]], layer: int, threshold: float,
-         exclude: Optional[str] = None) -> dict[str, Any]:
+         exclude: Optional[str] = None, chance: Optional[float] = None) -> dict[str, Any]:
     """The head of `layer` that ends highest on a score, and when it formed: at the probe's threshold,
-    and when it had risen 10% / 50% of the way from its start to its end."""
+    and when it had risen 10% / 50% of the way from its start to its end; `chance`: a uniform head's score
+    (the probe's metric), which experiments/rules/statistical_induction.py judges formation against."""
     cands = {h: s for h, s in series.items() if h.startswith(f"L{layer}H") and h != exclude}
     name = max(cands, key=lambda h: cands[h][-1])
     s = cands[name]
     return {"head": name, "start": s[0], "final": s[-1], "threshold": threshold,
             "formed": formation_step(steps, s, threshold), "rise10": harness.rise_step(steps, s, 0.1),
-            "rise50": harness.rise_step(steps, s, 0.5)}
+            "rise50": harness.rise_step(steps, s, 0.5), **({"chance": chance} if chance is not None else {})}
+
+
+def chance_of(tl: Any, probe: str) -> Optional[float]:
+    """A uniform head's score on the probe's inputs (its metric `chance`, the same at every checkpoint: the
+    highest taken, as mechsynth.timeline.formation_threshold does)."""
+    values = [v for v in tl.metrics.get(probe, {}).get("chance", []) if math.isfinite(v)]
+    return max(values) if values else None
 
 
 def analyse(run: Run, size: dict[str, Any]) -> dict[str, Any]:
@@ -145,8 +155,8 @@ def analyse(run: Run, size: dict[str, Any]) -> dict[str, Any]:
                             "min_kl": min(kls["unigram"][i] for i in on_unigram)} if on_unigram else None,
         "kl_bayes": every.get("bayes"),
         "final": {"loss": loss[-1], **{f"kl_{k}": v[-1] for k, v in every.items()}},
-        "heads": {"previous_token": head(steps, prev, 0, 0.4),
-                  "induction": head(steps, tl.per_head["induction"], 1, 0.5)},
+        "heads": {"previous_token": head(steps, prev, 0, 0.4, chance=chance_of(tl, "previous_token")),
+                  "induction": head(steps, tl.per_head["induction"], 1, 0.5, chance=chance_of(tl, "induction"))},
         "series": {"previous_token": prev, "induction": tl.per_head["induction"]},
     }
     if run.task.cfg.order > 2:  # a second layer-0 head looking two back

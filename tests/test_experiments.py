@@ -134,7 +134,8 @@ def test_sparse_parity_hidden_progress_smoke(tmp_path):
               smoke["first_budget"], smoke["cap"], module.mlp_config(smoke["hp_n"], 3, r["seed"], smoke, noise=smoke["noise"]))
     # Round 1 trains every run; later rounds only those still open; one round per budget at most.
     rounds = res["runs_per_round"]
-    assert rounds[0] == len(load_plan(runs).jobs) and out["runs_trained"] == sum(rounds)
+    assert rounds[0] == len(load_plan(runs).jobs) and out["jobs_trained"] == sum(rounds)
+    assert out["runs_trained"] == out["runs"]["count"] and out["runs_reused"] == 0
     assert rounds == sorted(rounds, reverse=True) and len(rounds) <= len(budgets(smoke["first_budget"], smoke["cap"]))
 
     # Run again: every run is on disk already, so nothing trains and the numbers are the same.
@@ -143,7 +144,7 @@ def test_sparse_parity_hidden_progress_smoke(tmp_path):
     out2 = json.loads((tmp_path / "again" / "sparse_parity_hidden_progress.json").read_text())
     # (fewer rounds: a run is judged on all of its steps on disk, so one that converged in a later round
     # is seen to have converged in round 1)
-    assert out2["runs_trained"] == 0 and out2["runs_reused"] == sum(out2["results"]["runs_per_round"])
+    assert out2["runs_trained"] == 0 and out2["runs_reused"] == out2["runs"]["count"] == out["runs"]["count"]
     assert out2["results"]["runs_per_round"][0] == rounds[0]
     assert out2["results"]["scaling"] == res["scaling"]
     assert out2["results"]["hidden_progress_mlp"] == res["hidden_progress_mlp"]
@@ -245,7 +246,7 @@ def test_sparse_selection_smoke_writes_results(sparse):
                 assert row["n50_ci"][0] <= row["n50_ci"][1]
     rounds, continued = data["runs_per_round"], data["runs_continued"]
     assert sum(rounds) == len(runs) and 1 <= len(rounds) <= c["rounds"]
-    assert written["runs_trained"] == len(runs) + sum(e["runs"] for e in continued)
+    assert written["jobs_trained"] == len(runs) + sum(e["runs"] for e in continued) and written["runs_trained"] == len(runs)
     # A run trained past `steps` did not fit its training set at `steps`; one left at `steps` fits it.
     assert all(r["steps"] in (c["steps"], c["max_steps"]) and (r["fits"] or r["steps"] == c["max_steps"]) for r in runs)
     assert sum(r["steps"] > c["steps"] for r in runs) == sum(e["runs"] for e in continued)
@@ -437,7 +438,8 @@ def test_the_same_command_twice_from_scratch_gives_the_same_numbers(name, tmp_pa
     assert first["config"] == second["config"]
     for out in (first, second):
         runs = out["runs"]
-        assert 0 < runs["count"] <= out["runs_trained"] and sum(runs["commits"].values()) == runs["count"]  # rounds may continue a run
+        assert 0 < runs["count"] == out["runs_trained"] and sum(runs["commits"].values()) == runs["count"]
+        assert runs["seeds"] == sorted(set(runs["seeds"])) and out["rules"]["commit"]
         assert runs["torch"] == {torch.__version__: runs["count"]} and runs["trained_from"] <= runs["trained_until"]
         # the runs name the checkout they were trained from (nothing when mechsynth is an installed wheel)
         assert list(runs["commits"]) in ([out["commit"]], ["not recorded"])
@@ -585,14 +587,13 @@ def test_edge_of_stability_smoke(tmp_path):
 def test_circuit_discovery_smoke(tmp_path):
     out = run_smoke("circuit_discovery", tmp_path)
     res, module = out["results"], load("circuit_discovery")
-    claims, size = res["claims"], module.SIZES["smoke"]
-    assert out["config"]["rules"] == module.RULES and set(claims) >= {"planted", "induction_circuit", "positions", "timing"}
-    assert claims["planted"]["verdict"] == "matches"  # known exactly, whatever the training budget
-    assert {k.split("/")[0] for k in claims["planted"]["cases"]} == {"majority", "induction", "tracr_frac_prevs",
-                                                                      "tracr_detect_pattern"}
-    verdicts = [claims["timing"]["verdict"]] + [v["verdict"] for v in claims["induction_circuit"].values()] + [
-        v["verdict"] for v in claims["positions"].values()]
-    assert set(verdicts) <= {"matches", "partly", "does not", "inconclusive"}
+    size = module.SIZES["smoke"]
+    claims = {c["id"]: c for c in out["claims"]}
+    assert set(claims) >= {"planted_circuits_recovered", "induction_circuit_timing", "positions_read"}
+    assert claims["planted_circuits_recovered"]["verdict"] == "matches"  # known exactly, whatever the training budget
+    assert {k.split("/")[0] for k in res["planted"]} == {"majority", "induction", "tracr_frac_prevs", "tracr_detect_pattern"}
+    assert {c["verdict"] for c in claims.values()} <= {"matches", "partly", "does not", "inconclusive"}
+    assert res["seeds"] == module.seeds_of(size)
     for task_name, runs in res["results"].items():
         assert len(runs) == size["seeds"]
         for r in runs:

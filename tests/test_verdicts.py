@@ -1,0 +1,161 @@
+"""The rules framework (experiments/verdicts.py) and the README's generated Results table
+(experiments/results_table.py)."""
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "experiments"))  # the scripts import verdicts as a plain module; so do we
+import results_table  # noqa: E402
+import verdicts  # noqa: E402
+
+
+def claim(verdict: str, n: int, **kw):
+    return verdicts.Claim("c", "a claim", "the paper", "the rule", lambda r: verdicts.Judgement(verdict, "numbers", n), **kw)
+
+
+def test_floors_on_seeds_and_budget():
+    assert verdicts.judged(claim("matches", 5), {})["verdict"] == "matches"
+    few = verdicts.judged(claim("matches", 2), {})
+    assert few["verdict"] == "inconclusive" and few["rule_verdict"] == "matches" and "needs ≥ 3" in few["why"]
+    # a far smaller budget cannot say "does not" or "partly", but a clear match stands
+    small = verdicts.judged(claim("does not", 5, budget=0.02), {})
+    assert small["verdict"] == "inconclusive" and "0.02 of the paper's" in small["why"]
+    assert verdicts.judged(claim("partly", 5, budget=0.02), {})["verdict"] == "inconclusive"
+    assert verdicts.judged(claim("matches", 5, budget=0.02), {})["verdict"] == "matches"
+    assert verdicts.judged(claim("does not", 5, budget=0.5), {})["verdict"] == "does not"
+
+
+def test_results_of_another_version_are_inconclusive_not_an_error():
+    c = verdicts.Claim("c", "a", "b", "r", lambda r: verdicts.Judgement("matches", str(r["missing"]), 3))
+    out = verdicts.judged(c, {})
+    assert out["verdict"] == "inconclusive" and "lack" in out["why"] and "missing" in out["why"]
+
+
+def test_fisher_and_binomial_against_hand_computed_values():
+    # 4/12 against 0/12: P = C(12,4) C(12,0) / C(24,4) each tail; two-sided = 2 × one tail here
+    one_tail = math.comb(12, 4) * math.comb(12, 0) / math.comb(24, 4)
+    assert verdicts.fisher(4, 12, 0, 12) == pytest.approx(2 * one_tail, rel=1e-9)
+    assert verdicts.binomial_p(3, 3, 0.5) == pytest.approx(0.125)
+
+
+def test_coincidence_null_knows_chance():
+    steps = [[0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]] * 4
+    events = [[100], [200], [300], [400]]
+    exact = verdicts.coincidence_null([[100], [200], [300], [400]], events, steps, 2.0)
+    assert exact["observed"] == 1.0 and exact["p"] < 0.05
+    # boundaries far from every event: observed 0, p = 1
+    far = verdicts.coincidence_null([[1], [1], [1], [1]], events, steps, 2.0)
+    assert far["observed"] == 0.0 and far["p"] == 1.0
+    # the null's mean is the share of a seed's checkpoints within 2× of its event: 64…512 hold 2 of 12 for 100
+    one = verdicts.coincidence_null([[1]], [[100]], [steps[0]], 2.0, draws=4000)
+    assert one["null_mean"] == pytest.approx(2 / 12, abs=0.02)
+
+
+def test_numbers_in_why_lines():
+    assert [verdicts.num(x) for x in (0, 3, 0.9973, 0.0421, 12.34, 1234.5, None)] == \
+        ["0", "3", "0.997", "0.042", "12", "1234", "not reached"]
+    assert verdicts.span([195, 336, 234, None], median=True) == "195–336 (median 234), not reached in 1/4"
+    assert verdicts.span([0.5, 0.5]) == "0.5" and verdicts.span([None]) == "not reached"
+
+
+def test_interval_covers_the_mean():
+    lo, hi = verdicts.interval([1.0, 2.0, 3.0, 4.0, 5.0], lambda xs: sum(xs) / len(xs))
+    assert lo < 3.0 < hi and lo >= 1.0 and hi <= 5.0
+
+
+def test_provenance_says_whether_the_rules_came_before_the_runs(tmp_path, monkeypatch):
+    import subprocess
+
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True, text=True).stdout.strip()
+
+    (tmp_path / "experiments/rules").mkdir(parents=True)
+    git("init", "-q")
+    git("config", "user.email", "t@t")
+    git("config", "user.name", "t")
+    (tmp_path / "experiments/verdicts.py").write_text("# framework\n")
+    (tmp_path / "README.md").write_text("x\n")
+    git("add", ".")
+    git("commit", "-qm", "framework")
+    early = git("rev-parse", "--short=12", "HEAD")
+    (tmp_path / "experiments/rules/toy.py").write_text("CLAIMS = []\n")
+    git("add", ".")
+    git("commit", "-qm", "rules")
+    rules = git("rev-parse", "--short=12", "HEAD")
+    (tmp_path / "README.md").write_text("y\n")
+    git("commit", "-qam", "later")
+    late = git("rev-parse", "--short=12", "HEAD")
+    monkeypatch.setattr(verdicts, "RULES", tmp_path / "experiments/rules")
+
+    assert verdicts.provenance("toy", [late, rules])["commit"] == rules
+    assert verdicts.provenance("toy", [late, rules])["before_runs"]
+    assert not verdicts.provenance("toy", [late, early])["before_runs"]         # one run older than the rules
+    assert not verdicts.provenance("toy", [late + "-dirty"])["before_runs"]     # a run from an uncommitted tree
+    assert not verdicts.provenance("toy", [])["before_runs"]
+    (tmp_path / "experiments/rules/toy.py").write_text("CLAIMS = [1]\n")       # rules edited since
+    out = verdicts.provenance("toy", [late])
+    assert out["changed_since"] and not out["before_runs"]
+
+
+def write_assets(tmp_path: Path, outs: list[dict]) -> Path:
+    assets = tmp_path / "assets"
+    assets.mkdir()
+    for out in outs:
+        (assets / f"{out['experiment']}.json").write_text(json.dumps(out))
+    return assets
+
+
+def fake(name: str, **kw) -> dict:
+    return {"experiment": name, "command": f"python experiments/{name}.py", "wall_time_s": 12.3, "load_average": 1.0,
+            "device": "CPU: test", "runs_trained": 3, "date": "2026-01-01", "commit": "abc", "versions": {"torch": "2"},
+            "runs": {"count": 3, "train_time_s": 9.0, "commits": {"abc": 3}, "seeds": [100, 101, 102]},
+            "results": {}, **kw}
+
+
+def test_the_table_is_what_the_jsons_say_and_check_catches_an_edit(tmp_path, monkeypatch):
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "toy.py").write_text(
+        "import verdicts\nCLAIMS = [verdicts.Claim('x', 'toys | learn', 'paper', 'rule', "
+        "lambda r: verdicts.Judgement('matches' if r['ok'] else 'does not', f\"{r['n']}/3 seeds\", 3))]\n")
+    monkeypatch.setattr(verdicts, "RULES", rules)
+    judged = verdicts.judge_all("toy", {"ok": True, "n": 3})
+    assets = write_assets(tmp_path, [fake("toy", results={"ok": True, "n": 3}, claims=judged,
+                                          rules={"commit": "r1", "before_runs": True}),
+                                     fake("other_without_rules")])
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# x\n\n{results_table.BEGIN['results']}\nold\n{results_table.END['results']}\n\nafter\n")
+    assert results_table.main(["--check", "--readme", str(readme), "--assets", str(assets)]) == 1
+    assert results_table.main(["--readme", str(readme), "--assets", str(assets)]) == 0
+    text = readme.read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| toys"))
+    assert row.startswith("| toys \\| learn | paper | **matches** | 3/3 seeds | `python experiments/toy.py` | 12 s at load 1.0")
+    assert "other_without_rules" not in text and text.endswith("\n\nafter\n")
+    assert "rules r1, committed before every run" in text and "seeds [100, 101, 102]" in text
+    assert results_table.main(["--check", "--readme", str(readme), "--assets", str(assets)]) == 0
+    readme.write_text(text.replace("3/3 seeds", "4/3 seeds"))
+    assert results_table.main(["--check", "--readme", str(readme), "--assets", str(assets)]) == 1
+
+    # A JSON from before its rules is judged now, and says so.
+    (assets / "toy.json").write_text(json.dumps(fake("toy", results={"ok": False, "n": 3})))
+    assert results_table.main(["--readme", str(readme), "--assets", str(assets)]) == 0
+    assert "| **does not** (post hoc) |" in readme.read_text() and "judged post hoc" in readme.read_text()
+
+
+def test_the_readme_table_is_generated_from_the_committed_jsons():
+    assert results_table.main(["--check"]) == 0, "run python experiments/results_table.py"
+
+
+def test_every_committed_json_with_rules_is_from_a_clean_commit_and_judged():
+    for out in results_table.experiments(ROOT / "assets"):
+        judged, _ = results_table.claims(out)
+        assert judged, out["experiment"]
+        for c in judged:
+            assert c["verdict"] in verdicts.VERDICTS and "None" not in c["why"] and "\n" not in c["why"], (out["experiment"], c)
+        if "rules" in out:  # written under rules: from committed code, rules first
+            assert not out["commit"].endswith("-dirty") and out["rules"]["before_runs"], out["experiment"]
