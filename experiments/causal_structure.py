@@ -63,12 +63,6 @@ SIZES: dict[str, dict[str, Any]] = {
                  eval_every=1024, model={}),
 }
 
-
-def seed_list(size: dict[str, Any]) -> list[int]:
-    """The size's seeds: a list, or a count from 0 (smoke)."""
-    return list(size["seeds"]) if isinstance(size["seeds"], list) else list(range(size["seeds"]))
-
-
 def run_config(size: dict[str, Any], graph: str, setup: str) -> dict[str, Any]:
     cfg = config_io.read_toml(BASE)
     cfg.pop("wandb", None)
@@ -155,14 +149,14 @@ def main(argv: Optional[list[str]] = None) -> int:
     session = harness.Session(NAME, args)
     size = SIZES[args.size]
     specs = [({"graph": g, "setup": s}, seed, run_config(size, g, s))
-             for g in GRAPHS for s in size["steps"] for seed in seed_list(size)]
+             for g in GRAPHS for s in size["steps"] for seed in harness.seeds(size["seeds"])]
     runs = session.train_runs(specs)  # each point's seeds side by side
     res: dict[str, Any] = {}
     for g in GRAPHS:
         res[g] = {}
         for s in size["steps"]:
-            seeds = [{"seed": seed, **analyse(runs.run(seed, graph=g, setup=s))} for seed in seed_list(size)]
-            res[g][s] = {"summary": summarise(seeds), "seeds": seeds, "seed_list": seed_list(size)}
+            seeds = [{"seed": seed, **analyse(runs.run(seed, graph=g, setup=s))} for seed in harness.seeds(size["seeds"])]
+            res[g][s] = {"summary": summarise(seeds), "seeds": seeds, "seed_list": harness.seeds(size["seeds"])}
             fin = res[g][s]["summary"]["final"]
             print(f"{g:5s} {s:12s} " + "  ".join(f"{k} {v['median']:.3g} [{v['min']:.3g}, {v['max']:.3g}]"
                                                   for k, v in fin.items() if v.get("median") is not None))

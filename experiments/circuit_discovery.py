@@ -51,19 +51,15 @@ METHODS = circuits.METHODS
 LEVEL = 0.9
 MIN_SEEDS = 3
 
-# seeds: how many, from first_seed on (the CPU size's start at 100: fresh seeds for the rules' first runs).
+# seeds: a count from 0, or a list (the CPU size's start at 100: fresh seeds for the rules' first runs).
 # checkpoints: log-spaced probed steps; at 16 (a factor ~1.7 apart over 2000 steps) the step a circuit forms is
 # resolved finely enough for the timing rule's 2× window (at 8, ~3× apart, it mostly was not)
 SIZES: dict[str, dict[str, Any]] = {
-    "smoke": dict(seeds=MIN_SEEDS, first_seed=0, checkpoints=4, batch=16, markov_steps=40, boolean_steps=40,
+    "smoke": dict(seeds=MIN_SEEDS, checkpoints=4, batch=16, markov_steps=40, boolean_steps=40,
                   causal_steps=40, causal_batch=32),
-    "cpu": dict(seeds=MIN_SEEDS, first_seed=100, checkpoints=16, batch=64, markov_steps=2000, boolean_steps=3000,
+    "cpu": dict(seeds=list(range(100, 100 + MIN_SEEDS)), checkpoints=16, batch=64, markov_steps=2000, boolean_steps=3000,
                 causal_steps=3000, causal_batch=256),
 }
-
-
-def seeds_of(size: dict[str, Any]) -> list[int]:
-    return list(range(size["first_seed"], size["first_seed"] + size["seeds"]))
 
 
 def run_configs(size: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -274,7 +270,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     cfgs = run_configs(size)
     results: dict[str, list[dict[str, Any]]] = {}
     for task_name, cfg in cfgs.items():
-        runs = session.train_runs([({"task": task_name}, seed, cfg) for seed in seeds_of(size)])
+        runs = session.train_runs([({"task": task_name}, seed, cfg) for seed in harness.seeds(size["seeds"])])
         results[task_name] = []
         for job in runs.plan.jobs:
             r = {"seed": job.seed, "run": str(args.runs / job.dir), **analyse(task_name, runs.load(job), size)}
@@ -282,8 +278,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             harness.log(f"{task_name} seed {job.seed}: " + ", ".join(
                 f"{m} {r['methods'][m]['edges']:.0f} edges, formed {r['methods'][m]['formed']}" for m in METHODS))
     figures = [plot(results, args.out / f"{NAME}.png")]
-    session.finish({"size": size, "seeds": seeds_of(size), "runs": cfgs, "level": LEVEL, "min_seeds": MIN_SEEDS},
-                   {"seeds": seeds_of(size), "planted": planted(), "summary": summary(results), "results": results},
+    session.finish({"size": size, "seeds": harness.seeds(size["seeds"]), "runs": cfgs, "level": LEVEL, "min_seeds": MIN_SEEDS},
+                   {"seeds": harness.seeds(size["seeds"]), "planted": planted(), "summary": summary(results), "results": results},
                    figures)
     return 0
 

@@ -32,13 +32,13 @@ from mechsynth import timeline  # noqa: E402
 from mechsynth.run import Run  # noqa: E402
 
 NAME = "edge_of_stability"
-# seeds: how many, from first_seed on (fresh seeds for the rule's first runs)
+# seeds: a count from 0, or a list (from 100: fresh seeds for the rule's first runs)
 SIZES: dict[str, dict[str, Any]] = {
-    "smoke": dict(seeds=3, first_seed=0, lrs=(0.05, 0.1), steps=30, eval_every=2, checkpoints=8, n_train=16, length=8,
+    "smoke": dict(seeds=3, lrs=(0.05, 0.1), steps=30, eval_every=2, checkpoints=8, n_train=16, length=8,
                   d_model=8),
-    "cpu": dict(seeds=3, first_seed=100, lrs=(0.02, 0.05, 0.1), steps=1500, eval_every=5, checkpoints=60, n_train=256,
+    "cpu": dict(seeds=list(range(100, 103)), lrs=(0.02, 0.05, 0.1), steps=1500, eval_every=5, checkpoints=60, n_train=256,
                 length=32, d_model=32),
-    "full": dict(seeds=5, first_seed=100, lrs=(0.02, 0.05, 0.1, 0.2), steps=6000, eval_every=5, checkpoints=120,
+    "full": dict(seeds=list(range(100, 105)), lrs=(0.02, 0.05, 0.1, 0.2), steps=6000, eval_every=5, checkpoints=120,
                  n_train=1024, length=32, d_model=64),
 }
 # "at the edge": λ_max within this fraction of 2/η (two readings); "reaches": first ≥ (1 - fraction) × 2/η
@@ -102,11 +102,6 @@ def analyse(run: Run) -> dict[str, Any]:
     out["final_loss"] = loss[-1]
     return out
 
-
-def seeds_of(size: dict[str, Any]) -> list[int]:
-    return list(range(size["first_seed"], size["first_seed"] + size["seeds"]))
-
-
 def summary(res: dict[str, list[dict[str, Any]]], lrs: tuple[float, ...]) -> dict[str, Any]:
     """Each step size's spreads over seeds (no verdict: experiments/rules/edge_of_stability.py gives it)."""
     out: dict[str, Any] = {}
@@ -152,7 +147,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = harness.parse_args(NAME, __doc__, argv)
     session = harness.Session(NAME, args)
     size = SIZES[args.size]
-    specs = [({"lr": lr}, seed, run_config(size, lr)) for lr in size["lrs"] for seed in seeds_of(size)]
+    specs = [({"lr": lr}, seed, run_config(size, lr)) for lr in size["lrs"] for seed in harness.seeds(size["seeds"])]
     runs = session.train_runs(specs)  # each step size's seeds side by side: the same training set, own init and order
     res: dict[str, list[dict[str, Any]]] = {}
     for lr in size["lrs"]:
@@ -163,9 +158,9 @@ def main(argv: Optional[list[str]] = None) -> int:
             print(f"η = {lr} seed {job.seed}: λ_max {r['initial']:.1f} → min {r['min']:.1f} → max {r['max_after_min']:.1f}; "
                   f"2/η = {r['limit']:.1f}", file=sys.stderr)
     figures = [plot(res, size["lrs"], args.out / f"{NAME}.png")]
-    config = {"size": size, "seeds": seeds_of(size), "runs": {str(lr): run_config(size, lr) for lr in size["lrs"]},
+    config = {"size": size, "seeds": harness.seeds(size["seeds"]), "runs": {str(lr): run_config(size, lr) for lr in size["lrs"]},
               "near": NEAR}
-    session.finish(config, {"seeds": seeds_of(size), "summary": summary(res, size["lrs"]), "step_sizes": res}, figures)
+    session.finish(config, {"seeds": harness.seeds(size["seeds"]), "summary": summary(res, size["lrs"]), "step_sizes": res}, figures)
     return 0
 
 

@@ -57,12 +57,6 @@ SIZES: dict[str, dict[str, Any]] = {
                  relations=8, answers=16),
 }
 
-
-def seed_list(c: dict[str, Any]) -> list[int]:
-    """The size's seeds: a list, or a count from 0 (smoke)."""
-    return list(c["seeds"]) if isinstance(c["seeds"], list) else list(range(c["seeds"]))
-
-
 def params(family: str, size: int, c: dict[str, Any]) -> int:
     """The paper's parameter count of the trained memory (embeddings are fixed and not counted)."""
     t = c["transformer"]
@@ -125,10 +119,10 @@ def search(session: harness.Session, c: dict[str, Any]) -> dict[tuple[str, int],
             break
         harness.log(f"round {r + 1}: {len(todo)} sizes")
         specs = [({"family": f, "size": s, "n": n}, seed, config(f, s, n, c))
-                 for (f, s), n in todo.items() for seed in seed_list(c)]
+                 for (f, s), n in todo.items() for seed in harness.seeds(c["seeds"])]
         runs = session.train_runs(specs)
         for (f, s), n in todo.items():
-            tried[(f, s)][n] = [final_acc(runs.run(seed, family=f, size=s, n=n)) for seed in seed_list(c)]
+            tried[(f, s)][n] = [final_acc(runs.run(seed, family=f, size=s, n=n)) for seed in harness.seeds(c["seeds"])]
             nxt[(f, s)] = next_n(f, tried[(f, s)], c)
     return tried
 
@@ -163,7 +157,7 @@ def capacity(tried: dict[int, list[float]], definition: str) -> Optional[int]:
 
 
 def summarise(tried: dict[tuple[str, int], dict[int, list[float]]], c: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {"seeds": seed_list(c)}  # each "tried" list: these seeds' accuracies, in this order
+    out: dict[str, Any] = {"seeds": harness.seeds(c["seeds"])}  # each "tried" list: these seeds' accuracies, in this order
     for f in FAMILIES:
         rows = []
         for s in c["ladders"][f]:

@@ -49,11 +49,11 @@ CONTROL = 0.5      # the null band's centre, as a fraction of log D (same width)
 PROBE_BATCH = 2048
 
 SIZES: dict[str, dict[str, Any]] = {
-    "smoke": dict(seeds=3, first_seed=0, subjects=8, relations=2, answers=4, length=4, d_model=16, d_mlp=32,
+    "smoke": dict(seeds=3, subjects=8, relations=2, answers=4, length=4, d_model=16, d_mlp=32,
                   steps=200, batch=32, lr=1e-2, eval_every=50, checkpoints=10),
-    "cpu": dict(seeds=5, first_seed=100, subjects=64, relations=2, answers=8, length=4, d_model=64, d_mlp=128,
+    "cpu": dict(seeds=list(range(100, 105)), subjects=64, relations=2, answers=8, length=4, d_model=64, d_mlp=128,
                 steps=3000, batch=128, lr=2e-3, eval_every=100, checkpoints=50),
-    "full": dict(seeds=8, first_seed=100, subjects=256, relations=4, answers=16, length=32, d_model=128, d_mlp=512,
+    "full": dict(seeds=list(range(100, 108)), subjects=256, relations=4, answers=16, length=32, d_model=128, d_mlp=512,
                  steps=20000, batch=512, lr=1e-3, eval_every=500, checkpoints=120),
 }
 
@@ -68,11 +68,6 @@ def run_config(c: dict[str, Any]) -> dict[str, Any]:
             "train": {"steps": c["steps"], "batch_size": c["batch"], "optimizer": "adam", "lr": c["lr"],
                       "schedule": "cosine", "eval_every": c["eval_every"], "eval_batch_size": 1024,
                       "checkpoints": c["checkpoints"]}}
-
-
-def seeds_of(c: dict[str, Any]) -> list[int]:
-    return list(range(c["first_seed"], c["first_seed"] + c["seeds"]))
-
 
 # ---- the measurements ------------------------------------------------------------------------------------
 
@@ -161,8 +156,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     session = harness.Session(NAME, args)
     c = SIZES[args.size]
     cfg = run_config(c)
-    runs = session.train_runs([({"S": c["subjects"], "R": c["relations"]}, seed, cfg) for seed in seeds_of(c)])
-    rows = [analyse(runs.run(seed, S=c["subjects"], R=c["relations"]), seed, c["answers"]) for seed in seeds_of(c)]
+    runs = session.train_runs([({"S": c["subjects"], "R": c["relations"]}, seed, cfg) for seed in harness.seeds(c["seeds"])])
+    rows = [analyse(runs.run(seed, S=c["subjects"], R=c["relations"]), seed, c["answers"]) for seed in harness.seeds(c["seeds"])]
     log_d = math.log(c["answers"])
     results = {"log_D": log_d, "log_RD": math.log(c["relations"] * c["answers"]), "threshold": THRESHOLD,
                "known": KNOWN, "band": BAND, "control": CONTROL, "probe_batch": PROBE_BATCH, "seeds": rows,

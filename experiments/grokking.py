@@ -75,11 +75,6 @@ EVENTS = {
 }
 DEFINITIONS = ("absolute", "loss", "relative")
 
-
-def seed_list(seeds: int | list[int]) -> list[int]:
-    return list(range(seeds)) if isinstance(seeds, int) else list(seeds)
-
-
 def with_updates(base: dict[str, Any], **sections: dict[str, Any]) -> dict[str, Any]:
     return {s: {**base.get(s, {}), **sections.get(s, {})} for s in {*base, *sections}}
 
@@ -227,7 +222,7 @@ def analyse_grid(runs: harness.Runs, g: dict[str, Any]) -> dict[str, Any]:
     cells = {}
     for frac in g["fracs"]:
         for decay in g["decays"]:
-            rs = [runs.run(s, frac=frac, decay=decay) for s in seed_list(g["seeds"])]
+            rs = [runs.run(s, frac=frac, decay=decay) for s in harness.seeds(g["seeds"])]
             final = [[r["eval/acc"] for r in run.metrics if "eval/acc" in r][-1] for run in rs]
             cells[f"{frac},{decay}"] = {"frac": frac, "weight_decay": decay, "final_test_acc": final,
                                         "median_final_test_acc": harness.spread(final)["median"],
@@ -236,7 +231,7 @@ def analyse_grid(runs: harness.Runs, g: dict[str, Any]) -> dict[str, Any]:
         for a in ("0.99", "0.9"):
             c[f"median_{a}"] = harness.spread(c[f"steps_to_{a}"])["median"] if all(v is not None for v in c[f"steps_to_{a}"]) \
                 else None  # a censored seed: no median below the cap
-    out: dict[str, Any] = {"cap": g["steps"], "p": g["p"], "seeds": seed_list(g["seeds"]), "chance_acc": 1 / g["p"], "cells": cells}
+    out: dict[str, Any] = {"cap": g["steps"], "p": g["p"], "seeds": harness.seeds(g["seeds"]), "chance_acc": 1 / g["p"], "cells": cells}
     for a in ("0.99", "0.9"):
         t = lambda c: c[f"median_{a}"] if c[f"median_{a}"] is not None else 2 * g["steps"]  # noqa: E731 (censored: last)
         by_frac = [harness.spearman(g["fracs"], [t(cells[f"{f},{d}"]) for f in g["fracs"]]) for d in g["decays"]]
@@ -312,13 +307,13 @@ def plot_grid(grid: dict[str, Any], g: dict[str, Any], path: Path) -> Path:
         for j, v in enumerate(row):
             censored = sum(x is None for x in grid["cells"][f"{g['fracs'][i]},{g['decays'][j]}"]["steps_to_0.99"])
             acc = grid["cells"][f"{g['fracs'][i]},{g['decays'][j]}"]["median_final_test_acc"]
-            ax.text(j, i, f"{v:.0f}" if v is not None else f"> cap ({censored}/{len(seed_list(g['seeds']))})\ntest acc {acc:.2f}",
+            ax.text(j, i, f"{v:.0f}" if v is not None else f"> cap ({censored}/{len(harness.seeds(g['seeds']))})\ntest acc {acc:.2f}",
                     ha="center", va="center", fontsize=8, color="white" if v is not None else "black")
     ax.set_xticks(range(len(g["decays"])), [str(d) for d in g["decays"]])
     ax.set_yticks(range(len(g["fracs"])), [str(f) for f in g["fracs"]])
     ax.set_xlabel("weight decay")
     ax.set_ylabel("training fraction")
-    ax.set_title(f"steps until test accuracy ≥ 0.99 (median of {len(seed_list(g['seeds']))} seeds), p = {g['p']}")
+    ax.set_title(f"steps until test accuracy ≥ 0.99 (median of {len(harness.seeds(g['seeds']))} seeds), p = {g['p']}")
     fig.colorbar(im, ax=ax)
     return harness.save_figure(fig, path)
 
@@ -354,7 +349,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     session = harness.Session(NAME, args)
     size = SIZES[args.size]
     g, q = size["grid"], size["parity"]
-    seeds = {part: seed_list(size[part]["seeds"]) for part in ("phases", "grid", "parity")}
+    seeds = {part: harness.seeds(size[part]["seeds"]) for part in ("phases", "grid", "parity")}
     specs = [({"part": "phases"}, s, phases_config(size)) for s in seeds["phases"]]
     specs += [({"part": "grid", "frac": f, "decay": d}, s, grid_config(size, f, d))
               for f in g["fracs"] for d in g["decays"] for s in seeds["grid"]]

@@ -211,6 +211,11 @@ def cli(main: Any) -> int:
         return 2
 
 
+def seeds(value: int | Sequence[int]) -> list[int]:
+    """A size's seeds (or draws, data sets): a list as it is, a count n as 0..n-1."""
+    return list(range(value)) if isinstance(value, int) else list(value)
+
+
 def command(name: str, args: argparse.Namespace) -> str:
     flag = {"smoke": " --smoke", "cpu": "", "full": " --full"}[args.size]
     return f"python experiments/{name}.py{flag}"

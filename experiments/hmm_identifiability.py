@@ -52,12 +52,6 @@ SIZES: dict[str, dict[str, Any]] = {
                  train={"steps": 6000, "eval_every": 100, "checkpoints": 40}, ratios=[0.15, 0.3, 0.5, 0.7, 0.85, 0.95]),
 }
 
-
-def seed_list(size: dict[str, Any]) -> list[int]:
-    """The size's seeds: a list, or a count from 0 (smoke)."""
-    return list(size["seeds"]) if isinstance(size["seeds"], list) else list(range(size["seeds"]))
-
-
 def conditions(size: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """label -> task overrides."""
     out = {"triplet": {"objective": "triplet"}, "pairwise": {"objective": "pairwise"}}
@@ -139,12 +133,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     session = harness.Session(NAME, args)
     size = SIZES[args.size]
     conds = conditions(size)
-    specs = [({"condition": c}, seed, run_config(size, o)) for c, o in conds.items() for seed in seed_list(size)]
+    specs = [({"condition": c}, seed, run_config(size, o)) for c, o in conds.items() for seed in harness.seeds(size["seeds"])]
     runs = session.train_runs(specs)  # each condition's seeds side by side: one HMM, seeds differ in init and data
     guess = random_guess_error({k: v for k, v in run_config(size, conds["triplet"])["task"].items() if k != "name"})
-    res: dict[str, Any] = {"random_guess_error": guess, "seeds": seed_list(size), "conditions": {}}
+    res: dict[str, Any] = {"random_guess_error": guess, "seeds": harness.seeds(size["seeds"]), "conditions": {}}
     for c in conds:
-        seeds = [{"seed": seed, **analyse(runs.run(seed, condition=c))} for seed in seed_list(size)]
+        seeds = [{"seed": seed, **analyse(runs.run(seed, condition=c))} for seed in harness.seeds(size["seeds"])]
         res["conditions"][c] = {"summary": summarise(seeds, guess), "seeds": seeds}
         f = res["conditions"][c]["summary"]["final"]
         print(f"{c:10s} O_err {f['O_err']['median']:.3g} [{f['O_err']['min']:.3g}, {f['O_err']['max']:.3g}]  "

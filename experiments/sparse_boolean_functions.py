@@ -61,11 +61,11 @@ BALANCE = (0.2, 0.8)    # P(f = 1) on fair bits, both kinds
 MATRICES = ("W_Q", "W_K", "W_V", "W_O", "W_in", "W_out")
 
 SIZES: dict[str, dict[str, Any]] = {
-    "smoke": dict(seeds=3, first_seed=0, length=6, s_values=[2, 3, 4], d_model=16, steps=300, batch=32, lr=1e-2,
+    "smoke": dict(seeds=3, length=6, s_values=[2, 3, 4], d_model=16, steps=300, batch=32, lr=1e-2,
                   weight_decay=0.3, eval_every=50, eval_batch=256, checkpoints=5),
-    "cpu": dict(seeds=4, first_seed=100, length=12, s_values=[2, 3, 4, 5], d_model=32, steps=3000, batch=64, lr=3e-3,
+    "cpu": dict(seeds=list(range(100, 104)), length=12, s_values=[2, 3, 4, 5], d_model=32, steps=3000, batch=64, lr=3e-3,
                 weight_decay=0.3, eval_every=100, eval_batch=1024, checkpoints=20),
-    "full": dict(seeds=8, first_seed=100, length=32, s_values=[2, 3, 4, 5, 6], d_model=64, steps=10000, batch=128,
+    "full": dict(seeds=list(range(100, 108)), length=32, s_values=[2, 3, 4, 5, 6], d_model=64, steps=10000, batch=128,
                  lr=1e-3, weight_decay=0.3, eval_every=200, eval_batch=4096, checkpoints=40),
 }
 
@@ -116,11 +116,6 @@ def run_config(c: dict[str, Any], kind: str, s: int, seed: int) -> dict[str, Any
             "train": {"steps": c["steps"], "batch_size": c["batch"], "optimizer": "adamw", "lr": c["lr"],
                       "weight_decay": c["weight_decay"], "eval_every": c["eval_every"],
                       "eval_batch_size": c["eval_batch"], "checkpoints": c["checkpoints"]}}
-
-
-def seeds_of(c: dict[str, Any]) -> list[int]:
-    return list(range(c["first_seed"], c["first_seed"] + c["seeds"]))
-
 
 # ---- the measurements -----------------------------------------------------------------------------------
 
@@ -213,7 +208,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = harness.parse_args(NAME, __doc__, argv)
     session = harness.Session(NAME, args)
     c = SIZES[args.size]
-    cells = [(kind, s, seed) for s in c["s_values"] for kind in KINDS for seed in seeds_of(c)]
+    cells = [(kind, s, seed) for s in c["s_values"] for kind in KINDS for seed in harness.seeds(c["seeds"])]
     runs = session.train_runs([({"kind": kind, "s": s}, seed, run_config(c, kind, s, seed)) for kind, s, seed in cells],
                               seed_keys=("task.seed",))
     rows = [measure(runs.run(seed, kind=kind, s=s), kind, s, seed) for kind, s, seed in cells]
@@ -224,7 +219,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"{key:<14} converged {cell['converged']}/{cell['of']}  steps to {SUCCESS}: median "
               f"{cell['steps_to_99']['median']}  layer norm median {norm['median']}")
     figures = [plot(c, rows, args.out / f"{NAME}.png")]
-    session.finish({"size": c, "example": run_config(c, "generic", c["s_values"][-1], seeds_of(c)[0])}, results, figures)
+    session.finish({"size": c, "example": run_config(c, "generic", c["s_values"][-1], harness.seeds(c["seeds"])[0])}, results, figures)
     return 0
 
 

@@ -91,12 +91,6 @@ SIZES: dict[str, dict[str, Any]] = {
                            seeds=list(range(100, 108)), first_budget=5000, cap=80000, eval_every=250, eval_batch_size=2048)),
 }
 
-
-def seeds_of(v: Any) -> list[int]:
-    """A size's seeds (or data sets): a list as it is, a count n as 0..n-1."""
-    return list(range(v)) if isinstance(v, int) else list(v)
-
-
 def mlp_config(n: int, k: int, seed: int, size: dict[str, Any], noise: float = 0.0, checkpoints: int = 4) -> dict[str, Any]:
     """Barak et al.'s MLP: width 100, ReLU, plain SGD (no clipping), batch 32, lr 0.1. The seed sets the
     support S, the initial weights and the data stream. Few checkpoints unless the run is probed:
@@ -167,8 +161,8 @@ def adaptive(labels: dict[str, Any], seed: int, cfg: dict[str, Any], first: int,
 
 
 def cell(labels: dict[str, Any], seeds: Any, cfg: dict[str, Any], first: int, cap: int) -> dict[str, Any]:
-    """A point whose seeds (`seeds_of`) train side by side (one task), until all converge or the cap."""
-    return {"labels": labels, "seeds": seeds_of(seeds), "config": cfg, "first": first, "cap": cap,
+    """A point whose seeds (`harness.seeds`) train side by side (one task), until all converge or the cap."""
+    return {"labels": labels, "seeds": harness.seeds(seeds), "config": cfg, "first": first, "cap": cap,
             "budget": None, "runs": {}, "converged_at": {}}
 
 
@@ -363,9 +357,9 @@ def grid_summary(cells: list[dict[str, Any]], grid: dict[str, Any]) -> dict[str,
     sparse = {row: {m: table[row][m]["percent"] - table[str(w)][m]["percent"] for m in table[row]}
               for row, w, sparsity in grid_rows(grid) if sparsity}
     return {"n": grid["n"], "k": grid["k"], "rows": [row for row, _, _ in grid_rows(grid)], "widths": widths,
-            "samples": [samples_label(m) for m in grid["samples"]], "cap": grid["cap"], "data_sets": len(seeds_of(grid["data"])),
-            "seeds_per_data_set": len(seeds_of(grid["seeds"])), "data_set_seeds": seeds_of(grid["data"]),
-            "seeds": seeds_of(grid["seeds"]), "sparse_init_inputs": grid["sparse"]["s"], "table": table,
+            "samples": [samples_label(m) for m in grid["samples"]], "cap": grid["cap"], "data_sets": len(harness.seeds(grid["data"])),
+            "seeds_per_data_set": len(harness.seeds(grid["seeds"])), "data_set_seeds": harness.seeds(grid["data"]),
+            "seeds": harness.seeds(grid["seeds"]), "sparse_init_inputs": grid["sparse"]["s"], "table": table,
             "samples_for_half_converged": half, "spearman_percent_vs_log_width": trend,
             "wider_is_more_sample_efficient": {"never_worse_with_width": all(a >= b for a, b in zip(rank, rank[1:])),
                                                "widest_beats_narrowest": rank[-1] < rank[0], "ranks": rank},
@@ -486,17 +480,17 @@ def main(argv: Optional[list[str]] = None) -> int:
     mlps = {(k, n, seed): adaptive({"model": "mlp", "k": k, "n": n, "noise": 0.0}, seed,
                                    mlp_config(n, k, seed, size, checkpoints=size["checkpoints"] if probed(size, k, n) else 4),
                                    size["first_budget"], size["cap"])
-            for k, ns in size["scaling"].items() for n in ns for seed in seeds_of(size["seeds"])}
+            for k, ns in size["scaling"].items() for n in ns for seed in harness.seeds(size["seeds"])}
     tfs = [adaptive({"model": "transformer", "k": 3, "n": tf_size["n"]}, seed, transformer_config(tf_size["n"], 3, seed, size),
-                    tf_size["first_budget"], tf_size["cap"]) for seed in seeds_of(tf_size["seeds"])]
+                    tf_size["first_budget"], tf_size["cap"]) for seed in harness.seeds(tf_size["seeds"])]
     others = {arch: [adaptive({"model": arch, "k": 3, "n": hp_n}, seed, arch_config(arch, hp_n, 3, seed, size),
-                              size["first_budget"], size["cap"]) for seed in seeds_of(size["arch_seeds"])] for arch in ARCHS}
+                              size["first_budget"], size["cap"]) for seed in harness.seeds(size["arch_seeds"])] for arch in ARCHS}
     noisy_runs = [adaptive({"model": "mlp", "k": 3, "n": hp_n, "noise": size["noise"]}, seed,
                            mlp_config(hp_n, 3, seed, size, noise=size["noise"]), size["first_budget"], size["cap"])
-                  for seed in seeds_of(size["noise_seeds"])]
+                  for seed in harness.seeds(size["noise_seeds"])]
     cells = [cell({"grid": "mlp", "width": w, "init": init_label(sparsity), "samples": samples_label(m), "data": d,
                    "n": grid["n"], "k": grid["k"]}, grid["seeds"], grid_config(w, m, d, grid, sparsity), grid["first_budget"], grid["cap"])
-             for _, w, sparsity in grid_rows(grid) for m in grid["samples"] for d in seeds_of(grid["data"])]
+             for _, w, sparsity in grid_rows(grid) for m in grid["samples"] for d in harness.seeds(grid["data"])]
     rounds, seconds = train_until_converged(session, [*mlps.values(), *tfs, *(r for rs in others.values() for r in rs),
                                                       *noisy_runs, *cells])
 
@@ -506,10 +500,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     for k, ns in size["scaling"].items():
         table[k] = {}
         for n in ns:
-            table[k][n] = [mlps[k, n, seed]["converged_at"] for seed in seeds_of(size["seeds"])]
+            table[k][n] = [mlps[k, n, seed]["converged_at"] for seed in harness.seeds(size["seeds"])]
             if probed(size, k, n):
                 hp_runs += [{"seed": seed, **progress(mlps[k, n, seed]["run"], mlps[k, n, seed]["converged_at"])}
-                            for seed in seeds_of(size["seeds"])]
+                            for seed in harness.seeds(size["seeds"])]
             print(f"MLP k={k} n={n}: converged at {table[k][n]}", file=sys.stderr)
     tf_runs = [{"seed": r["seed"], **progress(r["run"], r["converged_at"])} for r in tfs]
     arch_runs = {"relu_mlp": hp_runs, **{a: [{"seed": r["seed"], **progress(r["run"], r["converged_at"])} for r in rs]
@@ -517,7 +511,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     for arch, runs in arch_runs.items():
         print(f"{arch} n={tf_size['n'] if arch == 'transformer' else hp_n}: converged at "
               f"{[r['converged_at'] for r in runs]}", file=sys.stderr)
-    clean = dict(zip(seeds_of(size["seeds"]), table[3][hp_n]))  # the same seeds without noise
+    clean = dict(zip(harness.seeds(size["seeds"]), table[3][hp_n]))  # the same seeds without noise
     noisy = [{"seed": r["seed"], "converged_at": r["converged_at"], "clean_converged_at": clean.get(r["seed"]),
               "final_eval_acc": r["run"].metrics[-1]["eval/acc"]} for r in noisy_runs]
     print(f"noisy labels: converged at {[r['converged_at'] for r in noisy]}", file=sys.stderr)
@@ -549,9 +543,9 @@ def main(argv: Optional[list[str]] = None) -> int:
                          "slowdown_vs_clean_same_seed": harness.spread(ratios)},
         "width_samples": widths,
         # the seeds of each part (each seed also draws S; the grid's data sets are its task seeds)
-        "seeds": {"mlp": seeds_of(size["seeds"]), "architectures": seeds_of(size["arch_seeds"]),
-                  "transformer": seeds_of(tf_size["seeds"]), "noisy_labels": seeds_of(size["noise_seeds"]),
-                  "width_samples": seeds_of(grid["seeds"]), "width_samples_data_sets": seeds_of(grid["data"])},
+        "seeds": {"mlp": harness.seeds(size["seeds"]), "architectures": harness.seeds(size["arch_seeds"]),
+                  "transformer": harness.seeds(tf_size["seeds"]), "noisy_labels": harness.seeds(size["noise_seeds"]),
+                  "width_samples": harness.seeds(grid["seeds"]), "width_samples_data_sets": harness.seeds(grid["data"])},
         "runs_per_round": rounds,
         "timings_s": timings,
     }

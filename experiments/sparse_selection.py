@@ -112,11 +112,6 @@ SIZES: dict[str, dict[str, Any]] = {
 
 # ---- the runs --------------------------------------------------------------------------------------
 
-
-def draws_of(c: dict[str, Any]) -> list[int]:
-    return list(range(c["draws"])) if isinstance(c["draws"], int) else list(c["draws"])
-
-
 def config(c: dict[str, Any], setting: str, T: int, n: int, draw: int, steps: Optional[int] = None) -> dict[str, Any]:
     steps = steps or c["steps"]
     task = {"name": "sparse_boolean", "length": T, "s": 3, "function": "and", "n_train": n, "seed": draw}
@@ -132,7 +127,7 @@ def specs(c: dict[str, Any], setting: str, T: int, n: int, draws: Optional[Seque
           steps: Optional[int] = None) -> list[harness.RunSpec]:
     """Every seed of the draws (default: all) of one setting, T and size. One seed per draw: the draw is the
     run's seed (task, init and data seeds). Several: point draw=<d> holds the draw's seeds, side by side."""
-    point, draws = {"setting": setting, "T": T, "n": n}, draws_of(c) if draws is None else draws
+    point, draws = {"setting": setting, "T": T, "n": n}, harness.seeds(c["draws"]) if draws is None else draws
     if c["seeds"] == 1:
         return [(point, d, config(c, setting, T, n, d, steps)) for d in draws]
     return [({**point, "draw": d}, i, config(c, setting, T, n, d, steps)) for d in draws for i in range(c["seeds"])]
@@ -198,7 +193,7 @@ def measure(s: harness.Session, c: dict[str, Any]) -> tuple[dict[tuple[str, int]
         rounds.append(len(batch))
         for st, T, n in new:
             found[st, T][n] = [outcome(load(runs, c, st, T, n, d, i), c, st, T, n, d, i)
-                               for d in draws_of(c) for i in range(c["seeds"])]
+                               for d in harness.seeds(c["draws"]) for i in range(c["seeds"])]
         extended += extend_unfitted(s, c, found, new)
         for st, T, n in new:
             harness.log(f"{st:<8} T={T:<4} n={n:<5} success {success_rate(found[st, T][n]):.2f}")
@@ -337,7 +332,7 @@ def summarize(c: dict[str, Any], found: dict[tuple[str, int], dict[int, list[dic
             cells = found[st, T]
             rows = [r for n in sorted(cells) for r in cells[n]]
             est = sizes_of(rows)
-            boots[T] = bootstrap(rows, draws_of(c), c["bootstrap"], seed=1000 * si + ti)
+            boots[T] = bootstrap(rows, harness.seeds(c["draws"]), c["bootstrap"], seed=1000 * si + ti)
             sizes = sorted(cells)
             lowest, highest = success_rate(cells[sizes[0]]), success_rate(cells[sizes[-1]])
             not_fitted = sum(not r["fits"] for r in rows)
@@ -419,7 +414,7 @@ def support_timeline(result: dict[str, Any]) -> dict[str, Any]:
 
 def timeline_runs(c: dict[str, Any], found: dict[tuple[str, int], dict[int, list[dict]]]) -> list[dict[str, Any]]:
     """Per setting and T, the first draw's seed 0 at the smallest size where it succeeded (none if it never did)."""
-    out, draw = [], draws_of(c)[0]
+    out, draw = [], harness.seeds(c["draws"])[0]
     for cells in found.values():
         first = [r for n in sorted(cells) for r in cells[n] if r["draw"] == draw and r["seed"] == 0 and r["success"]]
         if first:
@@ -517,7 +512,7 @@ def main(argv: list[str] | None = None) -> int:
     results["runs_per_round"] = rounds
     results["runs_continued"] = extended
     results["success_threshold"] = SUCCESS
-    results["draws"] = draws_of(c)
+    results["draws"] = harness.seeds(c["draws"])
     results["rules"] = {"bracket": [LOW, HIGH], "max_not_fitted": MAX_NOT_FITTED, "exponent_split": EXPONENT_SPLIT,
                         "log_fit_rel_rms": LOG_FIT_RMS, "ci_percentiles": list(CI), "logistic_ridge": RIDGE}
     results["train_time_s_total"] = round(sum(r["train_time_s"] for r in results["runs"]), 1)

@@ -279,7 +279,7 @@ def test_the_script_applies_these_rules_and_takes_draw_lists():
         assert script.verdict(planted, []) == SELECTION.scaling_verdict(planted, [])
     assert (script.MAX_NOT_FITTED, script.EXPONENT_SPLIT, script.LOG_FIT_RMS, script.LOW, script.HIGH) == \
         (SELECTION.MAX_NOT_FITTED, SELECTION.EXPONENT_SPLIT, SELECTION.LOG_FIT_RMS, SELECTION.LOW, SELECTION.HIGH)
-    assert script.draws_of(script.SIZES["cpu"]) == list(range(100, 106)) and script.draws_of(script.SIZES["smoke"]) == [0, 1]
+    assert script.harness.seeds(script.SIZES["cpu"]["draws"]) == list(range(100, 106)) and script.harness.seeds(script.SIZES["smoke"]["draws"]) == [0, 1]
     rows = [{"draw": d, "n_train": n, "success": n >= (32 if d % 2 else 64), "fits": True} for d in range(4) for n in (16, 32, 64, 128)]
     moved = [{**r, "draw": r["draw"] + 100} for r in rows]
     assert script.bootstrap(rows, 4, 50, seed=0) == script.bootstrap(moved, [100, 101, 102, 103], 50, seed=0)
@@ -293,6 +293,6 @@ def test_parity_seeds_are_fresh():
     for size in ("cpu", "full"):
         s = script.SIZES[size]
         for seeds in (s["seeds"], s["arch_seeds"], s["noise_seeds"], s["transformer"]["seeds"], s["grid"]["seeds"], s["grid"]["data"]):
-            assert min(script.seeds_of(seeds)) >= 100
+            assert min(script.harness.seeds(seeds)) >= 100
         assert set(s["noise_seeds"]) <= set(s["seeds"])  # the noisy runs' clean twins are MLP seeds
-    assert script.seeds_of(script.SIZES["smoke"]["seeds"]) == [0, 1]
+    assert script.harness.seeds(script.SIZES["smoke"]["seeds"]) == [0, 1]
