@@ -3,27 +3,19 @@ measurements (the learned steps, the dwell in a loss band) against slow referenc
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-EXPERIMENTS = Path(__file__).resolve().parent.parent / "experiments"
-sys.path.insert(0, str(EXPERIMENTS))
+from experiment_files import script  # (puts experiments/ on sys.path)
 import verdicts  # noqa: E402
 
 NAME = "factual_sequential"
 
 
-def load(name: str):
-    spec = importlib.util.spec_from_file_location(f"experiment_{name}", EXPERIMENTS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+load = script
 
 
 @pytest.fixture(scope="module")

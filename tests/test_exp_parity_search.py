@@ -3,27 +3,19 @@ answers, and the measurements against slow independent references."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import random
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
 
-EXPERIMENTS = Path(__file__).resolve().parent.parent / "experiments"
-sys.path.insert(0, str(EXPERIMENTS))
+from experiment_files import script  # (puts experiments/ on sys.path)
 import verdicts  # noqa: E402
 
 
-def load(name: str):
-    spec = importlib.util.spec_from_file_location(f"experiment_{name}", EXPERIMENTS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+load = script
 
 
 RULES = verdicts.rules_of("parity_search")

@@ -3,32 +3,24 @@ measurements (the truth tables, the norms, the convergence step, the stratified 
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import json
 import math
 import random
 import statistics
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 from mechsynth import load_run
 
-EXPERIMENTS = Path(__file__).resolve().parent.parent / "experiments"
-sys.path.insert(0, str(EXPERIMENTS))
+from experiment_files import script  # (puts experiments/ on sys.path)
 import verdicts  # noqa: E402
 
 NAME = "sparse_boolean_functions"
 
 
-def load(name: str):
-    spec = importlib.util.spec_from_file_location(f"experiment_{name}", EXPERIMENTS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+load = script
 
 
 @pytest.fixture(scope="module")

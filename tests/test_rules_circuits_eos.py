@@ -5,22 +5,14 @@ keep a regime that cannot show the effect (no induction pattern yet, checkpoints
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 
-EXPERIMENTS = Path(__file__).resolve().parent.parent / "experiments"
-sys.path.insert(0, str(EXPERIMENTS))
+from experiment_files import EXPERIMENTS  # (puts experiments/ on sys.path)
 import verdicts  # noqa: E402
 
 
-def load(name: str):
-    spec = importlib.util.spec_from_file_location(f"rules_{name}", EXPERIMENTS / "rules" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+load = verdicts.rules_of
 
 
 def claim(name: str, cid: str) -> verdicts.Claim:

@@ -4,26 +4,16 @@ results with a known right answer: one that matches, one that does not (or partl
 from __future__ import annotations
 
 import copy
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 
-EXPERIMENTS = Path(__file__).resolve().parent.parent / "experiments"
-sys.path.insert(0, str(EXPERIMENTS))  # the rules import verdicts as a plain module
+import experiment_files  # noqa: F401  (puts experiments/ on sys.path)
 import verdicts  # noqa: E402
 
 
-def load(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
-
-grok = load(EXPERIMENTS / "rules" / "grokking.py", "rules_grokking_test")
-auto = load(EXPERIMENTS / "rules" / "automata_depth.py", "rules_automata_depth_test")
+grok = verdicts.rules_of("grokking")
+auto = verdicts.rules_of("automata_depth")
 
 
 def claim(module, id_: str) -> verdicts.Claim:

@@ -3,22 +3,14 @@ results: hand-made results dicts, shaped as the scripts write them, whose right 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 
-EXPERIMENTS = Path(__file__).resolve().parent.parent / "experiments"
-sys.path.insert(0, str(EXPERIMENTS))  # the rules import verdicts as a plain module
+import experiment_files  # noqa: F401  (puts experiments/ on sys.path)
 import verdicts  # noqa: E402
 
 
-def load(name: str):
-    spec = importlib.util.spec_from_file_location(f"rules_{name}", EXPERIMENTS / "rules" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+load = verdicts.rules_of
 
 
 SI = load("statistical_induction")

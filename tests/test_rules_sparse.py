@@ -3,22 +3,13 @@ each claim gets a results dict with a known answer — matches, a negative one, 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
-sys.path.insert(0, str(EXPERIMENTS))
+from experiment_files import script as load_script  # (puts experiments/ on sys.path)
 import verdicts  # noqa: E402
 
 
-def load(name: str):
-    spec = importlib.util.spec_from_file_location(f"rules_{name}", EXPERIMENTS / "rules" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+load = verdicts.rules_of
 
 
 PARITY = load("sparse_parity_hidden_progress")
@@ -270,9 +261,7 @@ def test_readout_attention():
 def test_the_script_applies_these_rules_and_takes_draw_lists():
     """sparse_selection.py's `verdict()` is the rules file's `scaling_verdict`, its thresholds are the rules',
     and its bootstrap takes the draws as a list (fresh draws from 100) as it took a count."""
-    spec = importlib.util.spec_from_file_location("experiment_sparse_selection", EXPERIMENTS / "sparse_selection.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_script("sparse_selection")
     fits = selection()["settings"]["uniform"]["scaling"]["n50"]
     for exponent_ci in ((0.2, 0.4), (0.8, 1.1), (0.3, 0.7)):
         planted = {**fits, "power": {**fits["power"], "exponent_ci": list(exponent_ci)}}
@@ -286,10 +275,7 @@ def test_the_script_applies_these_rules_and_takes_draw_lists():
 
 
 def test_parity_seeds_are_fresh():
-    spec = importlib.util.spec_from_file_location("experiment_sparse_parity_hidden_progress",
-                                                  EXPERIMENTS / "sparse_parity_hidden_progress.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_script("sparse_parity_hidden_progress")
     for size in ("cpu", "full"):
         s = script.SIZES[size]
         for seeds in (s["seeds"], s["arch_seeds"], s["noise_seeds"], s["transformer"]["seeds"], s["grid"]["seeds"], s["grid"]["data"]):

@@ -3,13 +3,11 @@
 
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "experiments"))  # the scripts import verdicts as a plain module; so do we
+from experiment_files import EXPERIMENTS  # (puts experiments/ on sys.path)
 import results_table  # noqa: E402
 import verdicts  # noqa: E402
 
@@ -152,7 +150,7 @@ def test_the_readme_table_is_generated_from_the_committed_jsons():
 
 
 def test_every_committed_json_with_rules_is_from_a_clean_commit_and_judged():
-    for out in results_table.experiments(ROOT / "assets"):
+    for out in results_table.experiments(EXPERIMENTS.parent / "assets"):
         judged, _ = results_table.claims(out)
         assert judged, out["experiment"]
         for c in judged:
