@@ -1,13 +1,18 @@
 """What the tests of experiments/ share: that folder on sys.path (its scripts and rules import harness and
-verdicts as plain modules), and loading a script by its path (experiments/ is not a package)."""
+verdicts as plain modules), loading a script by its path (experiments/ is not a package), and finding and
+judging one claim of a rules file."""
 
 import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any, Iterator, Union
+
+import torch
 
 EXPERIMENTS = Path(__file__).resolve().parent.parent / "experiments"
 sys.path.insert(0, str(EXPERIMENTS))
+import verdicts  # noqa: E402
 
 
 def script(name: str) -> ModuleType:
@@ -16,3 +21,24 @@ def script(name: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def loaded(name: str) -> Iterator[ModuleType]:
+    """For a module-scoped fixture (`yield from loaded(NAME)`): the script, and the process's torch thread
+    count restored afterwards (a script's run sets it)."""
+    threads = torch.get_num_threads()
+    yield script(name)
+    torch.set_num_threads(threads)
+
+
+def claim(rules: Union[str, ModuleType], cid: str) -> verdicts.Claim:
+    """Claim `cid` of a rules file (its experiment's name, or the loaded module)."""
+    module = verdicts.rules_of(rules) if isinstance(rules, str) else rules
+    return next(c for c in module.CLAIMS if c.id == cid)
+
+
+def judged(rules: Union[str, ModuleType], cid: str, results: Any) -> dict:
+    """The claim's judgement of `results`, its why-line one line that reads what it needs and never says None."""
+    out = verdicts.judged(claim(rules, cid), results)
+    assert "\n" not in out["why"] and "None" not in out["why"] and "lack" not in out["why"], out["why"]
+    return out

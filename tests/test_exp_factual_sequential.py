@@ -7,22 +7,16 @@ import json
 import math
 
 import pytest
-import torch
 
-from experiment_files import script  # (puts experiments/ on sys.path)
+from experiment_files import loaded  # (puts experiments/ on sys.path)
 import verdicts  # noqa: E402
 
 NAME = "factual_sequential"
 
 
-load = script
-
-
 @pytest.fixture(scope="module")
 def exp():
-    threads = torch.get_num_threads()
-    yield load(NAME)
-    torch.set_num_threads(threads)  # the script sets the process's thread count
+    yield from loaded(NAME)
 
 
 @pytest.fixture(scope="module")

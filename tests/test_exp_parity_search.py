@@ -15,9 +15,6 @@ from experiment_files import script  # (puts experiments/ on sys.path)
 import verdicts  # noqa: E402
 
 
-load = script
-
-
 RULES = verdicts.rules_of("parity_search")
 CLAIMS = {c.id: c for c in RULES.CLAIMS}
 
@@ -39,7 +36,7 @@ def verdict(claim: str, results: dict) -> dict:
 def test_smoke(tmp_path, monkeypatch):
     for var in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR", "WANDB_ARTIFACT_DIR"):
         monkeypatch.setenv(var, str(tmp_path / "wandb" / var.lower()))
-    ps = load("parity_search")
+    ps = script("parity_search")
     assert ps.main(["--smoke", "--out", str(tmp_path), "--runs", str(tmp_path / "runs")]) == 0
     out = json.loads((tmp_path / "parity_search.json").read_text())
     assert out["experiment"] == "parity_search" and out["size"] == "smoke" and out["runs_trained"] > 0
@@ -199,7 +196,7 @@ def test_ks_against_scipy():
 
 
 def test_convergence_and_grokking_steps_by_hand():
-    ps = load("parity_search")
+    ps = script("parity_search")
     metrics = [{"step": 0, "eval/acc": 0.5, "train_set/acc": 0.5, "train_set/loss": 0.7, "eval/loss": 0.7},
                {"step": 50, "train/loss": 0.5},  # a training record without evaluation
                {"step": 100, "eval/acc": 0.52, "train_set/acc": 0.995, "train_set/loss": 0.1, "eval/loss": 0.7},

@@ -11,18 +11,13 @@ import torch
 
 from mechsynth import tasks
 
-from experiment_files import script  # (puts experiments/ on sys.path)
+from experiment_files import claim, loaded  # (puts experiments/ on sys.path)
 import verdicts  # noqa: E402
-
-
-load = script
 
 
 @pytest.fixture(scope="module")
 def exp():
-    threads = torch.get_num_threads()
-    yield load("shortcut_length")
-    torch.set_num_threads(threads)  # the script sets the process's thread count
+    yield from loaded("shortcut_length")
 
 
 @pytest.fixture(scope="module")
@@ -82,10 +77,6 @@ def ff_results(pairs, reads=(40_000, 100_000)):
               "ood": {"0.8": {"reads": reads[1], "errors": b}, "0.9": {"reads": reads[1], "errors": b},
                       "0.98": {"reads": reads[1], "errors": b}}} for i, (a, b) in enumerate(pairs)]
     return {"flipflop": {"seeds": seeds, "chance": {"in_distribution": 50.0, "0.8": 50.0, "0.9": 50.0, "0.98": 50.0}}}
-
-
-def claim(rules, cid):
-    return next(c for c in rules.CLAIMS if c.id == cid)
 
 
 def test_rule_car_shortcut(rules):

@@ -14,20 +14,15 @@ import torch
 
 from mechsynth import load_run
 
-from experiment_files import script  # (puts experiments/ on sys.path)
+from experiment_files import loaded  # (puts experiments/ on sys.path)
 import verdicts  # noqa: E402
 
 NAME = "sparse_boolean_functions"
 
 
-load = script
-
-
 @pytest.fixture(scope="module")
 def exp():
-    threads = torch.get_num_threads()
-    yield load(NAME)
-    torch.set_num_threads(threads)  # the script sets the process's thread count
+    yield from loaded(NAME)
 
 
 @pytest.fixture(scope="module")

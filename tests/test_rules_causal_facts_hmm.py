@@ -5,24 +5,10 @@ into "inconclusive"."""
 
 from __future__ import annotations
 
-
 import pytest
 
-import experiment_files  # noqa: F401  (puts experiments/ on sys.path)
+from experiment_files import judged  # (puts experiments/ on sys.path)
 import verdicts  # noqa: E402
-
-
-load = verdicts.rules_of
-
-
-def claim(name: str, cid: str) -> verdicts.Claim:
-    return next(c for c in load(name).CLAIMS if c.id == cid)
-
-
-def judged(name: str, cid: str, results) -> dict:
-    out = verdicts.judged(claim(name, cid), results)
-    assert "\n" not in out["why"] and "None" not in out["why"] and "lack" not in out["why"], out["why"]
-    return out
 
 
 # ---- causal_structure ------------------------------------------------------------------------------
@@ -55,7 +41,7 @@ def test_graph_claims(graph):
 
 
 def test_graph_claim_budgets_follow_the_papers():
-    c = load("causal_structure")
+    c = verdicts.rules_of("causal_structure")
     assert c.BUDGET == pytest.approx(0.0019, abs=1e-4) and c.DAG_BUDGET == pytest.approx(0.019, abs=1e-3)
     assert [x.id for x in c.CLAIMS] == ["graph_chain", "graph_tree", "graph_dag", "loss_reaches_bayes"]
 
@@ -177,7 +163,7 @@ def test_mlp_memory_capacity_soft_edge_caps_a_failure():
 
 
 def test_interval_brackets_the_slope():
-    fc = load("factual_capacity")
+    fc = verdicts.rules_of("factual_capacity")
     pts = [(p, 0.5 * p ** 0.9 * k) for p, k in zip([64, 144, 256, 576, 1024, 2304], NOISE)]
     lo, hi = fc._interval(pts)
     assert lo < fc._slope(pts) < hi and hi - lo < 0.3
@@ -193,7 +179,7 @@ def transformer(att_exp: float, mlp_caps: list, above: float = 0.3) -> dict:
 def test_mlp_params_of_older_results_are_derived():
     rows = transformer(1.0, [20, 37, 80, 150])["mlp"]["sizes"]
     older = [{k: v for k, v in r.items() if k != "mlp_params"} for r in rows]
-    assert load("factual_capacity")._mlp_params(older) == pytest.approx([r["mlp_params"] for r in rows])
+    assert verdicts.rules_of("factual_capacity")._mlp_params(older) == pytest.approx([r["mlp_params"] for r in rows])
 
 
 def test_transformer_scaling_claims():
@@ -225,7 +211,7 @@ def test_transformer_tradeoff():
 
 @pytest.mark.parametrize("name", ["causal_structure", "factual_capacity", "hmm_identifiability"])
 def test_every_claim_is_complete(name):
-    for c in load(name).CLAIMS:
+    for c in verdicts.rules_of(name).CLAIMS:
         assert c.id and c.claim and c.paper and c.rule and callable(c.judge) and c.min_n >= 3
         assert c.budget is None or (0 < c.budget and c.budget_note)
         assert c.budget is not None or c.budget_note

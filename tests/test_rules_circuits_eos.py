@@ -5,32 +5,18 @@ keep a regime that cannot show the effect (no induction pattern yet, checkpoints
 
 from __future__ import annotations
 
-
 import pytest
 
-from experiment_files import EXPERIMENTS  # (puts experiments/ on sys.path)
+from experiment_files import EXPERIMENTS, judged  # (puts experiments/ on sys.path)
 import verdicts  # noqa: E402
 
 
-load = verdicts.rules_of
-
-
-def claim(name: str, cid: str) -> verdicts.Claim:
-    return next(c for c in load(name).CLAIMS if c.id == cid)
-
-
-def judged(name: str, cid: str, results) -> dict:
-    out = verdicts.judged(claim(name, cid), results)
-    assert "\n" not in out["why"] and "None" not in out["why"] and "lack" not in out["why"], out["why"]
-    return out
-
-
 def test_claims_are_complete():
-    ids = [c.id for c in load("circuit_discovery").CLAIMS]
+    ids = [c.id for c in verdicts.rules_of("circuit_discovery").CLAIMS]
     assert ids == ["planted_circuits_recovered", "induction_circuit_patching", "induction_circuit_eap",
                    "induction_circuit_eap_ig", "induction_circuit_acdc", "induction_circuit_timing", "positions_read"]
-    assert [c.id for c in load("edge_of_stability").CLAIMS] == ["edge_of_stability"]
-    for c in load("circuit_discovery").CLAIMS + load("edge_of_stability").CLAIMS:
+    assert [c.id for c in verdicts.rules_of("edge_of_stability").CLAIMS] == ["edge_of_stability"]
+    for c in verdicts.rules_of("circuit_discovery").CLAIMS + verdicts.rules_of("edge_of_stability").CLAIMS:
         assert c.min_n >= 3 and c.rule and c.claim and c.paper
 
 
@@ -121,7 +107,7 @@ def test_timing():
 
 
 def test_chance_and_poisson_binomial():
-    rules = load("circuit_discovery")
+    rules = verdicts.rules_of("circuit_discovery")
     # a log-uniform step over [1, 2000] within 2× of 100: log(4) / log(2000)
     assert rules._chance_within(100, 1, 2000) == pytest.approx(0.18239, abs=1e-4)
     assert rules._at_least(0, [0.2, 0.3]) == pytest.approx(1.0)

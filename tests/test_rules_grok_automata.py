@@ -7,23 +7,12 @@ import copy
 
 import pytest
 
-import experiment_files  # noqa: F401  (puts experiments/ on sys.path)
+from experiment_files import claim, judged as verdict  # (puts experiments/ on sys.path)
 import verdicts  # noqa: E402
-
 
 
 grok = verdicts.rules_of("grokking")
 auto = verdicts.rules_of("automata_depth")
-
-
-def claim(module, id_: str) -> verdicts.Claim:
-    return next(c for c in module.CLAIMS if c.id == id_)
-
-
-def verdict(module, id_: str, results) -> dict:
-    out = verdicts.judged(claim(module, id_), results)
-    assert "\n" not in out["why"] and "None" not in out["why"] and "lack" not in out["why"], out["why"]
-    return out
 
 
 def test_claims_in_the_readme_order_with_rules_in_words():

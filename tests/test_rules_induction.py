@@ -3,22 +3,14 @@ results: hand-made results dicts, shaped as the scripts write them, whose right 
 
 from __future__ import annotations
 
-
 import pytest
 
-import experiment_files  # noqa: F401  (puts experiments/ on sys.path)
+from experiment_files import claim  # (puts experiments/ on sys.path)
 import verdicts  # noqa: E402
 
 
-load = verdicts.rules_of
-
-
-SI = load("statistical_induction")
-LLC = load("llc_stages")
-
-
-def claim(module, cid: str) -> verdicts.Claim:
-    return next(c for c in module.CLAIMS if c.id == cid)
+SI = verdicts.rules_of("statistical_induction")
+LLC = verdicts.rules_of("llc_stages")
 
 
 def verdict(module, cid: str, results) -> str:

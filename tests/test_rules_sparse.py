@@ -5,19 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from experiment_files import script as load_script  # (puts experiments/ on sys.path)
+from experiment_files import claim, script as load_script  # (puts experiments/ on sys.path)
 import verdicts  # noqa: E402
 
 
-load = verdicts.rules_of
-
-
-PARITY = load("sparse_parity_hidden_progress")
-SELECTION = load("sparse_selection")
-
-
-def claim(module, id_: str) -> verdicts.Claim:
-    return next(c for c in module.CLAIMS if c.id == id_)
+PARITY = verdicts.rules_of("sparse_parity_hidden_progress")
+SELECTION = verdicts.rules_of("sparse_selection")
 
 
 def verdict(module, id_: str, results) -> str:
