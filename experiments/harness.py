@@ -187,14 +187,15 @@ class Session:
         wall = time.perf_counter() - self.t0
         runs = list({run.path: run for runs in self.used for run in runs.all()}.values())
         made = provenance(runs, self.started)
+        trained = made.pop("trained_here")
         out = {"experiment": self.name, "size": self.args.size, "command": command(self.name, self.args),
                "wall_time_s": round(wall, 1), "date": time.strftime("%Y-%m-%d"),
                "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
                "device": device_name(self.args.device), "threads": self.args.threads,
-               "runs_trained": made["trained_here"], "runs_reused": made["count"] - made["trained_here"],
+               "runs_trained": trained, "runs_reused": made["count"] - trained,
                "jobs_trained": self.trained, "runs": made, "commit": commit(), "versions": versions(),
                "claims": verdicts.judge_all(self.name, results),
-               "rules": verdicts.provenance(self.name, made["per_run_commits"]),
+               "rules": verdicts.provenance(self.name, list(made["commits"])),
                "config": config, "results": results, "figures": [Path(f).name for f in figures]}
         path = self.args.out / f"{self.name}.json"
         io.write_json(path, _finite(out))
@@ -263,8 +264,7 @@ def provenance(runs: Sequence[Run], started: float = math.inf) -> dict[str, Any]
     train_s = sum(_train_s(ms) / seeds_of(run) for run, ms in zip(runs, metas))
     return {"count": len(runs), "trained_here": sum(max(m["time"] for m in ms) >= started for ms in metas if ms),
             "seeds": sorted({c.get("train", {}).get("seed", 0) for c in configs}),
-            "commits": count("commit"), "per_run_commits": [v.get("commit", "not recorded") for v in stored],
-            "torch": count("torch"),
+            "commits": count("commit"), "torch": count("torch"),
             "transformer_lens": count("transformer_lens"), "trained_from": stamp(min), "trained_until": stamp(max),
             "train_time_s": round(train_s, 1),
             # runs made before checkpoints recorded their training time: estimated from checkpoint times
