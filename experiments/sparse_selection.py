@@ -289,7 +289,7 @@ def interval(xs: Sequence[Optional[float]]) -> Optional[list[float]]:
 def bootstrap(rows: Sequence[dict[str, Any]], draws: int | Sequence[int], replicates: int, seed: int) -> list[dict[str, Optional[float]]]:
     """n50 and n90 of `replicates` resamples of the draws (a list, or a count n: 0..n-1), each with all its
     runs, at every size and seed."""
-    ds = list(range(draws)) if isinstance(draws, int) else list(draws)
+    ds = harness.seeds(draws)
     by_draw = [[r for r in rows if r["draw"] == d] for d in ds]
     rng = random.Random(seed)
     out = []

@@ -549,8 +549,8 @@ def test_hmm_identifiability_smoke(tmp_path):
 def test_llc_stages_smoke(tmp_path):
     out = run_smoke("llc_stages", tmp_path)
     res, module = out["results"], load("llc_stages")
-    assert len(res["seeds"]) == module.SIZES["smoke"]["seeds"] and res["claims"]["verdict"] in (
-        "matches", "partly", "does not", "inconclusive")
+    assert len(res["seeds"]) == module.SIZES["smoke"]["seeds"] and [c["id"] for c in out["claims"]] == ["llc_finds_stages"]
+    assert out["claims"][0]["verdict"] in ("matches", "partly", "does not", "inconclusive")
     for r in res["seeds"]:
         llc = r["llc"]
         assert 0 < len(llc["steps"]) <= module.SIZES["smoke"]["llc"]["checkpoints"] and llc["steps"][-1] == r["steps"][-1]
