@@ -58,8 +58,9 @@ class TrainConfig:
         "which weights decay: all, or only the matrices of attention, MLP and unembedding, not embeddings, "
         "positions, norms or biases (minGPT's and GPT-2's convention)", "all")
     warmup_steps: int = doc("linear warmup from 0 to lr over this many steps", 0, lo=0, hi=MAX_STEPS)
-    schedule: Literal["constant", "cosine"] = doc("after warmup: constant, or cosine decay to min_lr_frac * lr", "constant")
-    min_lr_frac: float = doc("floor of the cosine schedule as a fraction of lr", 0.0)
+    schedule: Literal["constant", "cosine", "linear"] = doc("after warmup: constant, or cosine or linear decay to "
+                                                            "min_lr_frac * lr at the last step", "constant")
+    min_lr_frac: float = doc("floor of the cosine or linear schedule as a fraction of lr", 0.0)
     grad_clip: Optional[float] = doc("clip the global gradient norm to this; 0 or unset = no clipping", 1.0)
     data_chunk: int = doc("training batches generated per call to the task: amortizes kernel launches on a GPU", 16,
                           lo=1, hi=4096, why="the chunk is held in memory")
@@ -153,8 +154,9 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
         return cfg.lr * (step + 1) / cfg.warmup_steps
     if cfg.schedule == "constant":
         return cfg.lr
-    progress = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
-    return cfg.lr * (cfg.min_lr_frac + (1 - cfg.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+    progress = min(1.0, (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps))
+    left = 1 - progress if cfg.schedule == "linear" else 0.5 * (1 + math.cos(math.pi * progress))
+    return cfg.lr * (cfg.min_lr_frac + (1 - cfg.min_lr_frac) * left)
 
 
 def checkpoint_steps(total: int, count: int = 100) -> list[int]:

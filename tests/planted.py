@@ -55,6 +55,19 @@ def _others_below(per_head: Tensor, layer: int, head: int, bound: float) -> bool
 # ---- previous token and induction -----------------------------------------------------------------
 
 
+def _plant_previous_token(a: dict[str, Tensor], h: int, V: int, N: int, big: float, offset: int = 1) -> None:
+    """Head h of layer weights `a` as an exact previous-token head on the residual stream [token one-hot |
+    position one-hot | previous token one-hot]: query position i · key position j = big iff j = i − offset, and it
+    writes the key's token into the third block."""
+    pos, prev = slice(V, V + N), slice(V + N, 2 * V + N)
+    a["W_Q"][h, pos, :N] = torch.eye(N)
+    a["W_K"][h, pos, :N] = big * torch.eye(N).roll(offset, dims=1)
+    for j in range(N - offset, N):  # the last positions have no successor (roll wraps them round)
+        a["W_K"][h, V + j, j + offset - N] = 0
+    a["W_V"][h, :V, :V] = torch.eye(V)
+    a["W_O"][h, :V, prev] = torch.eye(V)
+
+
 def planted_induction_model(vocab: int = 10, n_ctx: int = 40, n_heads: int = 4, seed: int = 0, offset: int = 1):
     """2 layers: an exact previous-token head in layer 0 (looking `offset` tokens back) and an induction head in layer 1, at random
     head indices; every other head has small random weights. Returns (hooked model, prev head, induction head).
@@ -66,7 +79,7 @@ def planted_induction_model(vocab: int = 10, n_ctx: int = 40, n_heads: int = 4, 
     g = torch.Generator().manual_seed(seed)
     V, N = vocab, n_ctx
     d_model, d_head = 2 * V + N, max(V, N)
-    tok, pos, prev = slice(0, V), slice(V, V + N), slice(V + N, 2 * V + N)
+    tok, prev = slice(0, V), slice(V + N, 2 * V + N)
     big = 60.0 * math.sqrt(d_head)
     sd = _embeddings(V, N, d_model, V)
     sd["unembed.W_U"][tok] = 5 * torch.eye(V)
@@ -76,13 +89,8 @@ def planted_induction_model(vocab: int = 10, n_ctx: int = 40, n_heads: int = 4, 
         h = heads[layer]
         for w in ("W_Q", "W_K", "W_V", "W_O"):
             a[w][h] = 0
-        if layer == 0:  # previous token: query position i · key position j = big iff j = i - offset
-            a["W_Q"][h, pos, :N] = torch.eye(N)
-            a["W_K"][h, pos, :N] = big * torch.eye(N).roll(offset, dims=1)
-            for j in range(N - offset, N):  # the last positions have no successor (roll wraps them round)
-                a["W_K"][h, V + j, j + offset - N] = 0
-            a["W_V"][h, tok, :V] = torch.eye(V)
-            a["W_O"][h, :V, prev] = torch.eye(V)
+        if layer == 0:
+            _plant_previous_token(a, h, V, N, big, offset)
         else:  # induction: query token · key's previous token, then copy the key's token
             a["W_Q"][h, tok, :V] = big * torch.eye(V)
             a["W_K"][h, prev, :V] = torch.eye(V)
@@ -729,6 +737,76 @@ def known_llc() -> None:
     assert off.llc < 0 and any("negative" in t for t in llc.troubles(off)), off
 
 
+# ---- flip-flop reads ------------------------------------------------------------------------------
+
+
+def planted_flip_flop_model(length: int, n_heads: int = 3, seed: int = 0, recent: bool = True):
+    """2 layers that read flip-flop sequences by attention: an exact previous-token head in layer 0 marks each
+    written bit (its previous token is `w`); in layer 1 a read head attends from each `r` to the written bits,
+    the most recent first (`recent=False`: the earliest, a read that glitches exactly where the first write's bit
+    differs from the last's), and copies the bit; every other head attends at random and writes nothing. Returns
+    (hooked model, read head).
+
+    Residual stream = [token one-hot | position one-hot | previous token one-hot], as planted_induction_model.
+    """
+    g = torch.Generator().manual_seed(seed)
+    V, N = 5, length - 1
+    d_model, d_head = 2 * V + N, max(V, N)
+    sd = _embeddings(V, N, d_model, V)
+    sd["unembed.W_U"][:V] = 5 * torch.eye(V)
+    heads = torch.randint(n_heads, (2,), generator=g).tolist()
+    layers = [_layer(n_heads, d_model, d_head, g) for _ in range(2)]
+    for a, h in zip(layers, heads):
+        for w in ("W_Q", "W_K", "W_V"):
+            a[w][h] = 0
+        a["W_O"][:] = 0  # the other heads attend at random but write nothing: the position ramp below stays exact
+    _plant_previous_token(layers[0], heads[0], V, N, 60.0 * math.sqrt(d_head))
+    a, h = layers[1], heads[1]
+    c = 8 * math.sqrt(d_head)  # written bits two positions apart: scores 16 apart after the 1/sqrt(d_head) scale
+    a["W_Q"][h, 1, 0] = 2 * c * N  # the query `r` (token 1) asks for written bits (previous token `w`, 0)...
+    a["W_K"][h, V + N, 0] = 1.0
+    a["W_K"][h, V, 0] = -1.0  # ...which position 0 (a `w` that sees only itself as its previous token) is not
+    a["W_Q"][h, 1, 1] = c  # ...the latest of them (or the earliest)
+    a["W_K"][h, V:V + N, 1] = torch.arange(N, dtype=torch.float) * (1 if recent else -1)
+    a["W_V"][h, :V, :V] = torch.eye(V)
+    a["W_O"][h, :V, :V] = 3 * torch.eye(V)  # outvotes the `r` the residual stream still holds
+    for layer, a in enumerate(layers):
+        sd |= {f"blocks.{layer}.attn.{k}": v for k, v in a.items()}
+    return hooked_transformer(_config(2, n_heads, d_model, d_head), V, V, N, sd), h
+
+
+def known_read_attention() -> None:
+    task = tasks.make("flip_flop", {"length": 32, "sparse_p_ignore": 0.9, "dense_p_ignore": 0.1})
+    model, head = planted_flip_flop_model(32, seed=2)
+    result = probes.run("read_attention", model, task, batch_size=256)
+    assert result.top_heads(1)[0][:2] == (1, head) and result.per_head[1, head] >= 0.99, result.per_head
+    assert _others_below(result.per_head, 1, head, 0.5), result.per_head
+    for split in ("eval", "sparse", "dense"):
+        assert result.metrics[f"{split}/error"] == 0.0 and result.metrics[f"{split}/source_mass"] >= 0.99, result.metrics
+        assert math.isnan(result.metrics[f"{split}/stale"])  # no wrong read to say anything of
+    stale, head = planted_flip_flop_model(32, seed=2, recent=False)
+    result = probes.run("read_attention", stale, task, batch_size=256)
+    for split, input in (("eval", "eval"), ("dense", "eval_dense")):
+        batch = probes.draw("data" if split == "eval" else f"task:{input}", stale, task, 256, 0)
+        want = reference_first_write_errors(batch)
+        assert abs(result.metrics[f"{split}/error"] - want) < 1e-6 and want > 0.05, (split, result.metrics[f"{split}/error"], want)
+        assert result.metrics[f"{split}/stale"] == 1.0 and result.metrics[f"{split}/source_mass_wrong"] < 0.01
+    assert result.render["failing"]
+
+
+def reference_first_write_errors(batch: Batch) -> float:
+    """The share of reads whose bit differs from the first write's: the reads a first-write reader gets wrong,
+    counted one sequence and one token at a time."""
+    wrong = reads = 0
+    for tokens, targets in zip(batch.tokens.tolist(), batch.targets.tolist()):
+        first = tokens[1]  # pair 0 is always a write
+        for p, t in enumerate(tokens):
+            if t == 1:  # `r`: its target is the read bit
+                reads += 1
+                wrong += targets[p] != first
+    return wrong / reads
+
+
 PLANTED: dict[str, Callable[[], None]] = {
     "previous_token": known_previous_token,
     "induction": known_induction,
@@ -745,4 +823,5 @@ PLANTED: dict[str, Callable[[], None]] = {
     "sharpness": known_sharpness,
     "llc": known_llc,
     "circuit": known_circuit,
+    "read_attention": known_read_attention,
 }

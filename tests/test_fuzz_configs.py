@@ -57,16 +57,18 @@ BASES: dict[str, dict[str, dict[str, Any]]] = {
     "associative_memory": {"task": {"name": "associative_memory", "inputs": 16}, "model": SMALL},
     "hmm_masked": {"task": {"name": "hmm_masked", "k": 2, "d": 3, "length": 4}, "model": SMALL},
     "random_tokens": {"task": {"name": "random_tokens", "d_vocab": 4, "n_ctx": 4}, "model": SMALL},
+    "flip_flop": {"task": {"name": "flip_flop", "length": 8}, "model": SMALL},
     "mlp": {"task": {"name": "sparse_parity", "n": 6, "k": 2}, "model": {"kind": "mlp", "width": 8}},
     "sin": {"task": {"name": "sparse_parity", "n": 6, "k": 3}, "model": {"kind": "sin"}},
     "polynet": {"task": {"name": "sparse_parity", "n": 6, "k": 3}, "model": {"kind": "polynet", "degree": 3}},
     "disentangled": {"task": {"name": "causal_icl", "k": 3, "length": 8}, "model": {"kind": "disentangled"}},
     "linear_memory": {"task": {"name": "associative_memory", "inputs": 16}, "model": {"kind": "linear_memory", "d": 8}},
     "mlp_memory": {"task": {"name": "associative_memory", "inputs": 16}, "model": {"kind": "mlp_memory", "d": 8, "m": 8}},
+    "recurrent": {"task": {"name": "flip_flop", "length": 8}, "model": {"kind": "recurrent", "d_model": 8}},
 }
 KIND_BASES = {"transformer": "sparse_parity", "mlp": "mlp", "sin": "sin", "polynet": "polynet",
               "disentangled": "disentangled",
-              "linear_memory": "linear_memory", "mlp_memory": "mlp_memory"}  # a base config whose model is of that kind
+              "linear_memory": "linear_memory", "mlp_memory": "mlp_memory", "recurrent": "recurrent"}  # a base config whose model is of that kind
 REQUIRES = {
     "no_cuda": lambda: not torch.cuda.is_available(),
     "no_mps": lambda: not torch.backends.mps.is_available(),

@@ -208,8 +208,8 @@ def test_input_weights_are_declared_by_the_kind():
 
 @pytest.mark.parametrize("table, field, message", [
     ({"width": 8}, "model.width", "is a field of kind 'mlp', not 'transformer'"),
-    ({"kind": "mlp", "n_layers": 2}, "model.n_layers", "is a field of kinds 'disentangled', 'transformer', not 'mlp'"),
-    ({"kind": "rnn"}, "model.kind", "'rnn' is not allowed; allowed: 'disentangled', 'linear_memory', 'mlp', 'mlp_memory', 'polynet', 'sin', 'transformer'"),
+    ({"kind": "mlp", "n_layers": 2}, "model.n_layers", "is a field of kinds 'disentangled', 'recurrent', 'transformer', not 'mlp'"),
+    ({"kind": "rnn"}, "model.kind", "'rnn' is not allowed; allowed: 'disentangled', 'linear_memory', 'mlp', 'mlp_memory', 'polynet', 'recurrent', 'sin', 'transformer'"),
     ({"kind": "mlp", "act_fn": "gelu"}, "model.act_fn", "'gelu' is not allowed"),
     ({"layers": 2}, "model.layers", "unknown key"),
 ])

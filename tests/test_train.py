@@ -153,6 +153,8 @@ def test_schedules():
     cfg = TrainConfig(steps=100, lr=1.0, warmup_steps=10, schedule="cosine")
     assert lr_at(0, cfg) == pytest.approx(0.1) and lr_at(9, cfg) == pytest.approx(1.0)
     assert lr_at(99, cfg) < 0.01
+    linear = TrainConfig(steps=100, lr=1.0, warmup_steps=10, schedule="linear", min_lr_frac=0.2)
+    assert [lr_at(s, linear) for s in (9, 10, 55)] == pytest.approx([1.0, 1.0, 0.6])  # halfway: halfway to the floor
 
 
 def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path, tiny):
