@@ -1,13 +1,22 @@
 """mechsynth: train small TransformerLens models on synthetic tasks with known ground truth,
 and probe their checkpoints for the circuits the theory predicts."""
 
-from mechsynth import tasks
-from mechsynth.importing import import_checkpoints, import_models, probe_models
-from mechsynth.models.tl_compat import hooked_model
-from mechsynth.monitor import Monitor
-from mechsynth.run import Run, load_run
-from mechsynth.runconfig import RunConfig, parse_config
-from mechsynth.runner import train_run
+from pathlib import Path as _Path
+
+# pyproject installs ./probes as mechsynth.probes. A source checkout imported through PYTHONPATH (a second clone
+# beside an editable install of the first) takes its own probes, found here before the install's finder would
+# point at the first clone's: the commit a result names is the code that made it.
+_checkout = _Path(__file__).resolve().parent.parent
+if (_checkout / "probes" / "__init__.py").is_file() and not (_Path(__file__).resolve().parent / "probes").exists():
+    __path__.append(str(_checkout))
+
+from mechsynth import tasks  # noqa: E402
+from mechsynth.importing import import_checkpoints, import_models, probe_models  # noqa: E402
+from mechsynth.models.tl_compat import hooked_model  # noqa: E402
+from mechsynth.monitor import Monitor  # noqa: E402
+from mechsynth.run import Run, load_run  # noqa: E402
+from mechsynth.runconfig import RunConfig, parse_config  # noqa: E402
+from mechsynth.runner import train_run  # noqa: E402
 
 __all__ = ["Monitor", "Run", "RunConfig", "hooked_model", "import_checkpoints", "import_models", "load_run", "parse_config",
            "probe_models", "tasks", "train_run"]

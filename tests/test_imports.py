@@ -75,3 +75,21 @@ def test_each_edge_is_imported_in_one_place():
                 if n.split(".")[0] in owners:
                     users[n.split(".")[0]].add(name)
     assert all(users[k] <= {owners[k]} for k in owners), users
+
+
+def test_a_second_checkout_on_pythonpath_imports_its_own_probes(tmp_path):
+    """An experiment run from a clean clone (PYTHONPATH=clone) beside the editable install of this checkout: every
+    module, the probes too, comes from the clone, so the clone's commit is the code that ran."""
+    import shutil
+    import subprocess
+    import sys
+
+    clone = tmp_path / "clone"
+    for src in ("mechsynth", "probes"):
+        shutil.copytree(REPO / src, clone / src, ignore=shutil.ignore_patterns("__pycache__"))
+    out = subprocess.run([sys.executable, "-c", "import mechsynth.probes, mechsynth.tasks; "
+                          "print(mechsynth.probes.__file__); print(mechsynth.tasks.__file__)"],
+                         cwd=tmp_path, env={"PYTHONPATH": str(clone), "PATH": "/usr/bin:/bin"},
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert all(line.startswith(str(clone)) for line in out.stdout.split()), out.stdout
