@@ -62,7 +62,9 @@ def run_config(c: dict[str, Any], group: str) -> dict[str, Any]:
             "model": model,
             "train": {"steps": c["lstm_steps"] if recurrent else c["steps"], "batch_size": 16, "optimizer": "adamw",
                       "lr": 3e-4 if recurrent else c["lr"], "betas": [0.9, 0.999], "weight_decay": 0.1, "warmup_steps": 50, "schedule": "linear",
-                      "eval_every": c["eval_every"], "eval_batch_size": c["eval_batch"], "checkpoints": 2}}
+                      "eval_every": c["eval_every"], "eval_batch_size": c["eval_batch"],
+                      # only the last is read; the others let a run cut short resume near where it stopped
+                      "checkpoints": 12}}
 
 
 @torch.no_grad()
