@@ -807,6 +807,24 @@ def reference_first_write_errors(batch: Batch) -> float:
     return wrong / reads
 
 
+# ---- the minimal induction model ----------------------------------------------------------------------------
+
+
+def known_position_mixing() -> None:
+    """The paper's two solutions planted in the minimal model: bigram (W_k = I, v = e_2) and unigram (W_k = 11ᵀ,
+    v = e_1); a transformer has neither weight and is refused."""
+    task = tasks.make("markov_icl", {"k": 3, "length": 12})
+    for W, lead, bias in ((torch.eye(3), 1, 1.0), (torch.ones(3, 3), 0, 0.0)):
+        model = models.build(models.parse({"kind": "minimal_induction"}), task.spec)
+        with torch.no_grad():
+            model.W_k.copy_(W)
+            model.u.copy_(torch.eye(12)[lead] / model.v_scale)
+        m = probes.run("position_mixing", model, task).metrics
+        assert m["diag_bias"] == pytest.approx(bias) and m["v_lead"] == lead and m[f"v/{lead}"] == pytest.approx(1.0), m
+    why = probes.why_not("position_mixing", models.build(models.parse({"n_layers": 1, "d_model": 8}), task.spec), task)
+    assert why is not None and "W_k" in why
+
+
 PLANTED: dict[str, Callable[[], None]] = {
     "previous_token": known_previous_token,
     "induction": known_induction,
@@ -824,4 +842,5 @@ PLANTED: dict[str, Callable[[], None]] = {
     "llc": known_llc,
     "circuit": known_circuit,
     "read_attention": known_read_attention,
+    "position_mixing": known_position_mixing,
 }

@@ -65,10 +65,12 @@ BASES: dict[str, dict[str, dict[str, Any]]] = {
     "linear_memory": {"task": {"name": "associative_memory", "inputs": 16}, "model": {"kind": "linear_memory", "d": 8}},
     "mlp_memory": {"task": {"name": "associative_memory", "inputs": 16}, "model": {"kind": "mlp_memory", "d": 8, "m": 8}},
     "recurrent": {"task": {"name": "flip_flop", "length": 8}, "model": {"kind": "recurrent", "d_model": 8}},
+    "minimal_induction": {"task": {"name": "markov_icl", "k": 3, "length": 16}, "model": {"kind": "minimal_induction"}},
 }
 KIND_BASES = {"transformer": "sparse_parity", "mlp": "mlp", "sin": "sin", "polynet": "polynet",
               "disentangled": "disentangled",
-              "linear_memory": "linear_memory", "mlp_memory": "mlp_memory", "recurrent": "recurrent"}  # a base config whose model is of that kind
+              "linear_memory": "linear_memory", "mlp_memory": "mlp_memory", "recurrent": "recurrent",
+              "minimal_induction": "minimal_induction"}  # a base config whose model is of that kind
 REQUIRES = {
     "no_cuda": lambda: not torch.cuda.is_available(),
     "no_mps": lambda: not torch.backends.mps.is_available(),
