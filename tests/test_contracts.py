@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from mechsynth import load_run, models, parse_config, probes, tasks, timeline, train_run
+from mechsynth import hooks, load_run, models, parse_config, probes, tasks, timeline, train_run
 from mechsynth.config import ConfigError, read_toml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -98,8 +98,9 @@ def test_every_kind_trains_checkpoints_resumes_exactly_and_probes(kind, tmp_path
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), f"{kind}: a restart changed the weights"
     tokens = whole.task.sample(4, torch.Generator().manual_seed(1)).tokens
     torch.testing.assert_close(whole.model(8)(tokens), whole.trainable(8)(tokens), atol=2e-5, rtol=1e-4)
-    names = timeline.applicable(whole)  # none for a recurrent model: no attention, no weights facing positions
-    assert names or kind == "recurrent", f"no probe applies to a {kind} on {data['task']['name']}"
+    names = timeline.applicable(whole)
+    blind = not hooks.attention_layers(whole.model(8)) and whole.config.model.input_weights() is None
+    assert names or blind, f"no probe applies to a {kind} on {data['task']['name']}"  # blind: a recurrent model
     tl = timeline.probe_run(whole, names, batch_size=8)
     assert tl.steps == whole.steps and all(len(v) == len(tl.steps) for n in names for v in tl.metrics[n].values())
     # the loss landscape probes apply to every kind too (named, as they run only then)
