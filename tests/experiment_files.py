@@ -1,12 +1,13 @@
 """What the tests of experiments/ share: that folder on sys.path (its scripts and rules import harness and
-verdicts as plain modules), loading a script by its path (experiments/ is not a package), and finding and
-judging one claim of a rules file."""
+verdicts as plain modules), loading a script by its path (experiments/ is not a package), running one at its
+smoke size, and finding and judging one claim of a rules file."""
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Iterator, Union
+from typing import Any, Iterator, Optional, Union
 
 import torch
 
@@ -29,6 +30,16 @@ def loaded(name: str) -> Iterator[ModuleType]:
     threads = torch.get_num_threads()
     yield script(name)
     torch.set_num_threads(threads)
+
+
+def smoke(module: ModuleType, out: Path, monkeypatch: Any, workers: Optional[int] = 1) -> dict:
+    """Run a loaded script at --smoke into `out`, its runs and W&B directories there too, and return its JSON
+    (`workers`: None leaves the script's default, a job per core)."""
+    for var in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR", "WANDB_ARTIFACT_DIR"):
+        monkeypatch.setenv(var, str(out / "wandb" / var.lower()))
+    pool = [] if workers is None else ["--workers", str(workers)]
+    assert module.main(["--smoke", "--out", str(out), "--runs", str(out / "runs"), *pool]) == 0
+    return json.loads((out / f"{module.NAME}.json").read_text())
 
 
 def claim(rules: Union[str, ModuleType], cid: str) -> verdicts.Claim:

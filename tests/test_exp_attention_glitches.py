@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
 
 import pytest
 
-from experiment_files import judged, loaded  # (puts experiments/ on sys.path)
+from experiment_files import judged, loaded, smoke  # (puts experiments/ on sys.path)
 import verdicts  # noqa: E402
 
 NAME = "attention_glitches"
@@ -20,10 +19,7 @@ def exp():
 
 
 def test_smoke_writes_results_claims_and_figures(exp, tmp_path, monkeypatch):
-    for var in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR", "WANDB_ARTIFACT_DIR"):
-        monkeypatch.setenv(var, str(tmp_path / "wandb" / var.lower()))
-    assert exp.main(["--smoke", "--out", str(tmp_path), "--runs", str(tmp_path / "runs"), "--workers", "1"]) == 0
-    out = json.loads((tmp_path / f"{NAME}.json").read_text())
+    out = smoke(exp, tmp_path, monkeypatch)
     c = exp.SIZES["smoke"]
     assert out["experiment"] == NAME and out["runs_trained"] == 3 * c["seeds"]
     assert [cl["id"] for cl in out["claims"]] == CLAIMS

@@ -3,12 +3,11 @@ measurements (the learned steps, the dwell in a loss band) against slow referenc
 
 from __future__ import annotations
 
-import json
 import math
 
 import pytest
 
-from experiment_files import loaded  # (puts experiments/ on sys.path)
+from experiment_files import loaded, smoke  # (puts experiments/ on sys.path)
 import verdicts  # noqa: E402
 
 NAME = "factual_sequential"
@@ -28,10 +27,7 @@ def claim():
 
 
 def test_smoke_writes_results_claims_and_figures(exp, tmp_path, monkeypatch):
-    for var in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR", "WANDB_ARTIFACT_DIR"):
-        monkeypatch.setenv(var, str(tmp_path / "wandb" / var.lower()))
-    assert exp.main(["--smoke", "--out", str(tmp_path), "--runs", str(tmp_path / "runs"), "--workers", "1"]) == 0
-    out = json.loads((tmp_path / f"{NAME}.json").read_text())
+    out = smoke(exp, tmp_path, monkeypatch)
     c = exp.SIZES["smoke"]
     assert out["experiment"] == NAME and out["size"] == "smoke" and out["runs_trained"] == c["seeds"]
     assert [cl["id"] for cl in out["claims"]] == ["sequential_learning"]

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from experiment_files import script  # (puts experiments/ on sys.path)
+from experiment_files import script, smoke  # (puts experiments/ on sys.path)
 import verdicts  # noqa: E402
 
 
@@ -34,11 +34,8 @@ def verdict(claim: str, results: dict) -> dict:
 
 
 def test_smoke(tmp_path, monkeypatch):
-    for var in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR", "WANDB_ARTIFACT_DIR"):
-        monkeypatch.setenv(var, str(tmp_path / "wandb" / var.lower()))
     ps = script("parity_search")
-    assert ps.main(["--smoke", "--out", str(tmp_path), "--runs", str(tmp_path / "runs")]) == 0
-    out = json.loads((tmp_path / "parity_search.json").read_text())
+    out = smoke(ps, tmp_path, monkeypatch, workers=None)
     assert out["experiment"] == "parity_search" and out["size"] == "smoke" and out["runs_trained"] > 0
     r = out["results"]
     size = ps.SIZES["smoke"]

@@ -3,7 +3,6 @@ measurements (read positions, distances to the last write, chance) against slow 
 
 from __future__ import annotations
 
-import json
 import random
 
 import pytest
@@ -11,7 +10,7 @@ import torch
 
 from mechsynth import tasks
 
-from experiment_files import claim, loaded  # (puts experiments/ on sys.path)
+from experiment_files import claim, loaded, smoke  # (puts experiments/ on sys.path)
 import verdicts  # noqa: E402
 
 
@@ -29,10 +28,7 @@ def rules():
 
 
 def test_smoke_writes_results_claims_and_figures(exp, tmp_path, monkeypatch):
-    for var in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR", "WANDB_ARTIFACT_DIR"):
-        monkeypatch.setenv(var, str(tmp_path / "wandb" / var.lower()))
-    assert exp.main(["--smoke", "--out", str(tmp_path), "--runs", str(tmp_path / "runs"), "--workers", "1"]) == 0
-    out = json.loads((tmp_path / "shortcut_length.json").read_text())
+    out = smoke(exp, tmp_path, monkeypatch)
     assert out["experiment"] == "shortcut_length" and out["size"] == "smoke" and out["runs_trained"] == 6
     assert [c["id"] for c in out["claims"]] == ["car_shortcut", "car_beyond_T", "flipflop_ood"]
     for c in out["claims"]:

@@ -4,7 +4,6 @@ measurements (the truth tables, the norms, the convergence step, the stratified 
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import random
 import statistics
@@ -14,7 +13,7 @@ import torch
 
 from mechsynth import load_run
 
-from experiment_files import loaded  # (puts experiments/ on sys.path)
+from experiment_files import loaded, smoke as smoke_run  # (puts experiments/ on sys.path)
 import verdicts  # noqa: E402
 
 NAME = "sparse_boolean_functions"
@@ -37,11 +36,9 @@ def rules():
 def smoke(exp, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("sbf")
     mp = pytest.MonkeyPatch()
-    for var in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR", "WANDB_ARTIFACT_DIR"):
-        mp.setenv(var, str(tmp / "wandb" / var.lower()))
-    assert exp.main(["--smoke", "--out", str(tmp), "--runs", str(tmp / "runs"), "--workers", "1"]) == 0
+    out = smoke_run(exp, tmp, mp)
     mp.undo()
-    return tmp, json.loads((tmp / f"{NAME}.json").read_text())
+    return tmp, out
 
 
 def test_smoke_writes_results_claims_and_figures(exp, smoke):
