@@ -825,6 +825,62 @@ def known_position_mixing() -> None:
     assert why is not None and "W_k" in why
 
 
+# ---- bounded Dyck: the balanced condition ----------------------------------------------------------------
+
+
+def planted_dyck_model(task, balanced: bool, n_heads: int = 2, seed: int = 0):
+    """1 layer on bounded_dyck sequences, residual stream [token one-hot | position one-hot | value block], at random
+    head indices: a token head that reads tokens only, and an exact self-attention head (each position attends to
+    itself) that writes nothing; the other heads attend at random and write nothing. Balanced: for every query the
+    token head scores each close g below its open (a query-independent offset along one key dimension, on top of
+    scores that vary with the query) and gives it −e^g times the open's value, so every matched pair's weighted
+    values cancel exactly; START writes a direction of its own. Unbalanced: it attends to the opens, and only opens
+    and START write. Returns (hooked model, token head, self head)."""
+    g = torch.Generator().manual_seed(seed)
+    k, N = task.cfg.k, task.spec.n_ctx
+    V = 2 * k + 1
+    d_model, d_head = 2 * V + N, max(N, V)
+    values = V + N  # the value block: a direction per type, then START's
+    sd = _embeddings(V, N, d_model, 2 * k)
+    a = _layer(n_heads, d_model, d_head, g)
+    token, self_head = torch.randperm(n_heads, generator=g)[:2].tolist()
+    a["W_O"][:] = 0
+    for h in (token, self_head):
+        for w in ("W_Q", "W_K", "W_V"):
+            a[w][h] = 0
+    _plant_previous_token(a, self_head, V, N, 60.0 * math.sqrt(d_head), offset=0)
+    a["W_V"][self_head], a["W_O"][self_head] = 0, 0  # it only attends
+    offset = 1.0 if balanced else 12.0  # g: the score of an open over its close (unbalanced: all attention on opens)
+    a["b_Q"][token, 0] = offset * math.sqrt(d_head)
+    a["W_Q"][token, :V, 1] = torch.rand(V, generator=g) * 2 - 1
+    for t in range(k):
+        a["W_K"][token, t, 0] = 1.0
+        a["W_K"][token, [t, k + t], 1] = float(torch.randn(1, generator=g)) * 3
+        a["W_V"][token, t, t] = 1.0
+        a["W_V"][token, k + t, t] = -math.exp(offset) if balanced else 0.0
+    a["W_V"][token, 2 * k, k] = 1.0
+    a["W_O"][token, :k + 1, values:values + k + 1] = torch.eye(k + 1)
+    sd |= {f"blocks.0.attn.{key}": v for key, v in a.items()}
+    return hooked_transformer(_config(1, n_heads, d_model, d_head), V, 2 * k, N, sd), token, self_head
+
+
+def known_dyck_balance() -> None:
+    task = tasks.make("bounded_dyck", {"k": 2, "depth": 3, "length": 16, "eval_long_length": 16})
+    for balanced in (True, False):
+        model, token, self_head = planted_dyck_model(task, balanced, n_heads=3, seed=4)
+        m = probes.run("dyck_balance", model, task).metrics
+        if balanced:
+            assert m[f"bv/L0H{token}"] < 1e-4 and m["bv/L0"] < 1e-4 and m["bv"] == m["bv/L0"], m
+        else:
+            assert m[f"bv/L0H{token}"] > 0.3 and m["bv"] > 0.3, m
+        assert math.isnan(m[f"bv/L0H{self_head}"])  # it writes nothing: no balance to speak of
+        batch = probes.draw("data", model, task, 64, 0)
+        scored = [(tok, p == top) for tokens, match in zip(batch.tokens.tolist(), batch.truth["match"].tolist())
+                  for p, (tok, top) in enumerate(zip(tokens, match)) if top >= 0]
+        assert m[f"match_mass/L0H{self_head}"] == pytest.approx(sum(on for _, on in scored) / len(scored), abs=1e-5)
+        assert 0.2 < m[f"match_mass/L0H{self_head}"] < 0.8  # only a query that is itself the top open is matched
+
+
 PLANTED: dict[str, Callable[[], None]] = {
     "previous_token": known_previous_token,
     "induction": known_induction,
@@ -843,4 +899,5 @@ PLANTED: dict[str, Callable[[], None]] = {
     "circuit": known_circuit,
     "read_attention": known_read_attention,
     "position_mixing": known_position_mixing,
+    "dyck_balance": known_dyck_balance,
 }

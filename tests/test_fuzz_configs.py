@@ -58,6 +58,7 @@ BASES: dict[str, dict[str, dict[str, Any]]] = {
     "hmm_masked": {"task": {"name": "hmm_masked", "k": 2, "d": 3, "length": 4}, "model": SMALL},
     "random_tokens": {"task": {"name": "random_tokens", "d_vocab": 4, "n_ctx": 4}, "model": SMALL},
     "flip_flop": {"task": {"name": "flip_flop", "length": 8}, "model": SMALL},
+    "bounded_dyck": {"task": {"name": "bounded_dyck", "length": 8, "eval_long_length": 8}, "model": SMALL},
     "mlp": {"task": {"name": "sparse_parity", "n": 6, "k": 2}, "model": {"kind": "mlp", "width": 8}},
     "sin": {"task": {"name": "sparse_parity", "n": 6, "k": 3}, "model": {"kind": "sin"}},
     "polynet": {"task": {"name": "sparse_parity", "n": 6, "k": 3}, "model": {"kind": "polynet", "degree": 3}},

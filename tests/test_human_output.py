@@ -28,6 +28,7 @@ FLAT = {
     "sparse_parity": ({"name": "sparse_parity", "n": 6, "k": 2}, {"n_layers": 1}),
     "hmm_masked": ({"name": "hmm_masked", "d": 4}, {"n_layers": 1}),
     "causal_icl": ({"name": "causal_icl", "k": 4, "length": 8}, {"n_layers": 2}),
+    "bounded_dyck": ({"name": "bounded_dyck", "length": 8, "eval_long_length": 16}, {"n_layers": 2}),
 }
 
 

@@ -22,6 +22,7 @@ VARIANTS = [
     dict(),
     dict(positional="rotary", n_heads=4),
     dict(positional="shortformer"),
+    dict(positional="none"),
     dict(normalization="LNPre", act_fn="gelu"),
     dict(normalization="none", act_fn="gelu_new", d_head=5, d_mlp=7),
 ]

@@ -36,7 +36,7 @@ else:
 # What a HookedTransformer's state dict holds besides its weights: causal masks and rotary tables (buffers).
 BUFFERS = (".mask", ".IGNORE", "rotary_sin", "rotary_cos")
 
-POSITIONAL = ("standard", "rotary") if TL_MAJOR >= 4 else ("standard", "rotary", "shortformer")
+POSITIONAL = ("standard", "rotary", "none") if TL_MAJOR >= 4 else ("standard", "rotary", "shortformer", "none")
 
 
 def check_supported(positional: str) -> None:
@@ -50,7 +50,8 @@ def _common(cfg, d_vocab: int, d_vocab_out: int, n_ctx: int) -> dict:
                 n_heads=cfg.n_heads, d_mlp=None if cfg.attn_only else cfg.mlp_dim, d_vocab=d_vocab,
                 d_vocab_out=d_vocab_out, act_fn=cfg.act_fn, attn_only=cfg.attn_only,
                 normalization_type=None if cfg.normalization == "none" else cfg.normalization,
-                positional_embedding_type=cfg.positional, rotary_dim=cfg.head_dim if cfg.positional == "rotary" else None)
+                # none: TransformerLens's learned positions, loaded as zeros (the state dict's W_pos)
+                positional_embedding_type="standard" if cfg.positional == "none" else cfg.positional, rotary_dim=cfg.head_dim if cfg.positional == "rotary" else None)
 
 
 def hooked_transformer(cfg, d_vocab: int, d_vocab_out: int, n_ctx: int, state_dict: dict[str, Tensor],
@@ -75,6 +76,8 @@ def hooked_transformer(cfg, d_vocab: int, d_vocab_out: int, n_ctx: int, state_di
 def load_weights(model, cfg, state_dict: dict[str, Tensor]):
     """Load HookedTransformer-layout weights into a model `hooked_transformer` built (reusing one model
     across checkpoints is much cheaper than building one per checkpoint)."""
+    if cfg.positional == "none":  # (TransformerLens's learned positions, at zero: see _common)
+        state_dict = {**state_dict, "pos_embed.W_pos": torch.zeros(model.cfg.n_ctx, cfg.d_model)}
     if TL_MAJOR >= 4:
         model.load_state_dict(to_bridge_layout(state_dict, cfg), strict=True)
         return model

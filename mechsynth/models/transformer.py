@@ -30,8 +30,9 @@ class TransformerConfig(ModelKind):
     d_head: Optional[int] = doc("per-head width; unset = d_model // n_heads", None, lo=1, hi=MAX_WIDTH)
     d_mlp: Optional[int] = doc("MLP hidden width; unset = 4 * d_model", None, lo=1, hi=2**20)
     attn_only: bool = doc("no MLP layers (the induction-head papers' models)", False)
-    positional: Literal["standard", "rotary", "shortformer", "relative"] = doc(
-        "learned absolute, rotary, shortformer (absolute added to queries and keys only; TransformerLens 3.x), or "
+    positional: Literal["standard", "rotary", "shortformer", "relative", "none"] = doc(
+        "learned absolute, rotary, shortformer (absolute added to queries and keys only; TransformerLens 3.x), none "
+        "(NoPE: the causal mask alone tells positions apart; Wen et al. 2023's Dyck models), or "
         "learned relative (Edelman et al. 2024: scores q·(k_j + r_{i-j}), one learned r per layer, head and distance)", "standard")
     normalization: Literal["LN", "LNPre", "none"] = doc("LayerNorm with weights, without weights, or none", "LN")
     act_fn: Literal["relu", "gelu", "gelu_new", "silu"] = doc("MLP activation", "relu")
