@@ -111,9 +111,11 @@ def rebuild(cfg: ModelKind, spec: TaskSpec, weights: dict[str, Tensor]) -> nn.Mo
 
 @torch.no_grad()
 def max_difference(a: nn.Module, b: nn.Module, spec: TaskSpec, n: int = 8, seed: int = 0) -> float:
-    """max |logits_a − logits_b| / max(1, |logits_a|) on `n` random sequences of the task's length."""
+    """max |logits_a − logits_b| / max(1, |logits_a|) on `n` random sequences of the task's length (of standard
+    normal vectors for a continuous task)."""
     g = torch.Generator().manual_seed(seed)
-    tokens = torch.randint(spec.d_vocab, (n, spec.n_ctx), generator=g)
+    tokens = (torch.randint(spec.d_vocab, (n, spec.n_ctx), generator=g) if spec.d_input is None
+              else torch.randn(n, spec.n_ctx, spec.d_input, generator=g))
     device = next(a.parameters()).device
     la: Float[Tensor, "batch pos d_vocab_out"] = a(tokens.to(device)).float().cpu()
     lb = b(tokens.to(next(b.parameters()).device)).float().cpu()

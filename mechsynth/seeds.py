@@ -40,7 +40,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from mechsynth.runconfig import RunConfig
-from mechsynth.tasks.base import Batch
+from mechsynth.tasks.base import Batch, LossKind, squared_error
 from mechsynth.train import DataSource, Trainer, TrainConfig, held_out_batches, held_out_metrics, lr_at, masked_loss
 
 # Sequences per evaluation forward, summed over seeds: bounds memory when S * eval_batch_size is large.
@@ -61,12 +61,15 @@ def seed_config(cfg: RunConfig, i: int, name: str) -> RunConfig:
                    wandb=replace(cfg.wandb, name=f"{base}-seed_{i}", group=cfg.wandb.group or base))
 
 
-def per_model_loss(logits: Float[Tensor, "n_models batch out_pos d_vocab_out"], targets: Int[Tensor, "n_models batch pos"],
-                   mask: Bool[Tensor, "n_models batch pos"]) -> Float[Tensor, "n_models"]:
-    """`masked_loss` of each model on its own batch: mean cross-entropy over its scored positions (models
-    that answer only at the last `out_pos` positions are scored there)."""
+def per_model_loss(logits: Float[Tensor, "n_models batch out_pos d_vocab_out"],
+                   targets: Int[Tensor, "n_models batch pos"] | Float[Tensor, "n_models batch pos"],
+                   mask: Bool[Tensor, "n_models batch pos"], kind: LossKind = "cross_entropy") -> Float[Tensor, "n_models"]:
+    """`masked_loss` of each model on its own batch: the mean of the task's loss (`kind`) over its scored
+    positions (models that answer only at the last `out_pos` positions are scored there)."""
     p = logits.shape[2]
     targets, mask = targets[..., -p:], mask[..., -p:]
+    if kind == "squared_error":
+        return squared_error(logits, targets, mask).flatten(1).sum(1) / mask.flatten(1).sum(1)
     ce = F.cross_entropy(logits.flatten(0, 2).float(), torch.where(mask, targets, -100).flatten(), ignore_index=-100,
                          reduction="none")
     return ce.view(mask.shape[0], -1).sum(1) / mask.flatten(1).sum(1)
@@ -197,7 +200,7 @@ class SeedsTrainer(Trainer):
         tokens, targets, mask = self._next_batch()
         self.optimizer.zero_grad(set_to_none=True)
         if self.stacked_passes:
-            losses = per_model_loss(self.model(tokens), targets, mask)
+            losses = per_model_loss(self.model(tokens), targets, mask, self.data.loss_kind)
             losses.sum().backward()
             self._update()
         else:
@@ -216,16 +219,18 @@ class SeedsTrainer(Trainer):
             clip_per_model_(self.params, self.cfg.grad_clip)
         self.optimizer.step()
 
-    def _seed_backward(self, i: int, tokens: Int[Tensor, "batch pos"], targets: Int[Tensor, "batch pos"],
+    def _seed_backward(self, i: int, tokens: Int[Tensor, "batch pos"] | Float[Tensor, "batch pos d_input"],
+                       targets: Int[Tensor, "batch pos"] | Float[Tensor, "batch pos"],
                        mask: Bool[Tensor, "batch pos"]) -> Float[Tensor, ""]:
         """Seed i's loss on its batch, with its gradients left on its view's parameters."""
         for p in self._view_params[i]:
             p.grad = None
-        loss = masked_loss(self.views[i](tokens), Batch(tokens, targets, mask))
+        loss = masked_loss(self.views[i](tokens), Batch(tokens, targets, mask), self.data.loss_kind)
         loss.backward()
         return loss.detach()
 
-    def _sample_chunk(self) -> tuple[Int[Tensor, "n_models batch pos"], Int[Tensor, "n_models batch pos"],
+    def _sample_chunk(self) -> tuple[Int[Tensor, "n_models batch pos"] | Float[Tensor, "n_models batch pos d_input"],
+                                     Int[Tensor, "n_models batch pos"] | Float[Tensor, "n_models batch pos"],
                                      Bool[Tensor, "n_models batch pos"]]:
         """`data_chunk` batches for every seed from its own generator: tokens, targets, mask, each
         [n_models, data_chunk * batch_size, pos]. (Ground truth is left out: the loss needs only targets and mask.)"""
@@ -233,7 +238,8 @@ class SeedsTrainer(Trainer):
         batches = self._each(lambda i: self.data.sample(n, self.generators[i], self.device, "train"))
         return tuple(torch.stack([getattr(b, f) for b in batches]) for f in ("tokens", "targets", "mask"))
 
-    def _next_batch(self) -> tuple[Int[Tensor, "n_models batch pos"], Int[Tensor, "n_models batch pos"],
+    def _next_batch(self) -> tuple[Int[Tensor, "n_models batch pos"] | Float[Tensor, "n_models batch pos d_input"],
+                                   Int[Tensor, "n_models batch pos"] | Float[Tensor, "n_models batch pos"],
                                    Bool[Tensor, "n_models batch pos"]]:
         (n, _), b = self.chunk_shape(), self.cfg.batch_size
         if self._chunk is None or self._chunk_pos == n:

@@ -26,7 +26,7 @@ from mechsynth import optimizers
 from mechsynth.config import MAX_SEED, MAX_STEPS, check, check_fields, doc, show, validates_itself
 from mechsynth.errors import DivergedError
 from mechsynth.fixed_set import FixedTrainingSet
-from mechsynth.tasks.base import Batch, masked_loss
+from mechsynth.tasks.base import Batch, LossKind, masked_loss
 
 
 # Device names `train.device` accepts (ASCII digits: `\d` would take other scripts' digits too).
@@ -108,6 +108,7 @@ class DataSource(Protocol):
     """What the trainer needs from a task."""
 
     splits: tuple[str, ...]
+    loss_kind: LossKind  # what training minimises: the task's (`Task.loss_kind`), `masked_loss` computes it
 
     def sample(self, batch_size: int, generator: torch.Generator, device: Any, split: str) -> Batch: ...
 
@@ -290,7 +291,7 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = lr_at(self.step, self.cfg)
         batch = self._next_batch()
-        loss = masked_loss(self.model(batch.tokens), batch)
+        loss = masked_loss(self.model(batch.tokens), batch, self.data.loss_kind)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if self.cfg.grad_clip:

@@ -86,6 +86,7 @@ class Probe:
     options: Optional[type] = None  # the probe's options: a config dataclass, every field with a documented default
     hooked: bool = False  # a costly probe's View.model is the hooked TransformerLens model, not the model as trained
     task_check: Optional[Callable[[Any], Optional[str]]] = None  # task -> why the probe cannot read it, or None
+    token_ids: bool = False  # compares input token ids (which a continuous task's vectors are not)
 
     @property
     def needs_task(self) -> bool:
@@ -101,7 +102,7 @@ def register(name: str, *, reads: dict[str, Hooks], truth: tuple[str, ...] = (),
              summary: Optional[Callable[[Timeline, Any], list[str]]] = None, section: Optional[Section] = None,
              wandb: Optional[Callable[[Timeline, Any], None]] = None, ablations: Optional[Ablations] = None,
              costly: bool = False, options: Optional[type] = None, hooked: bool = False,
-             task_check: Optional[Callable[[Any], Optional[str]]] = None):
+             task_check: Optional[Callable[[Any], Optional[str]]] = None, token_ids: bool = False):
     """Decorator: `@register("induction", reads={"repeated": attention_hooks})` on fn(view) -> ProbeResult.
     `summary`, `section` and `wandb` are how the probe shows itself beyond its per-head scores, which the
     timeline, report and W&B draw for every probe alike. `ablations={"data": {"no_mlp": mlp_outs}}`: the
@@ -109,7 +110,8 @@ def register(name: str, *, reads: dict[str, Hooks], truth: tuple[str, ...] = (),
     `costly=True`: the probe reads `View.model` itself, one model at a time, and runs only when named (see
     Probe and `hooked`; a run's last checkpoint is probed first, the others see that result as `View.last`);
     `options`: its config dataclass, set with `mechsynth probe --set <probe>.<field>=VALUE`; `task_check`:
-    why a task does not fit, beyond the truth it lacks. `threshold`: when a head forms (0.5 unset); options that
+    why a task does not fit, beyond the truth it lacks; `token_ids=True`: it compares input token ids, so it is
+    refused where the inputs are vectors (continuous tasks). `threshold`: when a head forms (0.5 unset); options that
     subclass FormationOptions hold it instead (settable, and raised where chance is high: `_formation`)."""
 
     if not set(ablations or {}) <= set(reads):
@@ -122,7 +124,7 @@ def register(name: str, *, reads: dict[str, Hooks], truth: tuple[str, ...] = (),
     def deco(fn):
         PROBES.register(name)(Probe(name, fn, reads, tuple(truth), needs_init, threshold, model_check, tuple(weights),
                                     summary, section, wandb, dict(ablations or {}), costly, options, hooked,
-                                    task_check))
+                                    task_check, token_ids))
         return fn
 
     return deco
@@ -170,7 +172,8 @@ class View:
     def batch(self, input: str) -> Batch:
         return self.outputs[resolve(input, self.task)][0]
 
-    def tokens(self, input: str) -> Int[Tensor, "batch pos"]:
+    def tokens(self, input: str) -> Int[Tensor, "batch pos"] | Float[Tensor, "batch pos d_input"]:
+        """The input's token ids, or a continuous task's vectors."""
         return self.batch(input).tokens
 
     def logits(self, input: str) -> Float[Tensor, "batch out_pos d_vocab_out"]:
@@ -211,7 +214,7 @@ def head_metrics(prefix: str, per_head: Float[Tensor, "layer head_index"]) -> di
             for layer in range(per_head.shape[0]) for head in range(per_head.shape[1])}
 
 
-def render_heads(tokens: Int[Tensor, "batch pos"], pattern: Float[Tensor, "layer batch head_index pos pos"],
+def render_heads(tokens: Int[Tensor, "batch pos"] | Float[Tensor, "batch pos d_input"], pattern: Float[Tensor, "layer batch head_index pos pos"],
                  per_head: Float[Tensor, "layer head_index"], n: int = 3) -> dict[str, Any]:
     """What a view needs: the first sequence's tokens and the attention of the n top heads on it."""
     flat = per_head.flatten().argsort(descending=True)[:n]

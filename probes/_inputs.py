@@ -1,9 +1,10 @@
 """The inputs probes read, each drawn from its own generator so it is the same for every probe and
 every checkpoint:
 
-- `random`: uniform random tokens from the model's vocabulary, the model's full context;
+- `random`: uniform random tokens from the model's vocabulary, the model's full context (for a model of
+  continuous inputs, `d_input`-wide standard normal vectors);
 - `data`: a held-out batch of the task (its main evaluation split) — `random` when there is no task;
-- `repeated`: a random sequence repeated twice (induction);
+- `repeated`: a random sequence repeated twice (induction; vectors too for a model of continuous inputs);
 - `task:<split>`: a batch of another split of the task (e.g. automata's longer `eval_long`);
 - `all`: every input of the task, in the task's fixed order (`Task.enumerate("all")`: modular arithmetic's
   p² pairs), for tasks few enough to list; the batch size and seed do not apply.
@@ -32,6 +33,14 @@ def dims(model: Any) -> tuple[int, int, int, int]:
             model.n_ctx if own else model.cfg.n_ctx)
 
 
+def vector_width(model: Any, task: Any = None) -> Optional[int]:
+    """The width of the vectors `model` reads in place of token ids (continuous inputs), None for token ids:
+    the task says it where there is one, else the model (`d_input`, which mechsynth's models carry)."""
+    if task is not None:
+        return task.spec.d_input
+    return getattr(model, "d_input", None)
+
+
 def split_of(input: str, task: Any) -> Optional[str]:
     """The task split an input draws from (None: not from the task)."""
     if input.startswith("task:"):
@@ -43,10 +52,17 @@ def draw(input: str, model: Any, task: Any, batch_size: int, seed: int) -> Batch
     """The input `input`: its own generator, so every probe and checkpoint sees the same tokens."""
     g = _generator(input, seed)
     _, _, d_vocab, n_ctx = dims(model)
+    width = vector_width(model, task)
+
+    def draw_tokens(n: int) -> torch.Tensor:
+        if width is not None:
+            return torch.randn(batch_size, n, width, generator=g)
+        return torch.randint(d_vocab, (batch_size, n), generator=g)
+
     if input == "random":
-        tokens = torch.randint(d_vocab, (batch_size, n_ctx), generator=g)
+        tokens = draw_tokens(n_ctx)
     elif input == "repeated":
-        first = torch.randint(d_vocab, (batch_size, min(n_ctx // 2, 64)), generator=g)
+        first = draw_tokens(min(n_ctx // 2, 64))
         tokens = torch.cat([first, first], 1)
     elif input == "data" or input.startswith("task:"):
         return _task_batch(task, batch_size, input, seed, split_of(input, task))
@@ -54,7 +70,8 @@ def draw(input: str, model: Any, task: Any, batch_size: int, seed: int) -> Batch
         return _all_inputs(task)
     else:
         raise ProbeError(f"unknown probe input {input!r}; allowed: {', '.join(INPUTS)}")
-    return Batch(tokens, torch.zeros_like(tokens), torch.zeros_like(tokens, dtype=torch.bool))
+    blank = torch.zeros(tokens.shape[:2], dtype=tokens.dtype)  # no targets to score
+    return Batch(tokens, blank, torch.zeros_like(blank, dtype=torch.bool))
 
 
 @functools.lru_cache(maxsize=4)

@@ -11,7 +11,7 @@ from jaxtyping import Float
 from torch import Tensor, nn
 
 from mechsynth.probes._base import ProbeError, View
-from mechsynth.tasks.base import Batch, masked_loss
+from mechsynth.tasks.base import Batch, LossKind, masked_loss
 
 
 def training_batch(view: View, n: int, seed: int) -> Batch:
@@ -25,10 +25,15 @@ def training_batch(view: View, n: int, seed: int) -> Batch:
     return view.task.sample(n, torch.Generator().manual_seed(seed), "cpu", "train")
 
 
-def loss(model: Callable[[Tensor], Tensor], batch: Batch) -> Float[Tensor, ""]:
-    """The training loss of `model` (a module, or its forward as a function of the tokens): mean
-    cross-entropy over the scored positions, what the trainer minimises."""
-    return masked_loss(model(batch.tokens), batch)
+def loss(model: Callable[[Tensor], Tensor], batch: Batch, kind: LossKind = "cross_entropy") -> Float[Tensor, ""]:
+    """The training loss of `model` (a module, or its forward as a function of the tokens): the mean of the
+    task's loss (`kind`: cross-entropy, or squared error) over the scored positions, what the trainer minimises."""
+    return masked_loss(model(batch.tokens), batch, kind)
+
+
+def loss_kind(view: View) -> LossKind:
+    """The loss of the view's task (`Task.loss_kind`); cross-entropy without a task."""
+    return getattr(view.task, "loss_kind", "cross_entropy")
 
 
 def device_of(model: nn.Module) -> torch.device:

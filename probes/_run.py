@@ -18,7 +18,7 @@ from mechsynth.external import misfit, trainable
 from mechsynth.models.tl_compat import is_hooked_transformer
 from mechsynth.probes._base import PROBES, Probe, ProbeError, ProbeResult, View, input_weights, resolve
 from mechsynth.probes._formation import FormationOptions, raised
-from mechsynth.probes._inputs import dims, draw
+from mechsynth.probes._inputs import dims, draw, vector_width
 
 
 def names() -> list[str]:
@@ -45,6 +45,11 @@ def problem(probe: Probe, model: Any, task: Any, init: Any) -> Optional[str]:
         why = misfit(model, task.spec, task.name)  # sizes first: every later check assumes they fit
         if why is not None:
             return f"probe {probe.name!r} cannot read this model: {why}"
+    width = vector_width(model, task)
+    if probe.token_ids and width is not None:
+        feeds = f"task {task.name!r} feeds" if task is not None else "this model reads"
+        return (f"probe {probe.name!r} compares input token ids, and {feeds} {width}-wide vectors instead "
+                "(continuous inputs)")
     if task is not None and probe.task_check is not None:
         why = probe.task_check(task)
         if why is not None:

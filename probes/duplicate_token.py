@@ -36,7 +36,7 @@ def uniform_target_mass(targets: Bool[Tensor, "batch query_pos key_pos"]) -> flo
     return float(target_mass(uniform, targets))
 
 
-@register("duplicate_token", reads={"data": attention_hooks}, options=FormationOptions)
+@register("duplicate_token", reads={"data": attention_hooks}, options=FormationOptions, token_ids=True)
 def duplicate_token(view: View) -> ProbeResult:
     tokens, pattern = view.tokens("data"), view.patterns("data")
     targets = duplicate_targets(tokens)

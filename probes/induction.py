@@ -50,7 +50,7 @@ def icl_score(logits: Float[Tensor, "batch pos d_vocab_out"], targets: Int[Tenso
 
 
 @register("induction", reads={"repeated": attention_hooks, "data": no_hooks}, options=FormationOptions,
-          weights=("W_E", "W_V", "W_O", "W_U"))
+          weights=("W_E", "W_V", "W_O", "W_U"), token_ids=True)
 def induction(view: View) -> ProbeResult:
     tokens, pattern = view.tokens("repeated"), view.patterns("repeated")
     half = tokens.shape[1] // 2

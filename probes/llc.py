@@ -29,8 +29,8 @@ from torch import Tensor, nn
 from mechsynth.config import check, check_fields, doc, validates_itself
 from mechsynth.plots import new_figure, steps_axis
 from mechsynth.probes import ProbeResult, Section, View, no_hooks, register
-from mechsynth.probes._landscape import device_of, finite, loss, training_batch
-from mechsynth.tasks.base import Batch
+from mechsynth.probes._landscape import device_of, finite, loss, loss_kind, training_batch
+from mechsynth.tasks.base import Batch, LossKind
 
 TRACE_POINTS = 10  # each chain's loss trace is kept as the means of this many equal spans of its draws
 
@@ -87,21 +87,37 @@ class _Sampled(nn.Module):
         return self.model(tokens)
 
 
-def estimate(model: nn.Module, data: Batch, o: LLCOptions) -> Estimate:
-    """The LLC of `model` at its current weights on the training loss over `data` (tokens, targets, mask),
-    through devinterp. devinterp's loss is per token of an `input_ids` row: each row here is a sequence's
-    tokens followed by its targets (-1 where unscored), and the loss function returns the batch's masked
-    loss at every position, so devinterp's mean is the trainer's loss and so is its gradient."""
+def pack(data: Batch) -> Tensor:
+    """One row per sequence, as devinterp's `input_ids`: its tokens, then its targets (-1 where unscored); for
+    continuous inputs (float vectors) its flattened vectors, its real targets, then its mask as 0/1."""
+    if data.tokens.is_floating_point():
+        return torch.cat([data.tokens.flatten(1), data.targets, data.mask.to(data.tokens.dtype)], 1).cpu()
+    return torch.cat([data.tokens, torch.where(data.mask, data.targets, -1)], 1).cpu()
+
+
+def unpack(rows: Tensor, like: Batch) -> Batch:
+    """The batch `pack` made `rows` of (`like`: a batch of the same layout, for the shapes)."""
+    pos = like.tokens.shape[1]
+    if like.tokens.is_floating_point():
+        width = like.tokens[0].numel()
+        return Batch(rows[:, :width].reshape(-1, *like.tokens.shape[1:]), rows[:, width:width + pos], rows[:, width + pos:] > 0.5)
+    tokens, targets = rows[:, :pos], rows[:, pos:]
+    return Batch(tokens, targets.clamp(min=0), targets >= 0)
+
+
+def estimate(model: nn.Module, data: Batch, o: LLCOptions, kind: LossKind = "cross_entropy") -> Estimate:
+    """The LLC of `model` at its current weights on the training loss (of `kind`, the task's) over `data`
+    (tokens, targets, mask), through devinterp. devinterp's loss is per token of an `input_ids` row: each row
+    here is a sequence (`pack`), and the loss function returns the batch's masked loss at every position, so
+    devinterp's mean is the trainer's loss and so is its gradient."""
     from datasets import Dataset
     from devinterp.slt import sampler
     from devinterp.slt.llc import llc
 
-    pos = data.tokens.shape[1]
-    rows = torch.cat([data.tokens, torch.where(data.mask, data.targets, -1)], 1).cpu()
+    rows = pack(data)
 
     def loss_fn(sampled: nn.Module, ids: Tensor) -> Tensor:
-        tokens, targets = ids[:, :pos], ids[:, pos:]
-        value = loss(sampled, Batch(tokens, targets.clamp(min=0), targets >= 0))
+        value = loss(sampled, unpack(ids, data), kind)
         return value.expand(ids.shape[0], ids.shape[1] - 1)
 
     batch = min(o.batch, len(rows))
@@ -207,7 +223,7 @@ def llc_probe(view: View) -> ProbeResult:
     o: LLCOptions = view.options
     data = training_batch(view, o.pool, o.seed)
     with torch.enable_grad():
-        e = estimate(view.model, data, o)
+        e = estimate(view.model, data, o, loss_kind(view))
     issues = troubles(e)
     metrics = {"llc": e.llc, "llc_std": float(torch.tensor(e.per_chain).std()) if len(e.per_chain) > 1 else 0.0,
                "init_loss": e.init_loss} | {flag: float(flag in issues) for flag in ("diverged", "rising", "negative")}

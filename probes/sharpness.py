@@ -23,8 +23,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from mechsynth.config import check, check_fields, doc, validates_itself
 from mechsynth.plots import new_figure, steps_axis
 from mechsynth.probes import ProbeResult, Section, View, no_hooks, register
-from mechsynth.probes._landscape import device_of, finite, loss, training_batch
-from mechsynth.tasks.base import Batch
+from mechsynth.probes._landscape import device_of, finite, loss, loss_kind, training_batch
+from mechsynth.tasks.base import Batch, LossKind
 
 
 @validates_itself
@@ -42,13 +42,13 @@ class SharpnessOptions:
         check(self.lr is None or self.lr > 0, "lr", f"must be a positive number or unset, got {self.lr}")
 
 
-def loss_at(model: nn.Module, batch: Batch):
-    """The training loss as a function of the trainable parameters (a dict by name), for torch.func."""
+def loss_at(model: nn.Module, batch: Batch, kind: LossKind = "cross_entropy"):
+    """The training loss (of `kind`, the task's) as a function of the trainable parameters (a dict by name), for torch.func."""
     buffers = dict(model.named_buffers())
     frozen = {n: p.detach() for n, p in model.named_parameters() if not p.requires_grad}
 
     def f(params: dict[str, Tensor]) -> Tensor:
-        return loss(lambda tokens: functional_call(model, (params, frozen, buffers), (tokens,)), batch)
+        return loss(lambda tokens: functional_call(model, (params, frozen, buffers), (tokens,)), batch, kind)
 
     return f
 
@@ -86,13 +86,14 @@ def lanczos(matvec, n: int, iterations: int, generator: torch.Generator,
     return torch.linalg.eigvalsh(T)
 
 
-def top_eigenvalue(model: nn.Module, batch: Batch, iterations: int = 20, seed: int = 0) -> tuple[float, float]:
+def top_eigenvalue(model: nn.Module, batch: Batch, iterations: int = 20, seed: int = 0,
+                   kind: LossKind = "cross_entropy") -> tuple[float, float]:
     """(λ_max of the training loss's Hessian on `batch` over the trainable parameters, the loss there)."""
     params = {n: p.detach() for n, p in model.named_parameters() if p.requires_grad}
     names, shapes = list(params), [p.shape for p in params.values()]
     sizes = [p.numel() for p in params.values()]
     dtype = next(iter(params.values())).dtype
-    f = loss_at(model, batch)
+    f = loss_at(model, batch, kind)
 
     def matvec(x: Tensor) -> Tensor:
         v = {n: c.view(s).to(dtype) for n, c, s in zip(names, x.to(device_of(model)).split(sizes), shapes)}
@@ -171,7 +172,7 @@ SECTION = Section("sharpness", "Sharpness", "The top eigenvalue of the training 
 def sharpness(view: View) -> ProbeResult:
     o: SharpnessOptions = view.options
     batch = training_batch(view, o.batch, o.seed).to(device_of(view.model))
-    top, value = top_eigenvalue(view.model, batch, o.iterations, o.seed)
+    top, value = top_eigenvalue(view.model, batch, o.iterations, o.seed, loss_kind(view))
     limit = stability_limit(o.lr, view.train)
     return ProbeResult("sharpness", None, {"lambda_max": top, "stability_limit": limit,
                                            "lambda_over_limit": top / limit if math.isfinite(limit) else math.nan,

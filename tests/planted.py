@@ -23,6 +23,7 @@ from mechsynth import models, probes, tasks
 from mechsynth.probes import llc, sharpness
 from mechsynth.tasks.base import Batch, masked_loss
 from mechsynth.models.tl_compat import hooked_transformer
+from planted_regression import REGRESSION  # in-context linear regression's probes, in a file of their own
 
 
 def _layer(n_heads: int, d_model: int, d_head: int, g: torch.Generator) -> dict[str, Tensor]:
@@ -901,3 +902,4 @@ PLANTED: dict[str, Callable[[], None]] = {
     "position_mixing": known_position_mixing,
     "dyck_balance": known_dyck_balance,
 }
+PLANTED.update(REGRESSION)

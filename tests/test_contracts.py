@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from mechsynth import hooks, load_run, models, parse_config, probes, tasks, timeline, train_run
+from mechsynth import hooks, load_run, models, parse_config, probes, stages, tasks, timeline, train_run
 from mechsynth.config import ConfigError, read_toml
+from mechsynth.tasks.base import masked_loss
 
 ROOT = Path(__file__).resolve().parents[1]
 TOY = Path(__file__).resolve().parent / "toy"
@@ -107,6 +108,42 @@ def test_every_kind_trains_checkpoints_resumes_exactly_and_probes(kind, tmp_path
     small = {"llc": {"draws": 10, "chains": 2, "pool": 16, "batch": 8, "checkpoints": 2}, "sharpness": {"batch": 8, "iterations": 4}}
     tl = timeline.probe_run(whole, ["llc", "sharpness"], options=small)
     assert all(math.isfinite(tl.metrics[p][m][-1]) for p, m in (("llc", "llc"), ("sharpness", "lambda_max"))), kind
+
+
+CONTINUOUS = [n for n in tasks.names() if tasks.make(n).spec.d_input is not None]
+
+
+@pytest.mark.parametrize("name", CONTINUOUS)
+def test_every_continuous_task_trains_resumes_exactly_and_is_probed(name, tmp_path, tiny):
+    """A task of vectors (continuous inputs, its own loss) through the transformer: 8 steps in one go equal 4, a
+    restart and 4 more, bit for bit; the hooked TransformerLens model answers as the trained one; every applicable
+    probe runs on every checkpoint, those that compare token ids are refused in one line; the loss landscape
+    probes and the stages read its loss."""
+    data = tiny({"name": name}, {"n_layers": 2, "d_model": 16}, {"steps": 8, "checkpoints": 3, "eval_every": 4})
+    whole = load_run(train_run(parse_config(data), tmp_path / "whole", progress=False))
+    train_run(parse_config({**data, "train": {**data["train"], "steps": 4}}), tmp_path / "cut", progress=False)
+    cut = load_run(train_run(parse_config(data), tmp_path / "cut", resume=True, progress=False))
+    a, b = whole.weights(8), cut.weights(8)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), f"{name}: a restart changed the weights"
+    assert whole.metrics == cut.metrics
+    tokens = whole.task.sample(4, torch.Generator().manual_seed(1)).tokens
+    assert tokens.is_floating_point() and tokens.shape[-1] == whole.task.spec.d_input
+    torch.testing.assert_close(whole.model(8)(tokens), whole.trainable(8)(tokens), atol=2e-5, rtol=1e-4)
+    names = timeline.applicable(whole)
+    assert any(probes.PROBES.get(n).truth for n in names), names  # probes of the task's own truth
+    for refused in (n for n in probes.names() if probes.PROBES.get(n).token_ids):
+        why = timeline.why_not(whole, refused)
+        assert why is not None and "token ids" in why and "\n" not in why, (refused, why)
+    tl = timeline.probe_run(whole, names, batch_size=8)
+    assert all(len(v) == len(tl.steps) and all(math.isfinite(x) for x in v) for n in names for v in tl.metrics[n].values())
+    small = {"llc": {"draws": 10, "chains": 2, "pool": 16, "batch": 8, "checkpoints": 2}, "sharpness": {"batch": 8, "iterations": 4}}
+    tl = timeline.probe_run(whole, ["llc", "sharpness"], options=small)
+    assert all(math.isfinite(tl.metrics[p][m][-1]) for p, m in (("llc", "llc"), ("sharpness", "lambda_max"))), name
+    batch = whole.task.sample(8, torch.Generator().manual_seed(0))  # sharpness's batch (its seed 0)
+    with torch.no_grad():
+        own = float(masked_loss(whole.trainable(8)(batch.tokens), batch, whole.task.loss_kind))
+    assert own > 0 and tl.metrics["sharpness"]["train_loss"][-1] == pytest.approx(own, rel=1e-4)  # the task's loss
+    assert {"loss", "llc", "sharpness"} <= set(stages.detect(tl))
 
 
 # ---- one new file each -------------------------------------------------------------------------------

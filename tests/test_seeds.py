@@ -37,6 +37,10 @@ CASES = {
     "fixed": ({"name": "sparse_parity", "n": 8, "k": 2},
               {"n_layers": 1, "d_model": 16, "init_seed": 4},
               {"steps": 30, "data": "fixed", "n_train": 40, "set_seed": 3, "batch_size": 16}),
+    # Continuous inputs and the squared error: in-context linear regression over a pool of tasks, with clipping.
+    "vectors": ({"name": "linear_regression", "d": 3, "k": 6, "n_tasks": 8, "noise": 0.1},
+                {"n_layers": 2, "n_heads": 2, "d_model": 16, "init_seed": 4},
+                {"steps": 30, "grad_clip": 0.05, "warmup_steps": 5, "schedule": "cosine"}),
     # The MLP baseline with SGD + momentum on sparse parity (scored at the readout only).
     "mlp": ({"name": "sparse_parity", "n": 8, "k": 2},
             {"kind": "mlp", "width": 32, "init_seed": 4},

@@ -79,6 +79,10 @@ def describe(cfg: ModelKind) -> str:
 
 def validate(cfg: ModelKind, spec: TaskSpec) -> None:
     """Every check that needs both the model and the task, so bad input fails before any work."""
+    if spec.d_input is not None and not cfg.reads_vectors:
+        readers = [k for k in names() if MODEL_KINDS.get(k).reads_vectors]
+        raise ConfigError("model.kind", f"{cfg.kind!r} reads token ids, and the task feeds {spec.d_input}-wide vectors "
+                                        f"(continuous inputs); allowed: {', '.join(map(repr, readers))}")
     cfg.validate(spec)
 
 

@@ -21,6 +21,9 @@ class ModelKind:
     `model.init_seed`); `kind` is the registered name, so it is spelled once, in the register call."""
 
     name: ClassVar[str]  # set by MODEL_KINDS.register
+    # Whether the kind reads a continuous task's vectors (TaskSpec.d_input) rather than token ids only;
+    # `models.validate` refuses such a task for a kind that does not.
+    reads_vectors: ClassVar[bool] = False
     init_seed: int
     @property
     def kind(self) -> str:

@@ -10,6 +10,9 @@ test that checks both give the same logits and activations).
 It is itself a `HookedRootModule` with TransformerLens's hook names, so `run_with_cache` works on
 it; attention is computed unfused only for a layer whose pattern or scores are hooked.
 
+Built for a continuous task (`d_input`), it reads vectors [batch, pos, d_input] instead of token ids, times
+W_E [d_input, d_model]: the map an embedding applies to one-hot tokens, so names and layout stay the same.
+
 `n_models=M` puts M independent models side by side: every weight gets a leading axis of size M
 and one forward runs all of them with batched matmuls — seeds trained together, or checkpoints
 probed together. Hooks then see TransformerLens's shapes with the M batches concatenated:
@@ -69,9 +72,16 @@ def apply_rotary(x: Float[Tensor, "batch head_index pos d_head"], cos: Float[Ten
 
 class FusedTransformer(HookedRootModule):
     # cfg: a TransformerConfig (typed Any: transformer.py, which defines it, imports this module)
-    def __init__(self, cfg: Any, d_vocab: int, d_vocab_out: int, n_ctx: int, n_models: Optional[int] = None):
+    def __init__(self, cfg: Any, d_vocab: int, d_vocab_out: int, n_ctx: int, n_models: Optional[int] = None,
+                 d_input: Optional[int] = None):
         super().__init__()
         self.cfg, self.d_vocab, self.d_vocab_out, self.n_ctx, self.n_models = cfg, d_vocab, d_vocab_out, n_ctx, n_models
+        # Continuous inputs (TaskSpec.d_input): vectors [batch pos d_input] read in as x @ W_E, W_E [d_input, d_model]
+        # (an embedding is that map on one-hot vectors), so the weights keep TransformerLens's layout and names.
+        self.d_input = d_input
+        if d_input is not None and d_input != d_vocab:
+            raise ValueError(f"a model of {d_input}-wide input vectors reads them with W_E [d_input, d_model]: "
+                             f"d_vocab must be {d_input}, got {d_vocab}")
         dm, h, dh, L = cfg.d_model, cfg.n_heads, cfg.head_dim, cfg.n_layers
         lead = () if n_models is None else (n_models,)
 
@@ -184,21 +194,23 @@ class FusedTransformer(HookedRootModule):
             return x + pos
         return (x.view(self.n_models, -1, *x.shape[1:]) + pos).view(x.shape)
 
-    def forward(self, tokens: Int[Tensor, "*#n_models batch pos"]) -> Float[Tensor, "*#n_models batch pos d_vocab_out"]:
+    def forward(self, tokens: Int[Tensor, "*#n_models batch pos"] | Float[Tensor, "*#n_models batch pos d_input"]
+                ) -> Float[Tensor, "*#n_models batch pos d_vocab_out"]:
         """tokens [batch, pos] -> logits [batch, pos, d_vocab_out]. Side by side, tokens [batch, pos] are read
         by every model and tokens [n_models, batch, pos] give each model its own; logits are then
-        [n_models, batch, pos, d_vocab_out]."""
+        [n_models, batch, pos, d_vocab_out]. A model of continuous inputs reads vectors instead, [batch, pos,
+        d_input] (or [n_models, batch, pos, d_input])."""
         cfg, m = self.cfg, self.n_models or 1
-        seq = tokens.shape[-1]
+        if self.d_input is None and tokens.is_floating_point():
+            raise TypeError(f"this model reads token ids; got a {tokens.dtype} tensor (vectors are for a model "
+                            "built for a continuous task)")
+        if self.d_input is not None and (not tokens.is_floating_point() or tokens.shape[-1] != self.d_input):
+            raise TypeError(f"this model reads {self.d_input}-wide vectors [batch, pos, {self.d_input}]; got a "
+                            f"{tokens.dtype} tensor of shape {tuple(tokens.shape)}")
+        seq = tokens.shape[-1] if self.d_input is None else tokens.shape[-2]
         if seq > self.n_ctx:
             raise ValueError(f"input has {seq} positions but the model's n_ctx is {self.n_ctx}")
-        if self.n_models is not None:
-            if tokens.ndim == 2:
-                tokens = tokens.expand(m, *tokens.shape)
-            # Each model's rows are offset into one table: F.embedding's backward is much faster than indexing's.
-            tokens = tokens + (torch.arange(m, device=tokens.device) * self.d_vocab).view(m, 1, 1)
-        W_E = self.embed.W_E if self.n_models is None else self.embed.W_E.flatten(0, 1)
-        x = self._hook(self.hook_embed, F.embedding(tokens.reshape(-1, seq), W_E))
+        x = self._hook(self.hook_embed, self._embed(tokens) if self.d_input is None else self._read_in(tokens))
         pos = None
         if cfg.positional in ("standard", "shortformer"):
             # [pos, d_model], or [n_models, 1, pos, d_model] side by side: broadcast over the batch
@@ -222,6 +234,26 @@ class FusedTransformer(HookedRootModule):
             x = self._hook(block.hook_resid_post, x)
         logits = self._mm(self._norm(x, getattr(self, "ln_final", None)), self.unembed.W_U, self.unembed.b_U)
         return logits if self.n_models is None else logits.view(m, -1, seq, logits.shape[-1])
+
+    def _embed(self, tokens: Int[Tensor, "*#n_models batch pos"]) -> Float[Tensor, "_batch pos d_model"]:
+        """The token embeddings, [n_models * batch, pos, d_model] side by side (the models' batches concatenated)."""
+        m, seq = self.n_models or 1, tokens.shape[-1]
+        if self.n_models is not None:
+            if tokens.ndim == 2:
+                tokens = tokens.expand(m, *tokens.shape)
+            # Each model's rows are offset into one table: F.embedding's backward is much faster than indexing's.
+            tokens = tokens + (torch.arange(m, device=tokens.device) * self.d_vocab).view(m, 1, 1)
+        W_E = self.embed.W_E if self.n_models is None else self.embed.W_E.flatten(0, 1)
+        return F.embedding(tokens.reshape(-1, seq), W_E)
+
+    def _read_in(self, inputs: Float[Tensor, "*#n_models batch pos d_input"]) -> Float[Tensor, "_batch pos d_model"]:
+        """Continuous inputs times W_E: [batch, pos, d_input] shared by the models side by side, or [n_models,
+        batch, pos, d_input], each model its own; [n_models * batch, pos, d_model] side by side, as `_embed`."""
+        if self.n_models is None:
+            return inputs @ self.embed.W_E
+        if inputs.ndim == 3:
+            inputs = inputs.expand(self.n_models, *inputs.shape)
+        return (inputs.flatten(1, 2) @ self.embed.W_E).view(-1, inputs.shape[-2], self.cfg.d_model)
 
     def _attention(self, x: Float[Tensor, "batch pos d_model"], a: nn.Module,
                    pos: Optional[Float[Tensor, "... pos d_model"]]) -> Float[Tensor, "batch pos d_model"]:

@@ -5,15 +5,24 @@ TL 3.x builds `HookedTransformer(HookedTransformerConfig(...))`; TL 4.x removed 
 (`blocks.{l}.attn.hook_pattern`, `blocks.{l}.hook_resid_post`, ...) and `run_with_cache`.
 Our weights are stored in HookedTransformer's layout, which TL 3 loads as is and which we map
 onto the bridge's `nn.Linear` layout for TL 4.
+
+Continuous inputs (a task's vectors [batch pos d_input], not token ids) go through TransformerLens's own
+forward, hooks included: the embedding module is replaced by `ReadIn`, x @ W_E with W_E [d_input, d_model]
+(what an embedding does to one-hot vectors), whose output `hook_embed` sees as a token embedding's. TL 3
+sizes the positional embedding by the input's last axis, so its `PosEmbed` is given the positions' axis;
+TL 4's bridge hands a float input to its native model as `inputs_embeds`, skipping the embedding, so that
+model is told to read it through the embedding module instead (`_NativeVectors`). Feeding
+`start_at_layer=0` a residual stream we built would have skipped `hook_embed` and `hook_pos_embed`.
 """
 
 from __future__ import annotations
 
 from importlib.metadata import version
+from typing import Optional
 
 import einops
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from mechsynth.config import ConfigError
 
@@ -30,8 +39,38 @@ except ImportError:  # 4.x moved it to the package root
 if TL_MAJOR >= 4:
     from transformer_lens import TransformerBridge
     from transformer_lens.config import TransformerBridgeConfig
+    from transformer_lens.model_bridge.sources.native.model import NativeModel
+
+    class _NativeVectors(NativeModel):
+        """TL 4's native model reading a float input (which the bridge passes as `inputs_embeds`) through its
+        embedding module, the `ReadIn`, so `hook_embed` and the positions apply as to tokens."""
+
+        def forward(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None, **kwargs):
+            return super().forward(input_ids=inputs_embeds if input_ids is None else input_ids,
+                                   attention_mask=attention_mask, position_ids=position_ids, **kwargs)
 else:
     from transformer_lens import HookedTransformer, HookedTransformerConfig
+    from transformer_lens.components import PosEmbed
+
+    class _VectorPosEmbed(PosEmbed):
+        """TL 3's positional embedding, told the positions of vector inputs: it reads them off the input's
+        last axis, which for vectors [batch pos d_input] is d_input."""
+
+        def forward(self, tokens, *args, **kwargs):
+            return super().forward(tokens[..., 0] if tokens.ndim == 3 else tokens, *args, **kwargs)
+
+
+class ReadIn(nn.Module):
+    """A linear read-in in the embedding's place: vectors [batch pos d_input] @ W [d_input, d_model]. The weight
+    is named as the embedding's (`W_E` on TL 3, `weight` under TL 4's bridge), so the layouts stay as they are."""
+
+    def __init__(self, d_input: int, d_model: int, weight: str = "W_E"):
+        super().__init__()
+        self.weight_name = weight
+        self.register_parameter(weight, nn.Parameter(torch.zeros(d_input, d_model)))
+
+    def forward(self, x: Tensor, *args, **kwargs) -> Tensor:
+        return x @ getattr(self, self.weight_name)
 
 # What a HookedTransformer's state dict holds besides its weights: causal masks and rotary tables (buffers).
 BUFFERS = (".mask", ".IGNORE", "rotary_sin", "rotary_cos")
@@ -55,21 +94,31 @@ def _common(cfg, d_vocab: int, d_vocab_out: int, n_ctx: int) -> dict:
 
 
 def hooked_transformer(cfg, d_vocab: int, d_vocab_out: int, n_ctx: int, state_dict: dict[str, Tensor],
-                       device: str | torch.device = "cpu"):
+                       device: str | torch.device = "cpu", d_input: Optional[int] = None):
     """A hooked TransformerLens model (TL 3: HookedTransformer, TL 4: TransformerBridge) with
-    `state_dict` (HookedTransformer layout, as `FusedTransformer.state_dict()` gives) loaded."""
+    `state_dict` (HookedTransformer layout, as `FusedTransformer.state_dict()` gives) loaded. `d_input`: it
+    reads vectors of that width (continuous inputs; d_vocab = d_input) through a `ReadIn`."""
     check_supported(cfg.positional)
     kw = _common(cfg, d_vocab, d_vocab_out, n_ctx)
     if TL_MAJOR >= 4:
         if kw["d_mlp"] is None:
             kw["d_mlp"] = 4 * cfg.d_model  # unused by attn-only models, but the bridge wants an int
         model = TransformerBridge.boot_native(TransformerBridgeConfig(**kw, init_weights=False), device=device)
+        if d_input is not None:
+            model.embed.set_original_component(ReadIn(d_input, cfg.d_model, "weight").to(device))
+            model.original_model.__class__ = _NativeVectors  # (a class, not a bound method: it deep-copies)
     else:
         model = HookedTransformer(HookedTransformerConfig(**kw, rotary_adjacent_pairs=True,
                                                           default_prepend_bos=False, init_weights=False,
                                                           device=str(device)))
+        if d_input is not None:
+            model.embed = ReadIn(d_input, cfg.d_model).to(device)
+            if hasattr(model, "pos_embed"):
+                model.pos_embed = _VectorPosEmbed(model.cfg).to(device)
+            model.setup()  # the hook and module tables name the new modules
     model = load_weights(model, cfg, state_dict).eval()
     model.input_weights = cfg.input_weights()  # (models.hooked sets it too; planted test models come here directly)
+    model.d_input = d_input  # what probes feed it: vectors of this width, or token ids (None)
     return model
 
 
@@ -171,5 +220,5 @@ def from_bridge_layout(sd: dict[str, Tensor], n_heads: int) -> dict[str, Tensor]
     return out
 
 
-__all__ = ["HookPoint", "HookedRootModule", "TL_MAJOR", "TL_VERSION", "check_supported", "from_bridge_layout",
+__all__ = ["HookPoint", "HookedRootModule", "ReadIn", "TL_MAJOR", "TL_VERSION", "check_supported", "from_bridge_layout",
            "hooked_model", "hooked_transformer", "is_bridge", "is_hooked_transformer", "load_weights"]

@@ -1,14 +1,15 @@
 """The transformer kind: a hooked transformer; vocabulary, context and output sizes come from the task.
 
 It trains FusedTransformer (mechsynth/models/fused.py) and is probed as TransformerLens's own model
-with the same weights (tl_compat) — except with learned relative positions, which TransformerLens does
+with the same weights (tl_compat), also on a continuous task's vectors (a linear read-in, W_E, in the
+embedding's place) — except with learned relative positions, which TransformerLens does
 not have: that model is probed as itself (FusedTransformer carries TransformerLens's hook names).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Optional
+from typing import ClassVar, Literal, Optional
 
 import torch
 import torch.nn as nn
@@ -24,6 +25,7 @@ from mechsynth.tasks.base import TaskSpec
 @validates_itself
 @dataclass(frozen=True)
 class TransformerConfig(ModelKind):
+    reads_vectors: ClassVar[bool] = True  # continuous tasks: a linear read-in (W_E) in the embedding's place
     n_layers: int = doc("transformer layers", 2, lo=1, hi=256)
     n_heads: int = doc("attention heads per layer", 1, lo=1, hi=1024)
     d_model: int = doc("residual stream width", 64, lo=1, hi=MAX_WIDTH)
@@ -81,7 +83,7 @@ class TransformerConfig(ModelKind):
         self.context_length(spec)
 
     def build(self, spec: TaskSpec, n_models: Optional[int] = None) -> nn.Module:
-        return FusedTransformer(self, spec.d_vocab, spec.d_vocab_out, self.context_length(spec), n_models)
+        return FusedTransformer(self, spec.d_vocab, spec.d_vocab_out, self.context_length(spec), n_models, spec.d_input)
 
     def input_weights(self) -> Optional[str]:
         # rotary and relative positions have no weights facing absolute positions
@@ -91,7 +93,8 @@ class TransformerConfig(ModelKind):
         if not self.transformer_lens:
             return super().hooked(model, device)
         sd = {k: v.detach() for k, v in model.state_dict().items()}
-        return hooked_transformer(self, model.embed.W_E.shape[0], model.unembed.W_U.shape[1], model.n_ctx, sd, device)
+        return hooked_transformer(self, model.embed.W_E.shape[0], model.unembed.W_U.shape[1], model.n_ctx, sd, device,
+                                  d_input=model.d_input)
 
     def reload(self, hooked: nn.Module, model: nn.Module) -> nn.Module:
         if not self.transformer_lens:

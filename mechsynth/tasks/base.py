@@ -1,6 +1,7 @@
 """What every task provides: a validated config, a spec of its sizes, and batches that carry their ground truth.
 
-Shapes use TransformerLens's names (`batch pos d_vocab d_vocab_out`) and, for the tasks' own structure,
+Shapes use TransformerLens's names (`batch pos d_vocab d_vocab_out`; `d_input`, the width of the vectors a
+continuous task feeds the model instead of token ids) and, for the tasks' own structure,
 `bit` (an input bit of the readout tasks), `support` (a bit the label reads), `state` (of an automaton or
 a chain) and `context` (the last order-1 tokens of an in-context Markov chain). `out_pos`: the positions a
 model predicts, all of `pos` or the last few (the MLP baselines answer at the readout only).
@@ -18,19 +19,23 @@ from torch import Tensor
 
 from mechsynth.registry import Registry
 
+LossKind = Literal["cross_entropy", "squared_error"]
+
 
 @dataclass
 class Batch:
     """One batch of a task.
 
     `targets[b, p]` is what the model should output at position p, scored only where `mask` is True.
+    A continuous task (`TaskSpec.d_input` set) feeds vectors instead of token ids, `tokens` [batch pos
+    d_input], and its targets are real numbers: the same field, so every `model(batch.tokens)` reads them.
     `truth` holds the hidden ground truth probes need (the parity support, each sequence's
     transition matrix, the automaton states, ...), keyed by name; each task builds it with one
     annotated function that says every key's shape (`parity_truth`, `markov_truth`, ...).
     """
 
-    tokens: Int[Tensor, "batch pos"]
-    targets: Int[Tensor, "batch pos"]
+    tokens: Int[Tensor, "batch pos"] | Float[Tensor, "batch pos d_input"]
+    targets: Int[Tensor, "batch pos"] | Float[Tensor, "batch pos"]
     mask: Bool[Tensor, "batch pos"]
     truth: dict[str, Any] = field(default_factory=dict)
 
@@ -44,14 +49,17 @@ class Batch:
 class TaskSpec:
     """Sizes a model needs to be built for a task."""
 
-    d_vocab: int  # input token ids are in [0, d_vocab)
-    d_vocab_out: int  # targets are in [0, d_vocab_out)
+    d_vocab: int  # input token ids are in [0, d_vocab); a continuous task's d_input (the embedding's rows)
+    d_vocab_out: int  # targets are in [0, d_vocab_out); a continuous task's output width (1: a real number)
     n_ctx: int  # longest sequence any split produces
     token_names: tuple[str, ...]  # a label per input token (for renders)
     target_names: tuple[str, ...]  # a label per target class
     # Numeric value of each input token for models that read numbers, not embeddings (the MLP
     # baselines); None for tasks where that makes no sense.
     token_values: tuple[float, ...] | None = None
+    # Continuous inputs: each position is a vector of this width, read in linearly (x @ W_E, the map a token
+    # embedding applies to one-hot vectors, so d_vocab = d_input), not a token id. None: token ids.
+    d_input: int | None = None
 
 
 class Task:
@@ -72,6 +80,9 @@ class Task:
     # distributions, as a Markov chain's next token). None: the task makes no counterfactuals, and the
     # probes that patch do not apply to it.
     patch_metric: ClassVar[Optional[Literal["logit_diff", "loss"]]] = None
+    # What training minimises (`masked_loss`): cross-entropy over the output classes, or the squared error of
+    # a real-valued output (the model's one output unit against real targets, for continuous tasks).
+    loss_kind: ClassVar[LossKind] = "cross_entropy"
 
     def __init__(self, cfg: Any):
         self.cfg = cfg
@@ -118,8 +129,8 @@ class Task:
 
 
 def align(logits: Float[Tensor, "batch out_pos d_vocab_out"],
-          batch: Batch) -> tuple[Float[Tensor, "batch out_pos d_vocab_out"], Int[Tensor, "batch out_pos"],
-                                 Bool[Tensor, "batch out_pos"]]:
+          batch: Batch) -> tuple[Float[Tensor, "batch out_pos d_vocab_out"],
+                                 Int[Tensor, "batch out_pos"] | Float[Tensor, "batch out_pos"], Bool[Tensor, "batch out_pos"]]:
     """Match logits to targets. Models that only predict the last P positions (the MLP baselines,
     which read the whole input and answer at the readout) are scored on the last P targets."""
     p = logits.shape[1]
@@ -137,11 +148,20 @@ def readout_batch(bits: Int[Tensor, "batch bit"], labels: Int[Tensor, "batch"], 
     return Batch(tokens, targets, mask, truth)
 
 
-def masked_loss(logits: Float[Tensor, "batch out_pos d_vocab_out"], batch: Batch) -> Float[Tensor, ""]:
-    """Mean cross-entropy over scored positions. Unscored targets become ignore_index rather than
-    being dropped by boolean indexing, which would cost a device->host sync every step."""
+def masked_loss(logits: Float[Tensor, "batch out_pos d_vocab_out"], batch: Batch,
+                kind: LossKind = "cross_entropy") -> Float[Tensor, ""]:
+    """The task's loss (`Task.loss_kind`) averaged over scored positions. Unscored targets become
+    ignore_index rather than being dropped by boolean indexing, which would cost a device->host sync every step."""
     logits, targets, mask = align(logits, batch)
+    if kind == "squared_error":
+        return squared_error(logits, targets, mask).sum() / mask.sum()
     return F.cross_entropy(logits.flatten(0, 1).float(), torch.where(mask, targets, -100).flatten(), ignore_index=-100)
+
+
+def squared_error(logits: Float[Tensor, "*batch out_pos 1"], targets: Float[Tensor, "*batch out_pos"],
+                  mask: Bool[Tensor, "*batch out_pos"]) -> Float[Tensor, "*batch out_pos"]:
+    """(prediction − target)² at scored positions, 0 elsewhere: the prediction is the model's one output."""
+    return (logits[..., 0].float() - targets).square() * mask
 
 
 def readout_labels(names: tuple[str, ...], tokens: Int[Tensor, "pos"], support: Int[Tensor, "support"]) -> list[str]:

@@ -1,0 +1,160 @@
+"""The claims of experiments/icl_regression.py and the rules that judge them.
+
+Seed 001 ("observe similar stages of learning in in-context linear regression"), after Garg, Tsipras, Liang & Valiant
+2022, Raventós, Paul, Chen & Ganguli 2023 and Hoogland et al. 2024: a transformer trained on prompts (x₁, y₁, …, x_k,
+y_k) with y = w·x and w ~ N(0, I_d) learns in context to predict as least squares (the optimal estimator without
+noise) at every number of examples, not as averaging or nearest neighbours; trained on a finite pool of M tasks, it
+predicts as the pool's Bayes predictor (dMMSE) below a task-diversity threshold and as ridge regression (the Bayes
+predictor of the Gaussian prior: it generalises to new tasks) above it; and its development goes through stages the
+local learning coefficient (LLC) bounds.
+
+Written before any run of the script; no pilot of it was run. The judge reads `results`:
+  - "garg": per seed {"seed", "to": {predictor: mean squared distance over d from the model's predictions, over
+    every in-context length}, "gap": the largest |model error − least-squares error| over the in-context lengths
+    (both normalized by d), "error": [normalized error per length]}, and "d";
+  - "diversity": {"M": [..., None for a fresh w per sequence], "rows": per (M, seed) {"M", "seed", "to_ridge",
+    "to_dmmse"}: distances on prompts whose w is drawn from the Gaussian prior (Raventós et al.'s "true" tasks)};
+  - "stages": per seed {"seed", "llc_boundaries": {"change_points", "turns"}, "boundary_candidates": same keys,
+    "events": {"icl_onset", "ls_nearest", "loss_drop"}}: the LLC's stage boundaries against the behavioural events;
+  - "budget": {"garg", "diversity", "stages"}: our training examples (steps × batch) over the paper's.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Optional, Sequence
+
+import verdicts
+
+SHARE = 2 / 3        # "matches": at least this share of the seeds
+GAP = 0.05           # the model's normalized error within this of least squares' at every in-context length
+LS = ("least_squares", "ridge")  # without label noise the two are one predictor (ridge's posterior mean = LS)
+FACTOR = 2.0         # an event "at" a boundary: within this factor in step (checkpoints are log-spaced)
+ALPHA = verdicts.LEVEL / 2  # two readings of the LLC tested: Bonferroni
+EVENTS = {"icl_onset": "in-context learning's onset", "ls_nearest": "least squares nearest",
+          "loss_drop": "the loss's steepest drop"}
+READINGS = {"change_points": "change points", "turns": "turns"}
+
+
+def need(n: int) -> int:
+    return math.ceil(SHARE * n - 1e-9)
+
+
+def nearest(to: Mapping[str, float]) -> str:
+    return min(to, key=lambda k: to[k])
+
+
+def judge_least_squares(results: Mapping[str, Any]) -> verdicts.Judgement:
+    rows = results["garg"]
+    n = len(rows)
+    near = sum(nearest(r["to"]) in LS for r in rows)
+    close = sum(nearest(r["to"]) in LS and r["gap"] <= GAP for r in rows)
+    verdict = ("matches" if close >= need(n) else "partly" if near >= need(n) else "does not")
+    others = {k for r in rows for k in r["to"] if k not in LS}
+    return verdicts.Judgement(verdict, f"nearest predictor least squares in {near}/{n} seeds (mean squared distance "
+                                       f"over d {verdicts.span([r['to']['least_squares'] for r in rows])}; "
+                                       + ", ".join(f"{k} {verdicts.span([r['to'][k] for r in rows])}" for k in sorted(others))
+                                       + f"), error within {GAP:g} of least squares' at every in-context length in "
+                                         f"{close}/{n} (largest gap {verdicts.span([r['gap'] for r in rows])}; d = "
+                                         f"{results['d']})", n)
+
+
+def _ridge_share(rows: Sequence[Mapping[str, Any]], M: Optional[int]) -> Optional[float]:
+    mine = [r for r in rows if r["M"] == M]
+    return sum(r["to_ridge"] < r["to_dmmse"] for r in mine) / len(mine) if mine else None
+
+
+def judge_diversity(results: Mapping[str, Any]) -> verdicts.Judgement:
+    div = results["diversity"]
+    finite = sorted(m for m in div["M"] if m is not None)
+    rows = [r for r in div["rows"] if r["M"] is not None]
+    if len(finite) < 3:
+        return verdicts.Judgement("inconclusive", f"{len(finite)} finite task counts", len(finite))
+    shares = [_ridge_share(rows, m) for m in finite]
+    low, high = shares[0], shares[-1]
+    monotone = all(b >= a for a, b in zip(shares, shares[1:]))
+    ends = low <= 1 - SHARE and high >= SHARE
+    verdict = "matches" if ends and monotone else "partly" if ends else "does not"
+    crossing = next((m for m, s in zip(finite, shares) if s >= SHARE), None)
+    seeds = len(rows) // len(finite)
+    return verdicts.Judgement(verdict, "share of seeds nearer ridge than dMMSE on new tasks at M = "
+                                       + ", ".join(f"{m}: {s:.2f}" for m, s in zip(finite, shares))
+                                       + f" ({seeds} seeds each); first M with ≥ {SHARE:.0%}: "
+                                         f"{crossing if crossing is not None else 'none'}", seeds)
+
+
+def _near(event: Optional[int], boundaries: Sequence[int]) -> bool:
+    return event is not None and any(verdicts.within(event, b, FACTOR) for b in boundaries)
+
+
+def judge_stages(results: Mapping[str, Any]) -> verdicts.Judgement:
+    seeds = results["stages"]
+    tested: dict[str, dict[str, Any]] = {}
+    for reading in READINGS:
+        bounds = [list(r["llc_boundaries"][reading]) for r in seeds]
+        events = [[r["events"][e] for e in EVENTS] for r in seeds]
+        null = verdicts.coincidence_null(bounds, events, [r["boundary_candidates"][reading] for r in seeds], FACTOR)
+        pairs = sum(1 for es in events for e in es if e is not None)
+        per_event = {e: sum(_near(r["events"][e], b) for r, b in zip(seeds, bounds)) for e in EVENTS}
+        tested[reading] = {**null, "pairs": pairs, "hits": round(null["observed"] * pairs), "per_event": per_event}
+    best = min(tested, key=lambda k: (tested[k]["p"], -tested[k]["observed"]))
+    t = tested[best]
+    if t["pairs"] == 0:
+        return verdicts.Judgement("inconclusive", "no behavioural event was reached", len(seeds))
+    if t["p"] < ALPHA:
+        verdict = "matches" if all(2 * k > len(seeds) for k in t["per_event"].values()) else "partly"
+    elif all(x["observed"] <= x["null_mean"] for x in tested.values()):
+        verdict = "does not"
+    else:
+        verdict = "inconclusive"
+    parts = [f"{READINGS[k]} within {FACTOR:g}× of {x['hits']}/{x['pairs']} events ("
+             + ", ".join(f"{EVENTS[e]} {c}/{len(seeds)}" for e, c in x["per_event"].items())
+             + f"); chance {x['null_mean']:.2f}, p = {verdicts.p_value(x['p'])}" for k, x in tested.items()]
+    return verdicts.Judgement(verdict, "; ".join(parts), len(seeds))
+
+
+GARG = ("d = 20, x, w ~ N(0, I_d), no noise, up to 2d + 1 = 41 examples; a 12-layer, 8-head, d_model 256 GPT-2 "
+        "(also 6- and 3-layer ones), a linear read-in, Adam lr 1e-4, batch 64, 500k steps with a curriculum on d and k")
+RAVENTOS = ("D = 8, K = 16, σ² = 0.25, M = 2⁰…2²⁰ tasks; an 8-layer, 2-head, d_model 128 GPT-2, Adam with a triangle "
+            "schedule, batch 256, 500k steps; the transition at M ≈ 2¹⁴ (2¹¹·⁵ for their small 4-layer model)")
+HOOGLAND = ("D = 4, K = 16, σ² = 0.125, fresh tasks; a 2-layer, 4-head, d_model 64 transformer, Adam, one-cycle lr to "
+            "3e-3, batch 256, 500k steps; the LLC by SGLD at log-spaced checkpoints: five stages LR1–LR5")
+
+CLAIMS = [
+    verdicts.Claim(
+        id="least_squares",
+        claim="A transformer trained on in-context linear regression predicts as least squares at every number of "
+              "in-context examples, not as averaging or nearest neighbours (Garg et al. 2022)",
+        paper=GARG,
+        rule=f"per seed, on held-out prompts: the reference predictor nearest the model's predictions (mean squared "
+             f"distance over d, averaged over the in-context lengths); matches when it is least squares (≡ ridge "
+             f"without noise) and the model's normalized error is within {GAP:g} of least squares' at every length in "
+             f"≥ 2/3 of the seeds (≥ 3), partly when only the nearest is least squares, does not otherwise",
+        judge=judge_least_squares, min_n=3, budget=lambda r: r["budget"]["garg"],
+        budget_note="training prompts (steps × batch) against their 500k × 64"),
+    verdicts.Claim(
+        id="task_diversity_threshold",
+        claim="Below a task-diversity threshold the model predicts as the Bayes predictor of its M training tasks "
+              "(dMMSE); above it, as ridge regression, the Bayes predictor of the Gaussian prior, so it solves new "
+              "tasks (Raventós et al. 2023)",
+        paper=RAVENTOS,
+        rule="on prompts with new tasks (w ~ N(0, I)), per finite M (≥ 3 values) the share of seeds nearer ridge than "
+             "dMMSE; matches when it is ≤ 1/3 at the smallest M, ≥ 2/3 at the largest and never falls as M grows; "
+             "partly when only the two ends hold; does not otherwise",
+        judge=judge_diversity, min_n=2, budget=lambda r: r["budget"]["diversity"],
+        budget_note="training prompts (steps × batch) against their 500k × 256"),
+    verdicts.Claim(
+        id="llc_stages",
+        claim="The development of in-context linear regression goes through stages that the LLC bounds (Hoogland "
+              "et al. 2024; seed 001: 'similar stages of learning in in-context linear regression')",
+        paper=HOOGLAND,
+        rule=f"per seed, the LLC's stage boundaries (change points of a piecewise-linear fit in log-step, and its "
+             f"turns) against three behavioural events (in-context learning's onset: the error at the last length "
+             f"below half the prior's for good; least squares nearest for good; the loss's steepest drop): the share "
+             f"of events within {FACTOR:g}× of a boundary against as many boundaries placed at random among the "
+             f"seed's checkpoints (permutation p, Bonferroni over the two readings: p < {ALPHA:g}); matches when "
+             f"significant and each event is found in more than half the seeds, partly when significant, does not "
+             f"when neither reading beats chance, inconclusive otherwise (≥ 3 seeds)",
+        judge=judge_stages, min_n=3, budget=lambda r: r["budget"]["stages"],
+        budget_note="training prompts (steps × batch) against their 500k × 256"),
+]

@@ -1,0 +1,108 @@
+"""Known answers for the probes of in-context linear regression (registered in planted.PLANTED): "models" whose
+prediction is exactly one reference predictor, and a hooked model whose residual stream holds w linearly after
+its layer and nothing of it before."""
+
+from __future__ import annotations
+
+import types
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+
+from mechsynth import probes, tasks
+from mechsynth.models.tl_compat import HookedRootModule, HookPoint
+from mechsynth.probes import regression_strategy
+from mechsynth.tasks.linear_regression import at_x
+
+
+def examples(tokens: Tensor) -> tuple[Tensor, Tensor]:
+    """(x [batch, example, d], y [batch, example]) of linear_regression's tokens."""
+    return tokens[:, 0::2, 1:], tokens[:, 1::2, 0]
+
+
+class RegressionPredictor(nn.Module):
+    """A "model" whose prediction at each x is, exactly, one of linear_regression's reference predictors."""
+
+    def __init__(self, task, strategy: str):
+        super().__init__()
+        self.task, self.strategy = task, strategy
+        spec = task.spec
+        self.d_vocab, self.d_vocab_out, self.n_ctx, self.d_input = spec.d_vocab, spec.d_vocab_out, spec.n_ctx, spec.d_input
+        self.hook_dict: dict[str, nn.Module] = {}  # no hooks: regression_strategy reads the output only
+        self.anchor = nn.Parameter(torch.zeros(()))  # where the probes put their inputs
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        return at_x(self.task.predictors(*examples(tokens))[self.strategy])[..., None]
+
+    def run_with_cache(self, tokens: Tensor, names_filter=None):
+        return self(tokens), {}
+
+
+def known_regression_strategy() -> None:
+    """Each predictor as the model is at distance 0 from itself, clearly away from the others, and nearest at
+    every in-context length with an example; without noise least squares and ridge coincide and are one stage."""
+    task = tasks.make("linear_regression", {"d": 3, "k": 10, "noise": 0.3, "n_tasks": 8})
+    for strategy in task.strategies:
+        m = probes.run("regression_strategy", RegressionPredictor(task, strategy), task).metrics
+        to = {s: m[f"to/{s}"] for s in task.strategies}
+        assert to[strategy] == 0 and all(v > 1e-3 for s, v in to.items() if s != strategy), (strategy, to)
+        assert m["stage"] == task.strategies.index(strategy)
+        assert all(m[f"nearest/{n}"] == task.strategies.index(strategy) for n in range(1, 10)), (strategy, m)
+    noiseless = tasks.make("linear_regression", {"d": 3, "k": 10})
+    m = probes.run("regression_strategy", RegressionPredictor(noiseless, "ridge"), noiseless).metrics
+    assert m["apart/least_squares/ridge"] == 0 and m["to/least_squares"] == 0
+    tl = types.SimpleNamespace(steps=[0], metrics={"regression_strategy": {k: [v] for k, v in m.items()}})
+    assert regression_strategy.stages(tl) == [("least_squares≈ridge", 0)]
+
+
+class PlantedW(HookedRootModule):
+    """One "layer" over linear_regression's tokens: the residual stream before it is the tokens times a random
+    matrix (nothing of w), after it the least-squares estimate of w from the examples so far times a random
+    matrix (exactly w from d noiseless examples on), or (`hold_w=False`) random numbers. The output is 0."""
+
+    def __init__(self, task, d_model: int = 16, hold_w: bool = True, seed: int = 0):
+        super().__init__()
+        spec = task.spec
+        self.d_vocab, self.d_vocab_out, self.n_ctx, self.d_input = spec.d_vocab, 1, spec.n_ctx, spec.d_input
+        self.cfg = types.SimpleNamespace(n_heads=1)  # one layer of one (uniform) head, as probes count them
+        g = torch.Generator().manual_seed(seed)
+        self.read = nn.Parameter(torch.randn(spec.d_input, d_model, generator=g))
+        self.write = nn.Parameter(torch.randn(task.cfg.d, d_model, generator=g))
+        self.hold_w, self.seed = hold_w, seed
+        block = nn.Module()
+        block.hook_resid_pre, block.hook_resid_post = HookPoint(), HookPoint()
+        block.attn = nn.Module()
+        block.attn.hook_pattern = HookPoint()
+        self.blocks = nn.ModuleList([block])
+        self.setup()
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        block = self.blocks[0]
+        B, T, _ = tokens.shape
+        block.hook_resid_pre(tokens @ self.read)
+        block.attn.hook_pattern(torch.ones(B, 1, T, T).tril() / torch.arange(1, T + 1)[:, None])
+        x, y = examples(tokens.double())
+        G, b = torch.cumsum(x[..., :, None] * x[..., None, :], 1), torch.cumsum(x * y[..., None], 1)  # examples 1..i
+        w_hat = (torch.linalg.pinv(G, rtol=1e-10, hermitian=True) @ b[..., None])[..., 0].float()
+        seen = torch.zeros(B, T, w_hat.shape[-1])
+        seen[:, 1::2] = w_hat  # y_i has seen examples 1..i
+        seen[:, 2::2] = w_hat[:, :-1]  # x_{i+1} too
+        if not self.hold_w:
+            seen = torch.randn(seen.shape, generator=torch.Generator().manual_seed(self.seed + 1))
+        block.hook_resid_post(seen @ self.write)
+        return torch.zeros(B, T, 1)
+
+
+def known_w_decoding() -> None:
+    task = tasks.make("linear_regression", {"d": 3, "k": 12})
+    m = probes.run("w_decoding", PlantedW(task), task, batch_size=128).metrics
+    assert m["r2"] == m["r2/L0"] and m["r2/L0"] > 0.99 and m["r2_x/L0"] > 0.99, m
+    assert abs(m["r2/embed"]) < 0.1 and abs(m["r2_x/embed"]) < 0.1, m
+    blind = probes.run("w_decoding", PlantedW(task, hold_w=False), task, batch_size=128).metrics
+    assert abs(blind["r2/L0"]) < 0.1, blind
+    markov = tasks.make("markov_icl", {"k": 3, "length": 12})
+    assert "needs truth w" in probes.why_not("w_decoding", PlantedW(task), markov)
+
+
+REGRESSION = {"regression_strategy": known_regression_strategy, "w_decoding": known_w_decoding}
