@@ -56,6 +56,12 @@ def parse_config(data: dict[str, Any], *, resources: bool = True) -> RunConfig:
                        from_dict(TrainConfig, data.get("train", {}), "train"),
                        from_dict(WandbConfig, data.get("wandb", {}), "wandb"))
     models.validate(cfg.model, task.spec)
+    # A task's regulariser reads truth that only its own fresh training batches carry, one seed at a time.
+    check(not task.regularised or cfg.train.seeds == 1, "train.seeds",
+          f"{cfg.train.seeds} seeds side by side, but task {task.name} adds a regulariser to the loss, which trains "
+          f"one seed per run; allowed: 1 (a sweep over seeds instead)")
+    check(not task.regularised or cfg.train.data != "fixed", "train.data",
+          f"'fixed', but task {task.name} adds a regulariser to the loss, which needs fresh batches; allowed: online")
     if cfg.train.data == "fixed":
         check_fixed_set(cfg.train, task)
     if resources:

@@ -112,6 +112,9 @@ class DataSource(Protocol):
 
     def sample(self, batch_size: int, generator: torch.Generator, device: Any, split: str) -> Batch: ...
 
+    def regulariser(self, forward: Callable[[Tensor], Tensor], batch: Batch,
+                    logits: Float[Tensor, "batch out_pos d_vocab_out"]) -> Optional[Float[Tensor, ""]]: ...
+
     def metrics(self, logits: Float[Tensor, "batch out_pos d_vocab_out"], batch: Batch) -> dict[str, float]: ...
 
 
@@ -291,9 +294,11 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = lr_at(self.step, self.cfg)
         batch = self._next_batch()
-        loss = masked_loss(self.model(batch.tokens), batch, self.data.loss_kind)
+        logits = self.model(batch.tokens)
+        loss = masked_loss(logits, batch, self.data.loss_kind)
+        extra = self.data.regulariser(self.model, batch, logits)
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        (loss if extra is None else loss + extra).backward()
         if self.cfg.grad_clip:
             nn.utils.clip_grad_norm_(self.module.parameters(), self.cfg.grad_clip)
         self.optimizer.step()

@@ -229,3 +229,77 @@ def test_bounded_dyck_trains_and_its_probes_run_on_every_checkpoint(tmp_path, ti
     tl = timeline.probe_run(run, names, batch_size=16)
     m = tl.metrics["dyck_balance"]
     assert len(m["bv"]) == len(run.steps) and all(math.isfinite(v) and v >= 0 for v in m["bv"])
+
+
+# ---- Wen et al.'s contrastive regulariser ---------------------------------------------------------------
+
+
+def reference_prefix(block: int, d: int, k: int, D: int) -> list[int]:
+    """Their construction, written out: D opens and D closes of type 0, then of type 1, with one more pair of the
+    block's type after the block's d-th open."""
+    out = []
+    for j, t in enumerate((0, min(1, k - 1))):
+        opens = [t] * D
+        if j == block:
+            opens[d:d] = [t, k + t]
+        out += opens + [k + t] * D
+    return out
+
+
+@pytest.mark.parametrize("k, D", [(2, 4), (1, 3), (3, 2)])
+def test_balanced_prefix_is_their_string_and_balanced(k, D):
+    from mechsynth.tasks.bounded_dyck import balanced_prefix
+
+    rows = balanced_prefix(400, k, D, gen(5), "cpu").tolist()
+    allowed = {tuple(reference_prefix(b, d, k, D)) for b in range(2) for d in range(D)}
+    assert {tuple(r) for r in rows} == allowed  # every (block, d) drawn, nothing else
+    for r in rows:
+        depths, _ = stack_walk(r, k)  # raises on a wrong close
+        assert len(r) == 4 * D + 2 and depths[-1] == 0 and max(depths) == D
+
+
+def test_contrastive_term_is_the_prefixed_logits_mse_and_leaves_sampling_alone():
+    on = tasks.make("bounded_dyck", {"length": 12, "eval_long_length": 40, "contrastive": 0.3})
+    off = tasks.make("bounded_dyck", {"length": 12, "eval_long_length": 40})
+    b_on, b_off = on.sample(16, gen(6)), off.sample(16, gen(6))
+    assert torch.equal(b_on.tokens, b_off.tokens) and "prefix" not in b_off.truth  # the prefix is drawn last
+    assert "prefix" not in on.sample(4, gen(6), split="eval").truth
+    model = models.build(parse_config({"task": {"name": "bounded_dyck", "length": 12, "eval_long_length": 40},
+                                       "model": {"n_layers": 1, "d_model": 16, "positional": "none"}}).model, on.spec)
+    logits = model(b_on.tokens)
+    assert on.regularised and not off.regularised and off.regulariser(model, b_off, logits) is None
+    P = b_on.truth["prefix"].shape[1]
+    want = sum(float(((model(torch.cat([b_on.truth["prefix"][i], b_on.tokens[i]])[None])[0, P:] - logits[i]) ** 2).sum())
+               for i in range(16)) / logits.numel()
+    assert float(on.regulariser(model, b_on, logits)) == pytest.approx(0.3 * want, rel=1e-4) and want > 0
+    # A model whose outputs ignore its input (all weights but the unembedding bias zero) pays nothing.
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(torch.randn_like(p) if name.endswith("b_U") else torch.zeros_like(p))
+    assert float(on.regulariser(model, b_on, model(b_on.tokens))) == pytest.approx(0.0, abs=1e-10)
+
+
+def test_contrastive_training_differs_resumes_bit_exact_and_refuses_what_it_cannot(tmp_path, tiny, ctrl_c_at):
+    from mechsynth import io
+    from mechsynth.rundir import ckpt_dir
+    from mechsynth.train import Trainer
+
+    task = {"name": "bounded_dyck", "length": 12, "eval_long_length": 32, "contrastive": 0.3}
+    cfg = tiny(task, {"n_layers": 1, "d_model": 16, "positional": "none"}, {"steps": 12, "checkpoints": 2})
+    with_it = train_run(parse_config(cfg), tmp_path / "with", progress=False)
+    without = train_run(parse_config({**cfg, "task": {**task, "contrastive": 0.0}}), tmp_path / "without", progress=False)
+    weights = lambda d: io.read_tensors(ckpt_dir(d, 12) / "model.safetensors")  # noqa: E731
+    a, b = weights(with_it), weights(without)
+    assert any(not torch.equal(a[k], b[k]) for k in a)  # the term changes training
+    undo = ctrl_c_at(Trainer, 7)
+    with pytest.raises(KeyboardInterrupt):
+        train_run(parse_config(cfg), tmp_path / "cut", progress=False)
+    undo()
+    train_run(parse_config(cfg), tmp_path / "cut", resume=True, progress=False)
+    c = weights(tmp_path / "cut")
+    assert all(torch.equal(a[k], c[k]) for k in a)
+    for change, field in (({"seeds": 2}, "train.seeds"), ({"data": "fixed", "n_train": 64}, "train.data")):
+        with pytest.raises(ConfigError, match=field):
+            parse_config({**cfg, "train": {**cfg["train"], **change}})
+    with pytest.raises(ConfigError, match="task.eval_long_length"):
+        tasks.make("bounded_dyck", {"length": 12, "eval_long_length": 20, "contrastive": 0.3})

@@ -10,6 +10,7 @@ model predicts, all of `pos` or the last few (the MLP baselines answer at the re
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any, ClassVar, Literal, Optional
 
 import torch
@@ -109,6 +110,16 @@ class Task:
         where the answer must not depend on them (None where the task has no such place). Tasks that set
         `patch_metric` implement it; same generator state -> same batch."""
         raise NotImplementedError(f"task {self.name!r} makes no counterfactuals")
+
+    # Whether training adds `regulariser`'s term (a task whose config can turn one on makes this a property).
+    regularised: ClassVar[bool] = False
+
+    def regulariser(self, forward: Callable[[Tensor], Tensor], batch: Batch,
+                    logits: Float[Tensor, "batch out_pos d_vocab_out"]) -> Optional[Float[Tensor, ""]]:
+        """A term training adds to the loss of a training batch, given the model's `forward` and its `logits` on
+        the batch (e.g. a penalty on how the outputs change under a transformation the task's truth says must
+        not change them). None (the default): the loss alone."""
+        return None
 
     def metrics(self, logits: Float[Tensor, "batch out_pos d_vocab_out"], batch: Batch) -> dict[str, float]:
         """Loss and accuracy at scored positions. Tasks add their own (e.g. per-position accuracy)."""

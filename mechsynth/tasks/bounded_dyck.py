@@ -14,15 +14,22 @@ stack decides; `"all"` (Yao et al.) every next token, the random opens included.
 closes. `close_acc` is Yao et al.'s accuracy: at every position whose stack is non-empty (whatever comes next),
 correct when the right close holds more than 0.8 of the probability the model gives to closes.
 
+Wen et al.'s contrastive regulariser (`contrastive` > 0, their `objective: contrastive`): a balanced string
+prefixed to a training sequence must not change the model's outputs on it, so training adds `contrastive` × the
+mean squared difference of the logits with and without it. Their prefix is (_a^D )_a^D (_b^D )_b^D with one more
+pair "(_t )_t" after the d-th open of block t (t, d uniform), one draw per batch; ours one draw per sequence.
+
 Token ids: 0..k−1 the opens, k..2k−1 their closes (type t: t and k + t), 2k START (input only).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from collections.abc import Callable
+from typing import Any, ClassVar, Literal, Optional
 
 import torch
+import torch.nn.functional as F
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
@@ -43,11 +50,21 @@ class BoundedDyckConfig:
                                 "400–500); the model's context", 400, lo=2, hi=MAX_CTX)
     loss_on: Literal["closes", "all"] = doc("training targets: the closes only (Wen et al.: the stack decides them) "
                                             "or every next bracket (Yao et al.)", "closes")
+    contrastive: float = doc("weight of Wen et al.'s contrastive regulariser: the mean squared change of the logits "
+                             "when a balanced prefix of 4·depth + 2 brackets is prepended (theirs 0.3); 0: off",
+                             0.0, lo=0, hi=1000)
 
     def __post_init__(self):
         check_fields(self)
         check(self.eval_long_length >= self.length, "eval_long_length",
               f"must be ≥ length={self.length}, got {self.eval_long_length}")
+        check(not self.contrastive or self.eval_long_length >= self.length + self.prefix_length, "eval_long_length",
+              f"must be ≥ length + 4·depth + 2 = {self.length + self.prefix_length} with contrastive > 0 (the "
+              f"prefixed training sequences must fit the context), got {self.eval_long_length}")
+
+    @property
+    def prefix_length(self) -> int:
+        return 4 * self.depth + 2
 
     context_field: ClassVar[str] = "task.eval_long_length"  # the model's context (mechsynth/budget.py)
 
@@ -118,7 +135,23 @@ class BoundedDyck(Task):
         mask = torch.ones_like(targets, dtype=torch.bool) if split == "train" and cfg.loss_on == "all" else targets >= cfg.k
         depth = torch.cat([torch.zeros_like(start), depths[:, :-1]], 1)
         top = torch.cat([torch.full_like(start, -1), match[:, :-1]], 1)
-        return Batch(tokens, targets, mask, dyck_truth(depth, top))
+        truth = dyck_truth(depth, top)
+        if split == "train" and cfg.contrastive:  # drawn last, so a run without it samples as before
+            truth["prefix"] = balanced_prefix(batch_size, cfg.k, cfg.depth, generator, device)
+        return Batch(tokens, targets, mask, truth)
+
+    @property
+    def regularised(self) -> bool:
+        return self.cfg.contrastive > 0
+
+    def regulariser(self, forward: Callable[[Tensor], Tensor], batch: Batch,
+                    logits: Float[Tensor, "batch pos d_vocab_out"]) -> Optional[Float[Tensor, ""]]:
+        """Wen et al.'s contrastive term: `contrastive` × the mean squared difference between the logits of the
+        training sequences and of the same sequences after their balanced prefix (both differentiated)."""
+        if not self.cfg.contrastive:
+            return None
+        prefixed = forward(torch.cat([batch.truth["prefix"], batch.tokens], -1))[..., -logits.shape[-2]:, :]
+        return self.cfg.contrastive * F.mse_loss(prefixed.float(), logits.float())
 
     def metrics(self, logits: Float[Tensor, "batch out_pos d_vocab_out"], batch: Batch) -> dict[str, float]:
         """Loss and accuracy on the scored targets, and `close_acc` (Yao et al.'s closing-bracket accuracy)."""
@@ -126,6 +159,21 @@ class BoundedDyck(Task):
         scored = open_positions(batch)[:, -logits.shape[1]:]
         out["close_acc"] = float(close_correct(logits, batch, self.cfg.k)[scored].float().mean())
         return out
+
+
+def balanced_prefix(batch_size: int, k: int, D: int, generator: torch.Generator, device: Any
+                    ) -> Int[Tensor, "batch prefix_pos"]:
+    """Wen et al.'s balanced prefix for each sequence: D opens of type a then their D closes, the same for type b
+    (a, b = 0, 1; both 0 when k = 1), with a pair "(_t )_t" inserted after the d-th open of block t, t ∈ {0, 1} and
+    d ∈ [0, D) uniform. Depth never exceeds D, and the string leaves the stack empty."""
+    a, b = 0, min(1, k - 1)
+    base = torch.tensor([a] * D + [k + a] * D + [b] * D + [k + b] * D, dtype=torch.long, device=device)
+    block = torch.randint(2, (batch_size, 1), generator=generator, device=device)
+    at = block * 2 * D + torch.randint(D, (batch_size, 1), generator=generator, device=device)  # the pair's place
+    t = torch.where(block == 0, a, b)
+    i = torch.arange(4 * D + 2, device=device)
+    shifted = base[(i - 2 * (i > at)).clamp(0, 4 * D - 1)]
+    return torch.where(i == at, t, torch.where(i == at + 1, k + t, shifted))
 
 
 def open_positions(batch: Batch) -> Bool[Tensor, "batch pos"]:
