@@ -31,7 +31,7 @@ END = {part: f"<!-- {part}: end -->" for part in PARTS}
 # The README's order; an experiment not named here follows, alphabetically.
 ORDER = ("statistical_induction", "simplified_induction", "llc_stages", "sparse_parity_hidden_progress", "sparse_selection", "grokking",
          "causal_structure", "edge_of_stability", "factual_capacity", "hmm_identifiability", "circuit_discovery",
-         "automata_depth", "attention_glitches", "dyck_balance", "icl_regression")
+         "automata_depth", "attention_glitches", "dyck_balance", "dyck_contrastive", "icl_regression")
 LIBRARIES = ("torch", "transformer_lens", "numpy", "scipy", "devinterp", "tensorly")
 
 
