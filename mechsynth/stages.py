@@ -93,12 +93,13 @@ def turns(steps: Sequence[int], values: Sequence[Optional[float]], prominence: f
 def series(tl: Any) -> dict[str, list[Optional[float]]]:
     """The timelines stages are read from: the held-out loss, the LLC, sharpness and the final causal
     circuit's faithfulness where measured, and each head-scoring probe's best head at every checkpoint. An LLC estimate the probe flagged negative is
-    left out: SGLD was not sampling around a minimum there (early in training), so it is no LLC."""
+    left out: SGLD was not sampling around a minimum there (early in training), so it is no LLC; so is one whose
+    chains all diverged (NaN)."""
     out: dict[str, list[Optional[float]]] = {"loss": list(tl.loss)}
     for name, (probe, metric) in MEASURED.items():
         if metric in tl.metrics.get(probe, {}):
             flagged = tl.metrics[probe].get("negative", [0.0] * len(tl.steps))
-            out[name] = [None if f == 1.0 else v for v, f in zip(tl.metrics[probe][metric], flagged)]
+            out[name] = [None if f == 1.0 or not math.isfinite(v) else v for v, f in zip(tl.metrics[probe][metric], flagged)]
     for probe, heads in tl.per_head.items():
         if heads:
             out[probe] = [max(v[i] for v in heads.values()) for i in range(len(tl.steps))]

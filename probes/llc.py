@@ -59,11 +59,16 @@ class LLCOptions:
 
 @dataclass
 class Estimate:
-    llc: float  # the mean over chains
+    llc: float  # the mean over the chains that did not diverge; NaN when none is left
     per_chain: list[float]
     init_loss: float  # L(w*) on the pool
     traces: list[list[float]]  # per chain: the mean loss over each tenth of its draws
     failed: int  # chains devinterp stopped (a non-finite loss)
+
+    @property
+    def kept(self) -> list[float]:
+        """The estimates of the chains whose loss stayed finite (devinterp returns a huge number for the others)."""
+        return [v for v, t in zip(self.per_chain, self.traces) if all(map(math.isfinite, t))]
 
 
 def available() -> Optional[str]:
@@ -134,7 +139,9 @@ def estimate(model: nn.Module, data: Batch, o: LLCOptions, kind: LossKind = "cro
         init_loss = float(out.init_loss)
     failed = sum("Chain failed" in str(w.message) for w in caught)
     spans = trace[:, :trace.shape[1] // TRACE_POINTS * TRACE_POINTS].unflatten(1, (TRACE_POINTS, -1)).mean(-1)
-    return Estimate(sum(per_chain) / len(per_chain), per_chain, init_loss, spans.tolist(), failed)
+    e = Estimate(math.nan, per_chain, init_loss, spans.tolist(), failed)
+    e.llc = sum(e.kept) / len(e.kept) if e.kept else math.nan
+    return e
 
 
 def troubles(e: Estimate) -> dict[str, str]:
@@ -225,7 +232,7 @@ def llc_probe(view: View) -> ProbeResult:
     with torch.enable_grad():
         e = estimate(view.model, data, o, loss_kind(view))
     issues = troubles(e)
-    metrics = {"llc": e.llc, "llc_std": float(torch.tensor(e.per_chain).std()) if len(e.per_chain) > 1 else 0.0,
+    metrics = {"llc": e.llc, "llc_std": float(torch.tensor(e.kept).std()) if len(e.kept) > 1 else 0.0,
                "init_loss": e.init_loss} | {flag: float(flag in issues) for flag in ("diverged", "rising", "negative")}
     metrics |= {f"chain{c}": v for c, v in enumerate(e.per_chain)}
     metrics |= {f"trace/chain{c}/{q}": v for c, t in enumerate(e.traces) for q, v in enumerate(t)}

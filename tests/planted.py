@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import math
 import types
+from dataclasses import replace
 from typing import Callable
 
 import pytest
@@ -736,6 +737,10 @@ def known_llc() -> None:
         assert len(e.traces) == 2 and all(len(t) == llc.TRACE_POINTS for t in e.traces)
     off = llc.estimate(SoftmaxTable(torch.zeros(V, C) + 3 * torch.eye(V, C)), batch, options)
     assert off.llc < 0 and any("negative" in t for t in llc.troubles(off)), off
+    # A step size far too large: every chain's loss leaves the finite numbers, and what is left is no estimate.
+    blown = llc.estimate(SoftmaxTable((counts / counts.sum(1, keepdim=True)).log()), batch,
+                         replace(options, lr=1e6, draws=20))
+    assert math.isnan(blown.llc) and blown.kept == [] and "diverged" in llc.troubles(blown), blown
 
 
 # ---- flip-flop reads ------------------------------------------------------------------------------
