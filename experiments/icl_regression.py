@@ -16,7 +16,11 @@ Three groups of runs on `linear_regression` (x, w ~ N(0, I_d); a prompt's x toke
   - stages: Hoogland et al.'s D = 4, K = 16, σ² = 0.125 and 2-layer, 4-head, d_model 64 model at their one-cycle lr
     (linear up to 3e-3 over the first half, down over the second), batch 64 (theirs 256), 10k steps (theirs 500k);
     the llc probe at log-spaced checkpoints, regression_strategy at every one: the LLC's stage boundaries against
-    the behavioural events.
+    the behavioural events. SGLD at ε 1e-5, nβ 200, γ 200: at the probe's defaults (ε 1e-3, nβ 100, γ 100) every
+    chain of the first analysis diverged at every checkpoint (a squared error on real targets is steeper than a
+    token cross-entropy); these were chosen on seed 100's checkpoints at steps 1579 and 10000, where no chain
+    diverged and both estimates are positive. Hoogland et al.'s released settings (ε 1e-6, nβ 6·10⁴, γ 6·10³)
+    gave negative estimates there: the chains kept descending.
 The claims and their rules are experiments/rules/icl_regression.py.
 
 Writes OUT/icl_regression.json and OUT/icl_regression.png.
@@ -39,6 +43,8 @@ from mechsynth.run import Run  # noqa: E402
 NAME = "icl_regression"
 PROBE_SEED = 777  # the held-out prompts: the same for every run
 
+SGLD = dict(lr=1e-5, n_beta=200.0, localization=200.0)
+
 SIZES: dict[str, dict[str, Any]] = {
     "smoke": dict(seeds=2, garg=dict(d=2, layers=1, heads=1, steps=20), diversity=dict(d=2, k=4, M=[1, 4, 16], steps=20),
                   stages=dict(d=2, k=4, steps=30, batch=16), probe_batch=64, checkpoints=6,
@@ -46,11 +52,11 @@ SIZES: dict[str, dict[str, Any]] = {
     "cpu": dict(seeds=[100, 101, 102], garg=dict(d=5, layers=3, heads=2, steps=10_000),
                 diversity=dict(d=4, k=8, M=[1, 4, 16, 64, 256, 1024], steps=8000, seeds=[100, 101]),
                 stages=dict(d=4, k=16, steps=10_000, batch=64), probe_batch=1024, checkpoints=40,
-                llc=dict(checkpoints=16)),
+                llc=dict(checkpoints=16, chains=2, **SGLD)),
     "full": dict(seeds=list(range(100, 105)), garg=dict(d=20, layers=12, heads=8, d_model=256, steps=500_000, lr=1e-4),
                  diversity=dict(d=8, k=16, M=[2 ** i for i in range(0, 21, 2)], steps=500_000, layers=8, d_model=128, batch=256),
                  stages=dict(d=4, k=16, steps=500_000, batch=256), probe_batch=4096, checkpoints=100,
-                 llc=dict(checkpoints=32, draws=400)),
+                 llc=dict(checkpoints=32, draws=400, **SGLD)),
 }
 PAPER_PROMPTS = {"garg": 500_000 * 64, "diversity": 500_000 * 256, "stages": 500_000 * 256}
 
