@@ -25,7 +25,7 @@ REQUEST := $(TORCH) $(TORCH_BUILD) $(TL)
 # constraints.txt: the CUDA_ONLY lines for a CPU build, then the torch installed, so that installing the rest
 # never swaps it for another.
 
-.PHONY: demo test bench clean FORCE
+.PHONY: demo test bench docs clean FORCE
 
 # Rewritten only when the torch asked for differs from the one the venv was made with, which remakes the venv.
 $(VENV)/.request: FORCE
@@ -43,7 +43,7 @@ else
 endif
 	@$(BIN)/python -W ignore -c 'import torch; print(f"make: torch {torch.__version__}, the", f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU", "build (TORCH_BUILD=$(TORCH_BUILD))")'
 	$(BIN)/python -c 'import importlib.metadata as m; print("torch==" + m.version("torch"))' >> $(VENV)/constraints.txt
-	$(BIN)/pip install --quiet --constraint $(VENV)/constraints.txt -e ".[dev,devinterp,hf,lightning]" $(if $(TL),"transformer-lens==$(TL).*")
+	$(BIN)/pip install --quiet --constraint $(VENV)/constraints.txt -e ".[dev,devinterp,hf,lightning,docs]" $(if $(TL),"transformer-lens==$(TL).*")
 	echo '$(REQUEST)' > $(VENV)/.request
 	touch $@
 
@@ -56,5 +56,9 @@ test: $(VENV)/.installed
 bench: $(VENV)/.installed
 	$(BIN)/python benchmarks/train_speed.py
 
+# The docs site into site/: opens offline from the folder (index.html), search included.
+docs: $(VENV)/.installed
+	$(BIN)/python -m mkdocs build --strict --site-dir site
+
 clean:
-	rm -rf .venv .venv-* runs
+	rm -rf .venv .venv-* runs site

@@ -1,0 +1,179 @@
+"""The docs' generated pages: the reference from the registries and one page per experiment from its JSON.
+
+A mkdocs hook rather than mkdocs-gen-files: mkdocs 1.6 adds generated files itself, so there is one plugin less
+to install and pin. The listings come from what `mechsynth tasks --json` / `mechsynth probes --json` print and from
+the helpers they use; the results from experiments/results_table.py, the README's renderer.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import io
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from mkdocs.structure.files import File
+
+ROOT = Path(__file__).resolve().parent.parent
+ASSETS = ROOT / "assets"
+sys.path.insert(0, str(ROOT / "experiments"))
+import results_table  # noqa: E402
+import verdicts  # noqa: E402
+
+EXPERIMENTS: list[dict[str, Any]] = []  # the JSONs that have rules, in the README's order (set in on_config)
+
+
+def md(text: Any) -> str:
+    """Plain text as one line of Markdown: `*`, `_`, brackets and `<` outside code spans are shown, not read as
+    emphasis, links or HTML (help strings hold `2**16` and `<run>`); pipes are escaped for tables."""
+    parts = str(text).replace("\n", " ").split("`")
+    for i in range(0, len(parts), 2):
+        parts[i] = re.sub(r"([\\*_\[\]])", r"\\\1", parts[i]).replace("<", "&lt;").replace("|", "\\|")
+    return "`".join(parts)
+
+
+def fields(params: list[dict[str, Any]]) -> str:
+    if not params:
+        return "No fields of its own."
+    rows = ["| field | type | default | meaning [bounds] |", "|---|---|---|---|"]
+    for p in params:
+        default = repr(p["default"])
+        default = f"`{default}`" if "|" not in default and "`" not in default else md(default)
+        rows.append(f"| `{p['name']}` | {md(p['type'])} | {default} | {md(p['help'])} |")
+    return "\n".join(rows)
+
+
+def listing(command: str) -> dict[str, dict[str, Any]]:
+    """What `mechsynth COMMAND --json` prints, from the CLI itself, so the docs and the terminal agree."""
+    from mechsynth import cli
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert cli.main([command, "--json"]) == 0
+    return json.loads(out.getvalue())
+
+
+def tasks_page() -> str:
+    lines = ["# Tasks", "", "Generated from the task registry: what `mechsynth tasks` prints. Set them under `[task]` "
+             "(`name` and the fields below) or with `--set task.FIELD=VALUE`.", ""]
+    for name, info in listing("tasks").items():
+        lines += [f"## `{name}`", "", md(info["doc"]), "", fields(info["params"]), ""]
+    return "\n".join(lines)
+
+
+def probes_page() -> str:
+    lines = ["# Probes", "", "Generated from the probe registry: what `mechsynth probes` prints. Options are set with "
+             "`mechsynth probe RUN --set PROBE.OPTION=VALUE`.", ""]
+    for name, info in listing("probes").items():
+        truth = ", ".join(f"`{t}`" for t in info["truth"]) or "none"
+        lines += [f"## `{name}`", "", md(info["doc"]), "", f"- task truth it reads: {truth}",
+                  f"- runs: {'only when named (`--probes`)' if info['costly'] else 'on every checkpoint, wherever it applies'}",
+                  "", fields(info["params"]), ""]
+    return "\n".join(lines)
+
+
+def models_page() -> str:
+    from mechsynth import cli, models
+    from mechsynth.config import describe
+
+    lines = ["# Model kinds", "", f"Generated from the model registry. `[model] kind` picks one (default "
+             f"`{models.DEFAULT_KIND}`); each kind accepts only its own fields. Vocabulary, context and output sizes "
+             "come from the task.", ""]
+    for name in models.names():
+        kind = models.MODEL_KINDS.get(name)
+        lines += [f"## `{name}`", "", md(cli._first_line(kind)), "", fields(describe(kind)), ""]
+    return "\n".join(lines)
+
+
+def optimizers_page() -> str:
+    from mechsynth import cli, optimizers
+    from mechsynth.config import describe
+    from mechsynth.optimizers.base import Hyper
+    from mechsynth.train import TrainConfig
+    from mechsynth.wandb_log import WandbConfig
+
+    train = describe(TrainConfig)
+    lines = ["# Optimizers and training", "", "Generated from the optimizer registry and the `[train]` and `[wandb]` "
+             "configs. `[train] optimizer` names an optimizer; an elementwise one is required for `train.seeds` > 1.", "",
+             "| optimizer | elementwise | what |", "|---|---|---|"]
+    lines += [f"| `{n}` | {'yes' if optimizers.get(n).elementwise else 'no'} | {md(cli._first_line(optimizers.get(n)))} |"
+              for n in optimizers.names()]
+    lines += ["", "## The `[train]` fields an optimizer reads", "", fields([p for p in train if p["name"] in Hyper.__annotations__]),
+              "", "## `[train]`", "", fields(train), "", "## `[wandb]`", "", fields(describe(WandbConfig)), ""]
+    return "\n".join(lines)
+
+
+def setup(name: str) -> str:
+    """The experiment script's docstring: what it runs, at each size."""
+    path = ROOT / "experiments" / f"{name}.py"
+    return (ast.get_docstring(ast.parse(path.read_text())) or "") if path.exists() else ""
+
+
+def experiment_page(out: dict[str, Any]) -> str:
+    name = out["experiment"]
+    judged, _ = results_table.claims(out)
+    lines = [f"# {name}", "", "## Setup", "", "What the script runs (its docstring); the paper's setting is beside each claim "
+             "below.", "", "```text", setup(name), "```", "", "## Claims and the rules that judge them", ""]
+    for c in judged:
+        lines += [f"- **{md(c['claim'])}**  ", f"  Paper: {md(c['paper'])}  ", f"  Rule: {md(c['rule'])}  ",
+                  f"  Verdict: **{c['verdict']}**"]
+    lines += ["", "## Results", "", "Generated from `assets/" + name + ".json` by `experiments/results_table.py`, as in the "
+              "README; \"ours\" is the line the rule wrote from the data.", "", results_table.table([out]), ""]
+    module = verdicts.rules_of(name)
+    if hasattr(module, "tables"):
+        lines += [module.tables(out["results"]), ""]
+    figures = [f for f in out.get("figures", []) if (ASSETS / f).exists()]
+    if figures:
+        lines += ["## Figures", ""] + [f"![{f}](../assets/{f})\n" for f in figures]
+    command = out["command"]
+    lines += ["## Commands", "", "```bash", f"{command}            # the size these results are from ({out.get('size', '')})",
+              f"{command} --smoke    # seconds: the test suite runs each script at this size",
+              f"{command} --full     # larger, longer, more seeds", "```", "",
+              "## Cost", "", md(results_table.when(out)), "", "## Made from", "", results_table.made_from(out), ""]
+    return "\n".join(lines)
+
+
+def experiments_list() -> str:
+    rows = ["| experiment | claims | verdicts |", "|---|---|---|"]
+    for out in EXPERIMENTS:
+        judged, before = results_table.claims(out)
+        counts = {v: sum(c["verdict"] == v for c in judged) for v in verdicts.VERDICTS}
+        said = ", ".join(f"{n} {v}" for v, n in counts.items() if n) + ("" if before else " (post hoc)")
+        rows.append(f"| [{out['experiment']}]({out['experiment']}.md) | {len(judged)} | {said} |")
+    return "\n".join(rows)
+
+
+# Written pages carry these markers where generated text goes.
+MARKERS = {"<!-- generated: demo -->": lambda: results_table.demo(ASSETS),
+           "<!-- generated: experiments -->": experiments_list}
+
+
+def on_config(config):
+    EXPERIMENTS[:] = results_table.experiments(ASSETS)
+    for entry in config.nav or []:
+        if isinstance(entry, dict) and "Experiments" in entry:
+            entry["Experiments"] = entry["Experiments"][:1] + [{o["experiment"]: f"experiments/{o['experiment']}.md"}
+                                                              for o in EXPERIMENTS]
+    return config
+
+
+def on_files(files, config):
+    pages = {"reference/tasks.md": tasks_page(), "reference/probes.md": probes_page(),
+             "reference/models.md": models_page(), "reference/optimizers.md": optimizers_page()}
+    pages.update({f"experiments/{o['experiment']}.md": experiment_page(o) for o in EXPERIMENTS})
+    for src, text in pages.items():
+        files.append(File.generated(config, src, content=text))
+    for png in sorted(ASSETS.glob("*.png")):
+        files.append(File.generated(config, f"assets/{png.name}", abs_src_path=str(png)))
+    return files
+
+
+def on_page_markdown(markdown, page, config, files):
+    for marker, make in MARKERS.items():
+        if marker in markdown:
+            markdown = markdown.replace(marker, make())
+    return markdown
