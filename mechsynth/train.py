@@ -272,6 +272,7 @@ class Trainer:
         self.module = model.to(self.device)  # what checkpoints save: never the compiled wrapper
         self.model = torch.compile(self.module) if cfg.compile else self.module
         self.optimizer = make_optimizer(self.module, cfg)
+        self.zeroth_order = optimizers.get(cfg.optimizer).zeroth_order
         self.step = 0
         self.generator = torch.Generator(device=self.device).manual_seed(cfg.seed)
         self._eval_batches: dict[str, Batch] = {}
@@ -294,16 +295,24 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = lr_at(self.step, self.cfg)
         batch = self._next_batch()
-        logits = self.model(batch.tokens)
-        loss = masked_loss(logits, batch, self.data.loss_kind)
-        extra = self.data.regulariser(self.model, batch, logits)
-        self.optimizer.zero_grad(set_to_none=True)
-        (loss if extra is None else loss + extra).backward()
-        if self.cfg.grad_clip:
-            nn.utils.clip_grad_norm_(self.module.parameters(), self.cfg.grad_clip)
-        self.optimizer.step()
+        if self.zeroth_order:
+            with torch.no_grad():
+                loss = self.optimizer.step(lambda: sum(self._losses(batch)))
+        else:
+            loss, extra = self._losses(batch)
+            self.optimizer.zero_grad(set_to_none=True)
+            (loss + extra).backward()
+            if self.cfg.grad_clip:
+                nn.utils.clip_grad_norm_(self.module.parameters(), self.cfg.grad_clip)
+            self.optimizer.step()
         self.step += 1
         return loss.detach()
+
+    def _losses(self, batch: Batch) -> tuple[Float[Tensor, ""], Float[Tensor, ""] | float]:
+        """The task's loss on `batch` and the term its regulariser adds (0 without one)."""
+        logits = self.model(batch.tokens)
+        extra = self.data.regulariser(self.model, batch, logits)
+        return masked_loss(logits, batch, self.data.loss_kind), 0.0 if extra is None else extra
 
     def chunk_shape(self) -> tuple[int, int]:
         """(batches, sequences) in a chunk of training data: data_chunk batches of fresh samples, or one

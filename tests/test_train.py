@@ -231,7 +231,7 @@ def test_optimizers_are_built_from_the_train_config():
     assert str(e.value) == f"optimizer: 'lion' is not allowed; allowed: {', '.join(optimizers.names())}"
 
 
-@pytest.mark.parametrize("name", optimizers.names())
+@pytest.mark.parametrize("name", [n for n in optimizers.names() if not optimizers.get(n).zeroth_order])  # mezo: test_mezo.py
 def test_elementwise_is_what_the_optimizer_does(name):
     """What seeds side by side rely on, checked against the optimizer itself: declared elementwise, stepping
     two models stacked on a leading axis equals stepping each alone; declared not, stacking changes it."""

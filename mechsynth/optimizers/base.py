@@ -36,6 +36,9 @@ class OptimizerKind:
     # as the step count). Seeds side by side stack every seed's weights into one tensor, so only an
     # elementwise optimizer keeps the seeds independent (mechsynth/seeds.py).
     elementwise: ClassVar[bool]
+    # Whether it steps from losses alone (`step(closure)`, the closure returning the batch's loss without
+    # gradients) rather than from gradients the trainer computed: the trainer then skips the backward pass.
+    zeroth_order: ClassVar[bool] = False
 
     @classmethod
     def state_slots(cls, cfg: Hyper) -> int:
