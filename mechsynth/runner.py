@@ -18,7 +18,7 @@ from mechsynth import io, models, plugins, rundir
 from mechsynth.errors import ConfigError, CorruptFileError, DivergedError
 from mechsynth.run import load_weights, parse_stored
 from mechsynth.runconfig import RunConfig, complete
-from mechsynth.seeds import SeedsTrainer, seed_config, stack_weights
+from mechsynth.seeds import SeedsTrainer, seed_config, seed_view, stack_weights
 from mechsynth.train import Trainer, checkpoint_steps, resolve_device
 from mechsynth.wandb_log import WandbLogger, resolve_mode
 
@@ -40,6 +40,7 @@ def train_run(cfg: RunConfig, run_dir: Path | str, *, resume: bool = False, prog
     rundir.check_writable(run_dir, "--resume" if resume else "--out")
     task = cfg.build_task()
     device = resolve_device(cfg.train.device)
+    start_from = initial_weights(cfg.train.init_from) if cfg.train.init_from else None
     owned = list(dict.fromkeys([run_dir, *dirs]))  # (one seed: the run directory is its only member)
     made = [d for d in owned if not d.exists()]
     fresh = True  # nothing written yet: a failure undoes the directories this call made
@@ -57,6 +58,10 @@ def train_run(cfg: RunConfig, run_dir: Path | str, *, resume: bool = False, prog
                 start = resume_step(dirs)
                 if start is not None:
                     wandb_ids = _load(trainer, dirs, start)
+            if start_from is not None and start is None:
+                weights, path = start_from
+                check_fits(weights, seed_view(trainer.module, 0) if n > 1 else trainer.module, path)
+                load_weights(trainer.module, weights if n == 1 else stack_weights([weights] * n, trainer.stacked), path)
                 if log:
                     log(f"continuing {run_dir} from step {start}" if start is not None else
                         f"continuing {run_dir} from step 0 (it has no checkpoint yet)")
@@ -137,6 +142,36 @@ def _load(trainer: Trainer, dirs: list[Path], step: int) -> list[Optional[str]]:
         raise CorruptFileError(rundir.ckpt_dir(dirs[0], step) / rundir.STATE,
                                f"not the training state of this run ({type(e).__name__}: {e})") from None
     return [s.get("wandb_id") for s in states]
+
+
+def initial_weights(source: str) -> tuple[dict[str, Any], Path]:
+    """The weights `train.init_from` names — a run directory's last checkpoint, or one checkpoint directory —
+    and their file; read and checked before any work, a bad path is one line naming train.init_from."""
+    path = Path(source)
+    if (path / rundir.WEIGHTS).is_file():  # RUN/checkpoints/step_N
+        run_dir, step = path.parent.parent, int(path.name.removeprefix("step_")) if path.name.startswith("step_") else None
+        if step is None or rundir.ckpt_dir(run_dir, step) != path:
+            raise ConfigError("train.init_from", f"{source!r} holds weights but is not RUN/checkpoints/step_N")
+        return rundir.read_weights(run_dir, step), path / rundir.WEIGHTS
+    if not path.is_dir():
+        raise ConfigError("train.init_from", f"{source!r} is not a run or checkpoint directory")
+    if rundir.seed_dir(path, 0).is_dir():
+        raise ConfigError("train.init_from", f"{source!r} holds seeds side by side; name one: {rundir.seed_dir(path, 0)}")
+    steps = rundir.steps(path)
+    if not steps:
+        raise ConfigError("train.init_from", f"{source!r} has no checkpoint")
+    return rundir.read_weights(path, steps[-1]), rundir.ckpt_dir(path, steps[-1]) / rundir.WEIGHTS
+
+
+def check_fits(weights: dict[str, Any], model: Any, path: Path) -> None:
+    """ConfigError naming train.init_from when `weights` are not the tensors of `model` (one model)."""
+    want = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    got = {k: tuple(v.shape) for k, v in weights.items()}
+    wrong = [f"{k} {got.get(k, 'missing')} (this model: {want.get(k, 'none')})" for k in sorted(want.keys() | got.keys())
+             if got.get(k) != want.get(k)]
+    if wrong:
+        raise ConfigError("train.init_from", f"the weights of {path} do not fit this run's model: {wrong[0]}"
+                                             + (f" and {len(wrong) - 1} more" if len(wrong) > 1 else ""))
 
 
 def resume_step(dirs: list[Path]) -> Optional[int]:

@@ -81,6 +81,9 @@ class TrainConfig:
         "activations for its backward pass, else stacked", "auto")
     device: str = doc("'auto' (CUDA when available), 'cpu', 'cuda', 'cuda:N', or 'mps' (Apple GPUs); one this "
                       "machine lacks is refused when the config is parsed", "auto")
+    init_from: Optional[str] = doc("fine-tuning: start from the weights of this run directory's last checkpoint, or "
+                                   "of one checkpoint directory (RUN/checkpoints/step_N); the model must have the "
+                                   "same shapes; unset: a fresh initialisation", None)
     compile: bool = doc("torch.compile the model (fuses kernels; ~1 min of compiling up front; measured gains are small at these sizes)", False)
 
     def __post_init__(self):
