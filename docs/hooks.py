@@ -20,6 +20,9 @@ from mkdocs.structure.files import File
 
 ROOT = Path(__file__).resolve().parent.parent
 ASSETS = ROOT / "assets"
+# Written text for an experiment's page, docs/experiments/differences/<name>.md: where its setup differs from the
+# paper's, its definitions and its --full size (excluded from the pages in mkdocs.yml; put in here).
+DIFFERENCES = Path(__file__).resolve().parent / "experiments" / "differences"
 sys.path.insert(0, str(ROOT / "experiments"))
 import results_table  # noqa: E402
 import verdicts  # noqa: E402
@@ -117,12 +120,17 @@ def experiment_page(out: dict[str, Any]) -> str:
     name = out["experiment"]
     judged, _ = results_table.claims(out)
     lines = [f"# {name}", "", "## Setup", "", "What the script runs (its docstring); the paper's setting is beside each claim "
-             "below.", "", "```text", setup(name), "```", "", "## Claims and the rules that judge them", ""]
+             "below.", "", "```text", setup(name), "```", ""]
+    written = DIFFERENCES / f"{name}.md"
+    if written.exists():
+        lines += ["## Where we differ from the paper", "", written.read_text().strip(), ""]
+    lines += ["## Claims and the rules that judge them", ""]
     for c in judged:
         lines += [f"- **{md(c['claim'])}**  ", f"  Paper: {md(c['paper'])}  ", f"  Rule: {md(c['rule'])}  ",
                   f"  Verdict: **{c['verdict']}**"]
-    lines += ["", "## Results", "", "Generated from `assets/" + name + ".json` by `experiments/results_table.py`, as in the "
-              "README; \"ours\" is the line the rule wrote from the data.", "", results_table.table([out]), ""]
+    lines += ["", "## Results", "", "Generated from `assets/" + name + ".json` by `experiments/results_table.py`, which "
+              "writes the README's shorter table from the same JSON; \"ours\" is the line the rule wrote from the data.", "",
+              results_table.table([out]), ""]
     module = verdicts.rules_of(name)
     if hasattr(module, "tables"):
         lines += [module.tables(out["results"]), ""]

@@ -1,20 +1,23 @@
 """The README's Results table, generated from the experiments' JSONs (assets/<name>.json), and what the demo
-printed (assets/demo.json).
+printed (assets/demo.json); the docs' experiment pages (docs/hooks.py) are rendered by the same functions.
 
     python experiments/results_table.py            # rewrite the generated parts of README.md
     python experiments/results_table.py --check    # exit 1 when README.md differs from what the JSONs give
 
-One row per claim, in the order of its rules file (experiments/rules/<name>.py): the claim, the paper's
-setting, the verdict and the numbers that decided it (both written by the rule into the JSON), the command,
-and how long it ran where. A JSON written before its experiment had rules is judged here by the current
-rules and marked "post hoc"; so is one whose runs are older than its rules. Below the table, what each JSON
-was made from (commits, seeds, library versions), and any table a rules file draws (`tables(results)`).
+The README's table (`summary`) has one row per claim, in the order of its rules file
+(experiments/rules/<name>.py): the claim, the paper in a few words (its citation, found in the claim or its
+setting, and the setting cut short), what we found in a line (the start of the rule's `why`), the verdict, and
+links to the script and its JSON. A JSON written before its experiment had rules is judged here by the current
+rules and marked "post hoc"; so is one whose runs are older than its rules. The docs' page of each experiment
+has the full table (`table`: the whole setting and `why`, the command, time and device), what the JSON was made
+from (`made_from`: commits, seeds, library versions) and any table its rules file draws (`tables(results)`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any, Optional
@@ -33,6 +36,10 @@ ORDER = ("statistical_induction", "simplified_induction", "llc_stages", "sparse_
          "causal_structure", "edge_of_stability", "factual_capacity", "hmm_identifiability", "circuit_discovery",
          "automata_depth", "attention_glitches", "dyck_balance", "dyck_contrastive", "icl_regression")
 LIBRARIES = ("torch", "transformer_lens", "numpy", "scipy", "devinterp", "tensorly")
+# A citation as the rules write them: "Power et al. 2022", "Nichani, Damian & Lee 2024", "Liu et al. 2023b".
+CITATION = re.compile(r"\b[A-Z][A-Za-z'-]+(?:(?:, | & )[A-Z][A-Za-z'-]+)*(?: et al\.)? (?:19|20)\d\d[a-z]?\b")
+PAPER_CHARS = 60   # the README's paper column: the setting cut to about this many characters
+OURS_CHARS = 120   # its "ours" column: the rule's `why` cut to about this many
 
 
 def cell(text: Any) -> str:
@@ -77,6 +84,68 @@ def table(outs: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def depths(text: str) -> list[int]:
+    """The bracket depth before each character."""
+    out, depth = [], 0
+    for ch in text:
+        out.append(depth)
+        depth += (ch in "([{") - (ch in ")]}" and depth > 0)
+    return out
+
+
+def shortened(text: str, limit: int) -> str:
+    """`text` cut to its first clause (up to a "; " outside brackets) when that fits in `limit` characters and
+    is not much shorter, else at the last word boundary before `limit`, never inside brackets; "…" marks a cut."""
+    text = " ".join(str(text).split())
+    if len(text) <= limit:
+        return text
+    depth = depths(text)
+    ends = [i for i in range(len(text)) if text.startswith("; ", i) and depth[i] == 0]
+    if ends and limit // 3 <= ends[0] <= limit:
+        cut = text[:ends[0]]
+    else:
+        cut = text[:limit + 1].rsplit(" ", 1)[0]
+        inside = [i for i in range(len(cut)) if depth[i] == 0 and cut[i] in "([{"]
+        if depth[len(cut)] > 0 and inside and inside[-1] > 0:  # cut inside brackets: drop the unclosed group
+            cut = cut[:inside[-1]]
+    return cut.rstrip(" ,;:—–-") + " …"
+
+
+def citation(claim: dict[str, Any]) -> Optional[str]:
+    """The paper a claim cites in its claim or its setting ("Power et al. 2022"), if it cites one."""
+    found = CITATION.search(claim["claim"]) or CITATION.search(claim["paper"])
+    return found.group(0) if found else None
+
+
+def paper(claim: dict[str, Any]) -> str:
+    """The paper in a few words: its citation and the setting cut short, without the asides in brackets (a left-out
+    aside ends it with "…" too) and without the citation again (the setting alone where the claim cites none)."""
+    cite, setting = citation(claim), claim["paper"]
+    bare = re.sub(r" \([^()]*(?:\([^()]*\)[^()]*)*\)", "", setting)  # " (…)" asides; FFL(0.8) stays
+    left_out = bare != setting
+    if cite:
+        authors = cite.rsplit(" ", 1)[0]
+        bare = re.sub(r"^" + re.escape(authors) + r"(?: \d{4}[a-z]?)?(?:'s\b)?[ :;,]*", "", bare)
+    short = shortened(bare, PAPER_CHARS)
+    if left_out and not short.endswith("…"):
+        short += " …"
+    return f"{cite}: {short}" if cite else short
+
+
+def summary(outs: list[dict[str, Any]]) -> str:
+    """The README's table: one row per claim, each in a line."""
+    lines = ["| claim | paper | ours | verdict | link |", "|---|---|---|---|---|"]
+    for out in outs:
+        name = out["experiment"]
+        judged, before = claims(out)
+        link = f"[`{name}`](experiments/{name}.py), [JSON](assets/{name}.json)"
+        for c in judged:
+            verdict = f"**{c['verdict']}**" + ("" if before else " (post hoc)")
+            lines.append("| " + " | ".join(cell(x) for x in (c["claim"], paper(c), shortened(c["why"], OURS_CHARS),
+                                                               verdict)) + f" | {link} |")
+    return "\n".join(lines)
+
+
 def made_from(out: dict[str, Any]) -> str:
     """One line: the commit, the rules' commit and whether they came first, the runs, seeds and versions."""
     runs, rules, versions = out.get("runs", {}), out.get("rules"), out.get("versions", {})
@@ -97,13 +166,9 @@ def made_from(out: dict[str, Any]) -> str:
 
 
 def generate(assets: Path) -> str:
-    outs = experiments(assets)
-    parts = [table(outs), "", "Made from:", "", *[made_from(o) for o in outs]]
-    for out in outs:
-        module = verdicts.rules_of(out["experiment"])
-        if hasattr(module, "tables"):
-            parts += ["", module.tables(out["results"])]
-    return "\n".join(parts)
+    """The README's results part: the summary table. The full table, provenance and the rules' own tables are
+    on the docs' experiment pages."""
+    return summary(experiments(assets))
 
 
 def demo(assets: Path) -> str:

@@ -119,30 +119,51 @@ def test_the_table_is_what_the_jsons_say_and_check_catches_an_edit(tmp_path, mon
     rules = tmp_path / "rules"
     rules.mkdir()
     (rules / "toy.py").write_text(
-        "import verdicts\nCLAIMS = [verdicts.Claim('x', 'toys | learn', 'paper', 'rule', "
+        "import verdicts\nCLAIMS = [verdicts.Claim('x', 'toys | learn (Toy et al. 2020)', 'paper', 'rule', "
         "lambda r: verdicts.Judgement('matches' if r['ok'] else 'does not', f\"{r['n']}/3 seeds\", 3))]\n")
     monkeypatch.setattr(verdicts, "RULES", rules)
     judged = verdicts.judge_all("toy", {"ok": True, "n": 3})
-    assets = write_assets(tmp_path, [fake("toy", results={"ok": True, "n": 3}, claims=judged,
-                                          rules={"commit": "r1", "before_runs": True}),
-                                     fake("other_without_rules")])
+    toy = fake("toy", results={"ok": True, "n": 3}, claims=judged, rules={"commit": "r1", "before_runs": True})
+    assets = write_assets(tmp_path, [toy, fake("other_without_rules")])
     readme = tmp_path / "README.md"
     readme.write_text(f"# x\n\n{results_table.BEGIN['results']}\nold\n{results_table.END['results']}\n\nafter\n")
     assert results_table.main(["--check", "--readme", str(readme), "--assets", str(assets)]) == 1
     assert results_table.main(["--readme", str(readme), "--assets", str(assets)]) == 0
     text = readme.read_text()
+    assert "| claim | paper | ours | verdict | link |" in text
     row = next(line for line in text.splitlines() if line.startswith("| toys"))
-    assert row.startswith("| toys \\| learn | paper | **matches** | 3/3 seeds | `python experiments/toy.py` | 12 s at load 1.0")
+    # claim | paper (the citation, then the setting) | ours | verdict | links to the script and its JSON
+    assert row == ("| toys \\| learn (Toy et al. 2020) | Toy et al. 2020: paper | 3/3 seeds | **matches** | "
+                   "[`toy`](experiments/toy.py), [JSON](assets/toy.json) |")
     assert "other_without_rules" not in text and text.endswith("\n\nafter\n")
-    assert "rules r1, committed before every run" in text and "seeds [100, 101, 102]" in text
+    # the provenance is on the experiment's docs page (docs/hooks.py), no longer in the README
+    assert "rules r1, committed before every run" in results_table.made_from(toy)
+    assert "seeds [100, 101, 102]" in results_table.made_from(toy) and "r1" not in text
     assert results_table.main(["--check", "--readme", str(readme), "--assets", str(assets)]) == 0
     readme.write_text(text.replace("3/3 seeds", "4/3 seeds"))
     assert results_table.main(["--check", "--readme", str(readme), "--assets", str(assets)]) == 1
 
     # A JSON from before its rules is judged now, and says so.
-    (assets / "toy.json").write_text(json.dumps(fake("toy", results={"ok": False, "n": 3})))
+    before = fake("toy", results={"ok": False, "n": 3})
+    (assets / "toy.json").write_text(json.dumps(before))
     assert results_table.main(["--readme", str(readme), "--assets", str(assets)]) == 0
-    assert "| **does not** (post hoc) |" in readme.read_text() and "judged post hoc" in readme.read_text()
+    assert "| **does not** (post hoc) |" in readme.read_text() and "judged post hoc" in results_table.made_from(before)
+
+
+def test_the_readme_columns_are_cut_from_the_json_not_written():
+    why = ("ours k3 5/5 seeds (switch 195–336 (median 234), KL to unigram down to 0.0073–0.013); ours k2 5/5 seeds "
+           "(switch 195–708 (median 234), KL to unigram down to 0.0055–0.01)")
+    assert results_table.shortened(why, 120) == "ours k3 5/5 seeds (switch 195–336 (median 234), KL to unigram down to 0.0073–0.013) …"
+    long = "n50 (95 % bootstrap over 6 draws; † not bracketed) at T = 16: 80 (48–115); 32: 91 (82–101); 64: 90 (65–121)"
+    assert results_table.shortened(long, 70) == "n50 (95 % bootstrap over 6 draws; † not bracketed) at T = 16: 80 …"
+    cut = results_table.shortened("one two (three four five six seven) eight", 20)
+    assert cut == "one two …"  # never inside brackets
+    assert results_table.shortened("short; enough", 120) == "short; enough"
+    claim = {"claim": "Grokking (Power et al. 2022)", "paper": "x / y mod 97 (their Figure 1), half the pairs"}
+    assert results_table.paper(claim) == "Power et al. 2022: x / y mod 97, half the pairs …"  # an aside left out
+    cited = {"claim": "a claim", "paper": "Hoogland et al. 2024: LLC over checkpoints"}
+    assert results_table.paper(cited) == "Hoogland et al. 2024: LLC over checkpoints"
+    assert results_table.paper({"claim": "a claim", "paper": "their code, k = 2"}) == "their code, k = 2"
 
 
 def test_the_readme_table_is_generated_from_the_committed_jsons():
