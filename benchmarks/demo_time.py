@@ -1,4 +1,4 @@
-"""How long `mechsynth demo` takes here, run as a user runs it; written to assets/demo.json for the README.
+"""How long `mechsynth demo` takes here, run as a user runs it; written to assets/demo.json for the README and the docs.
 
     python benchmarks/demo_time.py [--out assets]
 

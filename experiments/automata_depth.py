@@ -342,8 +342,8 @@ def plot(s: harness.Session, c: dict[str, Any], data: dict[str, Any]) -> list[Pa
 
 
 def markdown(c: dict[str, Any], results: dict[str, Any]) -> str:
-    """The depth table as the README shows it: each cell ours (all positions, mean and seed range / last
-    position mean) beside the paper's (the rules' `tables`, which the README's generator prints)."""
+    """The depth table as the docs show it: each cell ours (all positions, mean and seed range / last
+    position mean) beside the paper's (the rules' `tables`, which the docs' experiment page prints)."""
     return RULES.tables(results)
 
 

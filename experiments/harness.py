@@ -56,7 +56,7 @@ def parse_args(name: str, doc: str, argv: Optional[Sequence[str]] = None) -> arg
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     size = p.add_mutually_exclusive_group()
     size.add_argument("--full", action="store_const", dest="size", const="full",
-                      help="the paper-size configuration (hours on a CPU; see the README)")
+                      help="the paper-size configuration (hours on a CPU; see the experiment's docs page)")
     size.add_argument("--smoke", action="store_const", dest="size", const="smoke",
                       help="a tiny configuration that only checks the pipeline (seconds)")
     p.add_argument("--out", default=None, help="where the results JSON and figures go (default: assets; for --smoke, RUNS/assets)")

@@ -16,7 +16,7 @@
      sample-efficient? The seeds of a cell train side by side (one task per cell and data set: S and
      the training set are shared by its seeds; two data sets per cell).
 
-    python experiments/sparse_parity_hidden_progress.py            # the CPU configuration (see the README)
+    python experiments/sparse_parity_hidden_progress.py            # the CPU configuration (see its docs page)
     python experiments/sparse_parity_hidden_progress.py --full     # larger n, more seeds and widths (a GPU)
     python experiments/sparse_parity_hidden_progress.py --smoke    # seconds; checks the pipeline only
 

@@ -2,7 +2,7 @@
 a screenshot, and every network request the page made (from Chromium's own net log).
 
 Used to check that a report renders and asks for nothing over the network, and to take the
-screenshots in the README. Chromium is Debian's `chromium` package; nothing here downloads a browser.
+screenshots in the docs. Chromium is Debian's `chromium` package; nothing here downloads a browser.
 """
 
 from __future__ import annotations
