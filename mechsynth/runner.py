@@ -56,12 +56,13 @@ def train_run(cfg: RunConfig, run_dir: Path | str, *, resume: bool = False, prog
             start = None
             if resume:
                 start = resume_step(dirs)
-                if start is not None:
-                    wandb_ids = _load(trainer, dirs, start)
-            if start_from is not None and start is None:
+            if start is not None:
+                wandb_ids = _load(trainer, dirs, start)
+            elif start_from is not None:
                 weights, path = start_from
                 check_fits(weights, seed_view(trainer.module, 0) if n > 1 else trainer.module, path)
                 load_weights(trainer.module, weights if n == 1 else stack_weights([weights] * n, trainer.stacked), path)
+            if resume:
                 if log:
                     log(f"continuing {run_dir} from step {start}" if start is not None else
                         f"continuing {run_dir} from step 0 (it has no checkpoint yet)")

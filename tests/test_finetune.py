@@ -62,3 +62,17 @@ def test_what_cannot_start_a_run_is_one_line_and_leaves_nothing(pretrained, tmp_
     assert main(["train", str(toml), "--out", str(tmp_path / "cli"), "--no-progress"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "train.init_from" in err[0] and not (tmp_path / "cli").exists()
+
+
+def test_a_fine_tuning_run_resumes_from_its_own_checkpoint(pretrained, tmp_path, tiny, ctrl_c_at):
+    from mechsynth.train import Trainer
+
+    cfg = parse_config(tiny(TASK, MODEL, {"steps": 10, "checkpoints": 4, "seed": 5, "init_from": str(pretrained)}))
+    full = train_run(cfg, tmp_path / "full", progress=False)
+    undo = ctrl_c_at(Trainer, 6)
+    with pytest.raises(KeyboardInterrupt):
+        train_run(cfg, tmp_path / "cut", progress=False)
+    undo()
+    train_run(cfg, tmp_path / "cut", resume=True, progress=False)
+    a, b = weights(full, 10), weights(tmp_path / "cut", 10)
+    assert all(torch.equal(a[k], b[k]) for k in a)
