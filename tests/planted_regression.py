@@ -105,4 +105,29 @@ def known_w_decoding() -> None:
     assert "needs truth w" in probes.why_not("w_decoding", PlantedW(task), markov)
 
 
-REGRESSION = {"regression_strategy": known_regression_strategy, "w_decoding": known_w_decoding}
+def known_single_index_alignment() -> None:
+    """An MLP with one unit planted along w* (the rest random) has alignment 1; with all units random, near
+    chance √(2/(πd)) on average; a unit along −w* counts as aligned."""
+    from mechsynth import models, parse_config
+
+    d, width = 64, 32
+    task = tasks.make("single_index", {"d": d, "k_star": 2})
+    cfg = parse_config({"task": {"name": "single_index", "d": d}, "model": {"kind": "mlp", "width": width}})
+    model = models.build(cfg.model, task.spec)
+    random = probes.run("single_index_alignment", model, task, batch_size=8).metrics
+    assert random["alignment_mean"] == random["alignment_mean"] and abs(random["alignment_mean"] - random["chance"]) < 0.05
+    assert random["alignment"] < 0.6, random
+    with torch.no_grad():
+        model.W_in[:, 5] = -3.0 * task.w_star
+    planted = probes.run("single_index_alignment", model, task, batch_size=8).metrics
+    assert abs(planted["alignment"] - 1) < 1e-6, planted
+    transformer = models.build(parse_config({"task": {"name": "single_index", "d": d}, "model": {"n_layers": 1}}).model,
+                               task.spec)
+    with torch.no_grad():  # a transformer's read-in: residual dimension 3 reads x along w*
+        transformer.W_E[:, 3] = 0.5 * task.w_star
+    assert abs(probes.run("single_index_alignment", transformer, task, batch_size=8).metrics["alignment"] - 1) < 1e-6
+    assert "reads the layer that reads x" in probes.why_not("single_index_alignment", PlantedW(task), task)
+
+
+REGRESSION = {"regression_strategy": known_regression_strategy, "w_decoding": known_w_decoding,
+              "single_index_alignment": known_single_index_alignment}

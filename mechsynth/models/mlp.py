@@ -1,10 +1,11 @@
-"""The mlp kind: the 2-layer MLP baseline of the sparse-parity papers, as a HookedRootModule so hooks work on it."""
+"""The mlp kind: the 2-layer MLP baseline of the sparse-parity papers, as a HookedRootModule so hooks work on it.
+It also reads a continuous task's one input vector (`TaskSpec.d_input`, e.g. single_index's Gaussian x)."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal, Optional
+from typing import ClassVar, Literal, Optional
 
 import torch
 import torch.nn as nn
@@ -33,6 +34,8 @@ class MLPConfig(ModelKind):
                                        "fan_in = this (uniform ±1/sqrt(s)); training may then move every weight. "
                                        "Unset = dense", None, lo=1, hi=2**24)
 
+    reads_vectors: ClassVar[bool] = True
+
     def __post_init__(self):
         check_fields(self)  # bounds and finite floats first
         check(self.init_range is None or self.init_range > 0, "init_range", f"must be > 0 or unset, got {self.init_range}")
@@ -41,34 +44,42 @@ class MLPConfig(ModelKind):
         return f"MLP, width {self.width}" + (f", sparse init ({self.init_sparsity} inputs per unit)" if self.init_sparsity else "")
 
     def validate(self, spec: TaskSpec) -> None:
-        if spec.token_values is None:
-            raise ConfigError("model.kind", "'mlp' needs a task with numeric inputs (sparse_parity, sparse_boolean); "
-                                            "allowed here: 'transformer'")
-        n_inputs = spec.n_ctx - 1
+        if spec.d_input is not None:
+            check(spec.n_ctx == 1, "model.kind", f"'mlp' reads one input vector, and the task feeds {spec.n_ctx} per "
+                                                 "sequence; allowed here: 'transformer'")
+        elif spec.token_values is None:
+            raise ConfigError("model.kind", "'mlp' needs a task with numeric inputs (sparse_parity, sparse_boolean) "
+                                            "or one input vector (single_index); allowed here: 'transformer'")
+        n_inputs = inputs(spec)
         check(self.init_sparsity is None or self.init_sparsity <= n_inputs, "model.init_sparsity",
               f"{self.init_sparsity} nonzero input weights per unit, but the task has {n_inputs} input bits; allowed: 1 to {n_inputs}")
 
     def build(self, spec: TaskSpec, n_models: Optional[int] = None) -> nn.Module:
-        return MLPBaseline(self, spec.n_ctx - 1, spec.d_vocab_out, spec.token_values, n_models)
+        return MLPBaseline(self, inputs(spec), spec.d_vocab_out, spec.token_values, n_models)
 
     def input_weights(self) -> Optional[str]:
-        return "W_in"  # [n_inputs, width]: row i reads input bit i
+        return "W_in"  # [n_inputs, width]: row i reads input bit (or coordinate) i
 
     # ---- the memory estimate ---------------------------------------------------------------------
 
     def param_count(self, spec: TaskSpec) -> int:
-        n_inputs, V = spec.n_ctx - 1, spec.d_vocab_out
+        n_inputs, V = inputs(spec), spec.d_vocab_out
         return n_inputs * self.width + self.width + self.width * V + V
 
     def activation_bytes(self, spec: TaskSpec, batch: int) -> tuple[int, int]:
         # input bits, hidden before and after the activation, output (logits, log-softmax, gradient)
-        return batch * FLOAT * (spec.n_ctx - 1 + 2 * self.width + 3 * spec.d_vocab_out), 0
+        return batch * FLOAT * (inputs(spec) + 2 * self.width + 3 * spec.d_vocab_out), 0
 
     def eval_activation_bytes(self, spec: TaskSpec, batch: int) -> tuple[int, int]:
         return self.activation_bytes(spec, batch)
 
     def weight_field(self, spec: TaskSpec, context_field: str) -> str:
         return "model.width"
+
+
+def inputs(spec: TaskSpec) -> int:
+    """The numbers the MLP reads: a continuous task's vector, or every token before the readout."""
+    return spec.d_input if spec.d_input is not None else spec.n_ctx - 1
 
 
 def sparse_mask(n_inputs: int, width: int, s: int, g: torch.Generator) -> Float[Tensor, "n_inputs width"]:
@@ -85,13 +96,16 @@ class MLPBaseline(HookedRootModule):
     `n_models=M` runs M independent networks side by side (see FusedTransformer).
     """
 
-    def __init__(self, cfg: MLPConfig, n_inputs: int, d_vocab_out: int, token_values: tuple[float, ...],
+    def __init__(self, cfg: MLPConfig, n_inputs: int, d_vocab_out: int, token_values: Optional[tuple[float, ...]],
                  n_models: Optional[int] = None):
         super().__init__()
         self.cfg, self.n_inputs, self.n_models = cfg, n_inputs, n_models
-        self.d_vocab, self.d_vocab_out, self.n_ctx = len(token_values), d_vocab_out, n_inputs + 1
+        # token_values None: a continuous task's one vector [batch, 1, n_inputs] is the input
+        self.vectors = token_values is None
+        self.d_vocab = n_inputs if self.vectors else len(token_values)
+        self.d_vocab_out, self.n_ctx = d_vocab_out, 1 if self.vectors else n_inputs + 1
         lead = () if n_models is None else (n_models,)
-        self.register_buffer("token_values", torch.tensor(token_values))
+        self.register_buffer("token_values", torch.tensor(() if self.vectors else token_values))
         self.W_in = nn.Parameter(torch.empty(*lead, n_inputs, cfg.width))
         self.b_in = nn.Parameter(torch.empty(*lead, cfg.width))
         self.W_out = nn.Parameter(torch.empty(*lead, cfg.width, d_vocab_out))
@@ -122,11 +136,13 @@ class MLPBaseline(HookedRootModule):
                 if sparse:
                     p.mul_(sparse_mask(self.n_inputs, self.cfg.width, s, g))
 
-    def forward(self, tokens: Int[Tensor, "*#n_models batch pos"]) -> Float[Tensor, "*#n_models batch 1 d_vocab_out"]:
-        """tokens [batch, pos] -> [batch, 1, d_vocab_out]; side by side as FusedTransformer.forward.
-        Hooks see [n_models * batch, ...]."""
+    def forward(self, tokens: Int[Tensor, "*#n_models batch pos"] | Float[Tensor, "*#n_models batch 1 d_input"]
+                ) -> Float[Tensor, "*#n_models batch 1 d_vocab_out"]:
+        """tokens [batch, pos] (or a vector [batch, 1, d_input]) -> [batch, 1, d_vocab_out]; side by side as
+        FusedTransformer.forward. Hooks see [n_models * batch, ...]."""
         m = self.n_models or 1
-        x = self.token_values[tokens[..., : self.n_inputs]].expand(m, -1, -1).reshape(-1, self.n_inputs)
+        x = tokens[..., 0, :] if self.vectors else self.token_values[tokens[..., : self.n_inputs]]
+        x = x.expand(m, -1, -1).reshape(-1, self.n_inputs)
         x = self.hook_in(x)
         W_in, b_in, W_out, b_out = (p if self.n_models else p.unsqueeze(0) for p in (self.W_in, self.b_in, self.W_out, self.b_out))
         pre = self.hook_pre(torch.baddbmm(b_in.unsqueeze(1), x.view(m, -1, self.n_inputs), W_in).flatten(0, 1))
