@@ -158,9 +158,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                "test_sequences": c["test"], "probe_sequences": c["probe_chunks"] * c["probe_batch"],
                "reads_per_test": {s: groups["transformer"][0]["final"][s]["reads"] for s in SPLITS}}
     figures = [plot(c, groups, args.out / f"{NAME}.png")]
-    path = session.finish({"size": c, "runs": {g: run_config(c, g) for g in GROUPS}}, results, figures)
-    for claim in harness.io.read_json(path)["claims"]:
-        print(f"{claim['id']}: {claim['verdict']} — {claim['why']}")
+    session.finish({"size": c, "runs": {g: run_config(c, g) for g in GROUPS}}, results, figures)
     return 0
 
 

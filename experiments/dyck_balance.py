@@ -126,9 +126,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                     f"balance violation {r['bv_init']:.3g} → {r['bv']:.3g}; stack head {r['match_mass']:.2f}")
     results = {"runs": rows, "steps": c["steps"], "paper_steps": PAPER_STEPS, "long_length": c["long"]}
     figures = [plot(c, rows, args.out / f"{NAME}.png")]
-    path = session.finish({"size": c, "runs": {g: run_config(c, g) for g in GROUPS}}, results, figures)
-    for claim in harness.io.read_json(path)["claims"]:
-        print(f"{claim['id']}: {claim['verdict']} — {claim['why']}")
+    session.finish({"size": c, "runs": {g: run_config(c, g) for g in GROUPS}}, results, figures)
     return 0
 
 

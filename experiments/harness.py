@@ -183,7 +183,8 @@ class Session:
 
     def finish(self, config: dict[str, Any], results: dict[str, Any], figures: Sequence[Path]) -> Path:
         """Write OUT/<name>.json: the numbers, the configuration, where and how long it ran, and the
-        verdict of each of the experiment's claims under its rules (experiments/rules/<name>.py)."""
+        verdict of each of the experiment's claims under its rules (experiments/rules/<name>.py); print the
+        verdicts, a line each."""
         wall = time.perf_counter() - self.t0
         runs = list({run.path: run for runs in self.used for run in runs.all()}.values())
         made = provenance(runs, self.started)
@@ -200,6 +201,8 @@ class Session:
         path = self.args.out / f"{self.name}.json"
         io.write_json(path, _finite(out))
         print(f"{path} ({wall:.0f} s)")
+        for claim in out["claims"]:
+            print(f"{claim['id']}: {claim['verdict']} — {claim['why']}")
         return path
 
 

@@ -217,9 +217,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                     f"{r['gap']:.3f}")
     figures = [plot(c, results, args.out / f"{NAME}.png")]
     configs = {f"{labels['group']}/M={labels['M']}": cfg for labels, _, cfg in run_configs(c)}
-    path = session.finish({"size": c, "runs": configs}, results, figures)
-    for claim in harness.io.read_json(path)["claims"]:
-        print(f"{claim['id']}: {claim['verdict']} — {claim['why']}")
+    session.finish({"size": c, "runs": configs}, results, figures)
     return 0
 
 
