@@ -49,7 +49,7 @@ class TrainConfig:
     set_seed: int = doc("seed of the fixed training set: the same for every seed side by side, which differ in "
                         "initialization and data order only", 0, lo=0, hi=MAX_SEED, why="torch seeds are 64-bit")
     lr: float = doc("peak learning rate", 1e-3)
-    optimizer: str = doc("optimizer, by its name in mechsynth/optimizers/ (adam, adamw, sgd, adafactor, and any "
+    optimizer: str = doc("optimizer, by its name in mechsynth/optimizers/ (adam, adamw, sgd, adafactor, mezo, and any "
                          "plugin's); with seeds > 1 an elementwise one", "adamw")
     betas: tuple[float, float] = doc("Adam betas", (0.9, 0.999))
     momentum: float = doc("SGD momentum", 0.0)
