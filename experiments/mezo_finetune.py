@@ -22,6 +22,7 @@ Writes OUT/mezo_finetune.json and OUT/mezo_finetune.png.
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
 
@@ -63,9 +64,11 @@ def finetune_config(c: dict[str, Any], arm: str, init_from: str) -> dict[str, An
 
 def step_memory(run: Run) -> dict[str, Any]:
     """What one training step from the run's final weights keeps beyond a forward pass: bytes saved for backward,
-    gradients, optimizer state; on a GPU, the peak allocated bytes of the step and of a forward pass."""
+    gradients, optimizer state; on a GPU also the peak bytes allocated above what was already there (the weights)
+    by a forward pass and by a training step on one batch (data_chunk 1, so the step draws one batch as the forward
+    pass reads one)."""
     cfg, task = run.config, run.task
-    trainer = Trainer(run.trainable(run.steps[-1]), task, cfg.train, resolve_device(cfg.train.device))
+    trainer = Trainer(run.trainable(run.steps[-1]), task, replace(cfg.train, data_chunk=1), resolve_device(cfg.train.device))
     saved = 0
 
     def pack(t: torch.Tensor) -> torch.Tensor:
@@ -73,20 +76,26 @@ def step_memory(run: Run) -> dict[str, Any]:
         saved += t.numel() * t.element_size()
         return t
 
-    cuda = trainer.device.type == "cuda"
-    if cuda:
-        batch = task.sample(cfg.train.batch_size, torch.Generator(trainer.device).manual_seed(0), trainer.device)
+    def peak_above(fn: Any) -> int:
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
         torch.cuda.reset_peak_memory_stats()
+        fn()
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - before
+
+    peak = None
+    if trainer.device.type == "cuda":
+        tokens = task.sample(cfg.train.batch_size, torch.Generator(trainer.device).manual_seed(0), trainer.device).tokens
         with torch.no_grad():
-            trainer.module(batch.tokens)
-        inference = torch.cuda.max_memory_allocated()
-        torch.cuda.reset_peak_memory_stats()
+            inference = peak_above(lambda: trainer.module(tokens))
+        del tokens
+        peak = {"inference": inference, "step": peak_above(trainer.train_step)}
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         trainer.train_step()
     tensors = lambda xs: sum(x.numel() * x.element_size() for x in xs if isinstance(x, torch.Tensor))  # noqa: E731
     out = {"saved": saved, "grads": tensors(p.grad for p in trainer.module.parameters()),
            "state": tensors(v for s in trainer.optimizer.state.values() for v in s.values())}
-    peak = {"inference": inference, "step": torch.cuda.max_memory_allocated()} if cuda else None
     return {"memory": out, "peak_cuda_bytes": peak}
 
 
