@@ -18,7 +18,7 @@ from mechsynth import io, models, plugins, rundir
 from mechsynth.errors import ConfigError, CorruptFileError, DivergedError
 from mechsynth.run import load_weights, parse_stored
 from mechsynth.runconfig import RunConfig, complete
-from mechsynth.seeds import SeedsTrainer, seed_config, seed_view, stack_weights
+from mechsynth.seeds import SeedsTrainer, seed_config, stack_weights
 from mechsynth.train import Trainer, checkpoint_steps, resolve_device
 from mechsynth.wandb_log import WandbLogger, resolve_mode
 
@@ -40,7 +40,6 @@ def train_run(cfg: RunConfig, run_dir: Path | str, *, resume: bool = False, prog
     rundir.check_writable(run_dir, "--resume" if resume else "--out")
     task = cfg.build_task()
     device = resolve_device(cfg.train.device)
-    start_from = initial_weights(cfg.train.init_from) if cfg.train.init_from else None
     owned = list(dict.fromkeys([run_dir, *dirs]))  # (one seed: the run directory is its only member)
     made = [d for d in owned if not d.exists()]
     fresh = True  # nothing written yet: a failure undoes the directories this call made
@@ -58,9 +57,9 @@ def train_run(cfg: RunConfig, run_dir: Path | str, *, resume: bool = False, prog
                 start = resume_step(dirs)
             if start is not None:
                 wandb_ids = _load(trainer, dirs, start)
-            elif start_from is not None:
-                weights, path = start_from
-                check_fits(weights, seed_view(trainer.module, 0) if n > 1 else trainer.module, path)
+            elif cfg.train.init_from:  # read only when used: a resumed fine-tuning run needs only its own checkpoints
+                weights, path = initial_weights(cfg.train.init_from)
+                check_fits(weights, trainer.module.state_dict(), set() if n == 1 else trainer.stacked, path)
                 load_weights(trainer.module, weights if n == 1 else stack_weights([weights] * n, trainer.stacked), path)
             if resume:
                 if log:
@@ -147,7 +146,7 @@ def _load(trainer: Trainer, dirs: list[Path], step: int) -> list[Optional[str]]:
 
 def initial_weights(source: str) -> tuple[dict[str, Any], Path]:
     """The weights `train.init_from` names — a run directory's last checkpoint, or one checkpoint directory —
-    and their file; read and checked before any work, a bad path is one line naming train.init_from."""
+    and their file; read and checked before training starts, a bad path is one line naming train.init_from."""
     path = Path(source)
     if (path / rundir.WEIGHTS).is_file():  # RUN/checkpoints/step_N
         run_dir, step = path.parent.parent, int(path.name.removeprefix("step_")) if path.name.startswith("step_") else None
@@ -164,9 +163,10 @@ def initial_weights(source: str) -> tuple[dict[str, Any], Path]:
     return rundir.read_weights(path, steps[-1]), rundir.ckpt_dir(path, steps[-1]) / rundir.WEIGHTS
 
 
-def check_fits(weights: dict[str, Any], model: Any, path: Path) -> None:
-    """ConfigError naming train.init_from when `weights` are not the tensors of `model` (one model)."""
-    want = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+def check_fits(weights: dict[str, Any], state: dict[str, Any], stacked: set[str], path: Path) -> None:
+    """ConfigError naming train.init_from when `weights` (one model's) are not the tensors of the model whose
+    `state` this is (`stacked`: the keys holding seeds side by side on a leading axis)."""
+    want = {k: tuple(v.shape[1:] if k in stacked else v.shape) for k, v in state.items()}
     got = {k: tuple(v.shape) for k, v in weights.items()}
     wrong = [f"{k} {got.get(k, 'missing')} (this model: {want.get(k, 'none')})" for k in sorted(want.keys() | got.keys())
              if got.get(k) != want.get(k)]

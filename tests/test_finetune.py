@@ -65,14 +65,20 @@ def test_what_cannot_start_a_run_is_one_line_and_leaves_nothing(pretrained, tmp_
 
 
 def test_a_fine_tuning_run_resumes_from_its_own_checkpoint(pretrained, tmp_path, tiny, ctrl_c_at):
+    """Bit-exact, and without the run it started from: that may be gone by then."""
+    import shutil
+
     from mechsynth.train import Trainer
 
-    cfg = parse_config(tiny(TASK, MODEL, {"steps": 10, "checkpoints": 4, "seed": 5, "init_from": str(pretrained)}))
-    full = train_run(cfg, tmp_path / "full", progress=False)
+    source = shutil.copytree(pretrained, tmp_path / "source")
+    train = {"steps": 10, "checkpoints": 4, "seed": 5}
+    full = train_run(parse_config(tiny(TASK, MODEL, {**train, "init_from": str(pretrained)})), tmp_path / "full", progress=False)
+    cfg = parse_config(tiny(TASK, MODEL, {**train, "init_from": str(source)}))
     undo = ctrl_c_at(Trainer, 6)
     with pytest.raises(KeyboardInterrupt):
         train_run(cfg, tmp_path / "cut", progress=False)
     undo()
+    shutil.rmtree(source)
     train_run(cfg, tmp_path / "cut", resume=True, progress=False)
     a, b = weights(full, 10), weights(tmp_path / "cut", 10)
     assert all(torch.equal(a[k], b[k]) for k in a)
