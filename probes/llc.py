@@ -59,7 +59,6 @@ class LLCOptions:
 
 @dataclass
 class Estimate:
-    llc: float  # the mean over the chains that did not diverge; NaN when none is left
     per_chain: list[float]
     init_loss: float  # L(w*) on the pool
     traces: list[list[float]]  # per chain: the mean loss over each tenth of its draws
@@ -69,6 +68,11 @@ class Estimate:
     def kept(self) -> list[float]:
         """The estimates of the chains whose loss stayed finite (devinterp returns a huge number for the others)."""
         return [v for v, t in zip(self.per_chain, self.traces) if all(map(math.isfinite, t))]
+
+    @property
+    def llc(self) -> float:
+        """The mean over the chains that did not diverge; NaN when none is left."""
+        return sum(self.kept) / len(self.kept) if self.kept else math.nan
 
 
 def available() -> Optional[str]:
@@ -139,9 +143,7 @@ def estimate(model: nn.Module, data: Batch, o: LLCOptions, kind: LossKind = "cro
         init_loss = float(out.init_loss)
     failed = sum("Chain failed" in str(w.message) for w in caught)
     spans = trace[:, :trace.shape[1] // TRACE_POINTS * TRACE_POINTS].unflatten(1, (TRACE_POINTS, -1)).mean(-1)
-    e = Estimate(math.nan, per_chain, init_loss, spans.tolist(), failed)
-    e.llc = sum(e.kept) / len(e.kept) if e.kept else math.nan
-    return e
+    return Estimate(per_chain, init_loss, spans.tolist(), failed)
 
 
 def troubles(e: Estimate) -> dict[str, str]:
