@@ -73,13 +73,18 @@ def when(out: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
+def verdict_cell(claim: dict[str, Any], before: bool) -> str:
+    """The verdict in bold, marked post hoc where the rules did not come before the runs."""
+    return f"**{claim['verdict']}**" + ("" if before else " (post hoc)")
+
+
 def table(outs: list[dict[str, Any]]) -> str:
     lines = ["| claim | paper | verdict | ours (numbers from the JSON) | command | time, device |",
              "|---|---|---|---|---|---|"]
     for out in outs:
         judged, before = claims(out)
         for i, c in enumerate(judged):
-            verdict = f"**{c['verdict']}**" + ("" if before else " (post hoc)")
+            verdict = verdict_cell(c, before)
             command, time = (f"`{out['command']}`", when(out)) if i == 0 else ("same", "same")
             lines.append("| " + " | ".join(cell(x) for x in (c["claim"], c["paper"], verdict, c["why"], command, time)) + " |")
     return "\n".join(lines)
@@ -141,7 +146,7 @@ def summary(outs: list[dict[str, Any]]) -> str:
         judged, before = claims(out)
         link = f"[`{name}`](experiments/{name}.py), [JSON](assets/{name}.json)"
         for c in judged:
-            verdict = f"**{c['verdict']}**" + ("" if before else " (post hoc)")
+            verdict = verdict_cell(c, before)
             lines.append("| " + " | ".join(cell(x) for x in (c["claim"], paper(c), shortened(c["why"], OURS_CHARS),
                                                                verdict)) + f" | {link} |")
     return "\n".join(lines)
