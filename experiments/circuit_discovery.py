@@ -55,7 +55,7 @@ MIN_SEEDS = 3
 # checkpoints: log-spaced probed steps; at 16 (a factor ~1.7 apart over 2000 steps) the step a circuit forms is
 # resolved finely enough for the timing rule's 2× window (at 8, ~3× apart, it mostly was not)
 SIZES: dict[str, dict[str, Any]] = {
-    "smoke": dict(seeds=MIN_SEEDS, checkpoints=4, batch=16, markov_steps=40, boolean_steps=40,
+    "smoke": dict(seeds=1, checkpoints=4, batch=16, markov_steps=40, boolean_steps=40,
                   causal_steps=40, causal_batch=32),
     "cpu": dict(seeds=list(range(100, 100 + MIN_SEEDS)), checkpoints=16, batch=64, markov_steps=2000, boolean_steps=3000,
                 causal_steps=3000, causal_batch=256),

@@ -46,8 +46,22 @@ def run_smoke(name: str, tmp_path: Path) -> dict:
     return out
 
 
-def test_statistical_induction_smoke(tmp_path):
-    out = run_smoke("statistical_induction", tmp_path)
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    """An experiment's smoke output, run once for the module (the checks of what it writes and the check that a
+    second run writes the same share it): (its JSON, the directory it and its runs/ were written to)."""
+    done: dict[str, tuple[dict, Path]] = {}
+
+    def get(name: str) -> tuple[dict, Path]:
+        if name not in done:
+            d = tmp_path_factory.mktemp(name)
+            done[name] = (run_smoke(name, d), d)
+        return done[name]
+    return get
+
+
+def test_statistical_induction_smoke(smoke):
+    out, tmp_path = smoke("statistical_induction")
     conds = out["results"]["conditions"]
     assert set(conds) == {"k3", "k2", "ds", "trigram", "paper_k2", "paper_ds"}
     for cond, c in conds.items():
@@ -85,8 +99,8 @@ def test_statistical_induction_smoke(tmp_path):
         assert [load_run(r["run"]).config.train.seed for r in c["seeds"]] == [0, 1]
 
 
-def test_sparse_parity_hidden_progress_smoke(tmp_path):
-    out = run_smoke("sparse_parity_hidden_progress", tmp_path)
+def test_sparse_parity_hidden_progress_smoke(smoke):
+    out, tmp_path = smoke("sparse_parity_hidden_progress")
     res, size = out["results"], out["config"]["sizes"]
     for k, ns in size["scaling"].items():
         for n in ns:
@@ -206,12 +220,9 @@ def is_png(path: Path) -> bool:
 
 
 @pytest.fixture(scope="module")
-def sparse(tmp_path_factory):
-    out = tmp_path_factory.mktemp("sparse")
-    module = load("sparse_selection")
-    assert module.main(["--smoke", "--out", str(out / "assets"), "--runs", str(out / "runs")]) == 0
-    written = json.loads((out / "assets" / "sparse_selection.json").read_text())
-    return module, out, written
+def sparse(smoke):
+    written, out = smoke("sparse_selection")
+    return load("sparse_selection"), out, written
 
 
 def test_sparse_selection_smoke_writes_results(sparse):
@@ -254,7 +265,7 @@ def test_sparse_selection_smoke_writes_results(sparse):
     for tl in data["support_timelines"]:
         assert len(tl["steps"]) == len(tl["attention_on_support"]) == len(tl["support_recovered"]) >= 2 and tl["steps"][0] == 0
     for name in written["figures"]:
-        assert is_png(out / "assets" / name)
+        assert is_png(out / name)
 
 
 def test_sparse_selection_grid_grows_until_it_brackets_the_transition(sparse):
@@ -369,10 +380,9 @@ def test_sparse_selection_verdict_rule(planted, exponent_ci, slope_ci, problems,
         assert s["ratio_last_first"] == pytest.approx((10 + 72) / (10 + 32))
 
 
-def test_automata_depth_smoke_writes_results(tmp_path):
+def test_automata_depth_smoke_writes_results(smoke):
     module = load("automata_depth")
-    assert module.main(["--smoke", "--out", str(tmp_path / "assets"), "--runs", str(tmp_path / "runs")]) == 0
-    out = json.loads((tmp_path / "assets" / "automata_depth.json").read_text())
+    out, tmp_path = smoke("automata_depth")
     written, c = out["results"], out["config"]
     assert (c["groups"], c["depths"], c["seeds"], c["length"], c["alphabet"]) == (["C2", "D8", "S5"], [1, 2], [0, 1], 8, "liu")
     for point in ("group=S5,n_layers=2", "alphabet=generators,group=S5,n_layers=1", "positional=rotary,group=D8,n_layers=1"):
@@ -407,7 +417,7 @@ def test_automata_depth_smoke_writes_results(tmp_path):
     assert set(written["length"]["D8"]["rotary"]["decoding_beyond_T_at_4T"]) == {"state", "flip", "rotation"}
     assert all(len(r["acc_by_position_4T"]) == 4 * c["length"] for r in written["length_runs"])
     for name in out["figures"]:
-        assert is_png(tmp_path / "assets" / name)
+        assert is_png(tmp_path / name)
 
 
 def test_grid_and_linear_fit():
@@ -430,11 +440,11 @@ def numbers(x, root: Path):
 
 @pytest.mark.parametrize("name", ["statistical_induction", "sparse_parity_hidden_progress", "sparse_selection",
                                   "automata_depth"])
-def test_the_same_command_twice_from_scratch_gives_the_same_numbers(name, tmp_path):
+def test_the_same_command_twice_from_scratch_gives_the_same_numbers(name, smoke, tmp_path):
     """On a CPU, training and analysis are deterministic: two smoke runs into two empty directories write
     the same numbers (only times differ), and both name the commit and versions their runs were trained at."""
-    first, second = (run_smoke(name, tmp_path / d) for d in ("first", "second"))
-    assert numbers(first["results"], tmp_path / "first") == numbers(second["results"], tmp_path / "second")
+    (first, first_dir), second = smoke(name), run_smoke(name, tmp_path)
+    assert numbers(first["results"], first_dir) == numbers(second["results"], tmp_path)
     assert first["config"] == second["config"]
     for out in (first, second):
         runs = out["runs"]
