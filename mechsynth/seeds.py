@@ -40,7 +40,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from mechsynth.runconfig import RunConfig
-from mechsynth.tasks.base import Batch, LossKind, squared_error
+from mechsynth.tasks.base import Batch, LossKind, real_loss
 from mechsynth.train import DataSource, Trainer, TrainConfig, held_out_batches, held_out_metrics, lr_at, masked_loss
 
 # Sequences per evaluation forward, summed over seeds: bounds memory when S * eval_batch_size is large.
@@ -68,8 +68,8 @@ def per_model_loss(logits: Float[Tensor, "n_models batch out_pos d_vocab_out"],
     positions (models that answer only at the last `out_pos` positions are scored there)."""
     p = logits.shape[2]
     targets, mask = targets[..., -p:], mask[..., -p:]
-    if kind == "squared_error":
-        return squared_error(logits, targets, mask).flatten(1).sum(1) / mask.flatten(1).sum(1)
+    if kind != "cross_entropy":
+        return real_loss(logits, targets, mask, kind).flatten(1).sum(1) / mask.flatten(1).sum(1)
     ce = F.cross_entropy(logits.flatten(0, 2).float(), torch.where(mask, targets, -100).flatten(), ignore_index=-100,
                          reduction="none")
     return ce.view(mask.shape[0], -1).sum(1) / mask.flatten(1).sum(1)
@@ -218,6 +218,8 @@ class SeedsTrainer(Trainer):
         if self.cfg.grad_clip:
             clip_per_model_(self.params, self.cfg.grad_clip)
         self.optimizer.step()
+        if self.project is not None:
+            self.project()
 
     def _seed_backward(self, i: int, tokens: Int[Tensor, "batch pos"] | Float[Tensor, "batch pos d_input"],
                        targets: Int[Tensor, "batch pos"] | Float[Tensor, "batch pos"],

@@ -275,6 +275,8 @@ class Trainer:
         self.module = model.to(self.device)  # what checkpoints save: never the compiled wrapper
         self.model = torch.compile(self.module) if cfg.compile else self.module
         self.optimizer = make_optimizer(self.module, cfg)
+        # A kind whose weights live on a constraint set (the neuron kind's sphere) puts them back after each step.
+        self.project = getattr(self.module, "project_", None)
         self.zeroth_order = optimizers.get(cfg.optimizer).zeroth_order
         self.step = 0
         self.generator = torch.Generator(device=self.device).manual_seed(cfg.seed)
@@ -308,6 +310,8 @@ class Trainer:
             if self.cfg.grad_clip:
                 nn.utils.clip_grad_norm_(self.module.parameters(), self.cfg.grad_clip)
             self.optimizer.step()
+        if self.project is not None:
+            self.project()
         self.step += 1
         return loss.detach()
 

@@ -69,11 +69,13 @@ BASES: dict[str, dict[str, dict[str, Any]]] = {
     "mlp_memory": {"task": {"name": "associative_memory", "inputs": 16}, "model": {"kind": "mlp_memory", "d": 8, "m": 8}},
     "recurrent": {"task": {"name": "flip_flop", "length": 8}, "model": {"kind": "recurrent", "d_model": 8}},
     "minimal_induction": {"task": {"name": "markov_icl", "k": 3, "length": 16}, "model": {"kind": "minimal_induction"}},
+    "neuron": {"task": {"name": "single_index", "d": 4, "k_star": 3, "loss": "correlation"},
+               "model": {"kind": "neuron", "degree": 3, "smoothing": 1.0}},
 }
 KIND_BASES = {"transformer": "sparse_parity", "mlp": "mlp", "sin": "sin", "polynet": "polynet",
               "disentangled": "disentangled",
               "linear_memory": "linear_memory", "mlp_memory": "mlp_memory", "recurrent": "recurrent",
-              "minimal_induction": "minimal_induction"}  # a base config whose model is of that kind
+              "minimal_induction": "minimal_induction", "neuron": "neuron"}  # a base config whose model is of that kind
 REQUIRES = {
     "no_cuda": lambda: not torch.cuda.is_available(),
     "no_mps": lambda: not torch.backends.mps.is_available(),

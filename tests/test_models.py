@@ -222,13 +222,23 @@ PARITY = TaskSpec(3, 2, 9, ("0", "1", "?"), ("0", "1"), token_values=(1.0, -1.0,
 CHAIN = TaskSpec(3, 3, 9, ("0", "1", "2"), ("0", "1", "2"))  # a 3-state chain: for kinds that copy tokens
 
 
+ONE_VECTOR = TaskSpec(8, 1, 1, ("x",), ("y",), d_input=8)  # one Gaussian vector, a real target: for kinds that read only that
+
+
 def spec_for(cfg) -> TaskSpec:
-    """PARITY, or CHAIN for a kind that cannot read it (the minimal induction model)."""
-    try:
-        models.validate(cfg, PARITY)
-        return PARITY
-    except ConfigError:
-        return CHAIN
+    """PARITY, or CHAIN for a kind that cannot read it (the minimal induction model), or ONE_VECTOR (the neuron)."""
+    for spec in (PARITY, CHAIN):
+        try:
+            models.validate(cfg, spec)
+            return spec
+        except ConfigError:
+            pass
+    return ONE_VECTOR
+
+
+def inputs_for(spec: TaskSpec) -> torch.Tensor:
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(4, 1, spec.d_input, generator=g) if spec.d_input else torch.randint(0, 2, (4, 9), generator=g)
 
 
 @pytest.mark.parametrize("kind", models.names())
@@ -244,7 +254,7 @@ def test_every_kind_keeps_the_contract(kind):
     model = build(dataclasses.replace(cfg, init_seed=1), spec)
     assert model.cfg.init_seed == 1 and sum(p.numel() for p in model.parameters()) == cfg.param_count(spec)
     view = hooked(model)
-    tokens = torch.randint(0, 2, (4, 9), generator=torch.Generator().manual_seed(0))
+    tokens = inputs_for(spec)
     torch.testing.assert_close(view(tokens), model(tokens), atol=2e-5, rtol=1e-4)
     assert view.input_weights == model.input_weights == cfg.input_weights()
     if cfg.input_weights() is not None:  # its first n_inputs rows face the input positions
@@ -270,7 +280,7 @@ def test_input_weights_are_declared_by_the_kind():
 @pytest.mark.parametrize("table, field, message", [
     ({"width": 8}, "model.width", "is a field of kind 'mlp', not 'transformer'"),
     ({"kind": "mlp", "n_layers": 2}, "model.n_layers", "is a field of kinds 'disentangled', 'recurrent', 'transformer', not 'mlp'"),
-    ({"kind": "rnn"}, "model.kind", "'rnn' is not allowed; allowed: 'disentangled', 'linear_memory', 'minimal_induction', 'mlp', 'mlp_memory', 'polynet', 'recurrent', 'sin', 'transformer'"),
+    ({"kind": "rnn"}, "model.kind", "'rnn' is not allowed; allowed: 'disentangled', 'linear_memory', 'minimal_induction', 'mlp', 'mlp_memory', 'neuron', 'polynet', 'recurrent', 'sin', 'transformer'"),
     ({"kind": "mlp", "act_fn": "gelu"}, "model.act_fn", "'gelu' is not allowed"),
     ({"layers": 2}, "model.layers", "unknown key"),
 ])

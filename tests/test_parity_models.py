@@ -112,7 +112,7 @@ def test_side_by_side_models_equal_separate_ones(cfg):
     ({"kind": "polynet", "degree": 0}, None, "model.degree", "must be ≥ 1"),
     ({"kind": "polynet", "degree": 65}, None, "model.degree", "must be ≤ 64"),
     ({"kind": "sin", "init_range": -1.0}, None, "model.init_range", "must be > 0"),
-    ({"kind": "sin", "degree": 3}, None, "model.degree", "is a field of kind 'polynet', not 'sin'"),
+    ({"kind": "sin", "degree": 3}, None, "model.degree", "is a field of kinds 'neuron', 'polynet', not 'sin'"),
     ({"kind": "polynet", "width": 3}, None, "model.width", "is a field of kind 'mlp', not 'polynet'"),
     ({"kind": "sin"}, ("markov_icl", {"k": 3, "length": 16}), "model.kind", "needs a task with numeric inputs"),
     ({"kind": "polynet"}, ("automata", {"automaton": "parity", "length": 8}), "model.kind", "numeric inputs"),

@@ -20,7 +20,7 @@ from torch import Tensor
 
 from mechsynth.registry import Registry
 
-LossKind = Literal["cross_entropy", "squared_error"]
+LossKind = Literal["cross_entropy", "squared_error", "correlation"]
 
 
 @dataclass
@@ -164,8 +164,8 @@ def masked_loss(logits: Float[Tensor, "batch out_pos d_vocab_out"], batch: Batch
     """The task's loss (`Task.loss_kind`) averaged over scored positions. Unscored targets become
     ignore_index rather than being dropped by boolean indexing, which would cost a device->host sync every step."""
     logits, targets, mask = align(logits, batch)
-    if kind == "squared_error":
-        return squared_error(logits, targets, mask).sum() / mask.sum()
+    if kind != "cross_entropy":
+        return real_loss(logits, targets, mask, kind).sum() / mask.sum()
     return F.cross_entropy(logits.flatten(0, 1).float(), torch.where(mask, targets, -100).flatten(), ignore_index=-100)
 
 
@@ -173,6 +173,16 @@ def squared_error(logits: Float[Tensor, "*batch out_pos 1"], targets: Float[Tens
                   mask: Bool[Tensor, "*batch out_pos"]) -> Float[Tensor, "*batch out_pos"]:
     """(prediction − target)² at scored positions, 0 elsewhere: the prediction is the model's one output."""
     return (logits[..., 0].float() - targets).square() * mask
+
+
+def real_loss(logits: Float[Tensor, "*batch out_pos 1"], targets: Float[Tensor, "*batch out_pos"],
+              mask: Bool[Tensor, "*batch out_pos"], kind: LossKind) -> Float[Tensor, "*batch out_pos"]:
+    """The loss of a real-valued prediction (the model's one output) at scored positions, 0 elsewhere:
+    "squared_error", (f − y)²; "correlation", 1 − f·y (Damian et al.'s for single-index models: the cross term of
+    the squared error, whose f² term a unit-variance f makes a constant)."""
+    if kind == "squared_error":
+        return squared_error(logits, targets, mask)
+    return (1 - logits[..., 0].float() * targets) * mask
 
 
 def readout_labels(names: tuple[str, ...], tokens: Int[Tensor, "pos"], support: Int[Tensor, "support"]) -> list[str]:

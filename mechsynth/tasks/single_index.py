@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from jaxtyping import Float
 from torch import Tensor
 
 from mechsynth.config import MAX_SEED, check_fields, doc, validates_itself
-from mechsynth.tasks.base import TASKS, Batch, Task, TaskSpec, align, squared_error, task_generator
+from mechsynth.tasks.base import TASKS, Batch, LossKind, Task, TaskSpec, align, real_loss, squared_error, task_generator
 
 
 @validates_itself
@@ -29,6 +30,9 @@ class SingleIndexConfig:
                       "degree", 2, lo=1, hi=12, why="He_k of a Gaussian overflows float32 tails past that")
     noise: float = doc("std of the label noise: y = σ(w*·x) + noise·ε", 0.0)
     seed: int = doc("seed of w*", 0, lo=0, hi=MAX_SEED)
+    loss: Literal["squared", "correlation"] = doc(
+        "what training minimises: the squared error (f − y)², or Damian et al.'s correlation loss 1 − f·y (for a "
+        "student whose f has unit variance, as the neuron kind's)", "squared")
 
     def __post_init__(self):
         check_fields(self)
@@ -53,13 +57,16 @@ def hermite(z: Float[Tensor, "*shape"], k: int) -> Float[Tensor, "*shape"]:
 @TASKS.register("single_index")
 class SingleIndex(Task):
     Config = SingleIndexConfig
-    loss_kind = "squared_error"
     truth_keys = ("w_star",)
 
     def __init__(self, cfg: SingleIndexConfig):
         super().__init__(cfg)
         w = torch.randn(cfg.d, generator=task_generator(cfg.seed))
         self.w_star = w / w.norm()
+
+    @property
+    def loss_kind(self) -> LossKind:
+        return "correlation" if self.cfg.loss == "correlation" else "squared_error"
 
     @property
     def spec(self) -> TaskSpec:
@@ -78,8 +85,9 @@ class SingleIndex(Task):
         return Batch(x, y, mask, {"w_star": w.expand(batch_size, -1)})
 
     def metrics(self, logits: Float[Tensor, "batch out_pos 1"], batch: Batch) -> dict[str, float]:
-        """`loss`, the squared error (what training minimises), and `explained`, the share of the targets'
-        variance explained, 1 − loss / (1 + noise²): 0 for the mean prediction (Var σ = 1), 1 for σ(w*·x) itself."""
+        """`loss`, what training minimises; `squared_error`; `explained`, the share of the targets' variance
+        explained, 1 − squared_error / (1 + noise²): 0 for the mean prediction (Var σ = 1), 1 for σ(w*·x) itself."""
         logits, targets, mask = align(logits, batch)
-        loss = float(squared_error(logits, targets, mask).sum() / mask.sum())
-        return {"loss": loss, "explained": 1 - loss / (1 + self.cfg.noise ** 2)}
+        sq = float(squared_error(logits, targets, mask).sum() / mask.sum())
+        loss = sq if self.cfg.loss == "squared" else float(real_loss(logits, targets, mask, "correlation").sum() / mask.sum())
+        return {"loss": loss, "squared_error": sq, "explained": 1 - sq / (1 + self.cfg.noise ** 2)}

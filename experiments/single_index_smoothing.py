@@ -1,0 +1,169 @@
+"""Smoothing the landscape boosts the signal for SGD (Damian, Nichani, Ge & Lee 2023; seed 004): the samples
+online SGD needs to learn a single-index model σ(w*·x), against d, with and without their smoothed loss.
+
+    python experiments/single_index_smoothing.py           # CPU size: k* = 3, d = 8–64, 4 learning rates, 8 seeds
+    python experiments/single_index_smoothing.py --full    # d = 16–256, 8 learning rates, 16 seeds
+    python experiments/single_index_smoothing.py --smoke   # seconds; checks the pipeline only
+
+Their setting (Algorithm 1): x ~ N(0, I_d), y = σ(w*·x) with σ = He_{k*}/√(k*!) known to the student, one neuron
+σ(w·x) with w on the unit sphere (the `neuron` kind: renormalised after each step), online SGD with one fresh
+sample per step on the correlation loss 1 − σ(w·x)·y (single_index's `loss = "correlation"`), and for the
+smoothed arm the smoothed loss L_λ at λ = d^{1/4} (`model.smoothing`, computed exactly). Theirs then has a second
+stage (λ = 0, decaying steps) to converge; weak recovery, which is what the sample counts are about, ends the
+first, so we train one stage at a constant rate. Ours beside theirs: the learning rate is the best of a grid
+(factor · d^{−k*/2}) for each d and arm, where their theorem sets it up to log factors.
+
+Samples to weak recovery: the first checkpoint (log-spaced, ~17% apart) at which w·w* ≥ 1/2 (|w·w*| for an
+even k*, whose link cannot tell w* from −w*). The claims and their rules: experiments/rules/single_index_smoothing.py.
+
+Writes OUT/single_index_smoothing.json and OUT/single_index_smoothing.png.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness  # noqa: E402
+
+from mechsynth.run import Run  # noqa: E402
+
+NAME = "single_index_smoothing"
+ARMS = ("vanilla", "smoothed")
+WEAK = 0.5  # the alignment that counts as weak recovery
+
+SIZES: dict[str, dict[str, Any]] = {
+    "smoke": dict(k_star=3, dims=[8, 16], factors=[2, 8], seeds=2, cap=2, checkpoints=30),
+    "cpu": dict(k_star=3, dims=[8, 16, 32, 64], factors=[1, 4, 16, 64], seeds=list(range(100, 108)), cap=16,
+                checkpoints=150),
+    "full": dict(k_star=3, dims=[16, 32, 64, 128, 256], factors=[0.5, 1, 2, 4, 8, 16, 32, 64],
+                 seeds=list(range(100, 116)), cap=50, checkpoints=300),
+}
+
+
+def config(c: dict[str, Any], arm: str, d: int, factor: float) -> dict[str, Any]:
+    """One run: `cap`·d^{k*−1} steps of one sample each, at lr = factor · d^{−k*/2}."""
+    k = c["k_star"]
+    steps = int(c["cap"] * d ** (k - 1))
+    return {"task": {"name": "single_index", "d": d, "k_star": k, "loss": "correlation"},
+            "model": {"kind": "neuron", "degree": k, "smoothing": d ** 0.25 if arm == "smoothed" else 0.0},
+            "train": {"steps": steps, "batch_size": 1, "optimizer": "sgd", "lr": factor * d ** (-k / 2),
+                      "schedule": "constant", "grad_clip": 0.0, "eval_every": max(steps // 10, 1),
+                      "eval_batch_size": 1024, "checkpoints": c["checkpoints"]}}
+
+
+def alignment(run: Run, k_star: int) -> list[list[float]]:
+    """[step, w·w*] at each checkpoint (|w·w*| for an even k*)."""
+    w_star, out = run.task.w_star, []
+    for step in run.steps:
+        w = run.model(step).W_in.detach()[:, 0]
+        a = float(w @ w_star / w.norm())
+        out.append([step, abs(a) if k_star % 2 == 0 else a])
+    return out
+
+
+def recovered(curve: list[list[float]]) -> Optional[int]:
+    """Samples (= steps: one sample each) to the first checkpoint at weak recovery; None: not within the cap."""
+    return next((int(s) for s, a in curve if a >= WEAK), None)
+
+
+def median(xs: list[Optional[float]]) -> Optional[float]:
+    """The median counting a seed that did not recover as infinitely many samples (None when that is the median)."""
+    m = statistics.median([math.inf if x is None else x for x in xs])
+    return None if math.isinf(m) else m
+
+
+def fit(dims: list[int], samples: dict[int, list[Optional[int]]], draws: int = 2000) -> Optional[dict[str, Any]]:
+    """Slope of log median samples on log d, R², and a 95% bootstrap interval (seeds resampled within each d)."""
+    medians = [median(samples[d]) for d in dims]
+    if any(m is None for m in medians):
+        return None
+    f = harness.power_fit(dims, medians)
+    rng, slopes = np.random.default_rng(0), []
+    for _ in range(draws):
+        ms = [median([samples[d][i] for i in rng.integers(0, len(samples[d]), len(samples[d]))]) for d in dims]
+        if all(m is not None for m in ms):
+            slopes.append(harness.power_fit(dims, ms)["exponent"])
+    interval = [float(np.quantile(slopes, 0.025)), float(np.quantile(slopes, 0.975))] if slopes else None
+    return {"slope": f["exponent"], "prefactor": f["prefactor"], "r2": f["r2"], "interval": interval,
+            "draws_with_every_median": len(slopes)}
+
+
+def plot(c: dict[str, Any], results: dict[str, Any], path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4.2))
+    dims = c["dims"]
+    for i, arm in enumerate(ARMS):
+        best = [results[arm][str(d)]["best"] for d in dims]
+        for d, b in zip(dims, best):
+            ax.scatter([d] * sum(x is not None for x in b["samples"]), [x for x in b["samples"] if x is not None],
+                       color=f"C{i}", alpha=0.25, s=12)
+        have = [(d, b["median"]) for d, b in zip(dims, best) if b["median"] is not None]
+        if have:
+            ax.plot(*zip(*have), "o-", color=f"C{i}", label=f"{arm}: median at its best learning rate")
+        f = results["fits"][arm]
+        if f is not None:
+            ax.plot(dims, [f["prefactor"] * d ** f["slope"] for d in dims], ":", color=f"C{i}",
+                    label=f"fit d^{f['slope']:.2f} (predicted d^{results['predicted'][arm]:g})")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("d")
+    ax.set_ylabel(f"samples to w·w* ≥ {WEAK:g}")
+    ax.legend(fontsize=7)
+    d = str(dims[-1])
+    for i, arm in enumerate(ARMS):
+        for j, curve in enumerate(results[arm][d]["best"]["curves"]):
+            steps, a = zip(*curve)
+            bx.plot([max(s, 1) for s in steps], a, color=f"C{i}", alpha=0.6, label=arm if j == 0 else None)
+    bx.axhline(WEAK, color="k", linestyle=":", linewidth=1)
+    bx.set_xscale("log")
+    bx.set_xlabel("samples (online: one per step)")
+    bx.set_ylabel("w·w*")
+    bx.set_title(f"d = {d}, each arm at its best learning rate", fontsize=9)
+    bx.legend(fontsize=8)
+    fig.suptitle(f"Single-index model, k* = {c['k_star']}: online SGD with and without smoothing (λ = d^1/4)", fontsize=10)
+    return harness.save_figure(fig, path)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = harness.parse_args(NAME, __doc__, argv)
+    session = harness.Session(NAME, args)
+    c = SIZES[args.size]
+    seeds, k = harness.seeds(c["seeds"]), c["k_star"]
+    points = [(arm, d, f) for arm in ARMS for d in c["dims"] for f in c["factors"]]
+    runs = session.train_runs([({"arm": arm, "d": d, "lr": f}, seed, config(c, arm, d, f))
+                               for arm, d, f in points for seed in seeds])
+    results: dict[str, Any] = {"k_star": k, "dims": c["dims"], "factors": c["factors"], "weak": WEAK,
+                               "predicted": {"vanilla": k - 1, "smoothed": k / 2}, "fits": {}}
+    for arm in ARMS:
+        results[arm] = {}
+        for d in c["dims"]:
+            grid = {}
+            for f in c["factors"]:
+                curves = [alignment(runs.run(seed, arm=arm, d=d, lr=f), k) for seed in seeds]
+                samples = [recovered(cv) for cv in curves]
+                grid[f] = {"lr_factor": f, "lr": config(c, arm, d, f)["train"]["lr"], "median": median(samples),
+                           "samples": samples, "curves": curves}
+            ranked = sorted(grid.values(), key=lambda g: math.inf if g["median"] is None else g["median"])
+            best = ranked[0]
+            results[arm][str(d)] = {"best": best, "edge": best["lr_factor"] in (c["factors"][0], c["factors"][-1]),
+                                    "grid": [{key: g[key] for key in ("lr_factor", "lr", "median", "samples")}
+                                             for g in grid.values()]}
+            harness.log(f"{arm} d={d}: median samples {best['median'] or 'not reached'} at lr factor {best['lr_factor']:g}")
+        samples = {d: results[arm][str(d)]["best"]["samples"] for d in c["dims"]}
+        results["fits"][arm] = fit(c["dims"], samples)
+    figures = [plot(c, results, args.out / f"{NAME}.png")]
+    session.finish({"size": c, "seeds": seeds, "runs": {f"{arm}, d={d}, lr factor {f}": config(c, arm, d, f)
+                                                        for arm, d, f in points}}, results, figures)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(harness.cli(main))
