@@ -193,11 +193,11 @@ def test_our_hooks_give_transformer_lens_activations(kw):
     torch.testing.assert_close(model(tokens), ours_logits, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("kind", ["transformer", "mlp"])
+@pytest.mark.parametrize("kind", ["transformer", "mlp", "deep_mlp"])
 def test_side_by_side_models_equal_separate_ones(kind):
     spec = SPEC if kind == "transformer" else TaskSpec(2, 2, 9, ("0", "1"), ("0", "1"), token_values=(1.0, -1.0))
     cfg = TransformerConfig(n_layers=2, n_heads=2, d_model=16, init_seed=5) if kind == "transformer" else \
-        MLPConfig(width=8, init_seed=5)
+        MLPConfig(width=8, depth=3 if kind == "deep_mlp" else 1, init_seed=5)
     stacked = build(cfg, spec, n_models=3)
     singles = [build(dataclasses.replace(cfg, init_seed=5 + i), spec) for i in range(3)]
     for name, p in stacked.named_parameters():
@@ -358,3 +358,17 @@ def test_frozen_embeddings_side_by_side_follow_separate_runs(tmp_path, tiny, pas
     # (Not b_K: its gradient is 0 but for rounding, as softmax ignores it, and Adam scales rounding up to lr.)
     for k, v in ((k, v) for k, v in ref.items() if not k.endswith("b_K")):
         torch.testing.assert_close(seed_1[k], v, atol=1e-5, rtol=1e-4, msg=f"{passes}: {k}")
+
+
+def test_a_deeper_mlp_is_its_layers_by_hand_and_keeps_the_shallow_net_s_first_and_last_layers():
+    spec = TaskSpec(6, 1, 1, ("x",), ("y",), d_input=6)
+    deep, shallow = build(MLPConfig(width=5, depth=3, init_seed=2), spec), build(MLPConfig(width=5, init_seed=2), spec)
+    x = torch.randn(4, 1, 6, generator=torch.Generator().manual_seed(0))
+    h = torch.relu(x[:, 0] @ deep.W_in + deep.b_in)
+    for layer in range(2):
+        h = torch.relu(h @ deep.W_hidden[layer] + deep.b_hidden[layer])
+    torch.testing.assert_close(deep(x)[:, 0], h @ deep.W_out + deep.b_out, atol=1e-6, rtol=1e-6)
+    assert all(torch.equal(deep.get_parameter(n), p) for n, p in shallow.named_parameters())
+    assert sum(p.numel() for p in deep.parameters()) == MLPConfig(width=5, depth=3).param_count(spec)
+    _, cache = deep.run_with_cache(x)
+    torch.testing.assert_close(cache["hook_hidden.1"], h)

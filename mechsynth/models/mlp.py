@@ -1,5 +1,6 @@
-"""The mlp kind: the 2-layer MLP baseline of the sparse-parity papers, as a HookedRootModule so hooks work on it.
-It also reads a continuous task's one input vector (`TaskSpec.d_input`, e.g. single_index's Gaussian x)."""
+"""The mlp kind: the 2-layer MLP baseline of the sparse-parity papers, as a HookedRootModule so hooks work on it,
+or deeper (`depth` hidden layers, for depth against test risk). It also reads a continuous task's one input
+vector (`TaskSpec.d_input`, e.g. single_index's Gaussian x)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ from mechsynth.tasks.base import TaskSpec
 @dataclass(frozen=True)
 class MLPConfig(ModelKind):
     width: int = doc("hidden width r of the MLP baseline", 100, lo=1, hi=2**24)
+    depth: int = doc("hidden layers, each of `width` units (1: the 2-layer baseline)", 1, lo=1, hi=256,
+                     why="one matrix of width² per layer; deeper is not a baseline any paper here uses")
     act_fn: Literal["relu", "poly"] = doc("hidden activation; 'poly' is x**poly_degree", "relu")
     poly_degree: int = doc("k in the x**k activation", 2, lo=1, hi=64, why="x**k overflows float32 long before")
     init_seed: int = doc("seed of the initial weights", 0, lo=0, hi=MAX_SEED,
@@ -41,7 +44,7 @@ class MLPConfig(ModelKind):
         check(self.init_range is None or self.init_range > 0, "init_range", f"must be > 0 or unset, got {self.init_range}")
 
     def describe(self) -> str:
-        return f"MLP, width {self.width}" + (f", sparse init ({self.init_sparsity} inputs per unit)" if self.init_sparsity else "")
+        return f"MLP, width {self.width}" + (f", {self.depth} hidden layers" if self.depth > 1 else "") + (f", sparse init ({self.init_sparsity} inputs per unit)" if self.init_sparsity else "")
 
     def validate(self, spec: TaskSpec) -> None:
         if spec.d_input is not None:
@@ -64,11 +67,11 @@ class MLPConfig(ModelKind):
 
     def param_count(self, spec: TaskSpec) -> int:
         n_inputs, V = inputs(spec), spec.d_vocab_out
-        return n_inputs * self.width + self.width + self.width * V + V
+        return n_inputs * self.width + self.width + (self.depth - 1) * (self.width + 1) * self.width + self.width * V + V
 
     def activation_bytes(self, spec: TaskSpec, batch: int) -> tuple[int, int]:
         # input bits, hidden before and after the activation, output (logits, log-softmax, gradient)
-        return batch * FLOAT * (inputs(spec) + 2 * self.width + 3 * spec.d_vocab_out), 0
+        return batch * FLOAT * (inputs(spec) + 2 * self.depth * self.width + 3 * spec.d_vocab_out), 0
 
     def eval_activation_bytes(self, spec: TaskSpec, batch: int) -> tuple[int, int]:
         return self.activation_bytes(spec, batch)
@@ -111,8 +114,12 @@ class MLPBaseline(HookedRootModule):
         self.W_out = nn.Parameter(torch.empty(*lead, cfg.width, d_vocab_out))
         self.b_out = nn.Parameter(torch.empty(*lead, d_vocab_out))
         self.hook_in = HookPoint()  # [batch, bit]: the input bits as numbers
-        self.hook_pre = HookPoint()  # [batch, d_mlp] (d_mlp = width)
+        self.hook_pre = HookPoint()  # [batch, d_mlp] (d_mlp = width): the first hidden layer
         self.hook_post = HookPoint()  # [batch, d_mlp]
+        if cfg.depth > 1:  # only then: a 2-layer run's weights and hooks stay as they were
+            self.W_hidden = nn.Parameter(torch.empty(*lead, cfg.depth - 1, cfg.width, cfg.width))
+            self.b_hidden = nn.Parameter(torch.empty(*lead, cfg.depth - 1, cfg.width))
+            self.hook_hidden = nn.ModuleList(HookPoint() for _ in range(cfg.depth - 1))  # [batch, d_mlp] after each
         self.reset_parameters()
         self.setup()
 
@@ -122,11 +129,13 @@ class MLPBaseline(HookedRootModule):
         network i gets the weights of a single network with init_seed + i. With init_sparsity = s, each
         unit's input weights are zero outside s random inputs, and drawn with fan_in s (so each unit's
         pre-activation has the dense init's scale); the draws of a dense init stay as they were."""
-        s = self.cfg.init_sparsity
+        s, w = self.cfg.init_sparsity, self.cfg.width
+        # Deeper layers are drawn last, so the first and last layers are those of the 2-layer net of the same seed.
+        deep = ((self.W_hidden, w), (self.b_hidden, w)) if self.cfg.depth > 1 else ()
         for i in range(self.n_models or 1):
             g = torch.Generator().manual_seed(self.cfg.init_seed + i)
-            for p, fan_in in ((self.W_in, s or self.n_inputs), (self.b_in, self.n_inputs),
-                              (self.W_out, self.cfg.width), (self.b_out, self.cfg.width)):
+            for p, fan_in in ((self.W_in, s or self.n_inputs), (self.b_in, self.n_inputs), (self.W_out, w), (self.b_out, w),
+                              *deep):
                 sparse = s is not None and p is self.W_in
                 p = p if self.n_models is None else p[i]
                 if self.cfg.init_range is not None:
@@ -135,6 +144,9 @@ class MLPBaseline(HookedRootModule):
                     p.copy_((torch.rand(p.shape, generator=g) * 2 - 1) / math.sqrt(fan_in))
                 if sparse:
                     p.mul_(sparse_mask(self.n_inputs, self.cfg.width, s, g))
+
+    def act(self, x: Float[Tensor, "*shape"]) -> Float[Tensor, "*shape"]:
+        return F.relu(x) if self.cfg.act_fn == "relu" else x**self.cfg.poly_degree
 
     def forward(self, tokens: Int[Tensor, "*#n_models batch pos"] | Float[Tensor, "*#n_models batch 1 d_input"]
                 ) -> Float[Tensor, "*#n_models batch 1 d_vocab_out"]:
@@ -146,6 +158,9 @@ class MLPBaseline(HookedRootModule):
         x = self.hook_in(x)
         W_in, b_in, W_out, b_out = (p if self.n_models else p.unsqueeze(0) for p in (self.W_in, self.b_in, self.W_out, self.b_out))
         pre = self.hook_pre(torch.baddbmm(b_in.unsqueeze(1), x.view(m, -1, self.n_inputs), W_in).flatten(0, 1))
-        post = F.relu(pre) if self.cfg.act_fn == "relu" else pre**self.cfg.poly_degree
-        out = torch.baddbmm(b_out.unsqueeze(1), self.hook_post(post).view(m, -1, post.shape[-1]), W_out)
+        post = self.hook_post(self.act(pre)).view(m, -1, pre.shape[-1])
+        for layer in range(self.cfg.depth - 1):
+            W, b = (p[:, layer] if self.n_models else p[layer].unsqueeze(0) for p in (self.W_hidden, self.b_hidden))
+            post = self.hook_hidden[layer](self.act(torch.baddbmm(b.unsqueeze(1), post, W)).flatten(0, 1)).view(m, -1, W.shape[-1])
+        out = torch.baddbmm(b_out.unsqueeze(1), post, W_out)
         return out[:, :, None, :] if self.n_models else out[0, :, None, :]

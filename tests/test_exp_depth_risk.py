@@ -1,0 +1,49 @@
+"""experiments/depth_risk.py: the smoke run end to end, and its rule on planted curves."""
+
+from __future__ import annotations
+
+import pytest
+
+from experiment_files import judged, loaded, smoke  # (puts experiments/ on sys.path)
+
+NAME = "depth_risk"
+
+
+@pytest.fixture(scope="module")
+def exp():
+    yield from loaded(NAME)
+
+
+def test_smoke_trains_every_width_and_depth_on_one_fixed_set(exp, tmp_path, monkeypatch):
+    out = smoke(exp, tmp_path, monkeypatch)
+    res, c = out["results"], exp.SIZES["smoke"]
+    assert [x["id"] for x in out["claims"]] == ["u_shaped_in_depth"] and out["claims"][0]["verdict"] == "inconclusive"
+    for w in c["widths"]:
+        for d in c["depths"]:
+            cell = res[str(w)][str(d)]
+            assert len(cell["risk"]) == len(cell["fit"]) == c["seeds"] and all(r > 0 for r in cell["risk"])
+            # the last point of each curve is the number the rule reads
+            assert [cv["risk"][-1][1] for cv in cell["curves"]] == cell["risk"]
+            assert cell["params"] == w * c["d"] + w + (d - 1) * (w + 1) * w + w + 1
+    runs = out["config"]["runs"]
+    assert {r["train"]["n_train"] for r in runs.values()} == {c["n_train"]} and runs["width 16, depth 3"]["model"]["depth"] == 3
+    assert (tmp_path / out["figures"][0]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def results(curves, fit=1e-3, seeds=3):
+    depths = [1, 2, 4, 8]
+    return {"widths": list(curves), "depths": depths,
+            **{str(w): {str(d): {"risk": [r] * seeds, "fit": [fit] * seeds} for d, r in zip(depths, rs)}
+               for w, rs in curves.items()}}
+
+
+@pytest.mark.parametrize("curves, fit, seeds, verdict", [
+    ({64: [0.5, 0.3, 0.4, 0.6], 256: [0.4, 0.2, 0.3, 0.5]}, 1e-3, 3, "matches"),      # U at both widths
+    ({64: [0.5, 0.3, 0.4, 0.6], 256: [0.2, 0.3, 0.4, 0.5]}, 1e-3, 3, "partly"),       # U at one, rising at the other
+    ({64: [0.2, 0.3, 0.4, 0.6], 256: [0.6, 0.5, 0.4, 0.3]}, 1e-3, 3, "partly"),       # rising from the start at one
+    ({64: [0.6, 0.5, 0.4, 0.3], 256: [0.5, 0.5, 0.5, 0.52]}, 1e-3, 3, "does not"),    # falling; flat within 10 %
+    ({64: [0.5, 0.3, 0.4, 0.6], 256: [0.4, 0.2, 0.3, 0.5]}, 0.2, 3, "inconclusive"),  # not fitted: not the regime
+    ({64: [0.5, 0.3, 0.4, 0.6], 256: [0.4, 0.2, 0.3, 0.5]}, 1e-3, 2, "inconclusive"),  # too few seeds
+])
+def test_rule_on_planted_curves(curves, fit, seeds, verdict):
+    assert judged(NAME, "u_shaped_in_depth", results(curves, fit, seeds))["verdict"] == verdict
