@@ -1,7 +1,7 @@
 """Smoothing the landscape boosts the signal for SGD (Damian, Nichani, Ge & Lee 2023; seed 004): the samples
 online SGD needs to learn a single-index model σ(w*·x), against d, with and without their smoothed loss.
 
-    python experiments/single_index_smoothing.py           # CPU size: k* = 3, d = 8–64, 4 learning rates, 8 seeds
+    python experiments/single_index_smoothing.py           # CPU size: k* = 3, d = 8–64, 7 learning rates, 8 seeds
     python experiments/single_index_smoothing.py --full    # d = 16–256, 8 learning rates, 16 seeds
     python experiments/single_index_smoothing.py --smoke   # seconds; checks the pipeline only
 
@@ -11,7 +11,9 @@ sample per step on the correlation loss 1 − σ(w·x)·y (single_index's `loss 
 smoothed arm the smoothed loss L_λ at λ = d^{1/4} (`model.smoothing`, computed exactly). Theirs then has a second
 stage (λ = 0, decaying steps) to converge; weak recovery, which is what the sample counts are about, ends the
 first, so we train one stage at a constant rate. Ours beside theirs: the learning rate is the best of a grid
-(factor · d^{−k*/2}) for each d and arm, where their theorem sets it up to log factors.
+(factor · d^{−k*/2}) for each d and arm, where their theorem sets it up to log factors. (The grid's first run, factors
+1–64, put the best at its ends: the smoothed arm's at 64 for every d, as their larger rate for the smoothed loss
+would; it was widened both ways.)
 
 Samples to weak recovery: the first checkpoint (log-spaced, ~17% apart) at which w·w* ≥ 1/2 (|w·w*| for an
 even k*, whose link cannot tell w* from −w*). The claims and their rules: experiments/rules/single_index_smoothing.py.
@@ -42,7 +44,7 @@ WEAK = 0.5  # the alignment that counts as weak recovery
 # eight separate runs would be eight times the whole experiment's).
 SIZES: dict[str, dict[str, Any]] = {
     "smoke": dict(k_star=3, dims=[8, 16], factors=[2, 8], seeds=2, cap=2, checkpoints=30),
-    "cpu": dict(k_star=3, dims=[8, 16, 32, 64], factors=[1, 4, 16, 64], seeds=8, cap=16,
+    "cpu": dict(k_star=3, dims=[8, 16, 32, 64], factors=[0.25, 1, 4, 16, 64, 256, 1024], seeds=8, cap=16,
                 checkpoints=150),
     "full": dict(k_star=3, dims=[16, 32, 64, 128, 256], factors=[0.5, 1, 2, 4, 8, 16, 32, 64],
                  seeds=16, cap=50, checkpoints=300),
