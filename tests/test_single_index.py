@@ -42,6 +42,9 @@ def test_samples_are_the_link_of_the_projection():
         assert y == pytest.approx((z ** 3 - 3 * z) / math.sqrt(6), rel=1e-4, abs=1e-5)
     assert abs(float(b.tokens.mean())) < 0.1 and abs(float(b.tokens.std()) - 1) < 0.1
     assert torch.equal(task.sample(200, torch.Generator().manual_seed(0)).tokens, b.tokens)
+    # a run's data stream starts from its train.seed: with train.seed = task.seed its first x must not be w*
+    first = task.sample(1, torch.Generator().manual_seed(4)).tokens[0, 0]
+    assert abs(float(first @ w / first.norm())) < 0.99
     same = tasks.make("single_index", {"d": 5, "k_star": 1, "seed": 4})
     assert torch.equal(same.w_star, task.w_star)  # w* is the seed's, whatever the link
     noisy = tasks.make("single_index", {"d": 5, "k_star": 1, "noise": 0.5, "seed": 4}).sample(4000, torch.Generator())

@@ -61,7 +61,9 @@ class SingleIndex(Task):
 
     def __init__(self, cfg: SingleIndexConfig):
         super().__init__(cfg)
-        w = torch.randn(cfg.d, generator=task_generator(cfg.seed))
+        # Not task_generator(seed): a run's data stream starts from torch's generator at train.seed, so with
+        # train.seed = task.seed its first x would be w* itself, a first step straight onto the answer.
+        w = torch.randn(cfg.d, generator=task_generator(cfg.seed ^ 0x2545F4914F6CDD1D))
         self.w_star = w / w.norm()
 
     @property
