@@ -84,16 +84,17 @@ def median(xs: list[Optional[float]]) -> Optional[float]:
 
 
 def fit(dims: list[int], samples: dict[int, list[Optional[int]]], draws: int = 2000) -> Optional[dict[str, Any]]:
-    """Slope of log median samples on log d, R², and a 95% bootstrap interval (seeds resampled within each d)."""
+    """Slope of log median samples on log d, R², and a 95% bootstrap interval (seeds resampled within each d). A
+    median of 0 (starts at weak recovery by chance, at small d) counts as 1 sample in the logarithms."""
     medians = [median(samples[d]) for d in dims]
     if any(m is None for m in medians):
         return None
-    f = harness.power_fit(dims, medians)
+    f = harness.power_fit(dims, [max(m, 1) for m in medians])
     rng, slopes = np.random.default_rng(0), []
     for _ in range(draws):
         ms = [median([samples[d][i] for i in rng.integers(0, len(samples[d]), len(samples[d]))]) for d in dims]
         if all(m is not None for m in ms):
-            slopes.append(harness.power_fit(dims, ms)["exponent"])
+            slopes.append(harness.power_fit(dims, [max(m, 1) for m in ms])["exponent"])
     interval = [float(np.quantile(slopes, 0.025)), float(np.quantile(slopes, 0.975))] if slopes else None
     return {"slope": f["exponent"], "prefactor": f["prefactor"], "r2": f["r2"], "interval": interval,
             "draws_with_every_median": len(slopes)}

@@ -38,6 +38,7 @@ def test_fit_recovers_a_planted_power_law(exp):
     assert f["interval"][0] <= 2.0 <= f["interval"][1]
     assert exp.fit(dims, {d: [None, None, 5] for d in dims}) is None  # a median not reached
     assert exp.median([1, None, None]) is None and exp.median([1, 2, None]) == 2
+    assert exp.fit(dims, {d: [0, 0, 1] if d == 8 else [d, d, d] for d in dims})["slope"] > 0  # a start at recovery: 1
 
 
 def cell(median, samples, edge=False, factor=4):
