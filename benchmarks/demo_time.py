@@ -26,7 +26,8 @@ sys.path.insert(0, str(ROOT / "experiments"))
 
 import harness  # noqa: E402
 
-from mechsynth import io, load_run, rundir  # noqa: E402
+from mechsynth import load_run  # noqa: E402
+from mechsynth.runs import io, rundir  # noqa: E402
 
 
 def main() -> int:

@@ -27,12 +27,12 @@ os.environ.setdefault("TQDM_DISABLE", "1")
 
 import torch  # noqa: E402
 
-from mechsynth import rundir  # noqa: E402
-from mechsynth.local_pool import cpu_count  # noqa: E402
-from mechsynth.runconfig import parse_config  # noqa: E402
-from mechsynth.runner import train_run  # noqa: E402
+from mechsynth.runs import rundir  # noqa: E402
+from mechsynth.runs.runconfig import parse_config  # noqa: E402
 from mechsynth.sweep import load_sweep, run_sweep  # noqa: E402
-from mechsynth.sweep_units import plan_units  # noqa: E402
+from mechsynth.sweep.local_pool import cpu_count  # noqa: E402
+from mechsynth.sweep.units import plan_units  # noqa: E402
+from mechsynth.training.runner import train_run  # noqa: E402
 
 EXPERIMENTS = Path(__file__).resolve().parent.parent / "experiments"
 

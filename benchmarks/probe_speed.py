@@ -24,7 +24,7 @@ import torch
 
 from mechsynth import load_run, parse_config, probes, train_run
 from mechsynth import configs
-from mechsynth.timeline import applicable, probe_run
+from mechsynth.analysis.timeline import applicable, probe_run
 
 BATCH = 64
 

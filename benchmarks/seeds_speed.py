@@ -8,7 +8,7 @@ S models (init seeds 0..S-1, data seeds 0..S-1):
   batched     - one SeedsTrainer, as `train.seeds = S` runs by default: every weight stacked on a seed
                 axis, one batched clip and optimizer step for all S; `seed_passes = "auto"` runs the
                 forward/backward passes stacked on a GPU and, for this model, per seed on worker
-                threads on a CPU (see mechsynth/seeds.py).
+                threads on a CPU (see mechsynth/training/seeds.py).
   stacked     - (CPU only) the same with `seed_passes = "stacked"`, one pass for all S, a GPU's way.
   sequential  - S ordinary Trainers, each stepped in turn: what S separate runs cost.
 All count model-steps (one optimizer step of one model) per second, data generation included. Rounds
@@ -30,8 +30,8 @@ os.environ.setdefault("TQDM_DISABLE", "1")
 import torch  # noqa: E402
 
 from mechsynth import models, tasks  # noqa: E402
-from mechsynth.seeds import SeedsTrainer  # noqa: E402
-from mechsynth.train import Trainer, TrainConfig  # noqa: E402
+from mechsynth.training.seeds import SeedsTrainer  # noqa: E402
+from mechsynth.training.train import Trainer, TrainConfig  # noqa: E402
 
 
 def sync(device: torch.device) -> None:

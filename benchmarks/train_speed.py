@@ -27,7 +27,7 @@ import torch.nn.functional as F  # noqa: E402
 
 from mechsynth import models, tasks  # noqa: E402
 from mechsynth.models.tl_compat import TL_MAJOR, TL_VERSION  # noqa: E402
-from mechsynth.train import Trainer, TrainConfig  # noqa: E402
+from mechsynth.training.train import Trainer, TrainConfig  # noqa: E402
 
 D_MODEL, N_HEADS, N_LAYERS, BATCH, T = 64, 2, 2, 64, 100
 

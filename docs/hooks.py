@@ -94,10 +94,10 @@ def models_page() -> str:
 
 def optimizers_page() -> str:
     from mechsynth import cli, optimizers
+    from mechsynth.analysis.wandb_log import WandbConfig
     from mechsynth.config import describe
     from mechsynth.optimizers.base import Hyper
-    from mechsynth.train import TrainConfig
-    from mechsynth.wandb_log import WandbConfig
+    from mechsynth.training.train import TrainConfig
 
     train = describe(TrainConfig)
     lines = ["# Optimizers and training", "", "Generated from the optimizer registry and the `[train]` and `[wandb]` "

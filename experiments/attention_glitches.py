@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402
 
 from mechsynth import probes  # noqa: E402
-from mechsynth.run import Run  # noqa: E402
+from mechsynth.runs.run import Run  # noqa: E402
 
 NAME = "attention_glitches"
 SPLITS = {"eval": "eval", "sparse": "eval_sparse", "dense": "eval_dense"}  # results' name -> the task's split

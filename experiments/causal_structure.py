@@ -35,8 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402
 
 from mechsynth import config as config_io  # noqa: E402
-from mechsynth.run import Run  # noqa: E402
-from mechsynth.timeline import formation_step, probe_run  # noqa: E402
+from mechsynth.analysis.timeline import formation_step, probe_run  # noqa: E402
+from mechsynth.runs.run import Run  # noqa: E402
 
 NAME = "causal_structure"
 BASE = harness.EXPERIMENTS / "causal_icl.toml"

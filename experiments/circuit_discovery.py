@@ -43,8 +43,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 import harness  # noqa: E402
 
-from mechsynth import circuits, configs, models, probes, tasks, timeline  # noqa: E402
-from mechsynth.run import Run  # noqa: E402
+from mechsynth import circuits, configs, models, probes, tasks  # noqa: E402
+from mechsynth.analysis import timeline  # noqa: E402
+from mechsynth.runs.run import Run  # noqa: E402
 
 NAME = "circuit_discovery"
 METHODS = circuits.METHODS

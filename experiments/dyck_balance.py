@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402
 
 from mechsynth import probes  # noqa: E402
-from mechsynth.run import Run  # noqa: E402
+from mechsynth.runs.run import Run  # noqa: E402
 from mechsynth.tasks.bounded_dyck import close_correct, open_positions  # noqa: E402
 
 NAME = "dyck_balance"

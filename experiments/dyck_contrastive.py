@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402
 from dyck_balance import balance, close_acc  # noqa: E402
 
-from mechsynth.run import Run  # noqa: E402
+from mechsynth.runs.run import Run  # noqa: E402
 
 NAME = "dyck_contrastive"
 GROUPS = {"baseline": 0.0, "contrastive": 0.3}  # the regulariser's weight

@@ -28,8 +28,8 @@ from typing import Any, Optional
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402
 
-from mechsynth import timeline  # noqa: E402
-from mechsynth.run import Run  # noqa: E402
+from mechsynth.analysis import timeline  # noqa: E402
+from mechsynth.runs.run import Run  # noqa: E402
 
 NAME = "edge_of_stability"
 # seeds: a count from 0, or a list (from 100: fresh seeds for the rule's first runs)

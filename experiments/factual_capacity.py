@@ -33,7 +33,7 @@ from typing import Any, Optional
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402
 
-from mechsynth.run import Run  # noqa: E402
+from mechsynth.runs.run import Run  # noqa: E402
 
 NAME = "factual_capacity"
 FAMILIES = ("linear_memory", "mlp_memory", "attention", "mlp")

@@ -38,8 +38,8 @@ from typing import Any, Optional, Sequence
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402
 
-from mechsynth import timeline  # noqa: E402
-from mechsynth.run import Run  # noqa: E402
+from mechsynth.analysis import timeline  # noqa: E402
+from mechsynth.runs.run import Run  # noqa: E402
 
 NAME = "factual_sequential"
 THRESHOLD = 0.99   # type_acc / acc learned: stays at or above from then on (the rule's)

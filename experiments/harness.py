@@ -4,7 +4,7 @@ small statistics.
 
 A script's runs are a sweep file beside it: experiments/<name>.toml is the CPU size, <name>_smoke.toml
 and <name>_full.toml (`base = "<name>.toml"`) the others. `Session.sweep()` trains it into --runs
-(seeds side by side where the configs allow; mechsynth/sweep_units.py) and returns the runs to analyse:
+(seeds side by side where the configs allow; mechsynth/sweep/units.py) and returns the runs to analyse:
 
     session = harness.Session(NAME, args)
     runs = session.sweep()                              # experiments/NAME[_size].toml -> args.runs
@@ -33,14 +33,14 @@ from typing import Any, Mapping, Optional, Sequence
 
 import torch
 
-from mechsynth import io, rundir
+from mechsynth.analysis.wandb_log import MODES
 from mechsynth.config import ConfigError
 from mechsynth.errors import UserError
-from mechsynth.run import Run, load_run
+from mechsynth.runs import io, rundir
+from mechsynth.runs.run import Run, load_run
 from mechsynth.sweep import Job, Plan, load_sweep, plan_of_runs, run_sweep
-from mechsynth.sweep_job import BACKENDS
-from mechsynth.sweep_plan import label
-from mechsynth.wandb_log import MODES
+from mechsynth.sweep.job import BACKENDS
+from mechsynth.sweep.plan import label
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import verdicts  # noqa: E402
@@ -156,7 +156,7 @@ class Session:
     def _run(self, plan: Plan) -> Runs:
         sweep_dir = self.args.runs
         if self.args.backend == "ray":
-            from mechsynth import ray_backend
+            from mechsynth.sweep import ray_backend
 
             ray_backend.require()
         if sweep_dir.is_dir() and not (sweep_dir / "sweep.json").exists() and any(sweep_dir.iterdir()):
@@ -378,7 +378,7 @@ def _ranks(x: Sequence[float]) -> list[float]:
 
 def stays_below(steps: Sequence[int], series: Sequence[float], level: float) -> Optional[int]:
     """The first step after which `series` stays ≤ level (None: it does not by the end)."""
-    from mechsynth.timeline import formation_step
+    from mechsynth.analysis.timeline import formation_step
 
     return formation_step(steps, [-v for v in series], -level)
 
@@ -387,7 +387,7 @@ def rise_step(steps: Sequence[int], scores: Sequence[float], fraction: float = 0
     """The first step after which a score stays above start + fraction × (end − start): when a head
     forms, measured against its own start and end rather than a fixed threshold (chance levels differ:
     a uniform head already scores 0.5 on the induction probe with two tokens)."""
-    from mechsynth.timeline import formation_step
+    from mechsynth.analysis.timeline import formation_step
 
     start, end = scores[0], max(scores[-3:]) if len(scores) >= 3 else scores[-1]
     if end <= start:

@@ -34,8 +34,8 @@ import harness  # noqa: E402
 
 from mechsynth import config as config_io  # noqa: E402
 from mechsynth import tasks  # noqa: E402
-from mechsynth.run import Run  # noqa: E402
-from mechsynth.timeline import probe_run  # noqa: E402
+from mechsynth.analysis.timeline import probe_run  # noqa: E402
+from mechsynth.runs.run import Run  # noqa: E402
 
 NAME = "hmm_identifiability"
 BASE = harness.EXPERIMENTS / "hmm_masked.toml"

@@ -37,8 +37,9 @@ from typing import Any, Optional
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402
 
-from mechsynth import probes, stages, timeline  # noqa: E402
-from mechsynth.run import Run  # noqa: E402
+from mechsynth import probes  # noqa: E402
+from mechsynth.analysis import stages, timeline  # noqa: E402
+from mechsynth.runs.run import Run  # noqa: E402
 
 NAME = "icl_regression"
 PROBE_SEED = 777  # the held-out prompts: the same for every run

@@ -30,9 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402
 import statistical_induction as si  # noqa: E402
 
-from mechsynth import stages, timeline  # noqa: E402
-from mechsynth.run import Run  # noqa: E402
-from mechsynth.sweep_plan import read_with_base  # noqa: E402
+from mechsynth.analysis import stages, timeline  # noqa: E402
+from mechsynth.runs.run import Run  # noqa: E402
+from mechsynth.sweep.plan import read_with_base  # noqa: E402
 
 NAME = "llc_stages"
 SIZES: dict[str, dict[str, Any]] = {

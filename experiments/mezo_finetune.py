@@ -31,8 +31,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402
 
-from mechsynth.run import Run  # noqa: E402
-from mechsynth.train import Trainer, resolve_device  # noqa: E402
+from mechsynth.runs.run import Run  # noqa: E402
+from mechsynth.training.train import Trainer, resolve_device  # noqa: E402
 
 NAME = "mezo_finetune"
 ARMS = {"adam": dict(optimizer="adam", lr=1e-3), "sgd": dict(optimizer="sgd", lr=0.1), "mezo": dict(optimizer="mezo", lr=1e-3)}

@@ -54,10 +54,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402
 import verdicts  # noqa: E402
 
-from mechsynth import rundir  # noqa: E402
 from mechsynth.probes import formation_step  # noqa: E402
-from mechsynth.run import Run  # noqa: E402
-from mechsynth.sweep_plan import plan_of_runs  # noqa: E402
+from mechsynth.runs import rundir  # noqa: E402
+from mechsynth.runs.run import Run  # noqa: E402
+from mechsynth.sweep.plan import plan_of_runs  # noqa: E402
 
 NAME = "parity_search"
 CONVERGED_ACC = 0.99

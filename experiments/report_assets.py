@@ -9,7 +9,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from mechsynth import browser, report
+from mechsynth.analysis import browser, report
 
 
 def main(run_dir: str, out: str = "assets", figures_only: bool = False) -> None:

@@ -34,9 +34,9 @@ import harness  # noqa: E402
 from statistical_induction import segments, strategy_kls  # noqa: E402
 
 from mechsynth import models, tasks  # noqa: E402
-from mechsynth.run import Run  # noqa: E402
+from mechsynth.analysis.timeline import probe_run  # noqa: E402
+from mechsynth.runs.run import Run  # noqa: E402
 from mechsynth.tasks.base import masked_loss  # noqa: E402
-from mechsynth.timeline import probe_run  # noqa: E402
 
 NAME = "simplified_induction"
 GROUPS = ("minimal", "transformer")

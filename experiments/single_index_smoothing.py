@@ -34,7 +34,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402
 
-from mechsynth.run import Run  # noqa: E402
+from mechsynth.runs.run import Run  # noqa: E402
 
 NAME = "single_index_smoothing"
 ARMS = ("vanilla", "smoothed")

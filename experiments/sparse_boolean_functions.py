@@ -51,8 +51,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402
 
-from mechsynth import timeline  # noqa: E402
-from mechsynth.run import Run  # noqa: E402
+from mechsynth.analysis import timeline  # noqa: E402
+from mechsynth.runs.run import Run  # noqa: E402
 
 NAME = "sparse_boolean_functions"
 KINDS = ("symmetric", "generic")

@@ -47,8 +47,8 @@ from typing import Any, Optional
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402
 
-from mechsynth.run import Run  # noqa: E402
-from mechsynth.timeline import formation_step, probe_run  # noqa: E402
+from mechsynth.analysis.timeline import formation_step, probe_run  # noqa: E402
+from mechsynth.runs.run import Run  # noqa: E402
 
 NAME = "sparse_parity_hidden_progress"
 CONVERGED_ACC = 0.99

@@ -55,8 +55,8 @@ import harness  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from mechsynth import timeline  # noqa: E402
-from mechsynth.run import Run  # noqa: E402
+from mechsynth.analysis import timeline  # noqa: E402
+from mechsynth.runs.run import Run  # noqa: E402
 
 NAME = "sparse_selection"
 

@@ -39,14 +39,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402
 
 from mechsynth import tasks  # noqa: E402
-from mechsynth.run import Run  # noqa: E402
-from mechsynth.timeline import formation_step, probe_run, steepest_drop  # noqa: E402
+from mechsynth.analysis.timeline import formation_step, probe_run, steepest_drop  # noqa: E402
+from mechsynth.runs.run import Run  # noqa: E402
 
 NAME = "statistical_induction"
 
 # The runs are experiments/statistical_induction.toml (CPU size; _smoke.toml, _full.toml): the six
 # conditions below × 5 seeds, 100–104 (smoke 2, side by side; full 10: 100–109). Seeds that are not
-# 0..S-1 train one run each, not side by side (mechsynth.sweep_units.why_separate). What follows is the
+# 0..S-1 train one run each, not side by side (mechsynth.sweep.units.why_separate). What follows is the
 # analysis: its own sizes only.
 SIZES: dict[str, dict[str, Any]] = {
     "smoke": dict(kl_batch=32, probe_batch=8),
@@ -130,7 +130,7 @@ def head(steps: list[int], series: dict[str, list[float]], layer: int, threshold
 
 def chance_of(tl: Any, probe: str) -> Optional[float]:
     """A uniform head's score on the probe's inputs (its metric `chance`, the same at every checkpoint: the
-    highest taken, as mechsynth.timeline.formation_threshold does)."""
+    highest taken, as mechsynth.analysis.timeline.formation_threshold does)."""
     values = [v for v in tl.metrics.get(probe, {}).get("chance", []) if math.isfinite(v)]
     return max(values) if values else None
 

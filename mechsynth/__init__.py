@@ -11,12 +11,12 @@ if (_checkout / "probes" / "__init__.py").is_file() and not (_Path(__file__).res
     __path__.append(str(_checkout))
 
 from mechsynth import tasks  # noqa: E402
-from mechsynth.importing import import_checkpoints, import_models, probe_models  # noqa: E402
 from mechsynth.models.tl_compat import hooked_model  # noqa: E402
-from mechsynth.monitor import Monitor  # noqa: E402
-from mechsynth.run import Run, load_run  # noqa: E402
-from mechsynth.runconfig import RunConfig, parse_config  # noqa: E402
-from mechsynth.runner import train_run  # noqa: E402
+from mechsynth.runs.run import Run, load_run  # noqa: E402
+from mechsynth.runs.runconfig import RunConfig, parse_config  # noqa: E402
+from mechsynth.training.runner import train_run  # noqa: E402
+from mechsynth.yours.importing import import_checkpoints, import_models, probe_models  # noqa: E402
+from mechsynth.yours.monitor import Monitor  # noqa: E402
 
 __all__ = ["Monitor", "Run", "RunConfig", "hooked_model", "import_checkpoints", "import_models", "load_run", "parse_config",
            "probe_models", "tasks", "train_run"]

@@ -11,10 +11,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
 
+from mechsynth.analysis.wandb_log import MODES
 from mechsynth.config import apply_override, describe, read_toml
 from mechsynth.errors import ConfigError, DivergedError, UserError
-from mechsynth.sweep_job import BACKENDS
-from mechsynth.wandb_log import MODES
+from mechsynth.sweep.job import BACKENDS
 
 DIVERGED = 3  # exit code of a run whose loss stopped being finite (2: a user error; 130: Ctrl-C)
 
@@ -156,8 +156,8 @@ def _listing(table: dict[str, dict[str, Any]], as_json: bool) -> int:
 
 def _train(data: dict, out: Optional[str], default_name: str, overrides: Sequence[str], wandb: Optional[str],
            progress: bool) -> Path:
-    from mechsynth.runconfig import parse_config
-    from mechsynth.runner import train_run
+    from mechsynth.runs.runconfig import parse_config
+    from mechsynth.training.runner import train_run
 
     for o in overrides:
         apply_override(data, o)
@@ -171,9 +171,9 @@ def _train(data: dict, out: Optional[str], default_name: str, overrides: Sequenc
 
 
 def _resume(args) -> int:
-    from mechsynth.run import parse_stored
-    from mechsynth.runconfig import parse_config
-    from mechsynth.runner import train_run
+    from mechsynth.runs.run import parse_stored
+    from mechsynth.runs.runconfig import parse_config
+    from mechsynth.training.runner import train_run
 
     run_dir = Path(args.resume)
     data = parse_stored(run_dir).to_dict()
@@ -194,9 +194,11 @@ def _probe(run_dir: Path, probe_names: Optional[str], steps: Optional[str], batc
            wandb: Optional[str], sets: Sequence[str] = ()) -> int:
     from dataclasses import replace
 
-    from mechsynth import probes, rundir, timeline
-    from mechsynth.run import load_run
-    from mechsynth.wandb_log import WandbLogger, resolve_mode
+    from mechsynth import probes
+    from mechsynth.analysis import timeline
+    from mechsynth.analysis.wandb_log import WandbLogger, resolve_mode
+    from mechsynth.runs import rundir
+    from mechsynth.runs.run import load_run
 
     run = load_run(run_dir)
     if not run.steps:
@@ -263,7 +265,7 @@ def _sweep(args) -> int:
     if args.backend == "ray" and args.workers is not None:
         raise ConfigError("--workers", "is for the local backend; Ray schedules runs by --cpus-per-run/--gpus-per-run")
     if args.backend == "ray":
-        from mechsynth import ray_backend
+        from mechsynth.sweep import ray_backend
 
         ray_backend.require()
     # A Ray head node need not have the runs' device (a GPU): their workers check it, each run on its own.
@@ -284,7 +286,8 @@ def _sweep(args) -> int:
 
 
 def _sweep_report(args) -> int:
-    from mechsynth import rundir, sweep_report
+    from mechsynth.runs import rundir
+    from mechsynth.sweep import report as sweep_report
     from mechsynth.sweep import load_plan
 
     if not 0 < args.acc <= 1:
@@ -320,7 +323,8 @@ def _sweep_report(args) -> int:
 
 
 def _import(args) -> int:
-    from mechsynth import importing, tasks
+    from mechsynth import tasks
+    from mechsynth.yours import importing
 
     given: dict[str, Any] = {}
     for o in args.set:
@@ -339,10 +343,10 @@ def _import(args) -> int:
 def _report(run_dir: Path, batch_size: int, wandb: Optional[str]) -> int:
     from dataclasses import replace
 
-    from mechsynth import report
-    from mechsynth.run import load_run
-    from mechsynth.timeline import log_to_wandb
-    from mechsynth.wandb_log import WandbLogger, resolve_mode
+    from mechsynth.analysis import report
+    from mechsynth.analysis.timeline import log_to_wandb
+    from mechsynth.analysis.wandb_log import WandbLogger, resolve_mode
+    from mechsynth.runs.run import load_run
 
     if batch_size < 1:
         raise ConfigError("--batch-size", f"must be ≥ 1, got {batch_size}")
@@ -380,7 +384,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             _train(read_toml(args.config), args.out, Path(args.config).stem, args.set, args.wandb, not args.no_progress)
             return 0
         if args.command == "probe":
-            from mechsynth import sweep_probe
+            from mechsynth.sweep import probe as sweep_probe
 
             many = sweep_probe.runs_within(Path(args.run_dir))
             if many is not None:  # a sweep, or seeds side by side: each run, in parallel

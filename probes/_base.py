@@ -21,7 +21,7 @@ from mechsynth.tasks.base import Batch
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-# A mechsynth.timeline.Timeline: the timeline imports the probes, never the other way round.
+# A mechsynth.analysis.timeline.Timeline: the timeline imports the probes, never the other way round.
 Timeline = Any
 
 

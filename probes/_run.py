@@ -14,11 +14,11 @@ from torch import Tensor
 from mechsynth import hooks
 from mechsynth.config import from_dict
 from mechsynth.errors import ConfigError
-from mechsynth.external import misfit, trainable
 from mechsynth.models.tl_compat import is_hooked_transformer
 from mechsynth.probes._base import PROBES, Probe, ProbeError, ProbeResult, View, input_weights, resolve
 from mechsynth.probes._formation import FormationOptions, raised
 from mechsynth.probes._inputs import dims, draw, vector_width
+from mechsynth.yours.external import misfit, trainable
 
 
 def names() -> list[str]:

@@ -22,11 +22,11 @@ from matplotlib.figure import Figure
 from torch import Tensor
 
 from mechsynth import hooks
-from mechsynth.plots import mark_drop, new_figure, steps_axis
+from mechsynth.analysis.plots import mark_drop, new_figure, steps_axis
 from mechsynth.probes import ProbeResult, Section, View, head_metrics, register
 
 if TYPE_CHECKING:
-    from mechsynth.timeline import Timeline
+    from mechsynth.analysis.timeline import Timeline
 
 
 def resid_hooks(n_layers: int) -> list[str]:

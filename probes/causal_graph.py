@@ -42,11 +42,11 @@ from matplotlib.figure import Figure
 from torch import Tensor
 
 from mechsynth import hooks
-from mechsynth.plots import mark_drop, new_figure, steps_axis
+from mechsynth.analysis.plots import mark_drop, new_figure, steps_axis
 from mechsynth.probes import ProbeResult, Section, View, attention_hooks, register, render_heads
 
 if TYPE_CHECKING:
-    from mechsynth.timeline import Timeline
+    from mechsynth.analysis.timeline import Timeline
 
 THRESHOLD = 0.9
 TIE = 1e-6  # attention values this close count as tied (uniform rows are equal only up to rounding)

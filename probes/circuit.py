@@ -31,8 +31,8 @@ from matplotlib.figure import Figure
 from torch import Tensor
 
 from mechsynth import circuits
+from mechsynth.analysis.plots import mark_drop, new_figure, steps_axis
 from mechsynth.config import check, check_fields, doc, validates_itself
-from mechsynth.plots import mark_drop, new_figure, steps_axis
 from mechsynth.probes import ProbeError, ProbeResult, Section, View, no_hooks, register
 from mechsynth.probes._landscape import finite, log_spaced
 from mechsynth.tasks.base import Batch

@@ -42,12 +42,12 @@ from jaxtyping import Float
 from matplotlib.figure import Figure
 from torch import Tensor
 
-from mechsynth.plots import mark_drop, new_figure, steps_axis
+from mechsynth.analysis.plots import mark_drop, new_figure, steps_axis
 from mechsynth.probes import ProbeResult, Section, View, formation_step, no_hooks, register
 from mechsynth.tasks.base import Batch, align
 
 if TYPE_CHECKING:
-    from mechsynth.timeline import Timeline
+    from mechsynth.analysis.timeline import Timeline
 
 TRUTH = ("relation", "answer_set", "facts")
 KNOWN = 0.9  # the type (or the facts) count as learned once type_acc (acc) stays at or above this

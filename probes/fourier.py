@@ -50,11 +50,11 @@ from matplotlib.figure import Figure
 from torch import Tensor
 
 from mechsynth import hooks
-from mechsynth.plots import mark_drop, new_figure, steps_axis
+from mechsynth.analysis.plots import mark_drop, new_figure, steps_axis
 from mechsynth.probes import ProbeError, ProbeResult, Section, View, formation_step, register
 
 if TYPE_CHECKING:
-    from mechsynth.timeline import Timeline
+    from mechsynth.analysis.timeline import Timeline
 
 TRUTH = ("a", "b", "modulus", "in_train", "linear")
 WEIGHTS = ("W_E", "W_Q", "W_K", "W_V", "W_O", "W_in", "W_out", "W_U")  # what `weight_norm_sq` sums

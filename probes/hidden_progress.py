@@ -31,11 +31,11 @@ from jaxtyping import Float
 from matplotlib.figure import Figure
 from torch import Tensor
 
-from mechsynth.plots import held_out_loss, mark_drop, new_figure, steps_axis
+from mechsynth.analysis.plots import held_out_loss, mark_drop, new_figure, steps_axis
 from mechsynth.probes import ProbeResult, Section, View, formation_step, input_weights, no_hooks, register
 
 if TYPE_CHECKING:
-    from mechsynth.timeline import Timeline
+    from mechsynth.analysis.timeline import Timeline
 
 
 def row_drift(view: View) -> Float[Tensor, "bit"]:

@@ -52,11 +52,11 @@ from tensorly.cp_tensor import CPTensor
 from tensorly.decomposition import non_negative_parafac_hals
 from torch import Tensor
 
-from mechsynth.plots import mark_drop, new_figure, steps_axis
+from mechsynth.analysis.plots import mark_drop, new_figure, steps_axis
 from mechsynth.probes import ProbeError, ProbeResult, Section, View, formation_step, no_hooks, register
 
 if TYPE_CHECKING:
-    from mechsynth.timeline import Timeline
+    from mechsynth.analysis.timeline import Timeline
 
 TRUTH = ("emission", "hidden_transition", "hidden_stationary", "optimal")
 RESTARTS = 2  # Jennrich starts and random starts, besides the SVD start

@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any, Optional
 import torch
 from matplotlib.figure import Figure
 
-from mechsynth.plots import mark_drop, new_figure, steps_axis
+from mechsynth.analysis.plots import mark_drop, new_figure, steps_axis
 from mechsynth.probes import ProbeResult, Section, View, no_hooks, register
 
 if TYPE_CHECKING:
-    from mechsynth.timeline import Timeline
+    from mechsynth.analysis.timeline import Timeline
 
 # In this order: `stage` and `nearest/<i>` index the ones the task provides, and the metrics keep it.
 STRATEGIES = ("least_squares", "ridge", "averaging", "nearest_neighbours", "dmmse")

@@ -24,11 +24,11 @@ from matplotlib.figure import Figure
 from torch import Tensor
 
 from mechsynth import hooks
-from mechsynth.plots import mark_drop, new_figure, steps_axis
+from mechsynth.analysis.plots import mark_drop, new_figure, steps_axis
 from mechsynth.probes import ProbeResult, Section, View, register
 
 if TYPE_CHECKING:
-    from mechsynth.timeline import Timeline
+    from mechsynth.analysis.timeline import Timeline
 
 RIDGE = 1e-3  # λ per training row on standardized features: a guard against collinear features, not a prior
 

@@ -10,10 +10,12 @@ import pytest
 import torch
 
 import mechsynth
-from mechsynth import callbacks, external, load_run, rundir, tasks
+from mechsynth import load_run, tasks
 from mechsynth.cli import main
 from mechsynth.errors import ConfigError
+from mechsynth.runs import rundir
 from mechsynth.tasks.base import Batch, masked_loss
+from mechsynth.yours import callbacks, external
 
 STEPS = 40
 

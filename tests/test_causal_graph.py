@@ -13,9 +13,10 @@ import pytest
 import torch
 from planted import planted_causal_graph_model, planted_induction_model
 
-from mechsynth import load_run, models, parse_config, probes, tasks, timeline, train_run
+from mechsynth import load_run, models, parse_config, probes, tasks, train_run
+from mechsynth.analysis import timeline
+from mechsynth.analysis.timeline import Timeline
 from mechsynth.probes.causal_graph import edge_recovery, graph_induction_targets, parent_auc
-from mechsynth.timeline import Timeline
 
 
 def _graph(params: dict) -> torch.Tensor:

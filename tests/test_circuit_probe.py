@@ -9,9 +9,10 @@ import math
 
 import pytest
 
-from mechsynth import browser, probes, report, timeline
+from mechsynth import probes
+from mechsynth.analysis import browser, report, timeline
 from mechsynth.cli import main
-from mechsynth.run import load_run
+from mechsynth.runs.run import load_run
 
 SMALL = ["--set", "circuit.checkpoints=4", "--set", "circuit.method=eap", "--batch-size", "16"]
 

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from mechsynth import hooks, load_run, models, parse_config, probes, stages, tasks, timeline, train_run
+from mechsynth import hooks, load_run, models, parse_config, probes, tasks, train_run
+from mechsynth.analysis import stages, timeline
 from mechsynth.config import ConfigError, read_toml
 from mechsynth.tasks.base import masked_loss
 

@@ -15,7 +15,7 @@ from mechsynth import hooks, models, probes, tasks
 from mechsynth.config import ConfigError
 from mechsynth.models.disentangled import DisentangledConfig
 from mechsynth.models.tl_compat import hooked_transformer
-from mechsynth.seeds import saved_activation_bytes
+from mechsynth.training.seeds import saved_activation_bytes
 
 
 def reference(As: list[Tensor], W_U: Tensor, tokens: Tensor, d_vocab: int, n_ctx: int) -> tuple[Tensor, list[Tensor]]:

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from mechsynth import browser, models, optimizers, probes, tasks
+from mechsynth import models, optimizers, probes, tasks
+from mechsynth.analysis import browser
 from mechsynth.config import describe
 
 ROOT = Path(__file__).resolve().parents[1]

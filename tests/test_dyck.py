@@ -11,7 +11,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mechsynth import hooks, load_run, models, parse_config, probes, tasks, timeline, train_run
+from mechsynth import hooks, load_run, models, parse_config, probes, tasks, train_run
+from mechsynth.analysis import timeline
 from mechsynth.config import ConfigError
 
 
@@ -280,9 +281,9 @@ def test_contrastive_term_is_the_prefixed_logits_mse_and_leaves_sampling_alone()
 
 
 def test_contrastive_training_differs_resumes_bit_exact_and_refuses_what_it_cannot(tmp_path, tiny, ctrl_c_at):
-    from mechsynth import io
-    from mechsynth.rundir import ckpt_dir
-    from mechsynth.train import Trainer
+    from mechsynth.runs import io
+    from mechsynth.runs.rundir import ckpt_dir
+    from mechsynth.training.train import Trainer
 
     task = {"name": "bounded_dyck", "length": 12, "eval_long_length": 32, "contrastive": 0.3}
     cfg = tiny(task, {"n_layers": 1, "d_model": 16, "positional": "none"}, {"steps": 12, "checkpoints": 2})

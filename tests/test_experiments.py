@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from mechsynth import io, load_run
+from mechsynth import load_run
 from mechsynth.config import ConfigError
+from mechsynth.runs import io
 from mechsynth.sweep import load_plan
 
 EXPERIMENTS = Path(__file__).resolve().parent.parent / "experiments"

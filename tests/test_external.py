@@ -14,11 +14,13 @@ import torch
 from safetensors.torch import save_file
 
 import mechsynth
-from mechsynth import external, importing, load_run, parse_config, probes, tasks, timeline, train_run
+from mechsynth import load_run, parse_config, probes, tasks, train_run
+from mechsynth.analysis import timeline
 from mechsynth.cli import main
 from mechsynth.errors import ConfigError, UserError
 from mechsynth.models import tl_compat
 from mechsynth.tasks.base import masked_loss
+from mechsynth.yours import external, importing
 from tests.nanogpt_ref import GPT
 
 DATA = Path(__file__).parent / "data"
@@ -138,8 +140,8 @@ def test_import_a_tracr_program_and_probe_it(tmp_path):
     info = json.loads((DATA / "tracr_detect_pattern.json").read_text())
     run = load_run(importing.import_checkpoints(DATA / "tracr_detect_pattern.json", tmp_path / "run"))
     assert run.task.name == "random_tokens" and run.task.spec.d_vocab == info["V"]
-    from mechsynth.io import tensors_from_bytes
     from mechsynth.models import TransformerConfig
+    from mechsynth.runs.io import tensors_from_bytes
 
     path = DATA / "tracr_detect_pattern.safetensors"
     compiled = tl_compat.hooked_transformer(TransformerConfig(**info["config"], n_ctx=info["N"]), info["V"], info["V_out"],

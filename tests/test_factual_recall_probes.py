@@ -10,12 +10,13 @@ import pytest
 import torch
 from planted import RECALL, planted_recall_weights
 
-from mechsynth import load_run, models, parse_config, probes, tasks, timeline, train_run
+from mechsynth import load_run, models, parse_config, probes, tasks, train_run
+from mechsynth.analysis import timeline
+from mechsynth.analysis.report import probe_figures
+from mechsynth.analysis.timeline import Timeline
 from mechsynth.models.tl_compat import hooked_transformer
 from mechsynth.probes import ProbeError
 from mechsynth.probes._run import mean_ablated
-from mechsynth.report import probe_figures
-from mechsynth.timeline import Timeline
 
 NAMES = ["fact_storage", "answer_type"]
 

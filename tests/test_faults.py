@@ -19,9 +19,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from mechsynth import load_run, rundir
+from mechsynth import load_run
 from mechsynth.cli import main
 from mechsynth.errors import UserError
+from mechsynth.runs import rundir
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = """
@@ -177,8 +178,8 @@ def test_a_pickle_that_would_run_code_is_refused_without_suggesting_to_allow_it(
 
 KILLER = """
 import os, pathlib, signal, sys
-from mechsynth import io
 from mechsynth.cli import main
+from mechsynth.runs import io
 
 target, where = sys.argv[1], sys.argv[2]
 real_dir, real_text = io.atomic_dir, pathlib.Path.write_text

@@ -6,10 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mechsynth import io, load_run, parse_config, train_run
+from mechsynth import load_run, parse_config, train_run
 from mechsynth.cli import main
 from mechsynth.errors import UserError
-from mechsynth.rundir import ckpt_dir
+from mechsynth.runs import io
+from mechsynth.runs.rundir import ckpt_dir
 
 TASK = {"name": "markov_icl", "k": 3, "length": 12}
 MODEL = {"n_layers": 1, "n_heads": 1, "d_model": 16, "attn_only": True}
@@ -68,7 +69,7 @@ def test_a_fine_tuning_run_resumes_from_its_own_checkpoint(pretrained, tmp_path,
     """Bit-exact, and without the run it started from: that may be gone by then."""
     import shutil
 
-    from mechsynth.train import Trainer
+    from mechsynth.training.train import Trainer
 
     source = shutil.copytree(pretrained, tmp_path / "source")
     train = {"steps": 10, "checkpoints": 4, "seed": 5}

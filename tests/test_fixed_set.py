@@ -9,10 +9,11 @@ import collections
 import pytest
 import torch
 
-from mechsynth import io, load_run, models, parse_config, tasks, train_run
+from mechsynth import load_run, models, parse_config, tasks, train_run
 from mechsynth.config import ConfigError
-from mechsynth.rundir import ckpt_dir
-from mechsynth.train import Trainer, TrainConfig
+from mechsynth.runs import io
+from mechsynth.runs.rundir import ckpt_dir
+from mechsynth.training.train import Trainer, TrainConfig
 
 
 def rows(tokens: torch.Tensor) -> collections.Counter:

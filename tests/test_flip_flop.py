@@ -8,7 +8,8 @@ import math
 import pytest
 import torch
 
-from mechsynth import load_run, models, parse_config, probes, stages, tasks, timeline, train_run
+from mechsynth import load_run, models, parse_config, probes, tasks, train_run
+from mechsynth.analysis import stages, timeline
 from mechsynth.config import ConfigError
 from mechsynth.models.recurrent import step_by_step
 from mechsynth.tasks.flip_flop import BIT0, I, R, W

@@ -204,7 +204,7 @@ def test_a_tiny_transformer_groks_with_few_key_frequencies(wandb_plots):
     key frequencies, a concentrated embedding, restricted loss as low as the test loss, and excluded loss
     far above the train loss; with the final key frequencies fixed (Nanda et al.), restricted loss falls
     before the test loss does. The timeline's summary, figure and W&B plots read the probe's metrics."""
-    from mechsynth.timeline import Timeline
+    from mechsynth.analysis.timeline import Timeline
 
     start = time.perf_counter()
     task = tasks.make("modular_arithmetic", {"p": 31, "train_frac": 0.6, "seed": 0})

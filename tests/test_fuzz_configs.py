@@ -31,15 +31,16 @@ from typing import Any, Literal, Union, get_args, get_origin
 import pytest
 import torch
 
-from mechsynth import budget, models, tasks
+from mechsynth import models, tasks
+from mechsynth.analysis.wandb_log import WandbConfig
 from mechsynth.cli import main
 from mechsynth.config import ConfigError, describe, read_toml
 from mechsynth.models import MLPConfig, TransformerConfig
 from mechsynth.models.tl_compat import TL_MAJOR
-from mechsynth.runconfig import parse_config
-from mechsynth.seeds import saved_activation_bytes
-from mechsynth.train import TrainConfig, resolve_device
-from mechsynth.wandb_log import WandbConfig
+from mechsynth.runs.runconfig import parse_config
+from mechsynth.training import budget
+from mechsynth.training.seeds import saved_activation_bytes
+from mechsynth.training.train import TrainConfig, resolve_device
 
 CORPUS = Path(__file__).with_name("fuzz_configs.jsonl")
 ROOT = Path(__file__).parents[1]

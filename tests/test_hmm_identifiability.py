@@ -14,9 +14,9 @@ import torch
 from planted import HMMPredictorModel
 
 from mechsynth import models, probes, tasks
+from mechsynth.analysis.timeline import Timeline
 from mechsynth.probes import hmm_identifiability as hi
 from mechsynth.tasks.hmm_masked import window_joint
-from mechsynth.timeline import Timeline
 
 
 def hmm(params: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -10,10 +10,11 @@ import re
 import pytest
 import torch
 
-from mechsynth import load_run, parse_config, probes, report, tasks, timeline, train_run
+from mechsynth import load_run, parse_config, probes, tasks, train_run
+from mechsynth.analysis import report, timeline
+from mechsynth.analysis.timeline import Timeline, steepest_drop, summary
 from mechsynth.cli import first_sentence, main
 from mechsynth.probes.icl_strategy import stages
-from mechsynth.timeline import Timeline, steepest_drop, summary
 
 from planted import PredictorModel
 

@@ -57,15 +57,17 @@ def test_no_import_cycles():
         if name not in state:
             visit(name, [name])
     assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
-    assert "mechsynth.rundir" in graph and graph["mechsynth.rundir"] <= {"mechsynth.io", "mechsynth.errors", "mechsynth.plugins"}, \
+    assert "mechsynth.runs.rundir" in graph and \
+        graph["mechsynth.runs.rundir"] <= {"mechsynth.runs.io", "mechsynth.errors", "mechsynth.plugins"}, \
         "the run-directory module is a leaf: it knows files (and the plugins a run came from), not models or training"
     assert graph["mechsynth.plugins"] <= {"mechsynth.errors"}, "plugins are imported before any registry is looked up"
 
 
 def test_each_edge_is_imported_in_one_place():
-    owners = {"wandb": "mechsynth.wandb_log", "ray": "mechsynth.ray_backend", "circuitsvis": "mechsynth.views",
-              "transformer_lens": "mechsynth.models.tl_compat", "transformers": "mechsynth.callbacks",
-              "lightning": "mechsynth.callbacks", "pytorch_lightning": "mechsynth.callbacks"}
+    owners = {"wandb": "mechsynth.analysis.wandb_log", "ray": "mechsynth.sweep.ray_backend",
+              "circuitsvis": "mechsynth.analysis.views", "transformer_lens": "mechsynth.models.tl_compat",
+              "transformers": "mechsynth.yours.callbacks", "lightning": "mechsynth.yours.callbacks",
+              "pytorch_lightning": "mechsynth.yours.callbacks", "devinterp": "mechsynth.probes.llc"}
     users: dict[str, set[str]] = {k: set() for k in owners}
     for name, path in modules().items():
         for node in ast.walk(ast.parse(path.read_text())):
@@ -75,6 +77,35 @@ def test_each_edge_is_imported_in_one_place():
                 if n.split(".")[0] in owners:
                     users[n.split(".")[0]].add(name)
     assert all(users[k] <= {owners[k]} for k in owners), users
+
+
+# What the top of mechsynth/ holds (docs/layout.md): the package's face, the CLI and what every part shares (config
+# fields, errors, hook names, the registries and their plugins); everything else lives in a folder by purpose.
+TOP_MODULES = {"__init__.py", "cli.py", "config.py", "errors.py", "hooks.py", "plugins.py", "registry.py"}
+PACKAGES = {"analysis", "circuits", "configs", "models", "optimizers", "runs", "sweep", "tasks", "training", "yours"}
+
+
+def test_the_top_level_stays_small():
+    """A new module goes into the folder of its purpose, not beside cli.py (the layout does not regrow flat)."""
+    root = ROOTS["mechsynth"]
+    assert {p.name for p in root.glob("*.py")} == TOP_MODULES, "a module at the top of mechsynth/: see docs/layout.md"
+    folders = {p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith(("__", "."))}
+    assert folders == PACKAGES, "a folder in mechsynth/ that docs/layout.md does not describe (or one gone)"
+    layout = (REPO / "docs" / "layout.md").read_text()
+    undescribed = [n for n in TOP_MODULES - {"__init__.py"} if n not in layout]
+    undescribed += [f"mechsynth/{p}/" for p in PACKAGES if f"mechsynth/{p}/" not in layout]
+    assert not undescribed, f"docs/layout.md does not say what these are for: {undescribed}"
+
+
+def test_every_package_ships():
+    """pyproject.toml lists the packages the wheel holds: every folder of mechsynth (and probes) must be there."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {name for name, path in modules().items() if path.name == "__init__.py"}
+    assert listed == found, f"missing from pyproject.toml: {sorted(found - listed)}; not in the tree: {sorted(listed - found)}"
 
 
 def test_a_second_checkout_on_pythonpath_imports_its_own_probes(tmp_path):

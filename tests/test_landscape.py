@@ -10,10 +10,11 @@ import math
 import pytest
 import torch
 
-from mechsynth import models, probes, report, stages, tasks, timeline
+from mechsynth import models, probes, tasks
+from mechsynth.analysis import report, stages, timeline
 from mechsynth.cli import main
 from mechsynth.probes import ProbeError
-from mechsynth.run import load_run
+from mechsynth.runs.run import load_run
 
 CONFIG = {"task": {"name": "markov_icl", "k": 3, "length": 12}, "model": {"n_layers": 2, "n_heads": 1, "d_model": 16, "attn_only": True}}
 SMALL = ["--set", "llc.draws=20", "--set", "llc.chains=2", "--set", "llc.checkpoints=4", "--set", "llc.pool=64",

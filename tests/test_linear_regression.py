@@ -10,8 +10,8 @@ import torch
 
 from mechsynth import models, tasks
 from mechsynth.config import ConfigError
-from mechsynth.seeds import per_model_loss
 from mechsynth.tasks.base import masked_loss
+from mechsynth.training.seeds import per_model_loss
 
 
 def gen(seed: int) -> torch.Generator:

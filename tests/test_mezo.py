@@ -11,7 +11,7 @@ import torch
 from mechsynth import models, optimizers, parse_config, tasks
 from mechsynth.config import ConfigError
 from mechsynth.optimizers.mezo import EPS, SEED
-from mechsynth.train import TrainConfig, Trainer
+from mechsynth.training.train import TrainConfig, Trainer
 
 
 def quadratic(params, A, b):

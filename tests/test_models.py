@@ -319,7 +319,7 @@ FROZEN_TRAIN = {"steps": 8, "checkpoints": 3, "eval_every": 4, "lr": 0.01, "weig
 
 
 def test_frozen_embeddings_start_as_trained_ones_and_only_the_rest_is_optimized():
-    from mechsynth.train import TrainConfig, make_optimizer
+    from mechsynth.training.train import TrainConfig, make_optimizer
 
     cfg = TransformerConfig(n_layers=1, n_heads=2, d_model=16, freeze_embeddings=True)
     frozen, free = build(cfg, SPEC), build(dataclasses.replace(cfg, freeze_embeddings=False), SPEC)

@@ -11,14 +11,15 @@ import pytest
 import torch
 from planted import _config, _embeddings, _layer, planted_induction_model
 
-from mechsynth import hooks, probes, report, timeline
+from mechsynth import hooks, probes
+from mechsynth.analysis import report, timeline
+from mechsynth.analysis.timeline import Timeline
 from mechsynth.cli import main
 from mechsynth.errors import ConfigError
 from mechsynth.models.tl_compat import hooked_transformer
 from mechsynth.probes import FormationOptions, View
-from mechsynth.run import load_run
+from mechsynth.runs.run import load_run
 from mechsynth.tasks.base import Batch
-from mechsynth.timeline import Timeline
 
 
 def hand_set(name: str, tokens: torch.Tensor, heads: list[torch.Tensor], option: dict | None = None) -> probes.ProbeResult:

@@ -192,7 +192,7 @@ def test_hidden_progress_rises_on_the_loss_plateau(tmp_path):
     """Barak et al. 2022's MLP on a sparse parity (n = 20, k = 3): for hundreds of steps the loss stays at
     chance, while the weights of the support bits move away from the rest; then the loss drops."""
     from mechsynth import load_run, parse_config, train_run
-    from mechsynth.timeline import applicable, probe_run
+    from mechsynth.analysis.timeline import applicable, probe_run
 
     data = {"task": {"name": "sparse_parity", "n": 20, "k": 3}, "model": {"kind": "mlp", "width": 100},
             "train": {"steps": 1500, "batch_size": 32, "lr": 0.1, "optimizer": "sgd", "grad_clip": 0, "eval_every": 100,

@@ -9,9 +9,10 @@ import re
 import pytest
 import torch
 
-from mechsynth import browser, hooks, load_run, parse_config, probes, report, train_run
+from mechsynth import hooks, load_run, parse_config, probes, train_run
+from mechsynth.analysis import browser, report
+from mechsynth.analysis.timeline import Timeline
 from mechsynth.cli import main
-from mechsynth.timeline import Timeline
 
 from test_views import props_of
 

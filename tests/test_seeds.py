@@ -14,15 +14,16 @@ import time
 import pytest
 import torch
 
-from mechsynth import io, load_run, parse_config, train_run
+from mechsynth import load_run, parse_config, train_run
+from mechsynth import models, optimizers, tasks
 from mechsynth.cli import main
 from mechsynth.config import ConfigError
-from mechsynth.rundir import ckpt_dir, seed_dir
-from mechsynth import models, optimizers, tasks
-from mechsynth import seeds as seeds_module
-from mechsynth import train as train_module
-from mechsynth.seeds import SeedsTrainer, clip_per_model_, saved_activation_bytes, seed_view
-from mechsynth.train import TrainConfig
+from mechsynth.runs import io
+from mechsynth.runs.rundir import ckpt_dir, seed_dir
+from mechsynth.training import seeds as seeds_module
+from mechsynth.training import train as train_module
+from mechsynth.training.seeds import SeedsTrainer, clip_per_model_, saved_activation_bytes, seed_view
+from mechsynth.training.train import TrainConfig
 
 CASES = {
     # MLP layers, AdamW with weight decay, a warmup and cosine schedule, clipping far below the gradient norm.

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from mechsynth import load_run, models, parse_config, tasks, timeline, train_run
+from mechsynth import load_run, models, parse_config, tasks, train_run
+from mechsynth.analysis import timeline
 from mechsynth.config import ConfigError
 from mechsynth.tasks.base import masked_loss
 from mechsynth.tasks.single_index import hermite

@@ -15,12 +15,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from mechsynth import io, load_run, parse_config, train_run
+from mechsynth import load_run, parse_config, train_run
 from mechsynth.cli import main
-from mechsynth.local_pool import cpu_count
-from mechsynth.rundir import ckpt_dir, is_complete
+from mechsynth.runs import io
+from mechsynth.runs.rundir import ckpt_dir, is_complete
 from mechsynth.sweep import load_plan, load_sweep, state
-from mechsynth.sweep_units import batch_config, plan_units
+from mechsynth.sweep.local_pool import cpu_count
+from mechsynth.sweep.units import batch_config, plan_units
 
 BASE = """
 [task]
@@ -520,8 +521,9 @@ def test_a_worker_killed_mid_run_costs_its_runs_one_retry_not_the_sweep(tmp_path
 def test_a_run_stored_before_a_field_existed_is_the_same_run():
     """A config.json written before `train.decay` and `task.start` existed trained as their defaults say:
     continuing it, or reusing it in a sweep, sees no change; another value is a change."""
-    from mechsynth import rundir, sweep
-    from mechsynth.runconfig import complete
+    from mechsynth import sweep
+    from mechsynth.runs import rundir
+    from mechsynth.runs.runconfig import complete
 
     current = parse_config({"task": {"name": "markov_icl", "k": 3, "length": 8}, "model": {"n_layers": 1}}).to_dict()
     stored = {**current, "task": {k: v for k, v in current["task"].items() if k != "start"},

@@ -10,10 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from mechsynth import io, load_run, parse_config, timeline, train_run
+from mechsynth import load_run, parse_config, train_run
+from mechsynth.analysis import timeline
 from mechsynth.cli import main
 from mechsynth.probes import PROBES
-from mechsynth.rundir import ckpt_dir
+from mechsynth.runs import io
+from mechsynth.runs.rundir import ckpt_dir
 from mechsynth.sweep import load_plan, load_sweep
 
 # Sparse parity n=6, k=2 learns within 60 steps at lr 3e-3 (its sparse_selection head forms); lr 1e-7 stays

@@ -9,10 +9,10 @@ import pytest
 
 from mechsynth import load_run, parse_config, train_run
 from mechsynth import configs
+from mechsynth.analysis.timeline import Timeline, formation_step, load, probe_run, rows, save, steepest_drop, summary
 from mechsynth.cli import main
 from mechsynth.errors import CorruptFileError
 from mechsynth.probes.icl_strategy import stages
-from mechsynth.timeline import Timeline, formation_step, load, probe_run, rows, save, steepest_drop, summary
 
 
 def test_formation_is_the_first_step_after_which_the_score_stays_up():
@@ -117,7 +117,7 @@ def test_batched_probing_equals_probing_each_checkpoint_in_transformer_lens(demo
     """probe_run loads checkpoints side by side into our fused model; the same probes on each checkpoint's
     TransformerLens model, one at a time, give the same numbers."""
     from mechsynth import probes
-    from mechsynth.timeline import applicable
+    from mechsynth.analysis.timeline import applicable
 
     run = load_run(demo_run)
     steps = run.steps[::5]

@@ -11,10 +11,11 @@ import time
 import pytest
 import torch
 
-from mechsynth import io, load_run, models, optimizers, parse_config, tasks, train_run
+from mechsynth import load_run, models, optimizers, parse_config, tasks, train_run
 from mechsynth.config import ConfigError
-from mechsynth.rundir import ckpt_dir
-from mechsynth.train import Trainer, TrainConfig, checkpoint_steps, keep_freed_memory, lr_at, make_optimizer
+from mechsynth.runs import io
+from mechsynth.runs.rundir import ckpt_dir
+from mechsynth.training.train import Trainer, TrainConfig, checkpoint_steps, keep_freed_memory, lr_at, make_optimizer
 
 
 def test_sparse_parity_learned_to_100_percent(tmp_path, tiny):

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from mechsynth import io
 from mechsynth.cli import main
 from mechsynth.errors import UnwritableError
+from mechsynth.runs import io
 
 from test_cli import GOOD, write
 

@@ -9,7 +9,8 @@ import re
 import pytest
 import torch
 
-from mechsynth import tasks, views
+from mechsynth import tasks
+from mechsynth.analysis import views
 
 
 def view(n: int = 2, labels=("a", "b", "c")) -> views.AttentionView:

@@ -98,9 +98,9 @@ MODE_TABLE = [  # (flag, file, WANDB_MODE, resolved)
 @pytest.mark.parametrize("flag,file_mode,env,expected", MODE_TABLE)
 def test_mode_precedence_flag_file_environment_offline(tmp_path, monkeypatch, flag, file_mode, env, expected):
     """Through the real CLI (argument parsing, the config file, --wandb), stopping where training would start."""
-    import mechsynth.runner
+    from mechsynth.analysis.wandb_log import resolve_mode
     from mechsynth.cli import main
-    from mechsynth.wandb_log import resolve_mode
+    import mechsynth.training.runner
 
     lines = ['[task]\nname = "sparse_parity"\nn = 6\nk = 2\n[train]\nsteps = 4\ndevice = "cpu"\n']
     if file_mode is not None:
@@ -108,7 +108,7 @@ def test_mode_precedence_flag_file_environment_offline(tmp_path, monkeypatch, fl
     config = tmp_path / "c.toml"
     config.write_text("".join(lines))
     seen = []
-    monkeypatch.setattr(mechsynth.runner, "train_run", lambda cfg, run_dir, **kw: seen.append(cfg))  # cli's import
+    monkeypatch.setattr(mechsynth.training.runner, "train_run", lambda cfg, run_dir, **kw: seen.append(cfg))  # cli's import
     if env is None:
         monkeypatch.delenv("WANDB_MODE", raising=False)
     else:
@@ -121,8 +121,8 @@ def test_mode_precedence_flag_file_environment_offline(tmp_path, monkeypatch, fl
 
 @pytest.mark.parametrize("bad", ["bogus", "shared", "true", "0"])
 def test_bad_wandb_mode_in_the_environment_is_a_config_error_naming_it(tmp_path, monkeypatch, bad):
+    from mechsynth.analysis.wandb_log import WandbConfig, WandbLogger, resolve_mode
     from mechsynth.errors import ConfigError
-    from mechsynth.wandb_log import WandbConfig, WandbLogger, resolve_mode
 
     monkeypatch.setenv("WANDB_MODE", bad)
     with pytest.raises(ConfigError) as err:
@@ -136,9 +136,9 @@ def test_bad_wandb_mode_in_the_environment_is_a_config_error_naming_it(tmp_path,
 
 
 def test_wandb_config_validation():
+    from mechsynth.analysis.wandb_log import WandbConfig
     from mechsynth.config import from_dict
     from mechsynth.errors import ConfigError
-    from mechsynth.wandb_log import WandbConfig
 
     assert WandbConfig().mode is None and 0 < WandbConfig().init_timeout <= 10
     for kwargs, field in [({"mode": "bogus"}, "mode"), ({"init_timeout": 0}, "init_timeout"),
@@ -158,7 +158,7 @@ def test_wandb_config_validation():
 
 
 def test_log_drops_nan_inf_none_and_non_scalars(tmp_path):
-    from mechsynth.wandb_log import WandbConfig, WandbLogger
+    from mechsynth.analysis.wandb_log import WandbConfig, WandbLogger
 
     class FakeRun:
         def __init__(self):

@@ -110,7 +110,7 @@ def test_checkpoints_become_model_artifacts_only_when_asked(tmp_path):
 def test_a_table_past_the_run_row_limit_goes_to_an_artifact(tmp_path, monkeypatch):
     import wandb
 
-    from mechsynth.wandb_log import WandbConfig, WandbLogger
+    from mechsynth.analysis.wandb_log import WandbConfig, WandbLogger
 
     monkeypatch.setattr(wandb.Table, "MAX_ROWS", 2)
     logger = WandbLogger(WandbConfig(mode="offline"), tmp_path, {})

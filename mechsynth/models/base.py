@@ -62,7 +62,7 @@ class ModelKind:
         hooked.load_state_dict(model.state_dict())
         return hooked
 
-    # ---- sizes for the memory estimate (mechsynth/budget.py), from the config alone ----------------
+    # ---- sizes for the memory estimate (mechsynth/training/budget.py), from the config alone -------
 
     def param_count(self, spec: TaskSpec) -> int:
         """Parameters of one model as `build(spec)` makes it."""

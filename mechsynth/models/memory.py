@@ -145,7 +145,7 @@ class AssociativeMemory(HookedRootModule):
     def forward(self, tokens: Int[Tensor, "*#n_models batch pos"]) -> Float[Tensor, "*#n_models batch 1 d_vocab_out"]:
         """tokens [batch, pos] (shared by every model) or [n_models, batch, pos] (each its own) -> logits
         [(n_models,) batch, 1, d_vocab_out], the answer at the last position."""
-        # Detached: seed views (mechsynth/seeds.py) rewrap every parameter as trainable; no gradient may reach them.
+        # Detached: seed views (mechsynth/training/seeds.py) rewrap every parameter as trainable; no gradient may reach them.
         W_E, W_U = self.stacked("W_E").detach(), self.stacked("W_U").detach()
         m, pos = W_E.shape[0], tokens.shape[-1]
         tokens = tokens.expand(m, *tokens.shape[-2:])

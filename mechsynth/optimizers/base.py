@@ -17,7 +17,7 @@ from mechsynth.registry import Registry
 
 @runtime_checkable
 class Hyper(Protocol):
-    """The TrainConfig fields an optimizer may read (a Protocol: this package does not import mechsynth.train,
+    """The TrainConfig fields an optimizer may read (a Protocol: this package does not import mechsynth.training.train,
     which imports it)."""
 
     lr: float
@@ -34,7 +34,7 @@ class OptimizerKind:
     name: ClassVar[str]  # set by OPTIMIZERS.register
     # Whether each element's update depends only on that element's own gradient history (and scalars such
     # as the step count). Seeds side by side stack every seed's weights into one tensor, so only an
-    # elementwise optimizer keeps the seeds independent (mechsynth/seeds.py).
+    # elementwise optimizer keeps the seeds independent (mechsynth/training/seeds.py).
     elementwise: ClassVar[bool]
     # Whether it steps from losses alone (`step(closure)`, the closure returning the batch's loss without
     # gradients) rather than from gradients the trainer computed: the trainer then skips the backward pass.
@@ -42,7 +42,7 @@ class OptimizerKind:
 
     @classmethod
     def state_slots(cls, cfg: Hyper) -> int:
-        """Parameter-sized buffers of optimizer state (an upper estimate, for mechsynth/budget.py)."""
+        """Parameter-sized buffers of optimizer state (an upper estimate, for mechsynth/training/budget.py)."""
         raise NotImplementedError
 
     @classmethod

@@ -68,7 +68,7 @@ class AssociativeMemoryConfig:
         """M: `outputs`, or N where unset."""
         return self.outputs if self.outputs is not None else self.inputs
 
-    # For the memory estimate (mechsynth/budget.py). The sequence is always one token: N sizes the task.
+    # For the memory estimate (mechsynth/training/budget.py). The sequence is always one token: N sizes the task.
     context_field: ClassVar[str] = "task.inputs"
 
     @property

@@ -78,7 +78,7 @@ class AutomataConfig:
     def long_length(self) -> int:
         return self.eval_length if self.eval_length is not None else 2 * self.length
 
-    # For the memory estimate (mechsynth/budget.py) before anything is built.
+    # For the memory estimate (mechsynth/training/budget.py) before anything is built.
     @property
     def context_field(self) -> str:
         return "task.eval_length" if self.eval_length is not None else "task.length"

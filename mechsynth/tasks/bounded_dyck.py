@@ -66,7 +66,7 @@ class BoundedDyckConfig:
     def prefix_length(self) -> int:
         return 4 * self.depth + 2
 
-    context_field: ClassVar[str] = "task.eval_long_length"  # the model's context (mechsynth/budget.py)
+    context_field: ClassVar[str] = "task.eval_long_length"  # the model's context (mechsynth/training/budget.py)
 
     def sample_bytes(self, n_seqs: int, split: str) -> tuple[int, int]:
         """(bytes of a batch, peak while sampling it): int64 tokens, targets, depth and match, a bool mask; while

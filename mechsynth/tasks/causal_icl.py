@@ -83,7 +83,7 @@ class CausalICLConfig:
     def root_kind(self) -> str:
         return "uniform" if self.roots == "uniform" or self.graph == "dag" else "stationary"
 
-    # For the memory estimate (mechsynth/budget.py) before anything is built.
+    # For the memory estimate (mechsynth/training/budget.py) before anything is built.
     context_field: ClassVar[str] = "task.length"
 
     def sample_bytes(self, n_seqs: int, split: str) -> tuple[int, int]:

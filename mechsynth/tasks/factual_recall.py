@@ -84,7 +84,7 @@ class FactualRecallConfig:
         """N: `noise`, or S + R where unset."""
         return self.noise if self.noise is not None else self.subjects + self.relations
 
-    # For the memory estimate (mechsynth/budget.py) before anything is built.
+    # For the memory estimate (mechsynth/training/budget.py) before anything is built.
     context_field: ClassVar[str] = "task.length"
 
     @property

@@ -54,7 +54,7 @@ class FlipFlopConfig:
             value = getattr(self, name)
             check(0.0 <= value <= 1.0, name, f"must be in [0, 1], got {value}")
 
-    context_field: ClassVar[str] = "task.length"  # for the memory estimate (mechsynth/budget.py)
+    context_field: ClassVar[str] = "task.length"  # for the memory estimate (mechsynth/training/budget.py)
 
 
 def flip_flop_truth(instr: Int[Tensor, "batch pair"], last_write: Int[Tensor, "batch pair"]) -> dict[str, Any]:

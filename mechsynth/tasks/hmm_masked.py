@@ -120,7 +120,7 @@ class HMMMaskedConfig:
         """Answer positions at the end of a sequence: L for mlm, else 1."""
         return self.length if self.objective == "mlm" else 1
 
-    # For the memory estimate (mechsynth/budget.py) before anything is built.
+    # For the memory estimate (mechsynth/training/budget.py) before anything is built.
     context_field: ClassVar[str] = "task.length"
 
     def sample_bytes(self, n_seqs: int, split: str) -> tuple[int, int]:

@@ -64,7 +64,7 @@ class LinearRegressionConfig:
         check(self.noise >= 0, "noise", f"must be ≥ 0, got {self.noise}")
         check(self.sparsity is None or self.sparsity <= self.d, "sparsity", f"must be ≤ d={self.d} or unset, got {self.sparsity}")
 
-    context_field: ClassVar[str] = "task.k"  # for the memory estimate (mechsynth/budget.py)
+    context_field: ClassVar[str] = "task.k"  # for the memory estimate (mechsynth/training/budget.py)
 
     def sample_bytes(self, n_seqs: int, split: str) -> tuple[int, int]:
         """(bytes of a batch, peak bytes while making it): float32 tokens, targets and mask, w; an evaluation

@@ -47,7 +47,7 @@ class MarkovICLConfig:
         check(self.prior != "doubly_stochastic" or self.order == 2, "prior",
               "'doubly_stochastic' is defined for order=2 only; allowed with order>2: 'dirichlet', 'unigram'")
 
-    # For the memory estimate (mechsynth/budget.py) before anything is built.
+    # For the memory estimate (mechsynth/training/budget.py) before anything is built.
     context_field: ClassVar[str] = "task.length"
 
     def sample_bytes(self, n_seqs: int, split: str) -> tuple[int, int]:

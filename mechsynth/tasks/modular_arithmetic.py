@@ -65,7 +65,7 @@ class ModularArithmeticConfig:
     def n_train(self) -> int:
         return round(self.train_frac * self.n_pairs)
 
-    # For the memory estimate (mechsynth/budget.py). The sequence is always 3 tokens: p, which sets the
+    # For the memory estimate (mechsynth/training/budget.py). The sequence is always 3 tokens: p, which sets the
     # vocabulary and the pair tables, is the one field that sizes this task.
     context_field: ClassVar[str] = "task.p"
 

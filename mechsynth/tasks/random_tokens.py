@@ -25,7 +25,7 @@ class RandomTokensConfig:
     d_vocab_out: Optional[int] = doc("output classes; unset = d_vocab (targets ≥ it are drawn again: only the "
                                      "sizes matter here)", None, lo=1, hi=2**20)
 
-    context_field: ClassVar[str] = "task.n_ctx"  # for the memory estimate (mechsynth/budget.py)
+    context_field: ClassVar[str] = "task.n_ctx"  # for the memory estimate (mechsynth/training/budget.py)
 
     def __post_init__(self):
         check_fields(self)

@@ -46,7 +46,7 @@ class SparseBooleanConfig:
               f"n_train * length = {self.n_train * self.length if self.n_train else 0} bits is too many; allowed: "
               "n_train * length ≤ 2**26 (the fixed training set is built in memory when the config is read)")
 
-    # For the memory estimate (mechsynth/budget.py) before anything is built.
+    # For the memory estimate (mechsynth/training/budget.py) before anything is built.
     context_field: ClassVar[str] = "task.length"
 
     @property

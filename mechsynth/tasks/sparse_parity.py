@@ -41,7 +41,7 @@ class SparseParityConfig:
               f"n_train * n = {self.n_train * self.n if self.n_train else 0} bits is too many; allowed: n_train * n ≤ 2**26 "
               "(the fixed training set is built in memory when the config is read)")
 
-    # For the memory estimate (mechsynth/budget.py) before anything is built.
+    # For the memory estimate (mechsynth/training/budget.py) before anything is built.
     context_field: ClassVar[str] = "task.n"
 
     @property

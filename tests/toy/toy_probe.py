@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 import torch
 
-from mechsynth.plots import mark_drop, new_figure, steps_axis
+from mechsynth.analysis.plots import mark_drop, new_figure, steps_axis
 from mechsynth.probes import ProbeResult, Section, View, attention_hooks, register, render_heads
 
 

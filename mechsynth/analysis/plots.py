@@ -17,7 +17,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 if TYPE_CHECKING:  # annotations only: probe files import these helpers, and the timeline imports the probes
-    from mechsynth.timeline import Timeline
+    from mechsynth.analysis.timeline import Timeline
 
 DROP = dict(color="0.35", linestyle=":", linewidth=1.2)
 

@@ -27,14 +27,16 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from mechsynth import external, io, models, rundir
+from mechsynth import models
 from mechsynth.config import from_dict
 from mechsynth.errors import ConfigError, CorruptFileError, RunFileError
 from mechsynth.models import ModelKind, TransformerConfig
 from mechsynth.models.tl_compat import BUFFERS, from_bridge_layout
-from mechsynth.monitor import check_new, random_tokens, resolve_task, start_run
+from mechsynth.runs import io, rundir
 from mechsynth.tasks.base import Task
-from mechsynth.train import TrainConfig, held_out_batches, held_out_metrics
+from mechsynth.training.train import TrainConfig, held_out_batches, held_out_metrics
+from mechsynth.yours import external
+from mechsynth.yours.monitor import check_new, random_tokens, resolve_task, start_run
 
 SUFFIXES = (".safetensors", ".pt", ".pth", ".bin", ".ckpt")
 FIELD = "checkpoints"  # how errors name the sources
@@ -266,9 +268,9 @@ def probe_models(checkpoints: Iterable[tuple[int, nn.Module]], task: Task | str 
                  run_dir: Path | str | None = None, probes: Optional[Sequence[str]] = None, **probe_args: Any):
     """The timeline `mechsynth probe` writes — per-head scores, formation steps, stages — for (step, model)
     pairs you hold. They are stored as a run first (in `run_dir`, or a new temporary directory: the timeline's
-    `run_dir`), so that `mechsynth report RUN_DIR` (or `mechsynth.report.write(tl.run_dir)`) draws it afterwards."""
-    from mechsynth import timeline
-    from mechsynth.run import load_run
+    `run_dir`), so that `mechsynth report RUN_DIR` (or `mechsynth.analysis.report.write(tl.run_dir)`) draws it afterwards."""
+    from mechsynth.analysis import timeline
+    from mechsynth.runs.run import load_run
 
     path = Path(run_dir) if run_dir is not None else Path(tempfile.mkdtemp(prefix="mechsynth-models-")) / "run"
     run = load_run(import_models(checkpoints, path, task))

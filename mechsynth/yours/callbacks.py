@@ -8,8 +8,8 @@ as for a loop of your own: `mechsynth probe` and `mechsynth report` read it unch
 HuggingFace (set `logging_steps=1` to record every step's loss; otherwise the loss the Trainer logs for
 each interval is recorded at the interval's last step):
 
-    from mechsynth.callbacks import hf_callback, lightning_callback
     from mechsynth.tasks.base import Batch, masked_loss
+    from mechsynth.yours.callbacks import hf_callback, lightning_callback
 
     class Wrapper(torch.nn.Module):                       # what the Trainer trains: it holds the TL model
         def __init__(self, model):
@@ -54,7 +54,7 @@ import torch.nn as nn
 from torch import Tensor
 
 from mechsynth.errors import ConfigError
-from mechsynth.monitor import Monitor
+from mechsynth.yours.monitor import Monitor
 
 HF_HINT = "transformers is not installed; install it with: pip install 'mechsynth[hf]'"
 LIGHTNING_HINT = "lightning is not installed; install it with: pip install 'mechsynth[lightning]'"

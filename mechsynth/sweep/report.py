@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from mechsynth import io, rundir
 from mechsynth.config import ConfigError
-from mechsynth.sweep_plan import Plan
+from mechsynth.runs import io, rundir
+from mechsynth.sweep.plan import Plan
 
 METRICS = {  # heatmap quantity -> (column, how a cell is written, colour range)
     "final_acc": ("final_acc_mean", lambda v: f"{100 * v:.1f}", (0.0, 1.0)),
@@ -124,9 +124,9 @@ def add_formation(sweep_dir: Path | str, plan: Plan, rows: list[dict[str, Any]])
     run: per grid point, the median over seeds of the step its earliest head formed (inf where it formed in
     none of the probed seeds, NaN where none was probed), and the seeds where it formed and that were probed.
     Probes without a formation threshold (metrics only: llc, icl_strategy, ...) are left out."""
-    from mechsynth import timeline
+    from mechsynth.analysis import timeline
     from mechsynth.errors import UserError
-    from mechsynth.sweep_probe import forms
+    from mechsynth.sweep.probe import forms
 
     sweep_dir = Path(sweep_dir)
     found: dict[str, dict[str, list[Optional[int]]]] = {}  # point -> probe -> earliest step of each probed seed

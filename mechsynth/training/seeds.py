@@ -39,9 +39,10 @@ import torch.nn.functional as F
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from mechsynth.runconfig import RunConfig
+from mechsynth.runs.runconfig import RunConfig
 from mechsynth.tasks.base import Batch, LossKind, real_loss
-from mechsynth.train import DataSource, Trainer, TrainConfig, held_out_batches, held_out_metrics, lr_at, masked_loss
+from mechsynth.training.train import (DataSource, Trainer, TrainConfig, held_out_batches, held_out_metrics, lr_at,
+                                      masked_loss)
 
 # Sequences per evaluation forward, summed over seeds: bounds memory when S * eval_batch_size is large.
 # A CPU wants activations near cache size (there 8192 measured 1.5x slower than 1024).

@@ -25,14 +25,16 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from mechsynth import external, hooks, io, probes, rundir, tasks
+from mechsynth import hooks, probes, tasks
+from mechsynth.analysis.wandb_log import WandbConfig, WandbLogger
 from mechsynth.errors import ConfigError
 from mechsynth.models import ModelKind
-from mechsynth.runconfig import RunConfig
-from mechsynth.runner import remove_if_empty
+from mechsynth.runs import io, rundir
+from mechsynth.runs.runconfig import RunConfig
 from mechsynth.tasks.base import Task
-from mechsynth.train import TrainConfig, checkpoint_steps, held_out_batches, held_out_metrics
-from mechsynth.wandb_log import WandbConfig, WandbLogger
+from mechsynth.training.runner import remove_if_empty
+from mechsynth.training.train import TrainConfig, checkpoint_steps, held_out_batches, held_out_metrics
+from mechsynth.yours import external
 
 PER_DECADE = 20  # checkpoints per factor of 10 in steps when the total is not known
 
@@ -224,8 +226,8 @@ class Monitor:
             self._lock = None
         if self.probe_names == []:
             return None
-        from mechsynth import timeline
-        from mechsynth.run import load_run
+        from mechsynth.analysis import timeline
+        from mechsynth.runs.run import load_run
 
         run = load_run(self.run_dir)
         names = self.probe_names if self.probe_names is not None else timeline.applicable(run)

@@ -13,13 +13,15 @@ from typing import Any, Optional
 import torch
 import torch.nn as nn
 
-from mechsynth import hooks, io, models, probes, stages
+from mechsynth import hooks, models, probes
+from mechsynth.analysis import stages
 from mechsynth.config import to_dict
 from mechsynth.errors import CorruptFileError, UserError
-from mechsynth.fixed_set import FixedTrainingSet
 from mechsynth.probes import formation_step  # (importable from here too, as before)
-from mechsynth.run import Run
-from mechsynth.train import Progress
+from mechsynth.runs import io
+from mechsynth.runs.run import Run
+from mechsynth.training.fixed_set import FixedTrainingSet
+from mechsynth.training.train import Progress
 
 JSON, CSV = "probes.json", "probes.csv"  # in the run directory
 COLUMNS = ["step", "probe", "layer", "head", "metric", "value"]
@@ -303,7 +305,7 @@ def load(run_dir: Path | str) -> Timeline:
 def log_to_wandb(tl: Timeline, logger) -> None:
     """Every series against the probed step (`probe/<probe>/<head or metric>`), formation steps in the summary.
     `logger`: a WandbLogger, or a W&B run of your own (`wandb.init(...)`), which stays open."""
-    from mechsynth.wandb_log import WandbLogger
+    from mechsynth.analysis.wandb_log import WandbLogger
 
     if not isinstance(logger, WandbLogger):
         logger = WandbLogger.attach(logger)

@@ -18,9 +18,11 @@ from jaxtyping import Float
 from matplotlib.figure import Figure
 from torch import Tensor
 
-from mechsynth import hooks, io, models, plots, probes, rundir, stages, timeline, views
-from mechsynth.run import Run, load_run
-from mechsynth.timeline import Timeline, applicable, probe_run, summary
+from mechsynth import hooks, models, probes
+from mechsynth.analysis import plots, stages, timeline, views
+from mechsynth.analysis.timeline import Timeline, applicable, probe_run, summary
+from mechsynth.runs import io, rundir
+from mechsynth.runs.run import Run, load_run
 
 STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", "DejaVu Sans", sans-serif; margin: 0 auto; max-width: 1100px;

@@ -1,4 +1,4 @@
-"""Reading a run directory: its config, metrics, checkpoints, and models at any step (layout: mechsynth/rundir.py).
+"""Reading a run directory: its config, metrics, checkpoints, and models at any step (layout: mechsynth/runs/rundir.py).
 
 Every file is checked as it is read: a missing or damaged one raises `RunFileError` naming it.
 """
@@ -11,9 +11,10 @@ from typing import Any, Optional
 import torch
 import torch.nn as nn
 
-from mechsynth import models, plugins, rundir
+from mechsynth import models, plugins
 from mechsynth.errors import ConfigError, CorruptFileError
-from mechsynth.runconfig import RunConfig, parse_config
+from mechsynth.runs import rundir
+from mechsynth.runs.runconfig import RunConfig, parse_config
 from mechsynth.tasks.base import Task
 
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from mechsynth import budget, models, rundir, tasks
+from mechsynth import models, tasks
+from mechsynth.analysis.wandb_log import WandbConfig
 from mechsynth.config import ConfigError, check, from_dict, key_name, show, to_dict
 from mechsynth.models import ModelKind
+from mechsynth.runs import rundir
 from mechsynth.tasks.base import Task
-from mechsynth.train import TrainConfig, resolve_device
-from mechsynth.wandb_log import WandbConfig
+from mechsynth.training import budget
+from mechsynth.training.train import TrainConfig, resolve_device
 
 SECTIONS = ("task", "model", "train", "wandb")
 
@@ -41,7 +43,7 @@ def parse_config(data: dict[str, Any], *, resources: bool = True) -> RunConfig:
     """Validate a whole config (TOML tables) before any work: unknown sections/keys, types, ranges, the
     checks that need task and model together (e.g. sequence longer than n_ctx), and with `resources`
     (the default) what this machine must have: the device `train.device` names, and memory for the
-    run's estimated peak (mechsynth/budget.py). Opening a finished run elsewhere (another machine, no
+    run's estimated peak (mechsynth/training/budget.py). Opening a finished run elsewhere (another machine, no
     GPU) needs only the first part: `resources=False`."""
     check(isinstance(data, dict), "config", f"must be a table of sections, got {show(data)}; allowed: {', '.join(SECTIONS)}")
     for key in data:

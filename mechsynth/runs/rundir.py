@@ -30,8 +30,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-from mechsynth import io, plugins
+from mechsynth import plugins
 from mechsynth.errors import ConfigError, CorruptFileError, RunFileError, RunInUseError
+from mechsynth.runs import io
 
 CONFIG, METRICS, LOCK = "config.json", "metrics.jsonl", ".lock"
 WEIGHTS, STATE, META = "model.safetensors", "state.pt", "meta.json"

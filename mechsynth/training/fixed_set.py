@@ -22,7 +22,7 @@ TRAIN_SET = "train_set"  # the split under which the fixed set's own metrics are
 
 
 class FixedTrainingSet:
-    """A DataSource (mechsynth/train.py) serving `n` examples of `data`'s training split, or all of them
+    """A DataSource (mechsynth/training/train.py) serving `n` examples of `data`'s training split, or all of them
     (n None) for a task that lists its inputs (`enumerate`). `epoch` is the set's size."""
 
     def __init__(self, data: Any, n: Optional[int], seed: int):

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from mechsynth.sweep_job import JobFn, Resources, failed, run_job
+from mechsynth.sweep.job import JobFn, Resources, failed, run_job
 
 
 def _init_worker(threads: int) -> None:

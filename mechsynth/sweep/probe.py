@@ -1,6 +1,6 @@
 """`mechsynth probe` on a directory of many runs: every complete run of a sweep (SWEEP_DIR/runs/<point>/seed_<s>),
 or each seed of a run that trained its seeds side by side (RUN_DIR/seed_i), probed in parallel on a sweep
-backend (mechsynth/local_pool.py, or Ray) as `mechsynth sweep` trains them.
+backend (mechsynth/sweep/local_pool.py, or Ray) as `mechsynth sweep` trains them.
 
 Every run gets the same request (probes, checkpoints, options, batch size) and is probed as `mechsynth probe
 RUN_DIR` probes it: probes.json and probes.csv in the run directory, merged with the probes it already has. A
@@ -20,10 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from mechsynth import local_pool, rundir
 from mechsynth.config import apply_override
 from mechsynth.errors import ConfigError, DivergedError, UserError
-from mechsynth.sweep_job import BackendName, Resources, record_failures, run_state
+from mechsynth.runs import rundir
+from mechsynth.sweep import local_pool
+from mechsynth.sweep.job import BackendName, Resources, record_failures, run_state
 
 FAILURES = "probe_failures.json"  # in the directory probed, while any run failed; tracebacks inside
 
@@ -73,7 +74,7 @@ def _check_flags(backend: BackendName, workers: Optional[int], address: Optional
     if backend == "ray" and workers is not None:
         raise ConfigError("--workers", "is for the local backend; Ray schedules runs by --cpus-per-run")
     if backend == "ray":
-        from mechsynth import ray_backend
+        from mechsynth.sweep import ray_backend
 
         ray_backend.require()
 
@@ -121,8 +122,8 @@ def _sort(runs: list[Path], request: dict[str, Any], base: Path) -> tuple[list[P
     """(runs to probe, runs whose probes.json covers the request already). A named probe must apply to every
     run, as for one run: checked once per kind of run, before any work. A run that cannot be opened is left
     to its job, which reports it in one line."""
-    from mechsynth import timeline
-    from mechsynth.run import load_run
+    from mechsynth.analysis import timeline
+    from mechsynth.runs.run import load_run
 
     names_of: dict[str, list[str]] = {}
     todo, done = [], []
@@ -158,7 +159,8 @@ def covered(run_dir: Path, names: Sequence[str], steps: Sequence[int], options: 
     """Whether RUN_DIR/probes.json already holds `names` at `steps`, each probe that takes options with these
     (a probes.json that records none for a probe ran it with its defaults: written before it had options). The
     batch size is not recorded: a run probed with another one counts as covered."""
-    from mechsynth import probes, timeline
+    from mechsynth import probes
+    from mechsynth.analysis import timeline
     from mechsynth.config import to_dict
 
     try:
@@ -198,8 +200,8 @@ def probe_job(run_dir: str, request: dict[str, Any], threads: int = 1) -> dict[s
     and "formed" ({probe: [head, step] of its earliest head, or None}) for each probe asked for."""
     import torch
 
-    from mechsynth import timeline
-    from mechsynth.run import load_run
+    from mechsynth.analysis import timeline
+    from mechsynth.runs.run import load_run
 
     torch.set_num_threads(max(1, threads))
     t0 = time.time()
@@ -241,8 +243,8 @@ def _log_to_wandb(run: Any, tl: Any, mode: Optional[str]) -> None:
     """Into the training run's W&B run, as `mechsynth probe RUN_DIR` does."""
     from dataclasses import replace
 
-    from mechsynth import timeline
-    from mechsynth.wandb_log import WandbLogger, resolve_mode
+    from mechsynth.analysis import timeline
+    from mechsynth.analysis.wandb_log import WandbLogger, resolve_mode
 
     cfg = run.config.wandb if mode is None else replace(run.config.wandb, mode=mode)
     if resolve_mode(cfg) != "disabled":

@@ -25,8 +25,8 @@ from torch import Tensor
 from mechsynth import optimizers
 from mechsynth.config import MAX_SEED, MAX_STEPS, check, check_fields, doc, show, validates_itself
 from mechsynth.errors import DivergedError
-from mechsynth.fixed_set import FixedTrainingSet
 from mechsynth.tasks.base import Batch, LossKind, masked_loss
+from mechsynth.training.fixed_set import FixedTrainingSet
 
 
 # Device names `train.device` accepts (ASCII digits: `\d` would take other scripts' digits too).

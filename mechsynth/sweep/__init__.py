@@ -1,4 +1,4 @@
-"""Sweeps: a plan of runs (mechsynth/sweep_plan.py) trained into one directory, on a local process pool or Ray.
+"""Sweeps: a plan of runs (mechsynth/sweep/plan.py) trained into one directory, on a local process pool or Ray.
 
     SWEEP_DIR/sweep.json                 the expanded plan: axes, seeds, every run's full config, and the
                                          plugins they need (as a run's config.json: mechsynth/plugins.py)
@@ -8,7 +8,7 @@
 
 Running a sweep again skips complete runs, continues the others, and starts those not begun, so a killed
 sweep finishes by starting the same command again. A run directory is never deleted: one that holds
-files but no readable run config is moved aside. Seeds side by side (mechsynth/sweep_units.py) change
+files but no readable run config is moved aside. Seeds side by side (mechsynth/sweep/units.py) change
 how runs train, never which: the same runs, in the same directories, with the same configs.
 """
 
@@ -20,12 +20,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Optional
 
-from mechsynth import io, local_pool, plugins, rundir
+from mechsynth import plugins
 from mechsynth.config import ConfigError
-from mechsynth.sweep_job import Backend, BackendName, Resources, State, record_failures, run_state
-from mechsynth.sweep_plan import Axis, Job, Plan, load_sweep, plan_of_runs
-from mechsynth.sweep_units import Unit, plan_units
-from mechsynth.runconfig import complete
+from mechsynth.runs import io, rundir
+from mechsynth.runs.runconfig import complete
+from mechsynth.sweep import local_pool
+from mechsynth.sweep.job import Backend, BackendName, Resources, State, record_failures, run_state
+from mechsynth.sweep.plan import Axis, Job, Plan, load_sweep, plan_of_runs
+from mechsynth.sweep.units import Unit, plan_units
 
 __all__ = ["Axis", "Job", "Outcome", "Plan", "check_dir", "describe_plan", "load_plan", "load_sweep", "plan_of_runs",
            "prepare", "run_sweep", "state"]
@@ -214,7 +216,7 @@ def _accuracies(finals: list[dict[str, Any]]) -> str:
 def get_backend(name: BackendName) -> Backend:
     """The `run` function of backend `name` (importing ray only when asked for)."""
     if name == "ray":
-        from mechsynth import ray_backend
+        from mechsynth.sweep import ray_backend
 
         return ray_backend.run
     return local_pool.run

@@ -2,7 +2,7 @@
 
 A point whose seeds are 0, 1, ..., S-1 (the usual `seeds = S`) trains as one job with `train.seeds = S`
 into runs/<point>: that batched run's seed i is written to runs/<point>/seed_i with train.seed and
-model.init_seed i (mechsynth/rundir.py, mechsynth/seeds.py) — the very directory and config the
+model.init_seed i (mechsynth/runs/rundir.py, mechsynth/training/seeds.py) — the very directory and config the
 separate run of seed i would have, so everything that reads a sweep sees the same runs either way.
 Seeds are batched only from 0 because a batch names its seed directories by index.
 
@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from mechsynth import rundir
 from mechsynth.errors import UserError
-from mechsynth.sweep_plan import SEED_KEYS, Job, Plan
-from mechsynth.runconfig import complete
+from mechsynth.runs import rundir
+from mechsynth.runs.runconfig import complete
+from mechsynth.sweep.plan import SEED_KEYS, Job, Plan
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ def why_separate(plan: Plan, jobs: list[Job], resources: bool = True) -> Optiona
     if any(_without_seeds(j.config) != first for j in jobs[1:]):
         return "its seeds' configs differ"
     if resources:
-        from mechsynth.runconfig import parse_config
+        from mechsynth.runs.runconfig import parse_config
 
         try:
             parse_config(batch_config(sorted(jobs, key=lambda j: j.seed)))
@@ -117,7 +117,7 @@ def why_not_on_disk(point_dir: Path, config: dict[str, Any]) -> Optional[str]:
         fixed = [k for k in rundir.changed_keys(complete(stored), complete(config)) if not rundir.may_change_on_resume(k)]
         if fixed:
             return f"its batch has another {fixed[0]}"
-        from mechsynth.runner import resume_step
+        from mechsynth.training.runner import resume_step
 
         try:
             resume_step(rundir.members(point_dir, n))

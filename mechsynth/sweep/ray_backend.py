@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mechsynth.errors import ConfigError
-from mechsynth.sweep_job import JobFn, Resources, failed, run_job
+from mechsynth.sweep.job import JobFn, Resources, failed, run_job
 
 INSTALL_HINT = "ray is not installed; install it with: pip install 'mechsynth[ray]'"
 

@@ -34,7 +34,7 @@ from mechsynth import optimizers
 from mechsynth.config import ConfigError
 from mechsynth.models.base import FLOAT, ModelKind
 from mechsynth.tasks.base import Task
-from mechsynth.train import TrainConfig
+from mechsynth.training.train import TrainConfig
 
 
 @dataclass(frozen=True)

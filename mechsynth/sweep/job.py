@@ -1,7 +1,7 @@
 """One job of a sweep, as a backend runs it (in a pool worker or a Ray task), and what backends share.
 
 A job is one run, or a grid point's seeds side by side (`train.seeds` > 1 into runs/<point>; see
-mechsynth/sweep_units.py). Whether to skip, continue or start it is decided here, at run time, from
+mechsynth/sweep/units.py). Whether to skip, continue or start it is decided here, at run time, from
 what is on disk, so a job retried after its worker died does the right thing.
 """
 
@@ -43,7 +43,7 @@ def record_failures(path: Path, failures: list[dict[str, Any]], total: int, fail
     """Write the failures of this invocation, with their tracebacks, to `path` and say so ("3 of 8 `failed`"),
     or remove the file an earlier invocation left when none failed this time."""
     if failures:
-        from mechsynth import io
+        from mechsynth.runs import io
 
         io.write_json(path, failures)
         log(f"{len(failures)} of {total} {failed} (tracebacks in {path}); {retry}")
@@ -55,7 +55,7 @@ def run_state(run_dir: Path | str, steps: Optional[int] = None) -> State:
     """`rundir.status`, measured against `steps` when given (a sweep's plan may ask for more or fewer steps
     than a run on disk was configured with): 'complete' once every model of the run has a checkpoint at
     or past `steps`, so a run trained longer is kept as it is and a shorter one is continued."""
-    from mechsynth import rundir
+    from mechsynth.runs import rundir
 
     state = rundir.status(run_dir)
     if steps is None or state not in ("complete", "partial"):
@@ -74,10 +74,12 @@ def run_job(run_dir: str, config: dict[str, Any], threads: int = 1) -> dict[str,
     inherit a plugin that was imported by hand there."""
     import torch
 
-    from mechsynth import plugins, rundir, sweep_units
+    from mechsynth import plugins
     from mechsynth.errors import ConfigError, DivergedError, UserError
-    from mechsynth.runconfig import parse_config
-    from mechsynth.runner import train_run
+    from mechsynth.runs import rundir
+    from mechsynth.runs.runconfig import parse_config
+    from mechsynth.sweep import units as sweep_units
+    from mechsynth.training.runner import train_run
 
     torch.set_num_threads(max(1, threads))
     path, t0, out = Path(run_dir), time.time(), {}

@@ -2,7 +2,7 @@
 
 A single run is the one-seed case of seeds side by side: the same code locks the directory, loads the
 checkpoint to continue from, writes config.json, appends metrics, writes checkpoints and logs to W&B
-for each member directory (RUN_DIR itself, or RUN_DIR/seed_i; see mechsynth/rundir.py). Nothing is
+for each member directory (RUN_DIR itself, or RUN_DIR/seed_i; see mechsynth/runs/rundir.py). Nothing is
 written until everything a resume needs has been read and checked, so a resume that fails leaves the
 run exactly as it was.
 """
@@ -14,13 +14,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Optional
 
-from mechsynth import io, models, plugins, rundir
+from mechsynth import models, plugins
+from mechsynth.analysis.wandb_log import WandbLogger, resolve_mode
 from mechsynth.errors import ConfigError, CorruptFileError, DivergedError
-from mechsynth.run import load_weights, parse_stored
-from mechsynth.runconfig import RunConfig, complete
-from mechsynth.seeds import SeedsTrainer, seed_config, stack_weights
-from mechsynth.train import Trainer, checkpoint_steps, resolve_device
-from mechsynth.wandb_log import WandbLogger, resolve_mode
+from mechsynth.runs import io, rundir
+from mechsynth.runs.run import load_weights, parse_stored
+from mechsynth.runs.runconfig import RunConfig, complete
+from mechsynth.training.seeds import SeedsTrainer, seed_config, stack_weights
+from mechsynth.training.train import Trainer, checkpoint_steps, resolve_device
 
 
 def train_run(cfg: RunConfig, run_dir: Path | str, *, resume: bool = False, progress: bool = True,
