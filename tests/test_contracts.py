@@ -76,8 +76,10 @@ def test_the_circuit_probe_runs_on_every_task_that_makes_counterfactuals(name, t
 
 
 def _task_for(kind: str) -> dict:
-    """sparse_parity, or markov_icl for a kind that cannot read it (the minimal induction model copies tokens)."""
-    for task in ({"name": "sparse_parity", "n": 6, "k": 2}, {"name": "markov_icl", "k": 3, "length": 16}):
+    """sparse_parity, or markov_icl for a kind that cannot read it (the minimal induction model copies tokens), or
+    single_index (the neuron reads one vector)."""
+    for task in ({"name": "sparse_parity", "n": 6, "k": 2}, {"name": "markov_icl", "k": 3, "length": 16},
+                 {"name": "single_index", "d": 6, "k_star": 2}):
         try:
             models.validate(models.parse({"kind": kind}), tasks.make(task["name"], {k: v for k, v in task.items() if k != "name"}).spec)
             return task
