@@ -33,6 +33,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402
+import verdicts  # noqa: E402
 
 from mechsynth.runs.run import Run  # noqa: E402
 
@@ -156,12 +157,11 @@ def main(argv: Optional[list[str]] = None) -> int:
                 samples = [recovered(cv) for cv in curves]
                 grid[f] = {"lr_factor": f, "lr": config(c, arm, d, f)["train"]["lr"], "median": median(samples),
                            "samples": samples, "curves": curves}
-            ranked = sorted(grid.values(), key=lambda g: math.inf if g["median"] is None else g["median"])
-            best = ranked[0]
+            best = min(grid.values(), key=lambda g: math.inf if g["median"] is None else g["median"])
             results[arm][str(d)] = {"best": best, "edge": best["lr_factor"] in (c["factors"][0], c["factors"][-1]),
                                     "grid": [{key: g[key] for key in ("lr_factor", "lr", "median", "samples")}
                                              for g in grid.values()]}
-            harness.log(f"{arm} d={d}: median samples {best['median'] or 'not reached'} at lr factor {best['lr_factor']:g}")
+            harness.log(f"{arm} d={d}: median samples {verdicts.num(best['median'])} at lr factor {best['lr_factor']:g}")
         samples = {d: results[arm][str(d)]["best"]["samples"] for d in c["dims"]}
         results["fits"][arm] = fit(c["dims"], samples)
     figures = [plot(c, results, args.out / f"{NAME}.png")]

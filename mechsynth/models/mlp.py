@@ -44,7 +44,8 @@ class MLPConfig(ModelKind):
         check(self.init_range is None or self.init_range > 0, "init_range", f"must be > 0 or unset, got {self.init_range}")
 
     def describe(self) -> str:
-        return f"MLP, width {self.width}" + (f", {self.depth} hidden layers" if self.depth > 1 else "") + (f", sparse init ({self.init_sparsity} inputs per unit)" if self.init_sparsity else "")
+        return (f"MLP, width {self.width}" + (f", {self.depth} hidden layers" if self.depth > 1 else "")
+                + (f", sparse init ({self.init_sparsity} inputs per unit)" if self.init_sparsity else ""))
 
     def validate(self, spec: TaskSpec) -> None:
         if spec.d_input is not None:

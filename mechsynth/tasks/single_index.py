@@ -19,7 +19,8 @@ from jaxtyping import Float
 from torch import Tensor
 
 from mechsynth.config import MAX_SEED, check_fields, doc, validates_itself
-from mechsynth.tasks.base import TASKS, Batch, LossKind, Task, TaskSpec, align, real_loss, squared_error, task_generator
+from mechsynth.tasks.base import (TASKS, Batch, LossKind, Task, TaskSpec, align, masked_loss, squared_error,
+                                  task_generator)
 
 
 @validates_itself
@@ -91,5 +92,5 @@ class SingleIndex(Task):
         explained, 1 − squared_error / (1 + noise²): 0 for the mean prediction (Var σ = 1), 1 for σ(w*·x) itself."""
         logits, targets, mask = align(logits, batch)
         sq = float(squared_error(logits, targets, mask).sum() / mask.sum())
-        loss = sq if self.cfg.loss == "squared" else float(real_loss(logits, targets, mask, "correlation").sum() / mask.sum())
-        return {"loss": loss, "squared_error": sq, "explained": 1 - sq / (1 + self.cfg.noise ** 2)}
+        return {"loss": float(masked_loss(logits, batch, self.loss_kind)), "squared_error": sq,
+                "explained": 1 - sq / (1 + self.cfg.noise ** 2)}
