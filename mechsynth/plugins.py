@@ -104,6 +104,10 @@ def _names(config: Mapping[str, Any]) -> Iterator[tuple[Any, str]]:
         name = table.get(key, default) if isinstance(table, Mapping) else default
         if isinstance(name, str) and name:
             yield registry, name
+        # A model table holding another kind's table (the linearized kind's base: model.base.kind) names that too.
+        for inner in (table.values() if section == "model" and isinstance(table, Mapping) else ()):
+            if isinstance(inner, Mapping) and isinstance(inner.get(key), str) and inner[key]:
+                yield registry, inner[key]
 
 
 def _named(config: Mapping[str, Any]) -> Iterator[Any]:

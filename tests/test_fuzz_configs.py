@@ -72,11 +72,14 @@ BASES: dict[str, dict[str, dict[str, Any]]] = {
     "minimal_induction": {"task": {"name": "markov_icl", "k": 3, "length": 16}, "model": {"kind": "minimal_induction"}},
     "neuron": {"task": {"name": "single_index", "d": 4, "k_star": 3, "loss": "correlation"},
                "model": {"kind": "neuron", "degree": 3, "smoothing": 1.0}},
+    "linearized": {"task": {"name": "markov_icl", "k": 3, "length": 16},
+                   "model": {"kind": "linearized", "base": {"n_layers": 1, "d_model": 16, "attn_only": True}}},
 }
 KIND_BASES = {"transformer": "sparse_parity", "mlp": "mlp", "sin": "sin", "polynet": "polynet",
               "disentangled": "disentangled",
               "linear_memory": "linear_memory", "mlp_memory": "mlp_memory", "recurrent": "recurrent",
-              "minimal_induction": "minimal_induction", "neuron": "neuron"}  # a base config whose model is of that kind
+              "minimal_induction": "minimal_induction", "neuron": "neuron",
+              "linearized": "linearized"}  # a base config whose model is of that kind
 REQUIRES = {
     "no_cuda": lambda: not torch.cuda.is_available(),
     "no_mps": lambda: not torch.backends.mps.is_available(),
@@ -96,6 +99,8 @@ class Case:
 def toml_value(v: Any) -> str:
     if isinstance(v, list):
         return "[" + ", ".join(map(toml_value, v)) + "]"
+    if isinstance(v, dict):  # an inline table (the linearized kind's base)
+        return "{" + ", ".join(f"{k} = {toml_value(x)}" for k, x in v.items()) + "}"
     return json.dumps(v)  # strings, ints, bools and finite floats are written alike in TOML
 
 
@@ -150,6 +155,8 @@ def wrong_values(tp: Any, meta: Any, types_only: bool) -> list[str]:
         return ['"1.0"', "true", "[1.0]", "{a = 1}", *([] if meta.get("nonfinite") else NOT_FINITE)]
     if tp is str:
         return ["5", "true", "1.5", '["a"]', "{a = 1}"]
+    if isinstance(tp, type) and issubclass(tp, models.ModelKind):  # another kind's table (the linearized kind's base)
+        return ["5", '"transformer"', "true", "1.5", "[1]"]  # (a wrong table names its own key: the corpus has those)
     raise AssertionError(f"no wrong values for {tp}: add them")
 
 

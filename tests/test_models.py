@@ -245,7 +245,8 @@ def inputs_for(spec: TaskSpec) -> torch.Tensor:
 def test_every_kind_keeps_the_contract(kind):
     """What callers ask of a kind without checking classes: its config round-trips through the table
     config.json stores, it has init_seed (seeds side by side add to it), its model carries the config
-    and `input_weights`, the hooked view answers like the module, and `reload` reuses the hooked view."""
+    and `input_weights`, the hooked view answers like the module probes read (`probed`: the module itself, or
+    for the linearized kind the network it linearizes), and `reload` reuses the hooked view."""
     cfg = models.parse({"kind": kind})
     assert cfg.kind == kind and models.parse(models.to_dict(cfg)) == cfg
     assert models.to_dict(cfg)["kind"] == kind and "init_seed" in models.to_dict(cfg)
@@ -253,17 +254,17 @@ def test_every_kind_keeps_the_contract(kind):
     spec = spec_for(cfg)
     model = build(dataclasses.replace(cfg, init_seed=1), spec)
     assert model.cfg.init_seed == 1 and sum(p.numel() for p in model.parameters()) == cfg.param_count(spec)
-    view = hooked(model)
+    view, probed = hooked(model), models.probed(model)
     tokens = inputs_for(spec)
-    torch.testing.assert_close(view(tokens), model(tokens), atol=2e-5, rtol=1e-4)
-    assert view.input_weights == model.input_weights == cfg.input_weights()
+    torch.testing.assert_close(view(tokens), probed(tokens), atol=2e-5, rtol=1e-4)
+    assert view.input_weights == model.input_weights == probed.input_weights == cfg.input_weights()
     if cfg.input_weights() is not None:  # its first n_inputs rows face the input positions
-        assert getattr(model, cfg.input_weights()).shape[0] >= spec.n_ctx - 1
+        assert getattr(probed, cfg.input_weights()).shape[0] >= spec.n_ctx - 1
     later = build(dataclasses.replace(cfg, init_seed=2), spec)
     again = models.reload(view, later)
     assert again is view
-    torch.testing.assert_close(again(tokens), later(tokens), atol=2e-5, rtol=1e-4)
-    assert cfg.transformer_lens == (type(view) is not type(model))
+    torch.testing.assert_close(again(tokens), models.probed(later)(tokens), atol=2e-5, rtol=1e-4)
+    assert cfg.transformer_lens == (type(view) is not type(probed))
 
 
 def test_describe_names_the_architecture():
@@ -280,7 +281,7 @@ def test_input_weights_are_declared_by_the_kind():
 @pytest.mark.parametrize("table, field, message", [
     ({"width": 8}, "model.width", "is a field of kind 'mlp', not 'transformer'"),
     ({"kind": "mlp", "n_layers": 2}, "model.n_layers", "is a field of kinds 'disentangled', 'recurrent', 'transformer', not 'mlp'"),
-    ({"kind": "rnn"}, "model.kind", "'rnn' is not allowed; allowed: 'disentangled', 'linear_memory', 'minimal_induction', 'mlp', 'mlp_memory', 'neuron', 'polynet', 'recurrent', 'sin', 'transformer'"),
+    ({"kind": "rnn"}, "model.kind", "'rnn' is not allowed; allowed: 'disentangled', 'linear_memory', 'linearized', 'minimal_induction', 'mlp', 'mlp_memory', 'neuron', 'polynet', 'recurrent', 'sin', 'transformer'"),
     ({"kind": "mlp", "act_fn": "gelu"}, "model.act_fn", "'gelu' is not allowed"),
     ({"layers": 2}, "model.layers", "unknown key"),
 ])

@@ -102,7 +102,7 @@ def attention_views(run: Run, tl: Timeline, seed: int = 0) -> list[views.Attenti
     needed = sorted({s for _, moments in plans.values() for s, _ in moments})
     patterns: dict[tuple[str, int], dict[str, torch.Tensor]] = {}
     tokens: dict[str, torch.Tensor] = {}
-    init = run.trainable(run.steps[0])
+    init = models.probed(run.trainable(run.steps[0]))
     for step, model in run.models(needed):
         if not tokens:  # a probe's inputs are seeded, the same at every checkpoint
             tokens = {p: probes.run(p, model, run.task, batch_size=8, seed=seed, init=init).render["tokens"]

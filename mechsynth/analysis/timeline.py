@@ -93,7 +93,8 @@ def why_not(run: Run, name: str) -> Optional[str]:
     """Why probe `name` does not apply to this run (None: it does), read off its first checkpoint's model (the
     hooked TransformerLens model for the probes that patch it)."""
     model = run.trainable(run.steps[0])
-    return probes.why_not(name, models.hooked(model) if probes.PROBES.get(name).hooked else model, run.task)
+    return probes.why_not(name, models.hooked(model) if probes.PROBES.get(name).hooked else models.probed(model),
+                          run.task)
 
 
 def chunk_size(model: nn.Module, batch_size: int, device: torch.device) -> int:
@@ -137,7 +138,7 @@ def probe_run(run: Run, names: Optional[Sequence[str]] = None, steps: Optional[S
 def _probe_batched(run: Run, tl: Timeline, names: list[str], batch_size: int, seed: int, device: str | torch.device,
                    opts: dict[str, Any]) -> None:
     steps = tl.steps
-    init = run.trainable(run.steps[0], device)  # step 0: what hidden-progress probes compare with
+    init = models.probed(run.trainable(run.steps[0], device))  # step 0: what hidden-progress probes compare with
     # Chunks are sized by the largest input the probes read (modular arithmetic's "all": every pair).
     largest = max([batch_size] + [len(probes.draw(probes.resolve(i, run.task), init, run.task, batch_size, seed).tokens)
                                   for name in names for i in probes.PROBES.get(name).reads])
@@ -150,7 +151,7 @@ def _probe_batched(run: Run, tl: Timeline, names: list[str], batch_size: int, se
         weights += [weights[-1]] * (size - len(chunk))  # pad the last chunk; its extra results are dropped
         stacked.load_state_dict({k: torch.stack([w[k] for w in weights]) if k in params else weights[0][k]
                                  for k in weights[0]})  # buffers (e.g. the MLP's token values) are shared
-        for results in probes.run_many(names, stacked, run.task, batch_size=batch_size, seed=seed, init=init,
+        for results in probes.run_many(names, models.probed(stacked), run.task, batch_size=batch_size, seed=seed, init=init,
                                        options={n: opts[n] for n in names})[:len(chunk)]:
             _record(tl, results)
 
@@ -186,7 +187,8 @@ def _probe_costly(run: Run, tl: Timeline, names: list[str], batch_size: int, see
             group = [n for n in here if probes.PROBES.get(n).hooked == hooked]
             if not group:
                 continue
-            results = probes.run_many(group, models.hooked(trained) if hooked else trained, run.task,
+            probed = models.hooked(trained) if hooked else models.probed(trained)
+            results = probes.run_many(group, probed, run.task,
                                       batch_size=batch_size, seed=seed, options={n: opts[n] for n in group},
                                       train_set=train_set, train=train, last=last)[0]
             for n, result in results.items():

@@ -1,17 +1,26 @@
 """What every model kind provides. A kind is one file in mechsynth/models/: a frozen config dataclass of
 its own fields that subclasses `ModelKind` and registers itself (`@MODEL_KINDS.register("mlp")`); the
 config knows how to build, hook and size its model, so callers ask it instead of checking classes.
+
+Here too: parsing a kind's table, storing it, checking it against a task and building its model (re-exported by
+mechsynth.models), so that a kind built on another kind (linearized.py) reads and builds its base without
+importing the package that imports it.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar, Optional
+import dataclasses
+from typing import Any, ClassVar, Optional
 
 import torch
 import torch.nn as nn
 
+from mechsynth.config import ConfigError, check, from_dict, key_name, show
+from mechsynth.config import to_dict as fields_dict
 from mechsynth.registry import Registry
 from mechsynth.tasks.base import TaskSpec
+
+DEFAULT_KIND = "transformer"
 
 FLOAT = 4  # bytes: weights, activations and optimizer state are float32
 
@@ -39,6 +48,11 @@ class ModelKind:
         """One line naming the architecture, for report headers ("MLP, width 100")."""
         raise NotImplementedError
 
+    def table(self) -> dict[str, Any]:
+        """The fields as config.json stores them (`to_dict` adds `kind`); a kind holding another kind's
+        config stores that as a table of its own."""
+        return fields_dict(self)
+
     def validate(self, spec: TaskSpec) -> None:
         """The checks that need the task too (raise ConfigError naming `model.<field>`)."""
 
@@ -55,6 +69,12 @@ class ModelKind:
     def hooked(self, model: nn.Module, device: str | torch.device) -> nn.Module:
         """The module as TransformerLens probes see it (by default the module itself)."""
         return model.to(device).eval()
+
+    def probed(self, model: nn.Module) -> nn.Module:
+        """The module the probes read activations and weights of, side by side too (`n_models`): by default
+        the trained module itself. The linearized kind has no activations of its own to hook (forward-mode AD
+        hides them) and gives the network it linearizes, at the current weights."""
+        return model
 
     def reload(self, hooked: nn.Module, model: nn.Module) -> nn.Module:
         """`hooked` (from `hooked()` on an earlier checkpoint) with `model`'s weights, reusing it: building
@@ -84,3 +104,54 @@ class ModelKind:
 
 
 MODEL_KINDS: Registry[type[ModelKind]] = Registry("model kind")
+
+
+def names() -> list[str]:
+    return MODEL_KINDS.names()
+
+
+def fields(kind: str) -> list[str]:
+    """The config fields of kind `kind`."""
+    return [f.name for f in dataclasses.fields(MODEL_KINDS.get(kind)) if f.init]
+
+
+def parse(table: dict[str, Any], field: str = "model") -> ModelKind:
+    """The config of the kind `table["kind"]` names (default: transformer), from the rest of the table;
+    every error names `<field>.<key>`, and a key of another kind says whose it is."""
+    check(isinstance(table, dict), field, f"expected a table, got {show(table)}")
+    table = dict(table)
+    kind = table.pop("kind", DEFAULT_KIND)
+    check(isinstance(kind, str) and kind in MODEL_KINDS, f"{field}.kind",
+          f"{show(kind)} is not allowed; allowed: {', '.join(map(repr, names()))}")
+    own = fields(kind)
+    for key in table:
+        others = [k for k in names() if key not in own and key in fields(k)]
+        if others:
+            whose = f"kind {others[0]!r}" if len(others) == 1 else f"kinds {', '.join(map(repr, others))}"
+            raise ConfigError(f"{field}.{key_name(key)}", f"is a field of {whose}, not {kind!r}; "
+                                                          f"allowed for {kind!r}: {', '.join(sorted(own))}")
+    return from_dict(MODEL_KINDS.get(kind), table, field)
+
+
+def to_dict(cfg: ModelKind) -> dict[str, Any]:
+    """`kind` and that kind's fields, as config.json and `parse` have them."""
+    return {"kind": cfg.kind, **cfg.table()}
+
+
+def validate(cfg: ModelKind, spec: TaskSpec) -> None:
+    """Every check that needs both the model and the task, so bad input fails before any work."""
+    if spec.d_input is not None and not cfg.reads_vectors:
+        readers = [k for k in names() if MODEL_KINDS.get(k).reads_vectors]
+        raise ConfigError("model.kind", f"{cfg.kind!r} reads token ids, and the task feeds {spec.d_input}-wide vectors "
+                                        f"(continuous inputs); allowed: {', '.join(map(repr, readers))}")
+    cfg.validate(spec)
+
+
+def build(cfg: ModelKind, spec: TaskSpec, n_models: Optional[int] = None) -> nn.Module:
+    """The trainable model for a task, initialised from cfg.init_seed. `n_models=M`: M of them side by
+    side, initialised from init_seed, init_seed + 1, ... Every built model carries its config (`.cfg`)
+    and `.input_weights` (the weight whose first n_inputs rows face the input positions, or None)."""
+    validate(cfg, spec)
+    model = cfg.build(spec, n_models)
+    model.cfg, model.input_weights = cfg, cfg.input_weights()
+    return model

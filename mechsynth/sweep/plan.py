@@ -120,8 +120,15 @@ def _merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
 
 
 def _set(config: dict[str, Any], dotted: str, value: Any) -> None:
-    section, key = dotted.split(".", 1)
-    config.setdefault(section, {})[key] = copy.deepcopy(value)
+    """config[section][key] = value; a longer key reaches into a table the section holds ("model.base.n_layers":
+    the linearized kind's base)."""
+    *tables, key = dotted.split(".")
+    node = config
+    for i, part in enumerate(tables):
+        node = node.setdefault(part, {})
+        check(isinstance(node, dict), ".".join(tables[:i + 1]), f"is {show(node)}, not a table, so {dotted!r} cannot "
+                                                                 "go into it; allowed: a table")
+    node[key] = copy.deepcopy(value)
 
 
 def label(value: Any) -> str:
@@ -134,8 +141,10 @@ def label(value: Any) -> str:
 
 
 def _check_key(dotted: str, field: str, seed_keys: Sequence[str] = ()) -> None:
-    check(dotted.count(".") == 1 and dotted.split(".")[0] in SECTIONS, field,
-          f"{dotted!r} must be section.key with section one of {', '.join(SECTIONS)}")
+    parts = dotted.split(".")
+    check(len(parts) >= 2 and parts[0] in SECTIONS and all(parts), field,
+          f"{dotted!r} must be section.key (or section.table.key, into a table such as model.base) with section one "
+          f"of {', '.join(SECTIONS)}")
     check(dotted not in (*SEED_KEYS, *seed_keys), field, f"{dotted!r} is set by the seed; give seeds with sweep.seeds")
 
 
@@ -169,10 +178,11 @@ def safe(name: str) -> str:
 
 
 def _flatten_axes(grid: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
-    # A quoted key "task.n" stays one key; a bare task.n becomes a nested table: accept both.
+    # A quoted key "task.n" stays one key; a bare task.n becomes a nested table: accept both (and bare
+    # model.base.n_layers, tables within a section: an axis's values are a list, never a table).
     for k, v in grid.items():
-        if isinstance(v, dict) and k in SECTIONS and not prefix:
-            yield from _flatten_axes(v, f"{k}.")
+        if isinstance(v, dict) and (prefix or k in SECTIONS):
+            yield from _flatten_axes(v, f"{prefix}{k}.")
         else:
             yield f"{prefix}{k}", v
 

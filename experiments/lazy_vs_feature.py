@@ -1,0 +1,214 @@
+"""Lazy training against feature learning (Chizat, Oyallon & Bach 2019; the NTK regime of seed 004's Bai & Lee,
+Nichani, Damian & Lee): a 2-layer attention-only transformer on in-context Markov chains (`markov_icl`, k = 3,
+T = 100, as experiments/statistical_induction.py's k3), trained four ways from the same initialisation θ₀:
+
+  real        the network itself, centred: f(θ) − f(θ₀) (α = 1, Adam lr 3e-3)
+  linearized  its first-order Taylor expansion at θ₀, α·J f(θ₀)·(θ − θ₀) (the NTK model; α = 100, lr 3e-5)
+  lazy10      the network centred and scaled, α·(f(θ) − f(θ₀)), α = 10 (lr 3e-4)
+  lazy100     the same at α = 100 (lr 3e-5)
+
+(`[model] kind = "linearized"`: mechsynth/models/linearized.py.) Under Adam, whose steps do not grow with the
+gradient, lr ∝ 1/α keeps the function moving as fast at every α (under plain gradient descent it would be 1/α²);
+for the linearized model α then only rescales θ − θ₀. Every checkpoint of every run is probed for the layer-0
+previous-token and layer-1 induction heads, in the network at its current weights θ (for the linearized model too:
+its own activations cannot be hooked), and its held-out loss is measured against the in-context unigram and
+bigram strategies'. The weights' relative movement ‖θ − θ₀‖/‖θ₀‖ is read off the checkpoints.
+
+    python experiments/lazy_vs_feature.py            # the CPU configuration (~30 min on 2 cores, estimated; 5 seeds)
+    python experiments/lazy_vs_feature.py --full     # d_model 64, 10 000 steps, α up to 1000, 10 seeds
+    python experiments/lazy_vs_feature.py --smoke    # seconds; checks the pipeline only
+
+The runs are the sweep experiments/lazy_vs_feature.toml (_smoke.toml, _full.toml for the other sizes), trained
+into --runs (runs/condition=real/seed_0, ...) on a local process pool, each condition's seeds side by side; runs
+already there are reused. This script analyses them.
+
+Writes OUT/lazy_vs_feature.json and OUT/lazy_vs_feature.png.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness  # noqa: E402
+
+from mechsynth.analysis.timeline import formation_step, probe_run  # noqa: E402
+from mechsynth.runs.run import Run  # noqa: E402
+
+NAME = "lazy_vs_feature"
+
+# The runs are experiments/lazy_vs_feature.toml (CPU size; _smoke.toml, _full.toml). What follows is the analysis:
+# its own sizes only.
+SIZES: dict[str, dict[str, Any]] = {
+    "smoke": dict(eval_batch=32, probe_batch=8),
+    "cpu": dict(eval_batch=256, probe_batch=64),
+    "full": dict(eval_batch=512, probe_batch=64),
+}
+ODDS = 3.0  # a head forms at odds ≥ 3× a uniform head's on its targets (the probes' over_chance; the rules' too)
+EVAL_SEED = 12345
+
+
+def base_key(name: str) -> Optional[str]:
+    """A weight matrix of the network (W_E, W_Q, ...) under the name the base kind gives it; None for θ₀'s copy and
+    for norms and biases (whose init is 1 or 0: no scale to move relative to)."""
+    if name.startswith("init."):
+        return None
+    name = name.removeprefix("base.")
+    return name if name.rsplit(".", 1)[-1].startswith("W_") else None
+
+
+def movement(start: dict[str, torch.Tensor], now: dict[str, torch.Tensor]) -> float:
+    """‖θ − θ₀‖ / ‖θ₀‖ over the weight matrices."""
+    keys = [k for k in now if base_key(k) is not None]
+    moved = math.sqrt(sum(float((now[k] - start[k]).double().square().sum()) for k in keys))
+    return moved / math.sqrt(sum(float(start[k].double().square().sum()) for k in keys))
+
+
+@torch.no_grad()
+def losses(run: Run, n_seqs: int) -> tuple[dict[str, float], list[float], torch.Tensor, list[float]]:
+    """On a fixed held-out batch: the in-context strategies' losses (uniform, unigram, bigram, Bayes), the model's
+    loss at every checkpoint (its own forward: the linearized model's for it), its log-probabilities at the last,
+    and the relative weight movement at every checkpoint."""
+    task = run.task
+    batch = task.sample(n_seqs, torch.Generator().manual_seed(EVAL_SEED), "cpu", task.main_eval)
+    target = batch.targets[..., None]
+    strategies = {name: float(-batch.truth[key].clamp_min(1e-30).log().gather(-1, target).mean())
+                  for name, key in (("uniform", "uniform"), ("unigram", "unigram"), ("bigram", "ngram"), ("bayes", "bayes"))
+                  if key in batch.truth}
+    start = run.weights(run.steps[0])
+    loss, moved, logp = [], [], None
+    for step in run.steps:
+        logp = run.trainable(step)(batch.tokens).float().log_softmax(-1)
+        loss.append(float(-logp.gather(-1, target).mean()))
+        moved.append(movement(start, run.weights(step)))
+    return strategies, loss, logp, moved
+
+
+def best_head(steps: list[int], series: dict[str, list[float]], layer: int, chance: Optional[float]) -> dict[str, Any]:
+    """The head of `layer` that ends highest on a probe's score: its start, end and peak, the probe's chance (a
+    uniform head's score) and when it formed (reached and held odds ≥ 3× chance)."""
+    name = max((h for h in series if h.startswith(f"L{layer}H")), key=lambda h: series[h][-1])
+    s = series[name]
+    c = chance if chance is not None else s[0]
+    level = ODDS * c / (1 - c + ODDS * c) if c < 1 else 1.0
+    return {"head": name, "start": s[0], "final": s[-1], "peak": max(s), "chance": c, "level": level,
+            "formed": formation_step(steps, s, level)}
+
+
+def chance_of(tl: Any, probe: str) -> Optional[float]:
+    values = [v for v in tl.metrics.get(probe, {}).get("chance", []) if math.isfinite(v)]
+    return max(values) if values else None
+
+
+def analyse(run: Run, size: dict[str, Any]) -> tuple[dict[str, Any], torch.Tensor]:
+    strategies, loss, logp, moved = losses(run, size["eval_batch"])
+    steps = run.steps
+    tl = probe_run(run, ["previous_token", "induction"], batch_size=size["probe_batch"])
+    heads = {"previous_token": best_head(steps, tl.per_head["previous_token"], 0, chance_of(tl, "previous_token")),
+             "induction": best_head(steps, tl.per_head["induction"], 1, chance_of(tl, "induction"))}
+    out = {"steps": steps, "loss": loss, "movement": moved, "strategies": strategies, "heads": heads,
+           "series": {p: tl.per_head[p][h["head"]] for p, h in heads.items()},
+           "below_unigram": harness.stays_below(steps, loss, strategies["unigram"]),
+           "final": {"loss": loss[-1], "movement": moved[-1]}}
+    return out, logp
+
+
+def kl(p_log: torch.Tensor, q_log: torch.Tensor) -> float:
+    """Mean over sequences and positions of KL(p ‖ q), from log-probabilities."""
+    return float((p_log.exp() * (p_log - q_log)).sum(-1).mean())
+
+
+def summarise(per_seed: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"final_loss": harness.spread([r["final"]["loss"] for r in per_seed]),
+            "final_movement": harness.spread([r["final"]["movement"] for r in per_seed]),
+            "induction_final": harness.spread([r["heads"]["induction"]["final"] for r in per_seed]),
+            "induction_formed": harness.spread([r["heads"]["induction"]["formed"] for r in per_seed]),
+            "previous_token_final": harness.spread([r["heads"]["previous_token"]["final"] for r in per_seed]),
+            "below_unigram": harness.spread([r["below_unigram"] for r in per_seed]),
+            "train_time_s": harness.spread([r["train_time_s"] for r in per_seed])}
+
+
+# ---- the figure ---------------------------------------------------------------------------------------
+
+COLOURS = {"real": "black", "linearized": "tab:red", "lazy10": "tab:orange", "lazy100": "tab:purple",
+           "lazy1000": "tab:brown"}
+
+
+def _logx(steps: list[int], *series: list[float]) -> list[list]:
+    keep = [i for i, s in enumerate(steps) if s > 0]
+    return [[steps[i] for i in keep]] + [[s[i] for i in keep] for s in series]
+
+
+def plot(res: dict[str, Any], path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(17, 4.8))
+    for cond, data in res["conditions"].items():
+        colour = COLOURS.get(cond, None)
+        for j, r in enumerate(data["seeds"]):
+            kw = dict(color=colour, alpha=1.0 if j == 0 else 0.3, label=cond if j == 0 else None)
+            axes[0].plot(*_logx(r["steps"], r["loss"]), **kw)
+            axes[1].plot(*_logx(r["steps"], r["series"]["induction"]), **kw)
+            axes[2].plot(*_logx(r["steps"], r["movement"]), **kw)
+    first = res["conditions"]["real"]["seeds"][0]["strategies"]
+    for name, style in (("unigram", "--"), ("bigram", ":")):
+        axes[0].axhline(first[name], color="gray", linestyle=style, linewidth=1, label=f"in-context {name}")
+    axes[1].axhline(res["conditions"]["real"]["seeds"][0]["heads"]["induction"]["level"], color="gray", linestyle="--",
+                    linewidth=1, label="formed (odds 3× chance)")
+    axes[0].set_ylabel("held-out loss (nats)")
+    axes[1].set_ylabel("best L1 induction score (network at θ)")
+    axes[2].set_ylabel("‖θ − θ₀‖ / ‖θ₀‖ (weight matrices)")
+    axes[2].set_yscale("log")
+    for ax in axes:
+        ax.set_xscale("log")
+        ax.set_xlabel("training step")
+        ax.legend(fontsize=8)
+    fig.suptitle("Lazy training against feature learning: 2-layer attention-only transformer, in-context Markov "
+                 "chains (k = 3)")
+    return harness.save_figure(fig, path)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = harness.parse_args(NAME, __doc__, argv)
+    session = harness.Session(NAME, args)
+    size = SIZES[args.size]
+    runs = session.sweep()
+    conditions = list(dict.fromkeys(j.labels["condition"] for j in runs.plan.jobs))
+    res: dict[str, Any] = {"conditions": {}, "agreement": []}
+    final_logp: dict[int, dict[str, torch.Tensor]] = {}
+    for cond in conditions:
+        jobs = runs.jobs(condition=cond)
+        model = jobs[0].config["model"]
+        res["conditions"][cond] = {"scale": model["scale"], "linearize": model["linearize"],
+                                   "lr": jobs[0].config["train"]["lr"], "seeds": []}
+        for job in jobs:
+            run = runs.load(job)
+            r, logp = analyse(run, size)
+            res["conditions"][cond]["seeds"].append({"seed": job.seed, "train_time_s": round(harness.train_seconds(run), 1),
+                                                     "run": str(args.runs / job.dir), **r})
+            final_logp.setdefault(job.seed, {})[cond] = logp
+            h = r["heads"]["induction"]
+            print(f"{cond} seed {job.seed}: loss {r['final']['loss']:.3f} (unigram {r['strategies']['unigram']:.3f}), "
+                  f"induction {h['final']:.2f} (formed {h['formed']}), movement {r['final']['movement']:.3g}",
+                  file=sys.stderr)
+        res["conditions"][cond]["summary"] = summarise(res["conditions"][cond]["seeds"])
+    for seed, logps in sorted(final_logp.items()):
+        if "linearized" in logps:
+            res["agreement"].append({"seed": seed, "kl_from_linearized": {c: kl(logps["linearized"], lp)
+                                                                           for c, lp in logps.items() if c != "linearized"}})
+    real = runs.jobs(condition="real")[0].config["train"]
+    res["budget"] = real["steps"] * real["batch_size"] / (1200 * 32)
+    figures = [plot(res, args.out / f"{NAME}.png")]
+    config = {"sizes": size, "sweep": session.sweep_file().name, "seeds": list(runs.plan.seeds),
+              "runs": {c: runs.jobs(condition=c)[0].config for c in conditions}}
+    session.finish(config, res, figures)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(harness.cli(main))

@@ -1,0 +1,117 @@
+"""experiments/lazy_vs_feature.py: the smoke run end to end, its measurements on known weights, and its rules on
+planted results."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from experiment_files import judged, loaded, smoke  # (puts experiments/ on sys.path)
+import verdicts  # noqa: E402
+
+NAME = "lazy_vs_feature"
+CLAIMS = ["feature_learning", "linearized_no_circuit", "lazy_weights_barely_move", "lazy_tracks_linearization"]
+CONDITIONS = ["real", "linearized", "lazy10", "lazy100"]
+
+
+@pytest.fixture(scope="module")
+def exp():
+    yield from loaded(NAME)
+
+
+def test_smoke_writes_results_claims_and_figures(exp, tmp_path, monkeypatch):
+    out = smoke(exp, tmp_path, monkeypatch)
+    assert out["runs_trained"] == 2 * len(CONDITIONS)
+    assert [cl["id"] for cl in out["claims"]] == CLAIMS
+    for cl in out["claims"]:
+        assert cl["verdict"] in verdicts.VERDICTS and "results lack" not in cl["why"] and "None" not in cl["why"], cl
+        assert cl["verdict"] == "inconclusive"  # 2 seeds, a budget of 0.005: too small to say anything
+    data = (tmp_path / out["figures"][0]).read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+    res = out["results"]
+    assert list(res["conditions"]) == CONDITIONS and res["budget"] == pytest.approx(24 * 8 / (1200 * 32))
+    for cond, data in res["conditions"].items():
+        for r in data["seeds"]:
+            assert len(r["loss"]) == len(r["movement"]) == len(r["steps"]) == len(r["series"]["induction"])
+            assert r["movement"][0] == 0  # θ = θ₀ at step 0
+            # every condition starts from the output 0: the uniform prediction's loss
+            assert r["loss"][0] == pytest.approx(r["strategies"]["uniform"], abs=1e-5)
+    lazy = {s["seed"]: s["final"]["movement"] for s in res["conditions"]["lazy100"]["seeds"]}
+    real = {s["seed"]: s["final"]["movement"] for s in res["conditions"]["real"]["seeds"]}
+    assert all(lazy[s] < real[s] / 10 for s in lazy)  # α = 100 at lr/100: the weights move ~100× less
+    assert [a["seed"] for a in res["agreement"]] == [0, 1]
+
+
+def test_movement_is_relative_to_the_weight_matrices_at_init(exp):
+    start = {"base.embed.W_E": torch.ones(2, 2), "base.blocks.0.ln1.w": torch.ones(2), "init.embed.W_E": torch.ones(2, 2)}
+    now = {**start, "base.embed.W_E": torch.full((2, 2), 2.0), "base.blocks.0.ln1.w": torch.full((2,), 5.0)}
+    assert exp.movement(start, now) == pytest.approx(1.0)  # only W_*, never θ₀'s copy or the norms
+    assert exp.movement({"embed.W_E": torch.ones(4)}, {"embed.W_E": torch.zeros(4)}) == pytest.approx(1.0)  # a plain run
+    p = torch.tensor([[0.5, 0.5]]).log()
+    assert exp.kl(p, p) == 0 and exp.kl(p, torch.tensor([[0.25, 0.75]]).log()) > 0
+
+
+# ---- the rules on planted results ------------------------------------------------------------------------
+
+STEPS = [0, 10, 100, 1000]
+CHANCE = 0.33  # the level for odds 3×: 0.596
+
+
+def seed(i, loss=0.9, unigram=1.0, induction=(0.33, 0.4, 0.8, 0.9), movement=1.0):
+    return {"seed": i, "steps": STEPS, "final": {"loss": loss, "movement": movement},
+            "strategies": {"uniform": 1.1, "unigram": unigram, "bigram": 0.9},
+            "heads": {"induction": {"head": "L1H0", "final": induction[-1], "chance": CHANCE},
+                      "previous_token": {"head": "L0H0", "final": 0.9, "chance": 0.1}},
+            "series": {"induction": list(induction), "previous_token": [0.1, 0.2, 0.9, 0.9]}}
+
+
+FLAT = (0.33, 0.33, 0.34, 0.33)
+
+
+def results(n=5, real=None, lin=None, lazy=None, kl=(0.001, 0.1), budget=1.0):
+    real = real or [seed(i) for i in range(n)]
+    lin = lin or [seed(i, loss=1.0, induction=FLAT, movement=0.01) for i in range(n)]
+    lazy = lazy or [seed(i, loss=1.0, induction=FLAT, movement=0.01) for i in range(n)]
+    lazy10 = [seed(i, loss=0.98, induction=FLAT, movement=0.1) for i in range(n)]
+    return {"conditions": {"real": {"scale": 1.0, "seeds": real}, "linearized": {"scale": 100.0, "seeds": lin},
+                           "lazy10": {"scale": 10.0, "seeds": lazy10}, "lazy100": {"scale": 100.0, "seeds": lazy}},
+            "agreement": [{"seed": i, "kl_from_linearized": {"real": kl[1], "lazy10": 0.01, "lazy100": kl[0]}}
+                          for i in range(n)],
+            "budget": budget}
+
+
+def test_feature_learning_needs_the_head_and_the_unigram_beaten():
+    assert judged(NAME, "feature_learning", results())["verdict"] == "matches"
+    some = [seed(i) if i < 3 else seed(i, induction=FLAT) for i in range(5)]
+    assert judged(NAME, "feature_learning", results(real=some))["verdict"] == "partly"
+    worse = [seed(i, loss=1.05) for i in range(5)]  # a head, but no better than the unigram strategy
+    assert judged(NAME, "feature_learning", results(real=worse))["verdict"] == "does not"
+    rises_and_falls = [seed(i, induction=(0.33, 0.9, 0.9, 0.4)) for i in range(5)]  # formed means held
+    assert judged(NAME, "feature_learning", results(real=rises_and_falls))["verdict"] == "does not"
+    small = judged(NAME, "feature_learning", results(real=worse, budget=0.01))
+    assert small["verdict"] == "inconclusive" and "budget" in small["why"]
+    assert judged(NAME, "feature_learning", results(n=2))["verdict"] == "inconclusive"
+
+
+def test_the_linearized_model_is_judged_on_seeds_whose_real_network_learned():
+    assert judged(NAME, "linearized_no_circuit", results())["verdict"] == "matches"
+    formed = [seed(i, loss=1.0) for i in range(5)]  # a head in the network at θ
+    assert judged(NAME, "linearized_no_circuit", results(lin=formed))["verdict"] == "does not"
+    as_good = [seed(i, loss=0.85, induction=FLAT) if i < 2 else seed(i, loss=1.0, induction=FLAT) for i in range(5)]
+    assert judged(NAME, "linearized_no_circuit", results(lin=as_good))["verdict"] == "partly"
+    nothing = judged(NAME, "linearized_no_circuit", results(real=[seed(i, induction=FLAT) for i in range(5)]))
+    assert nothing["verdict"] == "inconclusive" and nothing["n"] == 0
+
+
+def test_lazy_and_linearized_weights_must_both_move_little():
+    assert judged(NAME, "lazy_weights_barely_move", results())["verdict"] == "matches"
+    lazy = [seed(i, loss=1.0, induction=FLAT, movement=0.5) for i in range(5)]
+    assert judged(NAME, "lazy_weights_barely_move", results(lazy=lazy))["verdict"] == "does not"
+    mixed = [seed(i, loss=1.0, induction=FLAT, movement=0.5 if i < 2 else 0.01) for i in range(5)]
+    j = judged(NAME, "lazy_weights_barely_move", results(lazy=mixed))
+    assert j["verdict"] == "partly" and "lazy100" in j["why"] and "lazy10 " in j["why"]
+
+
+def test_the_lazy_network_must_be_nearer_its_linearization_than_the_real_one():
+    assert judged(NAME, "lazy_tracks_linearization", results())["verdict"] == "matches"
+    assert judged(NAME, "lazy_tracks_linearization", results(kl=(0.05, 0.1)))["verdict"] == "does not"
