@@ -26,9 +26,9 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from mechsynth.probes._base import (PROBES, Probe, ProbeError, ProbeResult, Section, View, attention_hooks,
-                                    formation_step, head_metrics, input_weights, no_hooks, register, render_heads,
-                                    resolve)
+from mechsynth.probes._base import (PROBES, ModelHooks, Probe, ProbeError, ProbeResult, Section, View,
+                                    attention_hooks, formation_step, head_metrics, input_weights, no_hooks, register,
+                                    render_heads, resolve)
 from mechsynth.probes._formation import FormationOptions, threshold_field, uniform_attention
 from mechsynth.probes._inputs import dims, draw
 from mechsynth.probes._landscape import log_spaced
@@ -38,7 +38,7 @@ for _m in pkgutil.iter_modules(__path__):
     if not _m.name.startswith("_"):  # _base, _inputs, _run: the machinery, not probes
         importlib.import_module(f"{__name__}.{_m.name}")
 
-__all__ = ["PROBES", "FormationOptions", "Probe", "ProbeError", "ProbeResult", "Section", "View", "attention_hooks",
+__all__ = ["PROBES", "FormationOptions", "ModelHooks", "Probe", "ProbeError", "ProbeResult", "Section", "View", "attention_hooks",
            "can_run", "dims", "draw", "formation_step", "formation_threshold", "head_metrics", "threshold_field",
            "uniform_attention", "input_weights", "log_spaced", "names", "no_hooks", "options", "register", "render_heads", "run",
            "run_many", "why_not"]

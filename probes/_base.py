@@ -49,6 +49,22 @@ class ProbeResult:
 
 
 Hooks = Callable[[int], list[str]]  # n_layers -> hook names
+
+
+@dataclass(frozen=True)
+class ModelHooks:
+    """A `reads` entry whose hooks the model itself names, where its count of attention layers cannot: `pick(model)`
+    -> hook names (an MLP's last hidden layer is `hook_post` or `hook_hidden.{depth − 2}`, by its depth). A hook it
+    names that the model lacks refuses the probe, as any declared hook does."""
+
+    pick: Callable[[Any], list[str]]
+
+
+def hook_names(of: "Hooks | ModelHooks", model: Any, n_layers: int) -> list[str]:
+    """The hooks a `reads` or ablation entry names on `model` (with `n_layers` attention layers)."""
+    return of.pick(model) if isinstance(of, ModelHooks) else of(n_layers)
+
+
 # input -> {ablation name: the hooks it mean-ablates}; see `View.ablated_logits`
 Ablations = dict[str, dict[str, Hooks]]
 ModelCheck = Callable[[Any], Optional[str]]  # model -> why the probe cannot read it, or None
@@ -69,7 +85,7 @@ class Section:
 class Probe:
     name: str
     fn: Callable[["View"], ProbeResult]
-    reads: dict[str, Hooks]  # input -> the hooks it caches on that input (an empty list: logits only)
+    reads: dict[str, Hooks | ModelHooks]  # input -> the hooks it caches on that input (an empty list: logits only)
     truth: tuple[str, ...]  # keys of Batch.truth it reads: it applies to exactly the tasks that provide them
     needs_init: bool  # reads the step-0 weights (hidden progress)
     threshold: float  # a head "has" the circuit once its score stays at or above this
@@ -97,7 +113,7 @@ class Probe:
 PROBES: Registry[Probe] = Registry("probe")
 
 
-def register(name: str, *, reads: dict[str, Hooks], truth: tuple[str, ...] = (), needs_init: bool = False,
+def register(name: str, *, reads: dict[str, Hooks | ModelHooks], truth: tuple[str, ...] = (), needs_init: bool = False,
              threshold: Optional[float] = None, model_check: Optional[ModelCheck] = None, weights: Sequence[str] = (),
              summary: Optional[Callable[[Timeline, Any], list[str]]] = None, section: Optional[Section] = None,
              wandb: Optional[Callable[[Timeline, Any], None]] = None, ablations: Optional[Ablations] = None,

@@ -15,7 +15,7 @@ from mechsynth import hooks
 from mechsynth.config import from_dict
 from mechsynth.errors import ConfigError
 from mechsynth.models.tl_compat import is_hooked_transformer
-from mechsynth.probes._base import PROBES, Probe, ProbeError, ProbeResult, View, input_weights, resolve
+from mechsynth.probes._base import PROBES, Probe, ProbeError, ProbeResult, View, hook_names, input_weights, resolve
 from mechsynth.probes._formation import FormationOptions, raised
 from mechsynth.probes._inputs import dims, draw, vector_width
 from mechsynth.yours.external import misfit, trainable
@@ -62,13 +62,13 @@ def problem(probe: Probe, model: Any, task: Any, init: Any) -> Optional[str]:
     if why is not None:
         return why
     n_layers = max(1, dims(model)[0])  # at least one layer, so a model without attention misses its hooks
-    reads_attention = any(hooks.attn_pattern(0) in h(n_layers) for h in probe.reads.values())
+    reads_attention = any(hooks.attn_pattern(0) in hook_names(h, model, n_layers) for h in probe.reads.values())
     if reads_attention and dims(model)[0] and dims(model)[3] < 2:
         return (f"probe {probe.name!r} reads attention between positions, and this model's context has "
                 f"{dims(model)[3]} position (a one-token task such as associative_memory)")
     have = getattr(model, "hook_dict", {})
     for names_of in list(probe.reads.values()) + [h for named in probe.ablations.values() for h in named.values()]:
-        missing = [h for h in names_of(n_layers) if h not in have]
+        missing = [h for h in hook_names(names_of, model, n_layers) if h not in have]
         if missing:
             kind = "attention heads" if hooks.attn_pattern(0) in missing else f"hook {missing[0]!r}"
             return f"{type(model).__name__} has no {kind}; probe {probe.name!r} needs a transformer"
@@ -139,10 +139,10 @@ def run_many(probe_names: Sequence[str], model: Any, task: Any = None, *, batch_
     wanted: dict[str, set[str]] = {}
     for probe in chosen:
         for input, hooks_of in probe.reads.items():
-            wanted.setdefault(resolve(input, task), set()).update(hooks_of(n_layers))
+            wanted.setdefault(resolve(input, task), set()).update(hook_names(hooks_of, model, n_layers))
         for input, named in probe.ablations.items():  # the unablated run gives the means
             for hooks_of in named.values():
-                wanted[resolve(input, task)].update(hooks_of(n_layers))
+                wanted[resolve(input, task)].update(hook_names(hooks_of, model, n_layers))
     device = next(model.parameters()).device
     batches = {i: draw(i, model, task, batch_size, seed).to(device) for i in wanted}
     m = getattr(model, "n_models", None)
@@ -192,7 +192,7 @@ def _ablate(chosen: Sequence[Probe], model: Any, task: Any, n_layers: int, batch
         for input, named in probe.ablations.items():
             i = resolve(input, task)
             for name, hooks_of in named.items():
-                key = (i, tuple(sorted(set(hooks_of(n_layers)))))
+                key = (i, tuple(sorted(set(hook_names(hooks_of, model, n_layers)))))
                 if key not in done:
                     done[key] = mean_ablated(model, batches[i].tokens, outputs[i][1], key[1], m)
                 out[probe.name][(i, name)] = done[key]

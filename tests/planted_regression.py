@@ -129,5 +129,42 @@ def known_single_index_alignment() -> None:
     assert "reads the layer that reads x" in probes.why_not("single_index_alignment", PlantedW(task), task)
 
 
+def feature_layer(task, depth: int = 2):
+    """A hand-set MLP whose last hidden layer computes the task's feature p exactly: the first layer reads x along
+    A's eigen-directions u_j and squares (x**2, no bias), so it holds (u_j·x)²; with depth 2 the ReLU layer sums
+    them with the eigenvalues into relu(p) (unit 0) and relu(−p) (unit 1), p = unit 0 − unit 1 (other units dead)."""
+    from mechsynth import models
+
+    k, width = task.U.shape[-1], task.U.shape[-1] + 3
+    cfg = models.parse({"kind": "mlp", "width": width, "depth": depth, "act_fn": "relu", "first_act_fn": "poly"})
+    model = models.build(cfg, task.spec)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+        model.W_in[:, :k] = task.U[0]
+        if depth == 2:
+            w = task.s / (2 * k) ** 0.5  # p = Σ_j s_j ((u_j·x)² − 1)/√(2k)
+            model.W_hidden[0, :k, 0], model.b_hidden[0, 0] = w, -w.sum()
+            model.W_hidden[0, :k, 1], model.b_hidden[0, 1] = -w, w.sum()
+    return model
+
+
+def known_feature_span() -> None:
+    """A layer that computes p holds it entirely (ridge and top component R² 1); a random narrow one holds
+    nearly nothing of it (R² near 0, the chance level of a held-out fit); a model without a hidden layer is refused."""
+    from mechsynth import models
+
+    task = tasks.make("hierarchical_polynomial", {"d": 6, "linear": 1.0})
+    m = probes.run("feature_span", feature_layer(task), task, batch_size=512).metrics
+    assert m["span/p1"] > 0.999 and m["top/p1"] > 0.98 and m["units"] == 9, m  # (top: the sample tilts the component)
+    assert probes.run("feature_span", feature_layer(task, depth=1), task, batch_size=512).metrics["span/p1"] > 0.999
+    random = models.build(models.parse({"kind": "mlp", "width": 2, "depth": 2}), task.spec)
+    r = probes.run("feature_span", random, task, batch_size=2048).metrics
+    assert abs(r["span/p1"]) < 0.1 and abs(r["top/p1"]) < 0.1, r
+    neuron = models.build(models.parse({"kind": "neuron"}), task.spec)
+    assert "reads a last hidden layer" in probes.why_not("feature_span", neuron, task)
+    assert "needs truth features" in probes.why_not("feature_span", feature_layer(task), tasks.make("single_index", {"d": 6}))
+
+
 REGRESSION = {"regression_strategy": known_regression_strategy, "w_decoding": known_w_decoding,
-              "single_index_alignment": known_single_index_alignment}
+              "single_index_alignment": known_single_index_alignment, "feature_span": known_feature_span}

@@ -62,6 +62,7 @@ BASES: dict[str, dict[str, dict[str, Any]]] = {
     "bounded_dyck": {"task": {"name": "bounded_dyck", "length": 8, "eval_long_length": 8}, "model": SMALL},
     "linear_regression": {"task": {"name": "linear_regression", "d": 3, "k": 4, "n_tasks": 4}, "model": SMALL},
     "single_index": {"task": {"name": "single_index", "d": 4, "k_star": 2}, "model": {"kind": "mlp", "width": 4}},
+    "hierarchical_polynomial": {"task": {"name": "hierarchical_polynomial", "d": 4}, "model": {"kind": "mlp", "width": 4}},
     "mlp": {"task": {"name": "sparse_parity", "n": 6, "k": 2}, "model": {"kind": "mlp", "width": 8}},
     "sin": {"task": {"name": "sparse_parity", "n": 6, "k": 3}, "model": {"kind": "sin"}},
     "polynet": {"task": {"name": "sparse_parity", "n": 6, "k": 3}, "model": {"kind": "polynet", "degree": 3}},

@@ -28,6 +28,10 @@ class MLPConfig(ModelKind):
     depth: int = doc("hidden layers, each of `width` units (1: the 2-layer baseline)", 1, lo=1, hi=256,
                      why="one matrix of width² per layer; deeper is not a baseline any paper here uses")
     act_fn: Literal["relu", "poly"] = doc("hidden activation; 'poly' is x**poly_degree", "relu")
+    first_act_fn: Optional[Literal["relu", "poly"]] = doc(
+        "activation of the first hidden layer (the one that reads the input); unset = act_fn. 'poly' here and 'relu' "
+        "deeper is the three-layer network of Nichani et al. 2023 and Wang et al. 2023: an even first layer whose "
+        "units are exact quadratics of x, then ReLUs", None)
     poly_degree: int = doc("k in the x**k activation", 2, lo=1, hi=64, why="x**k overflows float32 long before")
     init_seed: int = doc("seed of the initial weights", 0, lo=0, hi=MAX_SEED,
                          why="torch seeds are 64-bit; seeds side by side add their index")
@@ -44,8 +48,13 @@ class MLPConfig(ModelKind):
         check(self.init_range is None or self.init_range > 0, "init_range", f"must be > 0 or unset, got {self.init_range}")
 
     def describe(self) -> str:
+        first = self.first_act_fn not in (None, self.act_fn)
         return (f"MLP, width {self.width}" + (f", {self.depth} hidden layers" if self.depth > 1 else "")
+                + (f", first layer {self._act_name(self.first_act_fn)}, then {self._act_name(self.act_fn)}" if first else "")
                 + (f", sparse init ({self.init_sparsity} inputs per unit)" if self.init_sparsity else ""))
+
+    def _act_name(self, act: Optional[str]) -> str:
+        return "ReLU" if act == "relu" else f"x**{self.poly_degree}"
 
     def validate(self, spec: TaskSpec) -> None:
         if spec.d_input is not None:
@@ -146,8 +155,9 @@ class MLPBaseline(HookedRootModule):
                 if sparse:
                     p.mul_(sparse_mask(self.n_inputs, self.cfg.width, s, g))
 
-    def act(self, x: Float[Tensor, "*shape"]) -> Float[Tensor, "*shape"]:
-        return F.relu(x) if self.cfg.act_fn == "relu" else x**self.cfg.poly_degree
+    def act(self, x: Float[Tensor, "*shape"], first: bool = False) -> Float[Tensor, "*shape"]:
+        kind = (self.cfg.first_act_fn or self.cfg.act_fn) if first else self.cfg.act_fn
+        return F.relu(x) if kind == "relu" else x**self.cfg.poly_degree
 
     def forward(self, tokens: Int[Tensor, "*#n_models batch pos"] | Float[Tensor, "*#n_models batch 1 d_input"]
                 ) -> Float[Tensor, "*#n_models batch 1 d_vocab_out"]:
@@ -159,7 +169,7 @@ class MLPBaseline(HookedRootModule):
         x = self.hook_in(x)
         W_in, b_in, W_out, b_out = (p if self.n_models else p.unsqueeze(0) for p in (self.W_in, self.b_in, self.W_out, self.b_out))
         pre = self.hook_pre(torch.baddbmm(b_in.unsqueeze(1), x.view(m, -1, self.n_inputs), W_in).flatten(0, 1))
-        post = self.hook_post(self.act(pre)).view(m, -1, pre.shape[-1])
+        post = self.hook_post(self.act(pre, first=True)).view(m, -1, pre.shape[-1])
         for layer in range(self.cfg.depth - 1):
             W, b = (p[:, layer] if self.n_models else p[layer].unsqueeze(0) for p in (self.W_hidden, self.b_hidden))
             post = self.hook_hidden[layer](self.act(torch.baddbmm(b.unsqueeze(1), post, W)).flatten(0, 1)).view(m, -1, W.shape[-1])

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import torch
 
 from mechsynth import models, tasks
 from mechsynth.analysis.wandb_log import WandbConfig
 from mechsynth.config import ConfigError, check, from_dict, key_name, show, to_dict
 from mechsynth.models import ModelKind
 from mechsynth.runs import rundir
-from mechsynth.tasks.base import Task
+from mechsynth.tasks.base import Task, TaskSpec
 from mechsynth.training import budget
-from mechsynth.training.train import TrainConfig, resolve_device
+from mechsynth.training.train import TrainConfig, freeze_unselected, resolve_device
 
 SECTIONS = ("task", "model", "train", "wandb")
 
@@ -58,6 +61,8 @@ def parse_config(data: dict[str, Any], *, resources: bool = True) -> RunConfig:
                        from_dict(TrainConfig, data.get("train", {}), "train"),
                        from_dict(WandbConfig, data.get("wandb", {}), "wandb"))
     models.validate(cfg.model, task.spec)
+    if cfg.train.params is not None:
+        check_params(cfg.model, task.spec, cfg.train.params)
     # A task's regulariser reads truth that only its own fresh training batches carry, one seed at a time.
     check(not task.regularised or cfg.train.seeds == 1, "train.seeds",
           f"{cfg.train.seeds} seeds side by side, but task {task.name} adds a regulariser to the loss, which trains "
@@ -69,6 +74,17 @@ def parse_config(data: dict[str, Any], *, resources: bool = True) -> RunConfig:
     if resources:
         budget.check(cfg.model, cfg.train, task, resolve_device(cfg.train.device))
     return cfg
+
+
+def check_params(model: ModelKind, spec: TaskSpec, params: Sequence[str]) -> None:
+    """train.params against the names of the parameters this model has (ConfigError naming train.params): read
+    from the model built on the meta device, which allocates and initialises nothing."""
+    try:
+        with torch.device("meta"):
+            module = models.build(model, spec)
+    except Exception:  # a kind (a plugin's) that cannot be built on the meta device: built for real, once
+        module = models.build(model, spec)
+    freeze_unselected(module, params)
 
 
 def check_fixed_set(train: TrainConfig, task: Task) -> None:

@@ -13,7 +13,7 @@ import re
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Optional, Protocol, runtime_checkable
 
@@ -84,6 +84,10 @@ class TrainConfig:
     init_from: Optional[str] = doc("fine-tuning: start from the weights of this run directory's last checkpoint, or "
                                    "of one checkpoint directory (RUN/checkpoints/step_N); the model must have the "
                                    "same shapes; unset: a fresh initialisation", None)
+    params: Optional[tuple[str, ...]] = doc(
+        "train only these parameters, each named as the checkpoints name it (W_hidden, blocks.0.attn.W_Q) or by a "
+        "prefix ending at a dot (blocks.0: every weight of block 0); the others keep their initial (or init_from's) "
+        "values. Unset: all. Layerwise training is runs chained with init_from, each training its own layer", None)
     compile: bool = doc("torch.compile the model (fuses kernels; ~1 min of compiling up front; measured gains are small at these sizes)", False)
 
     def __post_init__(self):
@@ -104,6 +108,9 @@ class TrainConfig:
               f"train.seeds > 1: {', '.join(optimizers.elementwise())}")
         check(isinstance(self.device, str) and DEVICE.fullmatch(self.device) is not None, "device",
               f"{show(self.device)} is not allowed; allowed: {DEVICES}")
+        if self.params is not None:  # (the message lists it: only where it is set)
+            check(len(self.params) > 0 and all(self.params), "params", f"{show(list(self.params))} names nothing to "
+                  "train; allowed: parameter names or prefixes, or unset to train all")
 
 
 @runtime_checkable
@@ -172,6 +179,32 @@ def checkpoint_steps(total: int, count: int = 100) -> list[int]:
     log = {round(math.exp(math.log(total) * i / (n_log - 1))) for i in range(n_log)} if total > 1 and n_log > 1 else set()
     lin = {round(total * i / (count - n_log - 1)) for i in range(count - n_log)} if count - n_log > 1 else set()
     return sorted({0, total} | log | lin)
+
+
+def selects(name: str, pattern: str) -> bool:
+    """Whether `train.params` entry `pattern` takes parameter `name`: the name itself, or a prefix ending at a dot
+    ("blocks.1" takes blocks.1.attn.W_Q, not blocks.10.attn.W_Q)."""
+    return name == pattern or name.startswith(pattern + ".")
+
+
+def freeze_unselected(model: nn.Module, params: Optional[Sequence[str]]) -> None:
+    """Keep every parameter `params` (train.params) does not select at its value: requires_grad off, so it gets no
+    gradient, is not in the optimizer (no update, no weight decay) and does not count in the clipped gradient norm.
+    ConfigError naming train.params, listing the model's parameter names, for an entry that selects none, or when
+    what it selects is only what the model kind itself keeps fixed (the memory kinds' embeddings)."""
+    if params is None:
+        return
+    named = list(model.named_parameters())
+    names = [n for n, _ in named]
+    trainable = [n for n, p in named if p.requires_grad]
+    for pattern in params:
+        check(any(selects(n, pattern) for n in names), "train.params",
+              f"{pattern!r} names no parameter of this model (a name, or a prefix ending at a dot); allowed: {', '.join(names)}")
+    check(any(selects(n, pattern) for n in trainable for pattern in params), "train.params",
+          f"{show(list(params))} selects only parameters this model kind keeps fixed; allowed: {', '.join(trainable)}")
+    for n, p in named:
+        if not any(selects(n, pattern) for pattern in params):
+            p.requires_grad_(False)
 
 
 def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
@@ -274,6 +307,7 @@ class Trainer:
             keep_freed_memory()
         self.module = model.to(self.device)  # what checkpoints save: never the compiled wrapper
         self.model = torch.compile(self.module) if cfg.compile else self.module
+        freeze_unselected(self.module, cfg.params)  # before the optimizer, which takes the parameters that train
         self.optimizer = make_optimizer(self.module, cfg)
         # A kind whose weights live on a constraint set (the neuron kind's sphere) puts them back after each step.
         self.project = getattr(self.module, "project_", None)
