@@ -92,9 +92,13 @@ def applicable(run: Run, costly: bool = False) -> list[str]:
 def why_not(run: Run, name: str) -> Optional[str]:
     """Why probe `name` does not apply to this run (None: it does), read off its first checkpoint's model (the
     hooked TransformerLens model for the probes that patch it)."""
-    model = run.trainable(run.steps[0])
-    return probes.why_not(name, models.hooked(model) if probes.PROBES.get(name).hooked else models.probed(model),
-                          run.task)
+    return probes.why_not(name, _seen(run.trainable(run.steps[0]), probes.PROBES.get(name).hooked), run.task)
+
+
+def _seen(model: nn.Module, hooked: bool) -> nn.Module:
+    """What a probe reads of a trained module: the hooked TransformerLens model for the probes that patch it, else
+    the module its kind gives probes (models.probed)."""
+    return models.hooked(model) if hooked else models.probed(model)
 
 
 def chunk_size(model: nn.Module, batch_size: int, device: torch.device) -> int:
@@ -187,8 +191,7 @@ def _probe_costly(run: Run, tl: Timeline, names: list[str], batch_size: int, see
             group = [n for n in here if probes.PROBES.get(n).hooked == hooked]
             if not group:
                 continue
-            probed = models.hooked(trained) if hooked else models.probed(trained)
-            results = probes.run_many(group, probed, run.task,
+            results = probes.run_many(group, _seen(trained, hooked), run.task,
                                       batch_size=batch_size, seed=seed, options={n: opts[n] for n in group},
                                       train_set=train_set, train=train, last=last)[0]
             for n, result in results.items():
