@@ -333,7 +333,13 @@ def test_a_sweep_of_separate_runs_from_before_resumes_them_separately(tmp_path, 
 def test_more_steps_continue_a_finished_batch_and_fewer_keep_it(tmp_path, capsys):
     path = sweep_file(tmp_path, '[sweep]\nseeds = 2')
     out = tmp_path / "out"
-    assert main(["sweep", path, "--out", str(out), "--workers", "1"]) == 0
+    threads = torch.get_num_threads()
+    torch.set_num_threads(7)  # not what a job takes (the CPU count), which it must give back
+    try:
+        assert main(["sweep", path, "--out", str(out), "--workers", "1"]) == 0
+        assert torch.get_num_threads() == 7
+    finally:
+        torch.set_num_threads(threads)
     assert main(["sweep", path, "--out", str(out), "--set", "train.steps=80"]) == 0
     assert "0 complete, 2 to resume, 0 to start" in capsys.readouterr().err
     assert io.read_json(out / "runs/base/config.json")["train"]["steps"] == 80

@@ -54,8 +54,16 @@ def run(tasks: list[tuple[Any, str]], on_result: Callable[[Any, dict], None], re
     workers = resources.workers
     threads = resources.threads or max(1, cpu_count() // workers)
     if workers == 1:  # one at a time: in this process, saving a worker's start-up (imports) per sweep
-        for task, run_dir in tasks:
-            on_result(task, fn(run_dir, task.config, threads))
+        import torch
+
+        # Each job sets torch's thread count; this process's own is given back after, as a run continued
+        # here under another count would not be bit-identical to one that was never stopped.
+        before = torch.get_num_threads()
+        try:
+            for task, run_dir in tasks:
+                on_result(task, fn(run_dir, task.config, threads))
+        finally:
+            torch.set_num_threads(before)
         return
     # A worker that dies (killed, out of memory) breaks the whole pool and every run still in it. Those
     # runs get one more try in a fresh pool (they continue from their checkpoints); a run whose pool
