@@ -14,6 +14,8 @@ endif
 VENV ?= .venv$(if $(TL),-tl$(TL))
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
+# pytest-xdist processes for `make test`, each with its share of the cores (tests/conftest.py)
+TEST_WORKERS ?= auto
 
 # PyPI's Linux wheels of torch are CUDA builds (GBs of nvidia-* wheels); CPU builds are on PyTorch's own
 # index (used where it answers), or in a wheel directory pip already knows (find-links).
@@ -51,7 +53,7 @@ demo: $(VENV)/.installed
 	$(BIN)/mechsynth demo
 
 test: $(VENV)/.installed
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 bench: $(VENV)/.installed
 	$(BIN)/python benchmarks/train_speed.py

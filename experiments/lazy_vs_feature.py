@@ -14,15 +14,20 @@ previous-token and layer-1 induction heads, in the network at its current weight
 its own activations cannot be hooked), and its held-out loss is measured against the in-context unigram and
 bigram strategies'. The weights' relative movement ‖θ − θ₀‖/‖θ₀‖ is read off the checkpoints.
 
+The same four conditions train experiments/parity_search.py's one-layer transformer on sparse parity (n = 15,
+k = 3, seed 000's setup; lazy_vs_feature_parity.toml): its held-out accuracy, and at every checkpoint the
+`sparse_selection` circuit — attention from the readout position onto the support S — in the network at θ.
+
     python experiments/lazy_vs_feature.py            # the CPU configuration (~30 min on 2 cores, estimated; 5 seeds)
     python experiments/lazy_vs_feature.py --full     # d_model 64, 10 000 steps, α up to 1000, 10 seeds
     python experiments/lazy_vs_feature.py --smoke    # seconds; checks the pipeline only
 
-The runs are the sweep experiments/lazy_vs_feature.toml (_smoke.toml, _full.toml for the other sizes), trained
-into --runs (runs/condition=real/seed_0, ...) on a local process pool, each condition's seeds side by side; runs
-already there are reused. This script analyses them.
+The runs are the sweeps experiments/lazy_vs_feature.toml and lazy_vs_feature_parity.toml (_smoke.toml, _full.toml
+for the other sizes), trained into --runs (runs/condition=real/seed_0, runs/task=sparse_parity,condition=real/...)
+on a local process pool, each condition's seeds side by side; runs already there are reused. This script analyses
+them.
 
-Writes OUT/lazy_vs_feature.json and OUT/lazy_vs_feature.png.
+Writes OUT/lazy_vs_feature.json, OUT/lazy_vs_feature.png and OUT/lazy_vs_feature_parity.png.
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ SIZES: dict[str, dict[str, Any]] = {
 }
 ODDS = 3.0  # a head forms at odds ≥ 3× a uniform head's on its targets (the probes' over_chance; the rules' too)
 EVAL_SEED = 12345
+SOLVED_ACC = 0.99  # sparse parity is learned at held-out accuracy ≥ 0.99 (parity_search's convergence)
 
 
 def base_key(name: str) -> Optional[str]:
@@ -118,6 +124,28 @@ def analyse(run: Run, size: dict[str, Any]) -> tuple[dict[str, Any], torch.Tenso
     return out, logp
 
 
+def analyse_parity(run: Run, size: dict[str, Any]) -> dict[str, Any]:
+    """Held-out accuracy over training (the model's own forward), the readout's attention onto S in the network at
+    θ at every checkpoint (its best head), and the relative weight movement."""
+    steps = run.steps
+    evals = [r for r in run.metrics if "eval/acc" in r]
+    tl = probe_run(run, ["sparse_selection"], batch_size=size["probe_batch"])
+    head = best_head(steps, tl.per_head["sparse_selection"], 0, chance_of(tl, "sparse_selection"))
+    start = run.weights(steps[0])
+    moved = [movement(start, run.weights(step)) for step in steps]
+    acc = [r["eval/acc"] for r in evals]
+    return {"steps": steps, "eval_steps": [r["step"] for r in evals], "acc": acc, "movement": moved,
+            "head": head, "series": tl.per_head["sparse_selection"][head["head"]],
+            "support_recovered": tl.metrics["sparse_selection"]["support_recovered"],
+            "solved": next((r["step"] for r in evals if r["eval/acc"] >= SOLVED_ACC), None),
+            "final": {"acc": acc[-1], "movement": moved[-1]}}
+
+
+def at(step: Optional[int], what: str) -> str:
+    """"formed at step 200", or "never formed"."""
+    return f"{what} at step {step}" if step is not None else f"never {what}"
+
+
 def kl(p_log: torch.Tensor, q_log: torch.Tensor) -> float:
     """Mean over sequences and positions of KL(p ‖ q), from log-probabilities."""
     return float((p_log.exp() * (p_log - q_log)).sum(-1).mean())
@@ -173,6 +201,37 @@ def plot(res: dict[str, Any], path: Path) -> Path:
     return harness.save_figure(fig, path)
 
 
+def plot_parity(res: dict[str, Any], path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(17, 4.8))
+    for cond, data in res["conditions"].items():
+        for j, r in enumerate(data["seeds"]):
+            kw = dict(color=COLOURS.get(cond), alpha=1.0 if j == 0 else 0.3, label=cond if j == 0 else None)
+            axes[0].plot(*_logx(r["eval_steps"], r["acc"]), **kw)
+            axes[1].plot(*_logx(r["steps"], r["series"]), **kw)
+            axes[2].plot(*_logx(r["steps"], r["movement"]), **kw)
+    head = res["conditions"]["real"]["seeds"][0]["head"]
+    axes[0].axhline(0.5, color="gray", linestyle="--", linewidth=1, label="chance")
+    axes[1].axhline(head["chance"], color="gray", linestyle=":", linewidth=1, label="a uniform head")
+    axes[1].axhline(head["level"], color="gray", linestyle="--", linewidth=1, label="formed (odds 3× chance)")
+    axes[0].set_ylabel("held-out accuracy")
+    axes[1].set_ylabel("best head's attention onto S from the readout (network at θ)")
+    axes[2].set_ylabel("‖θ − θ₀‖ / ‖θ₀‖ (weight matrices)")
+    axes[2].set_yscale("log")
+    for ax in axes:
+        ax.set_xscale("log")
+        ax.set_xlabel("training step")
+        ax.legend(fontsize=8)
+    fig.suptitle("Lazy training against feature learning: 1-layer transformer, sparse parity (n = 15, k = 3)")
+    return harness.save_figure(fig, path)
+
+
+def parity_runs(session: harness.Session) -> harness.Runs:
+    suffix = "" if session.args.size == "cpu" else f"_{session.args.size}"
+    return session.sweep(file=harness.EXPERIMENTS / f"{NAME}_parity{suffix}.toml")
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     args = harness.parse_args(NAME, __doc__, argv)
     session = harness.Session(NAME, args)
@@ -194,7 +253,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             final_logp.setdefault(job.seed, {})[cond] = logp
             h = r["heads"]["induction"]
             print(f"{cond} seed {job.seed}: loss {r['final']['loss']:.3f} (unigram {r['strategies']['unigram']:.3f}), "
-                  f"induction {h['final']:.2f} (formed {h['formed']}), movement {r['final']['movement']:.3g}",
+                  f"induction {h['final']:.2f} ({at(h['formed'], 'formed')}), movement {r['final']['movement']:.3g}",
                   file=sys.stderr)
         res["conditions"][cond]["summary"] = summarise(res["conditions"][cond]["seeds"])
     for seed, logps in sorted(final_logp.items()):
@@ -203,9 +262,31 @@ def main(argv: Optional[list[str]] = None) -> int:
                                                                            for c, lp in logps.items() if c != "linearized"}})
     real = runs.jobs(condition="real")[0].config["train"]
     res["budget"] = real["steps"] * real["batch_size"] / (1200 * 32)
-    figures = [plot(res, args.out / f"{NAME}.png")]
+
+    parity = parity_runs(session)
+    res["parity"] = {"conditions": {}}
+    for cond in dict.fromkeys(j.labels["condition"] for j in parity.plan.jobs):
+        jobs = parity.jobs(condition=cond)
+        model = jobs[0].config["model"]
+        res["parity"]["conditions"][cond] = {"scale": model["scale"], "linearize": model["linearize"],
+                                             "lr": jobs[0].config["train"]["lr"], "seeds": []}
+        for job in jobs:
+            run = parity.load(job)
+            r = analyse_parity(run, size)
+            res["parity"]["conditions"][cond]["seeds"].append(
+                {"seed": job.seed, "train_time_s": round(harness.train_seconds(run), 1), "run": str(args.runs / job.dir), **r})
+            print(f"sparse_parity {cond} seed {job.seed}: accuracy {r['final']['acc']:.3f} ({at(r['solved'], f'≥ {SOLVED_ACC}')}), "
+                  f"attention onto S {r['head']['final']:.2f} (chance {r['head']['chance']:.2f}, "
+                  f"{at(r['head']['formed'], 'formed')}), movement {r['final']['movement']:.3g}", file=sys.stderr)
+    p_real = parity.jobs(condition="real")[0].config["train"]
+    res["parity"]["budget"] = p_real["steps"] * p_real["batch_size"] / (4000 * 32)
+
+    figures = [plot(res, args.out / f"{NAME}.png"), plot_parity(res["parity"], args.out / f"{NAME}_parity.png")]
     config = {"sizes": size, "sweep": session.sweep_file().name, "seeds": list(runs.plan.seeds),
-              "runs": {c: runs.jobs(condition=c)[0].config for c in conditions}}
+              "runs": {c: runs.jobs(condition=c)[0].config for c in conditions},
+              "parity_sweep": f"{NAME}_parity{'' if args.size == 'cpu' else '_' + args.size}.toml",
+              "parity_runs": {c: jobs[0].config for c in res["parity"]["conditions"]
+                              for jobs in [parity.jobs(condition=c)]}}
     session.finish(config, res, figures)
     return 0
 

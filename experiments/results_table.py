@@ -35,7 +35,7 @@ END = {part: f"<!-- {part}: end -->" for part in PARTS}
 ORDER = ("statistical_induction", "simplified_induction", "llc_stages", "sparse_parity_hidden_progress", "sparse_selection", "grokking",
          "causal_structure", "edge_of_stability", "factual_capacity", "hmm_identifiability", "circuit_discovery",
          "automata_depth", "attention_glitches", "dyck_balance", "dyck_contrastive", "icl_regression",
-         "mezo_finetune", "single_index_smoothing", "depth_risk")
+         "mezo_finetune", "single_index_smoothing", "hierarchical_polynomial", "lazy_vs_feature", "depth_risk")
 LIBRARIES = ("torch", "transformer_lens", "numpy", "scipy", "devinterp", "tensorly")
 # A citation as the rules write them: "Power et al. 2022", "Nichani, Damian & Lee 2024", "Liu et al. 2023b".
 CITATION = re.compile(r"\b[A-Z][A-Za-z'-]+(?:(?:, | & )[A-Z][A-Za-z'-]+)*(?: et al\.)? (?:19|20)\d\d[a-z]?\b")

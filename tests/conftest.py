@@ -8,6 +8,13 @@ from pathlib import Path
 
 import pytest
 
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ:  # under pytest-xdist: each worker its share of the cores
+    _threads = max(1, len(os.sched_getaffinity(0)) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+    os.environ.setdefault("OMP_NUM_THREADS", str(_threads))  # (and the subprocesses tests start)
+    import torch
+
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
 _WANDB_TMP = Path(tempfile.mkdtemp(prefix="mechsynth-wandb-"))
 for var in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR", "WANDB_ARTIFACT_DIR"):
     os.environ[var] = str(_WANDB_TMP / var.lower())

@@ -10,7 +10,8 @@ from experiment_files import judged, loaded, smoke  # (puts experiments/ on sys.
 import verdicts  # noqa: E402
 
 NAME = "lazy_vs_feature"
-CLAIMS = ["feature_learning", "linearized_no_circuit", "lazy_weights_barely_move", "lazy_tracks_linearization"]
+CLAIMS = ["feature_learning", "linearized_no_circuit", "lazy_weights_barely_move", "lazy_tracks_linearization",
+          "parity_feature_learning", "parity_linearized_no_circuit"]
 CONDITIONS = ["real", "linearized", "lazy10", "lazy100"]
 
 
@@ -21,13 +22,15 @@ def exp():
 
 def test_smoke_writes_results_claims_and_figures(exp, tmp_path, monkeypatch):
     out = smoke(exp, tmp_path, monkeypatch)
-    assert out["runs_trained"] == 2 * len(CONDITIONS)
+    assert out["runs_trained"] == 2 * 2 * len(CONDITIONS)  # Markov chains and sparse parity
     assert [cl["id"] for cl in out["claims"]] == CLAIMS
     for cl in out["claims"]:
         assert cl["verdict"] in verdicts.VERDICTS and "results lack" not in cl["why"] and "None" not in cl["why"], cl
         assert cl["verdict"] == "inconclusive"  # 2 seeds, a budget of 0.005: too small to say anything
-    data = (tmp_path / out["figures"][0]).read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+    assert out["figures"] == ["lazy_vs_feature.png", "lazy_vs_feature_parity.png"]
+    for figure in out["figures"]:
+        data = (tmp_path / figure).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
     res = out["results"]
     assert list(res["conditions"]) == CONDITIONS and res["budget"] == pytest.approx(24 * 8 / (1200 * 32))
     for cond, data in res["conditions"].items():
@@ -40,6 +43,13 @@ def test_smoke_writes_results_claims_and_figures(exp, tmp_path, monkeypatch):
     real = {s["seed"]: s["final"]["movement"] for s in res["conditions"]["real"]["seeds"]}
     assert all(lazy[s] < real[s] / 10 for s in lazy)  # α = 100 at lr/100: the weights move ~100× less
     assert [a["seed"] for a in res["agreement"]] == [0, 1]
+    parity = res["parity"]
+    assert list(parity["conditions"]) == CONDITIONS and parity["budget"] == pytest.approx(24 * 8 / (4000 * 32))
+    for cond, data in parity["conditions"].items():
+        for r in data["seeds"]:
+            assert len(r["series"]) == len(r["movement"]) == len(r["steps"]) == len(r["support_recovered"])
+            assert r["movement"][0] == 0 and len(r["acc"]) == len(r["eval_steps"]) > 1
+            assert r["head"]["chance"] == pytest.approx(2 / 7, abs=1e-4)  # a uniform head from the readout onto 2 of 6 bits
 
 
 def test_movement_is_relative_to_the_weight_matrices_at_init(exp):
@@ -115,3 +125,45 @@ def test_lazy_and_linearized_weights_must_both_move_little():
 def test_the_lazy_network_must_be_nearer_its_linearization_than_the_real_one():
     assert judged(NAME, "lazy_tracks_linearization", results())["verdict"] == "matches"
     assert judged(NAME, "lazy_tracks_linearization", results(kl=(0.05, 0.1)))["verdict"] == "does not"
+
+
+# sparse parity: the best head's attention onto S at each checkpoint, chance 0.2 (level for odds 3×: 0.43)
+PARITY_STEPS = [0, 100, 1000, 4000]
+SELECTS = (0.2, 0.3, 0.8, 0.9)
+UNIFORM = (0.2, 0.2, 0.21, 0.2)
+
+
+def parity_seed(i, acc=(0.5, 0.5, 1.0, 1.0), series=SELECTS, recovered=1.0):
+    return {"seed": i, "steps": PARITY_STEPS, "eval_steps": PARITY_STEPS, "acc": list(acc), "series": list(series),
+            "support_recovered": [0.0, 0.0, recovered, recovered], "head": {"head": "L0H0", "final": series[-1], "chance": 0.2},
+            "solved": next((s for s, a in zip(PARITY_STEPS, acc) if a >= 0.99), None),
+            "final": {"acc": acc[-1], "movement": 1.0}}
+
+
+def parity(n=5, real=None, lin=None, budget=1.0):
+    lin = lin or [parity_seed(i, acc=(0.5, 0.5, 0.55, 0.6), series=UNIFORM, recovered=0.0) for i in range(n)]
+    return {**results(n), "parity": {"conditions": {"real": {"seeds": real or [parity_seed(i) for i in range(n)]},
+                                                    "linearized": {"seeds": lin}}, "budget": budget}}
+
+
+def test_parity_is_learned_by_a_head_that_selects_the_support():
+    assert judged(NAME, "parity_feature_learning", parity())["verdict"] == "matches"
+    unsolved = [parity_seed(i, acc=(0.5, 0.5, 0.9, 0.95)) if i < 3 else parity_seed(i) for i in range(5)]
+    j = judged(NAME, "parity_feature_learning", parity(real=unsolved))
+    assert j["verdict"] == "does not" and "≥ 0.99 in 2" in j["why"]
+    elsewhere = [parity_seed(i, recovered=0.0) if i < 2 else parity_seed(i) for i in range(5)]  # S not its top-k
+    assert judged(NAME, "parity_feature_learning", parity(real=elsewhere))["verdict"] == "partly"
+    assert judged(NAME, "parity_feature_learning", parity(budget=0.01, real=unsolved))["verdict"] == "inconclusive"
+    assert judged(NAME, "parity_feature_learning", parity(n=2))["verdict"] == "inconclusive"
+
+
+def test_the_linearized_model_must_neither_select_the_support_nor_learn_parity():
+    assert judged(NAME, "parity_linearized_no_circuit", parity())["verdict"] == "matches"
+    kernel_learns = [parity_seed(i, series=UNIFORM, recovered=0.0) for i in range(5)]  # solves it, without the head
+    j = judged(NAME, "parity_linearized_no_circuit", parity(lin=kernel_learns))
+    assert j["verdict"] == "does not" and "≥ 0.99 in 5" in j["why"]
+    two_select = [parity_seed(i, acc=(0.5, 0.5, 0.6, 0.6)) if i < 2 else parity_seed(i, acc=(0.5,) * 4, series=UNIFORM)
+                  for i in range(5)]
+    assert judged(NAME, "parity_linearized_no_circuit", parity(lin=two_select))["verdict"] == "partly"
+    none = judged(NAME, "parity_linearized_no_circuit", parity(real=[parity_seed(i, acc=(0.5,) * 4) for i in range(5)]))
+    assert none["verdict"] == "inconclusive" and none["n"] == 0

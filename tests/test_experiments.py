@@ -439,8 +439,8 @@ def numbers(x, root: Path):
     return x.replace(str(root), "<out>") if isinstance(x, str) else x
 
 
-@pytest.mark.parametrize("name", ["statistical_induction", "sparse_parity_hidden_progress", "sparse_selection",
-                                  "automata_depth"])
+# (not sparse_parity_hidden_progress: its smoke is the suite's slowest, and sparse_selection trains the same task)
+@pytest.mark.parametrize("name", ["statistical_induction", "sparse_selection", "automata_depth"])
 def test_the_same_command_twice_from_scratch_gives_the_same_numbers(name, smoke, tmp_path):
     """On a CPU, training and analysis are deterministic: two smoke runs into two empty directories write
     the same numbers (only times differ), and both name the commit and versions their runs were trained at."""

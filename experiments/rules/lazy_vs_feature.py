@@ -3,10 +3,13 @@
 Damian & Lee 2022 start from, as seed 004 states it: "the network is coupled with its first order Taylor expansion
 at initialization ... [the NTK] cannot learn features") and the rules that judge them.
 
-Four claims: (a) the real network learns a feature — an induction head — and beats the in-context unigram strategy;
-(b) its linearization at initialization (the NTK model) forms no induction head and stays worse; (c) in the lazy
-regime (the centred network scaled by a large α) the weights barely move, relative to the real network's; (d) the
-lazy network tracks its linearization (Chizat et al.'s theorem: the trajectories meet as α grows).
+Four claims on in-context Markov chains: (a) the real network learns a feature — an induction head — and beats the
+in-context unigram strategy; (b) its linearization at initialization (the NTK model) forms no induction head and stays
+worse; (c) in the lazy regime (the centred network scaled by a large α) the weights barely move, relative to the real
+network's; (d) the lazy network tracks its linearization (Chizat et al.'s theorem: the trajectories meet as α grows).
+Two on sparse parity (n = 15, k = 3): (e) the real one-layer transformer learns it and attends from the readout to
+the support S; (f) its linearization forms no such head and does not learn it in the same budget. (e) and (f) were
+added before any of their runs (and before any CPU-size run of the others).
 
 The rules were written with the script, before any of its runs at the CPU or full size. The papers are theory:
 they fix no budget. Ours is measured against the CPU size (1200 steps × 32 sequences), the setup of
@@ -148,6 +151,59 @@ def judge_tracking(results: Mapping[str, Any]) -> verdicts.Judgement:
     return verdicts.Judgement(_count(good, len(rows)), why, len(rows))
 
 
+# ---- (e), (f) sparse parity -------------------------------------------------------------------------------
+
+SOLVED_ACC = 0.99    # parity learned: held-out accuracy ≥ 0.99 at an evaluation (parity_search's convergence)
+PARITY_BUDGET_NOTE = ("steps × batch of the real network's sparse-parity runs over the CPU size's (4000 × 32: "
+                      "parity_search's cap, whose transformers converged by 200–1000 steps on n = 15, k = 3)")
+
+
+def parity_budget(results: Mapping[str, Any]) -> Optional[float]:
+    return results["parity"]["budget"]
+
+
+def _parity(results: Mapping[str, Any], cond: str) -> dict[int, Mapping[str, Any]]:
+    return {r["seed"]: r for r in results["parity"]["conditions"][cond]["seeds"]}
+
+
+def _selects(r: Mapping[str, Any]) -> Optional[int]:
+    """When the best head's attention onto S from the readout reached and held odds ≥ 3× a uniform head's."""
+    return _settles(r["steps"], r["series"], _above_chance(r["head"]["chance"]))
+
+
+def _solved(r: Mapping[str, Any]) -> bool:
+    return max(r["acc"]) >= SOLVED_ACC
+
+
+def judge_parity_feature(results: Mapping[str, Any]) -> verdicts.Judgement:
+    seeds = list(_parity(results, "real").values())
+    good = [_solved(r) and _selects(r) is not None and r["support_recovered"][-1] == 1 for r in seeds]
+    why = (f"{sum(good)}/{len(seeds)} seeds: held-out accuracy ≥ {SOLVED_ACC:g} in "
+           f"{sum(_solved(r) for r in seeds)} (first at steps {verdicts.span([r['solved'] for r in seeds])}; final "
+           f"{verdicts.span([r['final']['acc'] for r in seeds])}, chance 0.5); attention onto S formed at "
+           f"{verdicts.span([_selects(r) for r in seeds])} (score {verdicts.span([r['head']['final'] for r in seeds])}, "
+           f"a uniform head's {verdicts.span([r['head']['chance'] for r in seeds])}); S the top-k positions at the end "
+           f"in {sum(r['support_recovered'][-1] == 1 for r in seeds)}")
+    return verdicts.Judgement(_count(sum(good), len(seeds)), why, len(seeds))
+
+
+def judge_parity_linearized(results: Mapping[str, Any]) -> verdicts.Judgement:
+    real, lin = _parity(results, "real"), _parity(results, "linearized")
+    paired = [s for s, r in real.items() if _solved(r) and s in lin]
+    if not paired:
+        return verdicts.Judgement("inconclusive", f"the real network learned parity in none of its {len(real)} seeds: "
+                                                  "nothing to compare with", 0)
+    none = [_selects(lin[s]) is None for s in paired]
+    unsolved = [not _solved(lin[s]) for s in paired]
+    good = sum(a and b for a, b in zip(none, unsolved))
+    why = (f"{good}/{len(paired)} seeds whose real network learned parity: the linearized model's attention onto S "
+           f"formed in {len(paired) - sum(none)} (peak {verdicts.span([max(lin[s]['series']) for s in paired])}, the "
+           f"level {verdicts.span([_above_chance(lin[s]['head']['chance']) for s in paired])}); its best held-out "
+           f"accuracy {verdicts.span([max(lin[s]['acc']) for s in paired])} (≥ {SOLVED_ACC:g} in "
+           f"{len(paired) - sum(unsolved)}) against the real network's {verdicts.span([real[s]['final']['acc'] for s in paired])}")
+    return verdicts.Judgement(_count(good, len(paired)), why, len(paired))
+
+
 CLAIMS = [
     verdicts.Claim(
         id="feature_learning",
@@ -191,4 +247,26 @@ CLAIMS = [
              f"α and lr — is at most {KL_RATIO:g}× KL(linearized ‖ real network). matches: every seed; partly: at least "
              f"half; does not: fewer.",
         judge=judge_tracking, min_n=3, budget=budget, budget_note=BUDGET_NOTE),
+    verdicts.Claim(
+        id="parity_feature_learning",
+        claim="On sparse parity (n = 15, k = 3) a one-layer transformer trained away from the lazy regime learns the "
+              "task by a feature: attention from the readout position onto the support S.",
+        paper="Edelman et al. 2022 (seed 000): a one-layer transformer learns sparse parity online, its attention "
+              "selecting the relevant bits; Barak et al. 2022: its hidden progress is feature learning",
+        rule=f"Per seed of the real network (centred, α = 1): held-out accuracy reaches ≥ {SOLVED_ACC:g}; its best head's "
+             f"attention onto S from the readout reaches and holds odds ≥ {ODDS:g}× a uniform head's; and S is that "
+             f"head's k most-attended positions at the last checkpoint. matches: every seed; partly: at least half; "
+             f"does not: fewer.",
+        judge=judge_parity_feature, min_n=3, budget=parity_budget, budget_note=PARITY_BUDGET_NOTE),
+    verdicts.Claim(
+        id="parity_linearized_no_circuit",
+        claim="The NTK model of the same transformer forms no head that selects S and does not learn sparse parity in "
+              "the budget in which the real network does.",
+        paper="Nichani, Damian & Lee 2022 (seed 004): the NTK 'cannot learn features'; kernels need ~n^k samples for a "
+              "k-sparse parity where feature learning needs fewer",
+        rule=f"Per seed whose real network reached held-out accuracy ≥ {SOLVED_ACC:g} (none: inconclusive): the "
+             f"linearized model's best head (probed in the network at θ) never reaches and holds odds ≥ {ODDS:g}× a "
+             f"uniform head's attention onto S, and its held-out accuracy never reaches {SOLVED_ACC:g}. matches: every "
+             f"such seed; partly: at least half; does not: fewer.",
+        judge=judge_parity_linearized, min_n=3, budget=parity_budget, budget_note=PARITY_BUDGET_NOTE),
 ]
