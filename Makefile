@@ -3,6 +3,7 @@
 #   make test TORCH_BUILD=cuda|cpu    which torch build (default: cuda where nvidia-smi sees a GPU, else cpu)
 #   make test TORCH=torch==2.13.0     a torch requirement of your own, of that build
 #   make test VENV=.venv-cuda         another virtualenv (e.g. to keep both builds side by side)
+#   make test TEST_WORKERS=0          the suite in one process (default: a pytest-xdist process per core)
 
 PYTHON ?= python3
 TL ?=
