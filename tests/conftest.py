@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-if "PYTEST_XDIST_WORKER_COUNT" in os.environ:  # under pytest-xdist: each worker its share of the cores
-    _threads = max(1, len(os.sched_getaffinity(0)) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
-    os.environ.setdefault("OMP_NUM_THREADS", str(_threads))  # (and the subprocesses tests start)
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ and not os.environ.get("OMP_NUM_THREADS", "").isdigit():
+    # under pytest-xdist: each worker (and the subprocesses its tests start) its share of the cores
+    _workers = int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
+    os.environ["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // _workers))
     import torch
 
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
