@@ -2,7 +2,7 @@
 seed 004): the samples a three-layer network trained layerwise needs to recover a quadratic feature p, against d, and
 whether random features (the same network, only its last layer trained) learn f* = g*(p) from as many.
 
-    python experiments/hierarchical_polynomial.py           # CPU size: d = 8–24, n = 64 … 32768, 5 seeds
+    python experiments/hierarchical_polynomial.py           # CPU size: d = 8–24, n = 64 … 32768, 5 seeds (36 min, shared)
     python experiments/hierarchical_polynomial.py --full    # d = 16–48, n up to 131072, 8 seeds (a GPU: --device cuda)
     python experiments/hierarchical_polynomial.py --smoke   # seconds; checks the pipeline only
 
