@@ -227,9 +227,8 @@ def plot_parity(res: dict[str, Any], path: Path) -> Path:
     return harness.save_figure(fig, path)
 
 
-def parity_runs(session: harness.Session) -> harness.Runs:
-    suffix = "" if session.args.size == "cpu" else f"_{session.args.size}"
-    return session.sweep(file=harness.EXPERIMENTS / f"{NAME}_parity{suffix}.toml")
+def parity_sweep_file(size: str) -> Path:
+    return harness.EXPERIMENTS / (f"{NAME}_parity.toml" if size == "cpu" else f"{NAME}_parity_{size}.toml")
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -263,7 +262,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     real = runs.jobs(condition="real")[0].config["train"]
     res["budget"] = real["steps"] * real["batch_size"] / (1200 * 32)
 
-    parity = parity_runs(session)
+    parity = session.sweep(file=parity_sweep_file(args.size))
     res["parity"] = {"conditions": {}}
     for cond in dict.fromkeys(j.labels["condition"] for j in parity.plan.jobs):
         jobs = parity.jobs(condition=cond)
@@ -284,9 +283,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     figures = [plot(res, args.out / f"{NAME}.png"), plot_parity(res["parity"], args.out / f"{NAME}_parity.png")]
     config = {"sizes": size, "sweep": session.sweep_file().name, "seeds": list(runs.plan.seeds),
               "runs": {c: runs.jobs(condition=c)[0].config for c in conditions},
-              "parity_sweep": f"{NAME}_parity{'' if args.size == 'cpu' else '_' + args.size}.toml",
-              "parity_runs": {c: jobs[0].config for c in res["parity"]["conditions"]
-                              for jobs in [parity.jobs(condition=c)]}}
+              "parity_sweep": parity_sweep_file(args.size).name,
+              "parity_runs": {c: parity.jobs(condition=c)[0].config for c in res["parity"]["conditions"]}}
     session.finish(config, res, figures)
     return 0
 
