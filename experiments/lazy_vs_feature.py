@@ -172,59 +172,69 @@ def _logx(steps: list[int], *series: list[float]) -> list[list]:
     return [[steps[i] for i in keep]] + [[s[i] for i in keep] for s in series]
 
 
-def plot(res: dict[str, Any], path: Path) -> Path:
+def _figure(conditions: dict[str, Any], curves: Any, ylabels: tuple[str, str, str], decorate: Any, title: str,
+            path: Path) -> Path:
+    """Three panels against the training step (log): `curves(seed's result)` gives each panel's (steps, values) for
+    every seed of every condition, the first seed solid; the last panel, the weights' movement, on a log scale too.
+    `decorate(axes)` adds the reference lines."""
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(17, 4.8))
-    for cond, data in res["conditions"].items():
-        colour = COLOURS.get(cond, None)
+    for cond, data in conditions.items():
         for j, r in enumerate(data["seeds"]):
-            kw = dict(color=colour, alpha=1.0 if j == 0 else 0.3, label=cond if j == 0 else None)
-            axes[0].plot(*_logx(r["steps"], r["loss"]), **kw)
-            axes[1].plot(*_logx(r["steps"], r["series"]["induction"]), **kw)
-            axes[2].plot(*_logx(r["steps"], r["movement"]), **kw)
-    first = res["conditions"]["real"]["seeds"][0]["strategies"]
-    for name, style in (("unigram", "--"), ("bigram", ":")):
-        axes[0].axhline(first[name], color="gray", linestyle=style, linewidth=1, label=f"in-context {name}")
-    axes[1].axhline(res["conditions"]["real"]["seeds"][0]["heads"]["induction"]["level"], color="gray", linestyle="--",
-                    linewidth=1, label="formed (odds 3× chance)")
-    axes[0].set_ylabel("held-out loss (nats)")
-    axes[1].set_ylabel("best L1 induction score (network at θ)")
-    axes[2].set_ylabel("‖θ − θ₀‖ / ‖θ₀‖ (weight matrices)")
-    axes[2].set_yscale("log")
-    for ax in axes:
+            kw = dict(color=COLOURS.get(cond), alpha=1.0 if j == 0 else 0.3, label=cond if j == 0 else None)
+            for ax, (steps, values) in zip(axes, curves(r)):
+                ax.plot(*_logx(steps, values), **kw)
+    decorate(axes)
+    for ax, label in zip(axes, ylabels):
+        ax.set_ylabel(label)
         ax.set_xscale("log")
         ax.set_xlabel("training step")
         ax.legend(fontsize=8)
-    fig.suptitle("Lazy training against feature learning: 2-layer attention-only transformer, in-context Markov "
-                 "chains (k = 3)")
+    axes[2].set_yscale("log")
+    fig.suptitle(title)
     return harness.save_figure(fig, path)
+
+
+MOVED = "‖θ − θ₀‖ / ‖θ₀‖ (weight matrices)"
+
+
+def plot(res: dict[str, Any], path: Path) -> Path:
+    real = res["conditions"]["real"]["seeds"][0]
+
+    def decorate(axes: Any) -> None:
+        for name, style in (("unigram", "--"), ("bigram", ":")):
+            axes[0].axhline(real["strategies"][name], color="gray", linestyle=style, linewidth=1,
+                            label=f"in-context {name}")
+        axes[1].axhline(real["heads"]["induction"]["level"], color="gray", linestyle="--", linewidth=1,
+                        label="formed (odds 3× chance)")
+
+    return _figure(res["conditions"],
+                   lambda r: [(r["steps"], r["loss"]), (r["steps"], r["series"]["induction"]), (r["steps"], r["movement"])],
+                   ("held-out loss (nats)", "best L1 induction score (network at θ)", MOVED), decorate,
+                   "Lazy training against feature learning: 2-layer attention-only transformer, in-context Markov "
+                   "chains (k = 3)", path)
 
 
 def plot_parity(res: dict[str, Any], path: Path) -> Path:
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 3, figsize=(17, 4.8))
-    for cond, data in res["conditions"].items():
-        for j, r in enumerate(data["seeds"]):
-            kw = dict(color=COLOURS.get(cond), alpha=1.0 if j == 0 else 0.3, label=cond if j == 0 else None)
-            axes[0].plot(*_logx(r["eval_steps"], r["acc"]), **kw)
-            axes[1].plot(*_logx(r["steps"], r["series"]), **kw)
-            axes[2].plot(*_logx(r["steps"], r["movement"]), **kw)
     head = res["conditions"]["real"]["seeds"][0]["head"]
-    axes[0].axhline(0.5, color="gray", linestyle="--", linewidth=1, label="chance")
-    axes[1].axhline(head["chance"], color="gray", linestyle=":", linewidth=1, label="a uniform head")
-    axes[1].axhline(head["level"], color="gray", linestyle="--", linewidth=1, label="formed (odds 3× chance)")
-    axes[0].set_ylabel("held-out accuracy")
-    axes[1].set_ylabel("best head's attention onto S from the readout (network at θ)")
-    axes[2].set_ylabel("‖θ − θ₀‖ / ‖θ₀‖ (weight matrices)")
-    axes[2].set_yscale("log")
-    for ax in axes:
-        ax.set_xscale("log")
-        ax.set_xlabel("training step")
-        ax.legend(fontsize=8)
-    fig.suptitle("Lazy training against feature learning: 1-layer transformer, sparse parity (n = 15, k = 3)")
-    return harness.save_figure(fig, path)
+
+    def decorate(axes: Any) -> None:
+        axes[0].axhline(0.5, color="gray", linestyle="--", linewidth=1, label="chance")
+        axes[1].axhline(head["chance"], color="gray", linestyle=":", linewidth=1, label="a uniform head")
+        axes[1].axhline(head["level"], color="gray", linestyle="--", linewidth=1, label="formed (odds 3× chance)")
+
+    return _figure(res["conditions"],
+                   lambda r: [(r["eval_steps"], r["acc"]), (r["steps"], r["series"]), (r["steps"], r["movement"])],
+                   ("held-out accuracy", "best head's attention onto S from the readout (network at θ)", MOVED),
+                   decorate, "Lazy training against feature learning: 1-layer transformer, sparse parity (n = 15, k = 3)",
+                   path)
+
+
+def condition(jobs: list[Any]) -> dict[str, Any]:
+    """A condition's α, whether it is linearized, and its learning rate (its seeds, filled in by the caller)."""
+    model = jobs[0].config["model"]
+    return {"scale": model["scale"], "linearize": model["linearize"], "lr": jobs[0].config["train"]["lr"], "seeds": []}
 
 
 def parity_sweep_file(size: str) -> Path:
@@ -241,9 +251,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     final_logp: dict[int, dict[str, torch.Tensor]] = {}
     for cond in conditions:
         jobs = runs.jobs(condition=cond)
-        model = jobs[0].config["model"]
-        res["conditions"][cond] = {"scale": model["scale"], "linearize": model["linearize"],
-                                   "lr": jobs[0].config["train"]["lr"], "seeds": []}
+        res["conditions"][cond] = condition(jobs)
         for job in jobs:
             run = runs.load(job)
             r, logp = analyse(run, size)
@@ -266,9 +274,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     res["parity"] = {"conditions": {}}
     for cond in dict.fromkeys(j.labels["condition"] for j in parity.plan.jobs):
         jobs = parity.jobs(condition=cond)
-        model = jobs[0].config["model"]
-        res["parity"]["conditions"][cond] = {"scale": model["scale"], "linearize": model["linearize"],
-                                             "lr": jobs[0].config["train"]["lr"], "seeds": []}
+        res["parity"]["conditions"][cond] = condition(jobs)
         for job in jobs:
             run = parity.load(job)
             r = analyse_parity(run, size)
