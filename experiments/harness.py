@@ -169,8 +169,6 @@ class Session:
             if e.field != "--out":
                 raise
             raise ConfigError("--runs", str(e).split(": ", 1)[1]) from None
-        finally:
-            torch.set_num_threads(self.args.threads)  # a one-worker pool trains in this process
         if outcome.failures:
             first = outcome.failures[0]
             raise UserError(f"{len(outcome.failures)} training job(s) failed, first {first['run']}: {first['error']} "
