@@ -43,8 +43,9 @@ _repr.maxstring, _repr.maxother, _repr.maxlong, _repr.maxlevel, _repr.maxlist, _
 
 
 def show(value: Any) -> str:
-    """A short one-line repr of a user-given value, for error messages."""
-    return _repr.repr(value)
+    """A short one-line repr of a user-given value, for error messages (an object's repr, e.g. a torch module's,
+    can span lines: they are joined; a string's repr never holds a raw newline)."""
+    return re.sub(r"\s*\n\s*", " ", _repr.repr(value))
 
 
 def key_name(key: Any) -> str:

@@ -32,7 +32,7 @@ class ConfigError(UserError, ValueError):
     """A bad configuration value. `str(err)` is "field: what is wrong; allowed: ..."."""
 
     def __init__(self, field: str, message: str):
-        self.field = field
+        self.field, self.why = field, message
         super().__init__(f"{field}: {message}")
         self._init_args = (field, message)
 
@@ -78,6 +78,16 @@ class UnwritableError(RunFileError, PermissionError):
 
 class RunInUseError(UserError):
     """Another process holds the run (or sweep) directory."""
+
+
+def one_line(e: BaseException, typed: bool = True) -> str:
+    """A library's exception as one line for a message: its first non-blank line (cut at 200 characters), after
+    its type name with `typed`. An exception with no text at all (torch.load of a zero-byte file raises a bare
+    EOFError) gives its type name alone, where `str(e).splitlines()[0]` would raise IndexError instead."""
+    text = next((line.strip() for line in str(e).splitlines() if line.strip()), "")[:200]
+    if not text:
+        return type(e).__name__
+    return f"{type(e).__name__}: {text}" if typed else text
 
 
 class DivergedError(_Picklable, Exception):

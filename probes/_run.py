@@ -4,15 +4,17 @@ and hand each probe a View."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import typing
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from numbers import Integral
 from typing import Any, Optional
 
 import torch
 from torch import Tensor
 
 from mechsynth import hooks
-from mechsynth.config import from_dict
+from mechsynth.config import check, from_dict, show
 from mechsynth.errors import ConfigError
 from mechsynth.models.tl_compat import is_hooked_transformer
 from mechsynth.probes._base import PROBES, Probe, ProbeError, ProbeResult, View, hook_names, input_weights, resolve
@@ -88,10 +90,12 @@ def can_run(name: str, model: Any, task: Any = None) -> bool:
     return why_not(name, model, task) is None
 
 
+@typing.no_type_check  # it checks its arguments: tests see the user's error, not the test-time checker's
 def options(name: str, table: Optional[dict[str, Any]] = None) -> Any:
     """Probe `name`'s options from a table of overrides (`{"n_beta": 30}`), every other field at its
     default; ConfigError naming `<probe>.<field>` for a bad one. None for a probe without options."""
     probe = PROBES.get(name)
+    check(table is None or isinstance(table, Mapping), name, f"expected a table of options ({{option: value}}), got {show(table)}")
     if probe.options is None:
         if table:
             raise ConfigError(name, f"probe {name!r} takes no options; got {', '.join(map(str, table))}")
@@ -109,6 +113,7 @@ def formation_threshold(name: str, option: Any = None, chance: Optional[float] =
     return raised(opts.threshold, opts.over_chance, chance)
 
 
+@typing.no_type_check  # it checks its arguments: tests see the user's error, not the test-time checker's
 def run(name: str, model: Any, task: Any = None, *, batch_size: int = 64, seed: int = 0, init: Any = None,
         option: Optional[dict[str, Any]] = None, train_set: Any = None, train: Any = None,
         last: Optional[ProbeResult] = None) -> ProbeResult:
@@ -119,6 +124,7 @@ def run(name: str, model: Any, task: Any = None, *, batch_size: int = 64, seed: 
                     train_set=train_set, train=train, last={name: last} if last is not None else None)[0][name]
 
 
+@typing.no_type_check  # it checks its arguments: tests see the user's error, not the test-time checker's
 @torch.no_grad()  # costly probes turn gradients back on for themselves
 def run_many(probe_names: Sequence[str], model: Any, task: Any = None, *, batch_size: int = 64, seed: int = 0,
              init: Any = None, options: Optional[dict[str, Any]] = None,
@@ -129,6 +135,9 @@ def run_many(probe_names: Sequence[str], model: Any, task: Any = None, *, batch_
     `options`: {probe: overrides of its options (a table), or its options}; for the costly probes, `train_set`: the run's fixed
     training set, if any (the loss they differentiate), and `train`: the run's TrainConfig; `last`: {probe: its
     result at the run's last checkpoint}, for the probes that compare with it."""
+    for field, value, lo in (("batch_size", batch_size, 1), ("seed", seed, None)):  # before any input is drawn
+        check(isinstance(value, Integral) and not isinstance(value, bool), field, f"expected an integer, got {show(value)}")
+        check(lo is None or value >= lo, field, f"must be ≥ {lo}, got {value}")
     chosen = [PROBES.get(n) for n in probe_names]
     opts = {p.name: _run_options(p.name, (options or {}).get(p.name)) for p in chosen}
     for probe in chosen:
@@ -177,8 +186,9 @@ def run_many(probe_names: Sequence[str], model: Any, task: Any = None, *, batch_
 
 
 def _run_options(name: str, given: Any) -> Any:
-    """Options as given: an options instance is used as is, a table is parsed (`options`)."""
-    return given if given is not None and not isinstance(given, dict) else options(name, given)
+    """Options as given: an options instance is used as is, a table is parsed (`options`), anything else refused."""
+    kind = PROBES.get(name).options
+    return given if kind is not None and isinstance(given, kind) else options(name, given)
 
 
 def _ablate(chosen: Sequence[Probe], model: Any, task: Any, n_layers: int, batches: dict[str, Any],

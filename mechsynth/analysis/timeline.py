@@ -16,7 +16,7 @@ import torch.nn as nn
 from mechsynth import hooks, models, probes
 from mechsynth.analysis import stages
 from mechsynth.config import to_dict
-from mechsynth.errors import CorruptFileError, UserError
+from mechsynth.errors import CorruptFileError, UserError, one_line
 from mechsynth.probes import formation_step  # (importable from here too, as before)
 from mechsynth.runs import io
 from mechsynth.runs.run import Run
@@ -92,7 +92,12 @@ def applicable(run: Run, costly: bool = False) -> list[str]:
 def why_not(run: Run, name: str) -> Optional[str]:
     """Why probe `name` does not apply to this run (None: it does), read off its first checkpoint's model (the
     hooked TransformerLens model for the probes that patch it)."""
-    return probes.why_not(name, _seen(run.trainable(run.steps[0]), probes.PROBES.get(name).hooked), run.task)
+    return why_not_model(run.trainable(run.steps[0]), run.task, name)
+
+
+def why_not_model(model: nn.Module, task: Any, name: str) -> Optional[str]:
+    """Why probe `name` does not apply to `model` (a run's trainable model: what a checkpoint rebuilds) on `task`."""
+    return probes.why_not(name, _seen(model, probes.PROBES.get(name).hooked), task)
 
 
 def _seen(model: nn.Module, hooked: bool) -> nn.Module:
@@ -302,7 +307,7 @@ def load(run_dir: Path | str) -> Timeline:
     try:
         tl = Timeline.from_json(data)
     except (KeyError, TypeError, ValueError, AttributeError) as e:
-        raise CorruptFileError(path, f"not a probe timeline ({type(e).__name__}: {e}); delete it to probe again") from None
+        raise CorruptFileError(path, f"not a probe timeline ({one_line(e)}); delete it to probe again") from None
     tl.run_dir = Path(run_dir)
     return tl
 

@@ -19,7 +19,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 
-from mechsynth.errors import CorruptFileError, DiskFullError, UnwritableError
+from mechsynth.errors import CorruptFileError, DiskFullError, UnwritableError, one_line
 
 T = TypeVar("T")
 _FULL = (errno.ENOSPC, errno.EDQUOT)
@@ -117,7 +117,7 @@ def read_json(path: Path) -> Any:
     except FileNotFoundError:
         raise
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
-        raise CorruptFileError(path, str(e) or type(e).__name__) from None
+        raise CorruptFileError(path, one_line(e, typed=False)) from None
 
 
 def tensors_bytes(tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> bytes:
@@ -160,7 +160,7 @@ def state_from_bytes(blob: bytes, path: Path | str) -> dict[str, Any]:
             # torch's own message suggests weights_only=False, i.e. running the file's code: never.
             raise CorruptFileError(path, "it holds Python objects other than tensors and plain values, which "
                                          "mechsynth never loads (loading them could run code from the file)") from None
-        raise CorruptFileError(path, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
+        raise CorruptFileError(path, one_line(e)) from None
     if not isinstance(state, dict):
         raise CorruptFileError(path, f"holds a {type(state).__name__}, not a training state")
     return state

@@ -12,7 +12,7 @@ import torch
 import torch.nn as nn
 
 from mechsynth import models, plugins
-from mechsynth.errors import ConfigError, CorruptFileError
+from mechsynth.errors import ConfigError, CorruptFileError, one_line
 from mechsynth.runs import rundir
 from mechsynth.runs.runconfig import RunConfig, parse_config
 from mechsynth.tasks.base import Task
@@ -123,7 +123,7 @@ def load_weights(model: nn.Module, weights: dict[str, torch.Tensor], path: Path)
     try:
         model.load_state_dict(weights)
     except RuntimeError as e:
-        raise CorruptFileError(path, f"its tensors do not fit the model of config.json: {str(e).splitlines()[0]}") from None
+        raise CorruptFileError(path, f"its tensors do not fit the model of config.json: {one_line(e, typed=False)}") from None
 
 
 def load_run(path: Path | str) -> Run:

@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 from mechsynth import models, plugins
 from mechsynth.analysis.wandb_log import WandbLogger, resolve_mode
-from mechsynth.errors import ConfigError, CorruptFileError, DivergedError
+from mechsynth.errors import ConfigError, CorruptFileError, DivergedError, one_line
 from mechsynth.runs import io, rundir
 from mechsynth.runs.run import load_weights, parse_stored
 from mechsynth.runs.runconfig import RunConfig, complete
@@ -141,7 +141,7 @@ def _load(trainer: Trainer, dirs: list[Path], step: int) -> list[Optional[str]]:
         trainer.load_seed_states(states)
     except (KeyError, ValueError, TypeError, RuntimeError, IndexError) as e:
         raise CorruptFileError(rundir.ckpt_dir(dirs[0], step) / rundir.STATE,
-                               f"not the training state of this run ({type(e).__name__}: {e})") from None
+                               f"not the training state of this run ({one_line(e)})") from None
     return [s.get("wandb_id") for s in states]
 
 

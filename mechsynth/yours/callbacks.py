@@ -46,6 +46,7 @@ Trainer that moves the model to a GPU must find it there already: `model.to(devi
 from __future__ import annotations
 
 import functools
+import typing
 from collections.abc import Mapping
 from typing import Any, Optional
 
@@ -53,6 +54,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
+from mechsynth.config import show
 from mechsynth.errors import ConfigError
 from mechsynth.yours.monitor import Monitor
 
@@ -60,16 +62,29 @@ HF_HINT = "transformers is not installed; install it with: pip install 'mechsynt
 LIGHTNING_HINT = "lightning is not installed; install it with: pip install 'mechsynth[lightning]'"
 
 
+@typing.no_type_check  # it checks its arguments: tests see the user's error, not the test-time checker's
 def hf_callback(monitor: Monitor) -> Any:
     """A `transformers.TrainerCallback` that steps `monitor` after each update (with the loss the Trainer
     logged for it, if it logged one) and finishes it when training ends. See the module docstring."""
+    _check_monitor(monitor, "hf_callback")
     return _hf_class()(monitor)
 
 
+@typing.no_type_check  # it checks its arguments: tests see the user's error, not the test-time checker's
 def lightning_callback(monitor: Monitor) -> Any:
     """A Lightning `Callback` (accepted by `lightning.Trainer` and `pytorch_lightning.Trainer` alike) that
     steps `monitor` after each update with its loss and finishes it when fit ends. See the module docstring."""
+    _check_monitor(monitor, "lightning_callback")
     return _lightning_class()(monitor)
+
+
+def _check_monitor(monitor: Any, field: str) -> None:
+    """Refused here, in one line: otherwise the Trainer would fail at its first step, deep in its own loop."""
+    if not isinstance(monitor, Monitor):
+        raise ConfigError(field, f"expected a mechsynth.Monitor, got {show(monitor)}; make one first "
+                                 "(with mechsynth.Monitor(model, run_dir, task) as monitor: ...)")
+    if monitor.closed:
+        raise ConfigError(field, f"the monitor of {monitor.run_dir} is closed (finished); make a new one for this training")
 
 
 def _check_trains(monitor: Monitor, trained: nn.Module, field: str) -> None:

@@ -17,7 +17,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from mechsynth import models
-from mechsynth.errors import ConfigError
+from mechsynth.errors import ConfigError, one_line
 from mechsynth.models import ModelKind, TransformerConfig, tl_compat
 from mechsynth.tasks.base import TaskSpec
 
@@ -99,13 +99,21 @@ def weights_of(model: nn.Module) -> dict[str, Tensor]:
     return {k.removeprefix("_orig_mod."): v.detach().to("cpu", copy=True).contiguous() for k, v in sd.items()}
 
 
+def nonfinite(weights: dict[str, Tensor]) -> Optional[str]:
+    """The name of the first floating-point tensor in `weights` holding a NaN or an infinity (None: all finite)."""
+    return next((k for k, v in weights.items() if v.is_floating_point() and not bool(v.isfinite().all())), None)
+
+
+NONFINITE = "a run's checkpoints are finite (mechsynth train stops at the last finite one)"
+
+
 def rebuild(cfg: ModelKind, spec: TaskSpec, weights: dict[str, Tensor]) -> nn.Module:
     """The trainable mechsynth model of kind `cfg` with `weights` (what `Run.trainable` gives)."""
     model = models.build(cfg, spec)
     try:
         model.load_state_dict(weights)
     except RuntimeError as e:
-        raise _fail(f"its weights do not fit a {cfg.describe()}: {str(e).splitlines()[0]}") from None
+        raise _fail(f"its weights do not fit a {cfg.describe()}: {one_line(e, typed=False)}") from None
     return model.eval()
 
 
@@ -137,6 +145,9 @@ def convert(model: nn.Module, task: Any, check: bool = True) -> tuple[ModelKind,
     rebuilt model's logits are compared with `model`'s."""
     check_fits(model, task)
     cfg, weights = kind_of(model), weights_of(model)
+    # Said as what it is: compared below, NaN logits would read as "computes differently" (an unmodelled option).
+    if (bad := nonfinite(weights)) is not None:
+        raise _fail(f"its weights are not finite ({bad} holds NaN or inf); {NONFINITE}")
     if check and not isinstance(getattr(model, "cfg", None), ModelKind):
         check_same(model, rebuild(cfg, task.spec, weights), task.spec)
     return cfg, weights

@@ -15,9 +15,13 @@ The step of a file is the last number in its name (nanoGPT: its iter_num).
 
 from __future__ import annotations
 
+import inspect
 import json
+import os
 import re
+import shutil
 import tempfile
+import typing
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Optional
@@ -28,15 +32,15 @@ import torch.nn as nn
 from torch import Tensor
 
 from mechsynth import models
-from mechsynth.config import from_dict
-from mechsynth.errors import ConfigError, CorruptFileError, RunFileError
+from mechsynth.config import check, from_dict, show
+from mechsynth.errors import ConfigError, CorruptFileError, RunFileError, one_line
 from mechsynth.models import ModelKind, TransformerConfig
 from mechsynth.models.tl_compat import BUFFERS, from_bridge_layout
 from mechsynth.runs import io, rundir
 from mechsynth.tasks.base import Task
 from mechsynth.training.train import TrainConfig, held_out_batches, held_out_metrics
 from mechsynth.yours import external
-from mechsynth.yours.monitor import check_new, random_tokens, resolve_task, start_run
+from mechsynth.yours.monitor import as_dir, check_int, check_new, probe_names, random_tokens, resolve_task, start_run
 
 SUFFIXES = (".safetensors", ".pt", ".pth", ".bin", ".ckpt")
 FIELD = "checkpoints"  # how errors name the sources
@@ -50,6 +54,8 @@ def read(path: Path) -> tuple[dict[str, Tensor], Optional[int], dict[str, Any]]:
     architecture: {"nanogpt": model_args} or {"tracr": json}); RunFileError naming the file it cannot read."""
     if not path.is_file():
         raise RunFileError(path, "no such file")
+    if path.stat().st_size == 0:  # said plainly: torch.load's error for it is a bare EOFError
+        raise CorruptFileError(path, "it is empty (0 bytes)")
     if path.suffix == ".json":
         return _read_tracr(path)
     if path.suffix == ".safetensors":
@@ -57,7 +63,7 @@ def read(path: Path) -> tuple[dict[str, Tensor], Optional[int], dict[str, Any]]:
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - pickles fail in many ways; each is a file we cannot read
-        raise CorruptFileError(path, f"not a torch checkpoint of tensors ({type(e).__name__}: {str(e).splitlines()[0][:200]})") from None
+        raise CorruptFileError(path, f"not a torch checkpoint of tensors ({one_line(e)})") from None
     if isinstance(obj, dict) and "model_args" in obj and "model" in obj:
         return _nanogpt(obj["model"], obj["model_args"], path), obj.get("iter_num"), {"nanogpt": obj["model_args"]}
     for key in ("state_dict", "model_state_dict"):
@@ -177,12 +183,15 @@ def write_run(run_dir: Path | str, task: Task, kind: ModelKind, checkpoints: Ite
               origin: dict[str, Any], seed: int = 0, eval_batch_size: int = 512) -> Path:
     """A run directory holding `checkpoints` ((step, weights in HookedTransformer layout), steps increasing),
     each with the task's held-out metrics. Nothing is written until every checkpoint has been read."""
-    run_dir = Path(run_dir)
+    run_dir = as_dir(run_dir, "--out")
     check_new(run_dir, "--out")
-    items = sorted(checkpoints, key=lambda c: c[0])
-    steps = [s for s, _ in items]
+    items = list(checkpoints)
     if not items:
         raise ConfigError(FIELD, "no checkpoint given")
+    for step, _ in items:  # (a nanoGPT file's iter_num is whatever its pickle holds)
+        check_int(step, f"{FIELD} (step)", 0)
+    items.sort(key=lambda c: c[0])
+    steps = [s for s, _ in items]
     if len(set(steps)) != len(steps):
         raise ConfigError(FIELD, f"two checkpoints have the same step ({sorted(s for s in steps if steps.count(s) > 1)[0]}); "
                                  "name the files by step (the last number in each name)")
@@ -226,14 +235,31 @@ def sources(paths: Sequence[Path | str]) -> list[Path]:
     return out
 
 
+@typing.no_type_check  # it checks its arguments: tests see the user's error, not the test-time checker's
 def import_checkpoints(paths: Sequence[Path | str] | Path | str, run_dir: Path | str, task: Task | str | None = None,
                        model: Optional[dict[str, Any]] = None) -> Path:
     """Checkpoint files (or directories of them) into a new run directory. `task`: a Task or a task name (None:
     random tokens the model's size; a tracr program brings its own); `model`: TransformerConfig fields the
     weights cannot say (act_fn, normalization), e.g. {"act_fn": "gelu"}."""
-    files = sources([paths] if isinstance(paths, (str, Path)) else paths)
+    run_dir = as_dir(run_dir, "--out")
+    task = resolve_task(task, None) if task is not None else None  # a wrong name is said before any file is read
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    check(isinstance(paths, Iterable) and not isinstance(paths, bytes), FIELD,
+          f"expected a path or a list of paths, got {show(paths)}")
+    paths = list(paths)
+    for p in paths:
+        check(isinstance(p, (str, os.PathLike)), FIELD, f"expected a path or a list of paths, got {show(p)} among them")
+    check(bool(paths), FIELD, "no checkpoint given")
+    check(model is None or isinstance(model, dict), "model", f"expected a table of model fields such as "
+                                                             f"{{'act_fn': 'gelu'}}, got {show(model)}")
+    files = sources(paths)
     read_all = [read(f) for f in files]
     layouts = [hooked_layout(sd, (model or {}).get("n_heads")) for sd, _, _ in read_all]
+    for f, weights in zip(files, layouts):  # the first such file, before anything is written
+        if (bad := external.nonfinite(weights)) is not None:
+            raise RunFileError(f, f"its weights are not finite ({bad} holds NaN or inf); {external.NONFINITE}: "
+                                  "import the checkpoints before it")
     info = read_all[0][2]
     fields = architecture(layouts[0], dict(model or {}), info)
     the_task = _task_for(info, task, layouts[0])
@@ -249,14 +275,18 @@ def import_checkpoints(paths: Sequence[Path | str] | Path | str, run_dir: Path |
     return write_run(run_dir, the_task, kind, zip(steps, layouts), origin)
 
 
+@typing.no_type_check  # it checks its arguments: tests see the user's error, not the test-time checker's
 def import_models(checkpoints: Iterable[tuple[int, nn.Module]], run_dir: Path | str, task: Task | str | None = None) -> Path:
     """(step, model) pairs you hold (TransformerLens transformers of either version, or mechsynth models) into a
     new run directory; each conversion is checked against the model's own logits."""
-    items = list(checkpoints)
-    if not items:
-        raise ConfigError(FIELD, "no (step, model) given")
+    items = _pairs(checkpoints)
     the_task = resolve_task(task, items[0][1])
-    converted = [(step, *external.convert(m, the_task)) for step, m in items]
+    converted = []
+    for step, m in items:
+        try:
+            converted.append((step, *external.convert(m, the_task)))
+        except ConfigError as e:  # which of the models, when there are several
+            raise ConfigError(e.field, f"the model at step {step}: {e.why}" if len(items) > 1 else e.why) from None
     kinds = {json.dumps(models.to_dict(k), sort_keys=True) for _, k, _ in converted}
     if len(kinds) > 1:
         raise ConfigError(FIELD, "the models differ in architecture; a run holds checkpoints of one model")
@@ -264,17 +294,53 @@ def import_models(checkpoints: Iterable[tuple[int, nn.Module]], run_dir: Path | 
     return write_run(run_dir, the_task, converted[0][1], [(s, w) for s, _, w in converted], origin)
 
 
+def _pairs(checkpoints: Any) -> list[tuple[int, nn.Module]]:
+    """(step, model) pairs, each checked: a step an integer ≥ 0, a model a torch module."""
+    check(isinstance(checkpoints, Iterable), FIELD, f"expected (step, model) pairs, got {show(checkpoints)}")
+    items = list(checkpoints)
+    check(bool(items), FIELD, "no (step, model) given")
+    for item in items:
+        check(isinstance(item, (tuple, list)) and len(item) == 2 and isinstance(item[1], nn.Module), FIELD,
+              f"expected (step, model) pairs, got {show(item)} among them")
+        check_int(item[0], f"{FIELD} (step)", 0)
+    return [(item[0], item[1]) for item in items]
+
+
+@typing.no_type_check  # it checks its arguments: tests see the user's error, not the test-time checker's
 def probe_models(checkpoints: Iterable[tuple[int, nn.Module]], task: Task | str | None = None,
                  run_dir: Path | str | None = None, probes: Optional[Sequence[str]] = None, **probe_args: Any):
     """The timeline `mechsynth probe` writes — per-head scores, formation steps, stages — for (step, model)
     pairs you hold. They are stored as a run first (in `run_dir`, or a new temporary directory: the timeline's
     `run_dir`), so that `mechsynth report RUN_DIR` (or `mechsynth.analysis.report.write(tl.run_dir)`) draws it afterwards."""
+    from mechsynth import probes as probe_lib
     from mechsynth.analysis import timeline
     from mechsynth.runs.run import load_run
 
-    path = Path(run_dir) if run_dir is not None else Path(tempfile.mkdtemp(prefix="mechsynth-models-")) / "run"
-    run = load_run(import_models(checkpoints, path, task))
-    tl = timeline.probe_run(run, probes, **probe_args)
+    # What probing will be asked is checked before the run is written, so that a mistake leaves no run behind.
+    items, names = _pairs(checkpoints), probe_names(probes)
+    the_task = resolve_task(task, items[0][1])
+    allowed = list(inspect.signature(timeline.probe_run).parameters)[2:]  # after (run, names)
+    for key in probe_args:
+        check(key in allowed, key, f"not an argument of probe_models; allowed: {', '.join(allowed)}")
+    if "batch_size" in probe_args:
+        check_int(probe_args["batch_size"], "batch_size", 1)
+    options = probe_args.get("options") or {}
+    check(isinstance(options, dict), "options", f"expected {{probe: {{option: value}}}}, got {show(options)}")
+    for name, table in options.items():
+        probe_lib.options(name, table)
+    if names:  # read off the model a checkpoint rebuilds, as `mechsynth probe` reads it
+        first = external.trainable(items[0][1], the_task)
+        for name in names:
+            why = timeline.why_not_model(first, the_task, name)
+            check(why is None, "probes", f"{name!r} does not apply: {why}")
+    path, made = (as_dir(run_dir), None) if run_dir is not None else (None, Path(tempfile.mkdtemp(prefix="mechsynth-models-")))
+    try:
+        run = load_run(import_models(items, path or made / "run", the_task))
+    except BaseException:
+        if made is not None:  # the temporary directory is ours alone, and no run of the user's is in it yet
+            shutil.rmtree(made, ignore_errors=True)
+        raise
+    tl = timeline.probe_run(run, names, **probe_args)
     timeline.save(tl, run.path)
     return tl
 

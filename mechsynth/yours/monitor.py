@@ -16,8 +16,10 @@ checkpoint schedule (your loop chose the rest), and config.json's "origin" says 
 
 from __future__ import annotations
 
+import os
 import time
-from collections.abc import Sequence
+import typing
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Optional
 
@@ -27,6 +29,7 @@ from torch import Tensor
 
 from mechsynth import hooks, probes, tasks
 from mechsynth.analysis.wandb_log import WandbConfig, WandbLogger
+from mechsynth.config import check, show
 from mechsynth.errors import ConfigError
 from mechsynth.models import ModelKind
 from mechsynth.runs import io, rundir
@@ -39,6 +42,7 @@ from mechsynth.yours import external
 PER_DECADE = 20  # checkpoints per factor of 10 in steps when the total is not known
 
 
+@typing.no_type_check  # it checks its arguments: tests see the user's error, not the test-time checker's
 def resolve_task(task: Task | str | None, model: Any) -> Task:
     """A Task, a registered task's name (its defaults), or None: random tokens the model's size."""
     if isinstance(task, Task):
@@ -70,6 +74,31 @@ def start_run(run_dir: Path, kind: ModelKind, task: Task, train: TrainConfig, or
     return cfg
 
 
+def as_dir(run_dir: Any, field: str = "run_dir") -> Path:
+    """`run_dir` as a Path; a ConfigError naming `field` for anything that is not a path (None, a number)."""
+    check(isinstance(run_dir, (str, os.PathLike)), field, f"expected a directory path, got {show(run_dir)}")
+    return Path(run_dir)
+
+
+def check_int(value: Any, field: str, lo: int) -> None:
+    """An integer argument ≥ `lo` (not a bool, not a float): checked before anything is made, since a float
+    step would only fail when the first checkpoint's name is formatted, inside the new run directory."""
+    check(isinstance(value, int) and not isinstance(value, bool), field, f"expected an integer, got {show(value)}")
+    check(value >= lo, field, f"must be ≥ {lo}, got {value}")
+
+
+def probe_names(names: Any, field: str = "probes") -> Optional[list[str]]:
+    """`names` as a list of registered probe names (None stays None: all that apply), checked before any work."""
+    if names is None:
+        return None
+    check(isinstance(names, Iterable) and not isinstance(names, (str, bytes)), field,
+          f"expected a list of probe names, got {show(names)}")
+    names = list(names)
+    for n in names:
+        check(n in probes.names(), field, f"unknown probe {show(n)}; allowed: {', '.join(probes.names())}")
+    return names
+
+
 def check_new(run_dir: Path, field: str = "run_dir") -> None:
     """A new run goes into an absent or empty directory that can be made and written."""
     if run_dir.is_dir() and any(p.name != rundir.LOCK for p in run_dir.iterdir()):
@@ -93,22 +122,39 @@ class Monitor:
     `start`: the step of the model as given (checkpointed at once).
     """
 
+    @typing.no_type_check  # it checks its arguments: tests see the user's error, not the test-time checker's
     def __init__(self, model: nn.Module, run_dir: Path | str, task: Task | str | None = None, *,
                  steps: Optional[int] = None, checkpoints: int = 100, schedule: Optional[Sequence[int]] = None,
                  eval_every: int = 100, eval_batch_size: int = 128, seed: int = 0,
                  probes: Optional[Sequence[str]] = None, live: bool = False, wandb: Any = None,
                  start: int = 0, progress: bool = False):
+        # Every argument is checked before anything is made: a mistake is one line naming it, and leaves no directory.
         if schedule is not None and steps is not None:
             raise ConfigError("schedule", "give steps (the log-spaced schedule) or schedule, not both")
-        if schedule is not None and (not schedule or any(not isinstance(s, int) or s < 0 for s in schedule)):
-            raise ConfigError("schedule", f"must be a non-empty list of steps ≥ 0, got {list(schedule)!r}")
-        train = TrainConfig(steps=steps or max(schedule or [1]), checkpoints=checkpoints, eval_every=eval_every,
-                            eval_batch_size=eval_batch_size, seed=seed, device="cpu")
+        if schedule is not None:
+            listed = isinstance(schedule, Iterable) and not isinstance(schedule, (str, bytes))
+            schedule = list(schedule) if listed else schedule
+            if not listed or not schedule or any(not isinstance(s, int) or isinstance(s, bool) or s < 0 for s in schedule):
+                raise ConfigError("schedule", f"must be a non-empty list of steps ≥ 0, got {show(schedule)}")
+        if steps is not None:
+            check_int(steps, "steps", 1)  # `steps or ...` once took 0 for unset
+        for name, value, lo in (("checkpoints", checkpoints, 2), ("eval_every", eval_every, 1),
+                                ("eval_batch_size", eval_batch_size, 1), ("seed", seed, 0), ("start", start, 0)):
+            check_int(value, name, lo)
+        for name, value in (("live", live), ("progress", progress)):
+            check(isinstance(value, bool), name, f"expected True or False, got {show(value)}")
+        if wandb is not None and not all(hasattr(wandb, a) for a in ("log", "define_metric", "id")):
+            raise ConfigError("wandb", f"expected a W&B run (what wandb.init() returns), got {show(wandb)}")
+        # The upper bounds are TrainConfig's own; a schedule alone gives the steps of its last checkpoint.
+        train = TrainConfig(steps=steps if steps is not None else max([1, *(schedule or [])]), checkpoints=checkpoints,
+                            eval_every=eval_every, eval_batch_size=eval_batch_size, seed=seed, device="cpu")
+        self.probe_names = probe_names(probes)
+        check(isinstance(model, nn.Module), "model", f"expected a TransformerLens transformer or a model mechsynth built, "
+                                                     f"got {show(model)}")
         self.model, self.task = model, resolve_task(task, model)
-        self.run_dir = Path(run_dir)
+        self.run_dir = as_dir(run_dir)
         self.schedule = (set(schedule) if schedule is not None else
                          set(checkpoint_steps(steps, checkpoints)) if steps is not None else None)
-        self.probe_names = None if probes is None else list(probes)
         self.live, self.progress, self.eval_every = live, progress, eval_every
         self.timeline = None
         self._logger = WandbLogger.attach(wandb) if wandb is not None else None
@@ -117,23 +163,27 @@ class Monitor:
         kind, weights = external.convert(model, self.task)  # a model that cannot make a run fails before anything is made
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self._lock = rundir.RunLock([self.run_dir]).__enter__()
+        self._writer: Optional[rundir.MetricsWriter] = None
         try:
             origin = {"by": "mechsynth.Monitor", "model": type(model).__name__}
             self.config = start_run(self.run_dir, kind, self.task, train, origin)
-        except BaseException:
+            self._device = next(model.parameters()).device
+            self._plain = external.rebuild(kind, self.task.spec, weights).to(self._device)
+            self._batches = held_out_batches(self.task, seed, eval_batch_size, self._device)
+            self._writer = rundir.MetricsWriter(self.run_dir)
+            self._running: Optional[Tensor] = None
+            self._n, self._last, self._saved, self._t0 = 0, start, None, time.perf_counter()
+            self._latest: dict[str, float] = {}
+            self._exponent = 0  # without a schedule: the next log-spaced step is round(10 ** (exponent / PER_DECADE))
+            self._checkpoint(start, {})
+        except BaseException:  # (a full disk): free the run for the next try; what was written stays
+            if self._writer is not None:
+                self._writer.close()
             self._lock.__exit__()
+            self._lock = None
             if made:
                 remove_if_empty(self.run_dir)
             raise
-        self._device = next(model.parameters()).device
-        self._plain = external.rebuild(kind, self.task.spec, weights).to(self._device)
-        self._batches = held_out_batches(self.task, seed, eval_batch_size, self._device)
-        self._writer = rundir.MetricsWriter(self.run_dir)
-        self._running: Optional[Tensor] = None
-        self._n, self._last, self._saved, self._t0 = 0, start, None, time.perf_counter()
-        self._latest: dict[str, float] = {}
-        self._exponent = 0  # without a schedule: the next log-spaced step is round(10 ** (exponent / PER_DECADE))
-        self._checkpoint(start, {})
 
     # ---- the loop ---------------------------------------------------------------------------------
 
@@ -237,6 +287,11 @@ class Monitor:
             timeline.log_to_wandb(self.timeline, self._logger)
         return self.timeline
 
+    @property
+    def closed(self) -> bool:
+        """Whether the run is closed (finished, or its loop failed): it takes no more steps."""
+        return self._lock is None
+
     def __enter__(self) -> "Monitor":
         return self
 
@@ -249,4 +304,4 @@ class Monitor:
             self._lock = None
 
 
-__all__ = ["Monitor", "check_new", "resolve_task"]
+__all__ = ["Monitor", "as_dir", "check_int", "check_new", "probe_names", "resolve_task"]
