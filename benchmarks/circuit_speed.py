@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any, Optional
 
 os.environ.setdefault("TQDM_DISABLE", "1")  # TransformerLens's patching helper draws a bar per call
 
@@ -36,14 +37,60 @@ from mechsynth import circuits, configs, load_run, parse_config, train_run  # no
 
 
 def timed(fn, repeats: int = 5) -> tuple[float, object]:
-    """The median wall time of `repeats` calls (after one warm-up), and the last result."""
+    """The median wall time of `repeats` calls (after one warm-up), and the last result; on a GPU each call
+    waits for the kernels it queued."""
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
     out = fn()
     times = []
     for _ in range(repeats):
+        sync()
         t0 = time.perf_counter()
         out = fn()
+        sync()
         times.append(time.perf_counter() - t0)
     return statistics.median(times), out
+
+
+def measure(device: str = "cpu", batch: int = 64, steps: int = 600, repeats: int = 3,
+            eval_batch_size: Optional[int] = None) -> dict[str, Any]:
+    """Each way's seconds per checkpoint, as a multiple of one forward, and each method's agreement with exact
+    patching (Spearman of |score|), as rows (name, seconds, agreement or None); also what benchmarks/gpu_check.py
+    records. `repeats`: timed calls of each method (a forward and a backward: 5 at the least); `eval_batch_size`:
+    the demo run's held-out sequences, if not its 512 (their Bayes predictor takes seconds on a CPU)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = configs.load("demo")
+        train = {**cfg["train"], "steps": steps, "device": device} | ({"eval_batch_size": eval_batch_size} if eval_batch_size else {})
+        cfg = {**cfg, "train": train, "wandb": {"mode": "disabled"}}
+        run = load_run(train_run(parse_config(cfg), Path(tmp) / "demo", progress=False))
+        last = run.steps[-1]
+        model = run.model(last, device)
+    task = run.task
+    clean = task.sample(batch, torch.Generator(device=device).manual_seed(0), device, task.main_eval)
+    corrupted = task.counterfactual(clean, torch.Generator().manual_seed(1))
+    graph = circuits.Graph.of(model)
+    metric = circuits.patch_metric(task.patch_metric, clean, corrupted)
+    src = circuits.source(model, graph, clean.tokens, corrupted.tokens, "resample")
+
+    with torch.no_grad():
+        forward, _ = timed(lambda: model(clean.tokens), max(5, repeats))
+
+    def forward_backward():
+        model.zero_grad()
+        metric(model(clean.tokens)[None]).sum().backward()
+    backward, _ = timed(forward_backward, max(5, repeats))
+    rows = [("one forward", forward, None), ("forward + backward of the metric", backward, None)]
+    exact_t, exact = timed(lambda: circuits.discover("patching", model, graph, clean.tokens, src, metric), repeats)
+    rows.append((f"exact edge patching ({len(graph.edge_list)} edges)", exact_t, 1.0))
+    for method in ("eap", "eap_ig", "acdc"):
+        t, scores = timed(lambda: circuits.discover(method, model, graph, clean.tokens, src, metric), repeats)
+        rows.append((method, t, harness.spearman(exact.abs().tolist(), scores.abs().tolist())))
+    ours_t, _ = timed(lambda: circuits.activation_patching(model, graph, clean.tokens, src, metric, level="node"), repeats)
+    _, corrupted_cache = model.run_with_cache(corrupted.tokens)
+    theirs_t, _ = timed(lambda: patching.get_act_patch_attn_head_out_all_pos(
+        model, clean.tokens, corrupted_cache, lambda lg: metric(lg[None])[0]), repeats)
+    rows += [("node patching, every node: mechsynth", ours_t, None),
+             ("head patching, every head: TransformerLens's patching helper", theirs_t, None)]
+    return {"trained_steps": last, "batch": batch, "edges": len(graph.edge_list), "rows": rows}
 
 
 def main() -> int:
@@ -52,43 +99,12 @@ def main() -> int:
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--steps", type=int, default=600)
     args = p.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        cfg = configs.load("demo")
-        cfg = {**cfg, "train": {**cfg["train"], "steps": args.steps, "device": args.device}, "wandb": {"mode": "disabled"}}
-        run = load_run(train_run(parse_config(cfg), Path(tmp) / "demo", progress=False))
-        last = run.steps[-1]
-        model = run.model(last, args.device)
-    task = run.task
-    clean = task.sample(args.batch, torch.Generator(device=args.device).manual_seed(0), args.device, task.main_eval)
-    corrupted = task.counterfactual(clean, torch.Generator().manual_seed(1))
-    graph = circuits.Graph.of(model)
-    metric = circuits.patch_metric(task.patch_metric, clean, corrupted)
-    src = circuits.source(model, graph, clean.tokens, corrupted.tokens, "resample")
-
-    with torch.no_grad():
-        forward, _ = timed(lambda: model(clean.tokens))
-
-    def forward_backward():
-        model.zero_grad()
-        metric(model(clean.tokens)[None]).sum().backward()
-    backward, _ = timed(forward_backward)
-    rows = [("one forward", forward, None), ("forward + backward of the metric", backward, None)]
-    exact_t, exact = timed(lambda: circuits.discover("patching", model, graph, clean.tokens, src, metric), 3)
-    rows.append((f"exact edge patching ({len(graph.edge_list)} edges)", exact_t, 1.0))
-    for method in ("eap", "eap_ig", "acdc"):
-        t, scores = timed(lambda: circuits.discover(method, model, graph, clean.tokens, src, metric), 3)
-        rows.append((method, t, harness.spearman(exact.abs().tolist(), scores.abs().tolist())))
-    ours_t, _ = timed(lambda: circuits.activation_patching(model, graph, clean.tokens, src, metric, level="node"), 3)
-    _, corrupted_cache = model.run_with_cache(corrupted.tokens)
-    theirs_t, _ = timed(lambda: patching.get_act_patch_attn_head_out_all_pos(
-        model, clean.tokens, corrupted_cache, lambda lg: metric(lg[None])[0]), 3)
-    rows += [("node patching, every node: mechsynth", ours_t, None),
-             ("head patching, every head: TransformerLens's patching helper", theirs_t, None)]
-
+    out = measure(args.device, args.batch, args.steps)
+    forward = out["rows"][0][1]
     print(f"device {args.device} ({harness.device_name(args.device)}), torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads; demo model after {last} steps, batch {args.batch}")
+          f"{torch.get_num_threads()} threads; demo model after {out['trained_steps']} steps, batch {args.batch}")
     print(f"{'':<62}{'seconds':>10}{'× forward':>11}{'  agreement with exact':>23}")
-    for name, t, rho in rows:
+    for name, t, rho in out["rows"]:
         agree = "" if rho is None else f"{rho:.3f}"
         print(f"{name:<62}{t:>10.4f}{t / forward:>11.1f}{agree:>23}")
     return 0

@@ -19,6 +19,7 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
+from typing import Any, Optional
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -65,34 +66,48 @@ def timed(fn) -> float:
     return time.perf_counter() - t0
 
 
+def measure(device: str = "cpu", checkpoints: int = 3, steps: int = 300, llc_options: Optional[dict[str, Any]] = None,
+            sharpness_options: Optional[dict[str, Any]] = None, eval_batch_size: Optional[int] = None) -> dict[str, Any]:
+    """Mean seconds per checkpoint of each probe and its bare version on the last `checkpoints` checkpoints of the
+    demo model after `steps` steps, and their ratios (also what benchmarks/gpu_check.py records). The options
+    override the probes' defaults (smaller ones to check the script, not to measure); `eval_batch_size`: the demo
+    run's held-out sequences, if not its 512 (their Bayes predictor takes seconds on a CPU)."""
+    warnings.filterwarnings("ignore", message="llc: ")
+    data = configs.load("demo")
+    data["train"] |= {"steps": steps, "checkpoints": 10, "device": device} | ({"eval_batch_size": eval_batch_size} if eval_batch_size else {})
+    data["wandb"] = {"mode": "disabled"}
+    run = load_run(train_run(parse_config(data), Path(tempfile.mkdtemp()) / "run", progress=False))
+    lo, so = probes.options("llc", llc_options), probes.options("sharpness", sharpness_options)
+    rows: dict[str, list[float]] = {"llc": [], "llc_bare": [], "sharpness": [], "sharpness_bare": []}
+    for step in run.steps[-checkpoints:]:
+        model = run.trainable(step, device)
+        rows["llc"].append(timed(lambda: probes.run("llc", model, run.task, option=llc_options)))
+        view = probes.View(run.task, 0, 0, {}, lambda n: None, options=lo)
+        pool = training_batch(view, lo.pool, lo.seed).to(device)
+        rows["llc_bare"].append(timed(lambda: bare_sgld(run.trainable(step, device), pool, lo)))
+        rows["sharpness"].append(timed(lambda: probes.run("sharpness", model, run.task, option=sharpness_options)))
+        batch = training_batch(view, so.batch, so.seed).to(device)
+        rows["sharpness_bare"].append(timed(lambda: double_backward_lanczos(model, batch, so.iterations)))
+    mean = {k: sum(v) / len(v) for k, v in rows.items()}
+    return {"checkpoints": len(rows["llc"]), "llc_options": {"chains": lo.chains, "draws": lo.draws, "batch": lo.batch},
+            "sharpness_options": {"iterations": so.iterations, "batch": so.batch}, "seconds_per_checkpoint": mean,
+            "ratios": {"llc/bare_sgld": mean["llc"] / mean["llc_bare"],
+                       "sharpness/double_backward": mean["sharpness"] / mean["sharpness_bare"]}}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cpu")
     p.add_argument("--checkpoints", type=int, default=3, help="checkpoints timed (the last ones)")
     args = p.parse_args()
-    warnings.filterwarnings("ignore", message="llc: ")
-    data = configs.load("demo")
-    data["train"] |= {"steps": 300, "checkpoints": 10, "device": args.device}
-    data["wandb"] = {"mode": "disabled"}
-    run = load_run(train_run(parse_config(data), Path(tempfile.mkdtemp()) / "run", progress=False))
-    lo, so = probes.options("llc"), probes.options("sharpness")
-    rows = {"llc": [], "llc_bare": [], "sharpness": [], "sharpness_bare": []}
-    for step in run.steps[-args.checkpoints:]:
-        model = run.trainable(step, args.device)
-        rows["llc"].append(timed(lambda: probes.run("llc", model, run.task)))
-        view = probes.View(run.task, 0, 0, {}, lambda n: None, options=lo)
-        pool = training_batch(view, lo.pool, lo.seed).to(args.device)
-        rows["llc_bare"].append(timed(lambda: bare_sgld(run.trainable(step, args.device), pool, lo)))
-        rows["sharpness"].append(timed(lambda: probes.run("sharpness", model, run.task)))
-        batch = training_batch(view, so.batch, so.seed).to(args.device)
-        rows["sharpness_bare"].append(timed(lambda: double_backward_lanczos(model, batch, so.iterations)))
-    mean = {k: sum(v) / len(v) for k, v in rows.items()}
-    print(f"device {args.device}, {len(rows['llc'])} checkpoints of the demo model, default options "
-          f"(llc: {lo.chains} chains × {lo.draws} draws of {lo.batch}; sharpness: {so.iterations} HVPs on {so.batch})")
+    out = measure(args.device, args.checkpoints)
+    mean, lo, so = out["seconds_per_checkpoint"], out["llc_options"], out["sharpness_options"]
+    print(f"device {args.device}, {out['checkpoints']} checkpoints of the demo model, default options "
+          f"(llc: {lo['chains']} chains × {lo['draws']} draws of {lo['batch']}; sharpness: {so['iterations']} HVPs on {so['batch']})")
     print(f"llc        mechsynth (devinterp) {mean['llc']:.2f} s/checkpoint · bare SGLD loop {mean['llc_bare']:.2f} s · "
-          f"ratio {mean['llc'] / mean['llc_bare']:.2f}")
+          f"ratio {out['ratios']['llc/bare_sgld']:.2f}")
     print(f"sharpness  mechsynth (torch.func) {mean['sharpness']:.2f} s/checkpoint · double backward {mean['sharpness_bare']:.2f} s · "
-          f"ratio {mean['sharpness'] / mean['sharpness_bare']:.2f}")
+          f"ratio {out['ratios']['sharpness/double_backward']:.2f}")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ import dataclasses
 import os
 import statistics
 import time
+from typing import Any
 
 os.environ.setdefault("TQDM_DISABLE", "1")
 
@@ -71,21 +72,17 @@ def timed(step, n: int, device) -> float:
     return n / (time.perf_counter() - t0)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--steps", type=int, default=60)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--compile", action="store_true", help="also time mechsynth with train.compile = true")
-    args = ap.parse_args()
-    device = torch.device(args.device)
+def measure(device: str | torch.device, steps: int = 60, rounds: int = 3, compile: bool = False) -> dict[str, Any]:
+    """The median steps/s of each contender (`steps` per round, `rounds` interleaved rounds), their ratios and
+    data generation's share of a mechsynth step (also what benchmarks/gpu_check.py records)."""
+    device = torch.device(device)
     task = tasks.make("markov_icl", {"k": 3, "length": T})
     mcfg = models.TransformerConfig(n_layers=N_LAYERS, n_heads=N_HEADS, d_model=D_MODEL, attn_only=True)
-    tcfg = TrainConfig(batch_size=BATCH, lr=1e-3, grad_clip=None, device=args.device)
+    tcfg = TrainConfig(batch_size=BATCH, lr=1e-3, grad_clip=None, device=str(device))
 
     trainer = Trainer(models.build(mcfg, task.spec), task, tcfg, device)
     contenders = {"mechsynth": trainer.train_step}
-    if args.compile:
+    if compile:
         compiled = Trainer(models.build(mcfg, task.spec), task, dataclasses.replace(tcfg, compile=True), device)
         contenders["mechsynth_compiled"] = compiled.train_step
 
@@ -108,7 +105,7 @@ def main() -> None:
     fused = models.build(models.TransformerConfig(**{**mcfg.__dict__, "n_ctx": T + 1}), task.spec)
     tl_model = models.hooked(fused, device).train()
     g = torch.Generator().manual_seed(1)
-    seqs = [task.sample(BATCH, g) for _ in range(args.steps + 3)]
+    seqs = [task.sample(BATCH, g) for _ in range(steps + 3)]
     data = [{"tokens": torch.cat([b.tokens, b.targets[:, -1:]], 1)[i]} for b in seqs for i in range(BATCH)]
     tl_cfg = TLTrainConfig(num_epochs=1, batch_size=BATCH, lr=1e-3, optimizer_name="AdamW", weight_decay=0.01,
                            device=str(device), print_every=None)
@@ -124,25 +121,38 @@ def main() -> None:
 
     # Data generation's share of a mechsynth step (it samples `data_chunk` batches per call).
     chunk = tcfg.data_chunk
-    sample_rate = chunk * timed(lambda: task.sample(BATCH * chunk, gen, device), max(1, args.steps // chunk), device)
+    sample_rate = chunk * timed(lambda: task.sample(BATCH * chunk, gen, device), max(1, steps // chunk), device)
 
     rates: dict[str, list[float]] = {name: [] for name in [*contenders, "bare", "tl_helper"]}
-    for _ in range(args.rounds):
+    for _ in range(rounds):
         for name, step in contenders.items():
-            rates[name].append(timed(step, args.steps, device))
-        rates["bare"].append(timed(bare_step, args.steps, device))
+            rates[name].append(timed(step, steps, device))
+        rates["bare"].append(timed(bare_step, steps, device))
         rates["tl_helper"].append(tl_run())
     med = {k: statistics.median(v) for k, v in rates.items()}
-    print(f"device {device}, torch {torch.__version__}, TransformerLens {TL_VERSION}, threads {torch.get_num_threads()}")
+    ratios = {f"{ours}/{other}": med[ours] / med[other] for ours in contenders for other in ("bare", "tl_helper")}
+    return {"steps_per_s": med, "ratios": ratios, "data_generation_share": med["mechsynth"] / sample_rate}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--compile", action="store_true", help="also time mechsynth with train.compile = true")
+    args = ap.parse_args()
+    out = measure(args.device, args.steps, args.rounds, args.compile)
+    med, ratios = out["steps_per_s"], out["ratios"]
+    print(f"device {args.device}, torch {torch.__version__}, TransformerLens {TL_VERSION}, threads {torch.get_num_threads()}")
     print(f"model: {N_LAYERS} layers attention-only, d_model {D_MODEL}, {N_HEADS} heads; batch {BATCH} x {T} tokens")
     for k, v in med.items():
         print(f"  {k:<10} {v:8.1f} steps/s")
-    print(f"mechsynth / bare      = {med['mechsynth'] / med['bare']:.2f}x  (target >= 0.9)")
-    print(f"mechsynth / tl_helper = {med['mechsynth'] / med['tl_helper']:.2f}x  (target >= 2)")
+    print(f"mechsynth / bare      = {ratios['mechsynth/bare']:.2f}x  (target >= 0.9)")
+    print(f"mechsynth / tl_helper = {ratios['mechsynth/tl_helper']:.2f}x  (target >= 2)")
     if "mechsynth_compiled" in med:
-        print(f"compiled / bare       = {med['mechsynth_compiled'] / med['bare']:.2f}x")
-        print(f"compiled / tl_helper  = {med['mechsynth_compiled'] / med['tl_helper']:.2f}x")
-    print(f"data generation       = {100 * med['mechsynth'] / sample_rate:.1f}% of a mechsynth step (target < 10%)")
+        print(f"compiled / bare       = {ratios['mechsynth_compiled/bare']:.2f}x")
+        print(f"compiled / tl_helper  = {ratios['mechsynth_compiled/tl_helper']:.2f}x")
+    print(f"data generation       = {100 * out['data_generation_share']:.1f}% of a mechsynth step (target < 10%)")
 
 
 if __name__ == "__main__":
