@@ -1,9 +1,13 @@
 # Two commands on a fresh clone: `make demo` and `make test`. Each sets up its own virtualenv.
-#   make test TL=3.9                  the suite against TransformerLens 3.9, in a second venv (.venv-tl3.9)
+#   make test                         the fast tier, before every commit: unit tests, contracts, planted circuits
+#   make test-all                     everything: also the slow and smoke tests (experiment scripts, the CLI in
+#                                     subprocesses, pools, Ray, real kills, the docs in Chromium, the notebook)
+#   make test TL=3.9                  the fast tier against TransformerLens 3.9, in a second venv (.venv-tl3.9)
 #   make test TORCH_BUILD=cuda|cpu    which torch build (default: cuda where nvidia-smi sees a GPU, else cpu)
 #   make test TORCH=torch==2.13.0     a torch requirement of your own, of that build
 #   make test VENV=.venv-cuda         another virtualenv (e.g. to keep both builds side by side)
 #   make test TEST_WORKERS=0          the suite in one process (default: a pytest-xdist process per core)
+#   make gpu-check DEVICE=cpu         everything on one device into assets/gpu_check.json (default DEVICE=cuda)
 
 PYTHON ?= python3
 TL ?=
@@ -17,6 +21,11 @@ BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 # pytest-xdist processes for `make test`, each with its share of the cores (tests/conftest.py)
 TEST_WORKERS ?= auto
+# the device of `make gpu-check`
+DEVICE ?= cuda
+# loadfile: a file's tests run on one worker, which builds the file's module-scoped fixtures (a trained run,
+# the docs site) once, not once per worker, and runs them in the file's order
+PYTEST := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 # PyPI's Linux wheels of torch are CUDA builds (GBs of nvidia-* wheels); CPU builds are on PyTorch's own
 # index (used where it answers), or in a wheel directory pip already knows (find-links).
@@ -28,7 +37,7 @@ REQUEST := $(TORCH) $(TORCH_BUILD) $(TL)
 # constraints.txt: the CUDA_ONLY lines for a CPU build, then the torch installed, so that installing the rest
 # never swaps it for another.
 
-.PHONY: demo test bench docs clean FORCE
+.PHONY: demo test test-all bench gpu-check docs clean FORCE
 
 # Rewritten only when the torch asked for differs from the one the venv was made with, which remakes the venv.
 $(VENV)/.request: FORCE
@@ -53,11 +62,19 @@ endif
 demo: $(VENV)/.installed
 	$(BIN)/mechsynth demo
 
+# The fast tier: a hung test fails after 2 minutes (pyproject.toml gives the slow tier 10).
 test: $(VENV)/.installed
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
+	$(PYTEST) -m "not slow and not smoke" --timeout 120 $(PYTEST_ARGS)
+
+test-all: $(VENV)/.installed
+	$(PYTEST) $(PYTEST_ARGS)
 
 bench: $(VENV)/.installed
 	$(BIN)/python benchmarks/train_speed.py
+
+# The first thing to run on a GPU: every kind, probe, circuit method, a sweep and the benchmarks there, in minutes.
+gpu-check: $(VENV)/.installed
+	$(BIN)/python benchmarks/gpu_check.py --device $(DEVICE)
 
 # The docs site into site/: opens offline from the folder (index.html), search included.
 docs: $(VENV)/.installed

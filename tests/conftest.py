@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -77,6 +78,30 @@ def wandb_plots():
     return PlotRecorder()
 
 
+def pytest_addoption(parser):
+    parser.addoption("--durations-file", default=None, metavar="PATH",
+                     help="write each test's duration (setup + call + teardown, seconds) to PATH as JSON "
+                          "(the repository keeps one in .test_durations: `python tests/tiers.py` reads it)")
+
+
+class DurationsFile:
+    def __init__(self, path: str):
+        self.path, self.seconds = Path(path), {}
+        self.partial = self.path.with_name(self.path.name + ".partial")  # as it goes, for a suite stopped half-way
+
+    def pytest_runtest_logreport(self, report):
+        self.seconds[report.nodeid] = self.seconds.get(report.nodeid, 0.0) + report.duration
+        if report.when == "teardown":
+            with self.partial.open("a", encoding="utf-8") as f:
+                f.write(json.dumps([report.nodeid, round(self.seconds[report.nodeid], 3)]) + "\n")
+
+    def pytest_sessionfinish(self):
+        text = json.dumps({k: round(v, 3) for k, v in sorted(self.seconds.items())}, indent=0)
+        self.path.write_text(text + "\n", encoding="utf-8")
+        self.partial.unlink(missing_ok=True)
+
+
 def pytest_configure(config):
-    # tests/test_contracts.py checks that every registered task has a test with this marker
-    config.addinivalue_line("markers", "reference(task): checks the task's generator against a slow reference")
+    path = config.getoption("--durations-file")
+    if path and not hasattr(config, "workerinput"):  # the controller hears every worker's reports
+        config.pluginmanager.register(DurationsFile(path), "durations-file")

@@ -232,6 +232,7 @@ def full_batch_accuracy(cfg, n_inputs: int, steps: int, lr: float) -> float:
     return best.item()
 
 
+@pytest.mark.slow
 def test_capacity_grows_with_the_parameter_count(one_thread):
     """d = 16 (d² = 256): a linear memory stores N = 32 associations exactly and fails at N = 512 = 2d²
     (their N log N ∝ d² puts its capacity near 50); an MLP memory over the same embeddings with m = 64

@@ -82,6 +82,7 @@ def _check_run(run_dir, model, initial, losses):
     return run
 
 
+@pytest.mark.slow
 def test_the_hf_trainer_with_the_callback_writes_a_normal_run(tmp_path):
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("accelerate")
@@ -111,6 +112,7 @@ def test_the_hf_trainer_with_the_callback_writes_a_normal_run(tmp_path):
     _check_run(tmp_path / "run", model, initial, logged)
 
 
+@pytest.mark.slow
 def test_lightning_with_the_callback_writes_a_normal_run_one_step_per_update(tmp_path):
     lightning = pytest.importorskip("lightning.pytorch")
     task = _task()

@@ -151,6 +151,7 @@ def test_summary_section_and_wandb_read_the_timeline(wandb_plots):
     assert all(len(v) == 2 for series in wandb_plots.plots.values() for v in series.values())
 
 
+@pytest.mark.slow
 def test_a_trained_disentangled_transformer_learns_the_graph(tmp_path, tiny):
     """400 steps of Adam on a random tree (a few seconds): layer 0 ends on every parent, layer 1 on the earlier
     children of the query token, far above where the zero init starts (uniform attention)."""

@@ -34,6 +34,7 @@ def run_dir(tmp_path_factory):
                   {"n_layers": 2, "n_heads": 1, "d_model": 16, "attn_only": True}, "run")
 
 
+@pytest.mark.slow
 def test_circuit_on_a_run_joins_its_timelines_summary_and_report(run_dir, capsys, tmp_path):
     assert main(["probe", run_dir]) == 0
     assert "circuit" not in timeline.load(run_dir).metrics  # only when named
@@ -81,6 +82,7 @@ def test_a_task_without_counterfactuals_is_refused_in_one_line(tmp_path, capsys)
     assert err.count("\n") == 0 and "counterfactual" in err and "hmm_masked" in err, err
 
 
+@pytest.mark.slow
 def test_summary_section_and_wandb_read_the_timeline(run_dir, wandb_plots):
     tl = timeline.load(run_dir)
     if "circuit" not in tl.metrics:

@@ -67,6 +67,7 @@ def test_unreadable_and_invalid_files(tmp_path, capsys):
     assert "not valid TOML" in capsys.readouterr().err
 
 
+@pytest.mark.smoke
 def test_console_script_bad_input_has_no_traceback(tmp_path):
     cfg = write(tmp_path, GOOD.replace("k = 2", "k = 7"))
     r = subprocess.run([sys.executable, "-m", "mechsynth.cli", "train", cfg], capture_output=True, text=True)
@@ -95,6 +96,7 @@ def test_train_and_resume_via_cli(tmp_path, capsys):
     assert main(["train", "--resume", str(out), "--set", "model.d_model=8"]) == 2
 
 
+@pytest.mark.slow
 def test_every_experiment_config_is_valid():
     from mechsynth import parse_config
     from mechsynth.config import read_toml

@@ -182,6 +182,7 @@ def _cli(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProc
                           text=True, timeout=600)
 
 
+@pytest.mark.smoke
 def test_a_toy_task_probe_kind_and_optimizer_plug_in_from_one_file_each(tmp_path):
     """tests/toy/ holds a task (recall the first token), a probe of attention to the token to recall, with
     its own summary line and report figure, a one-layer attention model kind, and sign descent. Named in
@@ -226,6 +227,7 @@ def test_a_toy_task_probe_kind_and_optimizer_plug_in_from_one_file_each(tmp_path
             assert json.loads((last / "meta.json").read_text())["step"] == 20  # (this process has no toy plugins)
 
 
+@pytest.mark.smoke
 def test_a_plugin_that_fails_to_import_is_one_line(tmp_path):
     bad = tmp_path / "bad_task.py"
     bad.write_text("import no_such_module_here\n")

@@ -41,6 +41,7 @@ def text(page: Path) -> str:
     return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", page.read_text())).split())
 
 
+@pytest.mark.smoke
 def test_the_reference_names_every_registered_item(site):
     for page, names in (("tasks", tasks.names()), ("probes", probes.names()), ("models", models.names()),
                         ("optimizers", optimizers.names())):
@@ -54,6 +55,7 @@ def test_the_reference_names_every_registered_item(site):
     assert 'id="mechsynth.load_run"' in (site / "reference" / "api.html").read_text()  # mkdocstrings read the code
 
 
+@pytest.mark.smoke
 def test_every_experiment_has_a_page_with_its_verdicts(site):
     outs = [json.loads(p.read_text()) for p in sorted((ROOT / "assets").glob("*.json"))]
     outs = [o for o in outs if "experiment" in o]  # demo.json is what the demo printed, not an experiment
@@ -72,6 +74,7 @@ def test_every_experiment_has_a_page_with_its_verdicts(site):
             assert (site / "assets" / figure).exists() and f"../assets/{figure}" in page.read_text()
 
 
+@pytest.mark.smoke
 def test_no_page_loads_anything_from_the_network(site):
     # A script, image or frame from another host, or a <link> to one (a stylesheet, Google Fonts' preconnect);
     # plain <a href> links are the reader's to follow.
@@ -81,6 +84,7 @@ def test_no_page_loads_anything_from_the_network(site):
         assert not found, f"{page.relative_to(site)}: {found}"
 
 
+@pytest.mark.smoke
 @needs_chromium
 def test_the_site_opens_from_file_with_search_working(site, tmp_path):
     word = "Adafactor"  # in the generated optimizer reference only

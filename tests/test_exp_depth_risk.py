@@ -14,6 +14,7 @@ def exp():
     yield from loaded(NAME)
 
 
+@pytest.mark.smoke
 def test_smoke_trains_every_width_and_depth_on_one_fixed_set(exp, tmp_path, monkeypatch):
     out = smoke(exp, tmp_path, monkeypatch)
     res, c = out["results"], exp.SIZES["smoke"]

@@ -16,6 +16,7 @@ def exp():
     yield from loaded(NAME)
 
 
+@pytest.mark.smoke
 def test_smoke_trains_both_groups_and_judges_them(exp, tmp_path, monkeypatch):
     out = smoke(exp, tmp_path, monkeypatch)
     assert out["runs_trained"] == 2 * exp.SIZES["smoke"]["seeds"]

@@ -26,6 +26,7 @@ def claim():
 # ---- (a) the smoke run ----------------------------------------------------------------------------------
 
 
+@pytest.mark.smoke
 def test_smoke_writes_results_claims_and_figures(exp, tmp_path, monkeypatch):
     out = smoke(exp, tmp_path, monkeypatch)
     c = exp.SIZES["smoke"]

@@ -24,6 +24,7 @@ def weights(run_dir, step) -> dict[str, torch.Tensor]:
     return io.read_tensors(ckpt_dir(run_dir, step) / "model.safetensors")
 
 
+@pytest.mark.smoke
 def test_smoke_chains_the_stages_and_measures_recovery_and_the_last_layer(exp, tmp_path, monkeypatch):
     out = smoke(exp, tmp_path, monkeypatch)
     res = out["results"]

@@ -16,6 +16,7 @@ def exp():
     yield from loaded(NAME)
 
 
+@pytest.mark.smoke
 def test_smoke_writes_results_claims_and_figures(exp, tmp_path, monkeypatch):
     out = smoke(exp, tmp_path, monkeypatch)
     c = exp.SIZES["smoke"]

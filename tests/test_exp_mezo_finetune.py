@@ -14,6 +14,7 @@ def exp():
     yield from loaded(NAME)
 
 
+@pytest.mark.smoke
 def test_smoke_fine_tunes_three_ways_from_the_pretrained_weights(exp, tmp_path, monkeypatch):
     out = smoke(exp, tmp_path, monkeypatch)
     assert [c["id"] for c in out["claims"]] == ["inference_memory", "forward_passes_fine_tune", "comparable_to_backprop"]

@@ -33,6 +33,7 @@ def verdict(claim: str, results: dict) -> dict:
 # ---- (a) the smoke run ----------------------------------------------------------------------------
 
 
+@pytest.mark.smoke
 def test_smoke(tmp_path, monkeypatch):
     ps = script("parity_search")
     out = smoke(ps, tmp_path, monkeypatch, workers=None)

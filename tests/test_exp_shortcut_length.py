@@ -27,6 +27,7 @@ def rules():
 # ---- (a) the smoke run ----------------------------------------------------------------------------------
 
 
+@pytest.mark.smoke
 def test_smoke_writes_results_claims_and_figures(exp, tmp_path, monkeypatch):
     out = smoke(exp, tmp_path, monkeypatch)
     assert out["experiment"] == "shortcut_length" and out["size"] == "smoke" and out["runs_trained"] == 6

@@ -14,6 +14,7 @@ def exp():
     yield from loaded(NAME)
 
 
+@pytest.mark.smoke
 def test_smoke_measures_samples_to_weak_recovery_per_arm_and_d(exp, tmp_path, monkeypatch):
     out = smoke(exp, tmp_path, monkeypatch)
     res, c = out["results"], exp.SIZES["smoke"]

@@ -41,6 +41,7 @@ def smoke(exp, tmp_path_factory):
     return tmp, out
 
 
+@pytest.mark.smoke
 def test_smoke_writes_results_claims_and_figures(exp, smoke):
     tmp, out = smoke
     c = exp.SIZES["smoke"]
@@ -66,6 +67,7 @@ def test_smoke_writes_results_claims_and_figures(exp, smoke):
     assert len({tuple(r["support"]) for r in runs if r["s"] == c["s_values"][-1]}) > 1
 
 
+@pytest.mark.smoke
 def test_norms_match_the_probed_model_weights(exp, smoke):
     """The layer's norms from the checkpoint's state dict against the same weights read through the model
     TransformerLens loads for probing (another path: W_Q [layer, head, d_model, d_head], ...), in float64."""

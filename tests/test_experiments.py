@@ -36,7 +36,8 @@ def keep_threads():
 
 
 def run_smoke(name: str, tmp_path: Path) -> dict:
-    assert load(name).main(["--smoke", "--out", str(tmp_path), "--runs", str(tmp_path / "runs")]) == 0
+    # one worker: the sweep runs in this process, not in a spawned pool beside the test's own workers
+    assert load(name).main(["--smoke", "--out", str(tmp_path), "--runs", str(tmp_path / "runs"), "--workers", "1"]) == 0
     out = json.loads((tmp_path / f"{name}.json").read_text())
     assert out["experiment"] == name and out["size"] == "smoke" and out["wall_time_s"] > 0
     assert out["command"] == f"python experiments/{name}.py --smoke" and out["device"].startswith("CPU")
@@ -61,6 +62,7 @@ def smoke(tmp_path_factory):
     return get
 
 
+@pytest.mark.smoke
 def test_statistical_induction_smoke(smoke):
     out, tmp_path = smoke("statistical_induction")
     conds = out["results"]["conditions"]
@@ -100,6 +102,7 @@ def test_statistical_induction_smoke(smoke):
         assert [load_run(r["run"]).config.train.seed for r in c["seeds"]] == [0, 1]
 
 
+@pytest.mark.smoke
 def test_sparse_parity_hidden_progress_smoke(smoke):
     out, tmp_path = smoke("sparse_parity_hidden_progress")
     res, size = out["results"], out["config"]["sizes"]
@@ -172,6 +175,7 @@ def mlp(n: int, steps: int, lr: float = 0.1) -> dict:
                       "optimizer": "sgd", "lr": lr}}
 
 
+@pytest.mark.smoke
 def test_rounds_of_explicit_runs_reuse_continue_and_refuse(tmp_path):
     """An adaptive search trains a round at a time, each round a sweep of the runs it needs now, all in
     the experiment's one sweep directory."""
@@ -226,6 +230,7 @@ def sparse(smoke):
     return load("sparse_selection"), out, written
 
 
+@pytest.mark.smoke
 def test_sparse_selection_smoke_writes_results(sparse):
     module, out, written = sparse
     data, c = written["results"], module.SIZES["smoke"]
@@ -269,6 +274,7 @@ def test_sparse_selection_smoke_writes_results(sparse):
         assert is_png(out / name)
 
 
+@pytest.mark.smoke
 def test_sparse_selection_grid_grows_until_it_brackets_the_transition(sparse):
     """After the last round, a grid that does not bracket its transition met the ladder's end or the round limit;
     one whose smallest size succeeds more than LOW of the time was extended downwards (and likewise upwards)."""
@@ -285,6 +291,7 @@ def test_sparse_selection_grid_grows_until_it_brackets_the_transition(sparse):
                 assert any(p.startswith(f"T={T}: the grid") for p in res["problems"])
 
 
+@pytest.mark.smoke
 def test_experiment_reuses_finished_runs_and_refuses_a_different_one(sparse):
     module, out, written = sparse
     before = {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("model.safetensors")}
@@ -307,6 +314,7 @@ def test_experiment_reuses_finished_runs_and_refuses_a_different_one(sparse):
     assert {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("model.safetensors")} == before
 
 
+@pytest.mark.smoke
 def test_sparse_selection_seeds_of_a_draw_train_side_by_side(tmp_path, monkeypatch):
     """With several seeds per draw (--full) a draw is a point, its seeds one batched job; the task seed is the draw."""
     module = load("sparse_selection")
@@ -381,6 +389,7 @@ def test_sparse_selection_verdict_rule(planted, exponent_ci, slope_ci, problems,
         assert s["ratio_last_first"] == pytest.approx((10 + 72) / (10 + 32))
 
 
+@pytest.mark.smoke
 def test_automata_depth_smoke_writes_results(smoke):
     module = load("automata_depth")
     out, tmp_path = smoke("automata_depth")
@@ -440,6 +449,7 @@ def numbers(x, root: Path):
 
 
 # (not sparse_parity_hidden_progress: its smoke is the suite's slowest, and sparse_selection trains the same task)
+@pytest.mark.smoke
 @pytest.mark.parametrize("name", ["statistical_induction", "sparse_selection", "automata_depth"])
 def test_the_same_command_twice_from_scratch_gives_the_same_numbers(name, smoke, tmp_path):
     """On a CPU, training and analysis are deterministic: two smoke runs into two empty directories write
@@ -472,6 +482,7 @@ def test_grokking_phase_events_on_hand_made_curves():
     assert ev["clean"] == {"absolute": 50, "loss": 50, "relative": 60}
 
 
+@pytest.mark.smoke
 def test_grokking_smoke(tmp_path):
     out = run_smoke("grokking", tmp_path)
     res, size = out["results"], load("grokking").SIZES["smoke"]
@@ -490,6 +501,7 @@ def test_grokking_smoke(tmp_path):
         assert p["fit_at"] is None or p["generalized_at"] is None or p["gap"] == p["generalized_at"] - p["fit_at"]
 
 
+@pytest.mark.smoke
 def test_causal_structure_smoke(tmp_path):
     out = run_smoke("causal_structure", tmp_path)
     res, size = out["results"], load("causal_structure").SIZES["smoke"]
@@ -525,6 +537,7 @@ def test_factual_capacity_search_brackets_a_planted_capacity():
         assert family == "linear_memory" or all(k % c["relations"] == 0 for k in tried)  # S·R facts
 
 
+@pytest.mark.smoke
 def test_factual_capacity_smoke(tmp_path):
     out = run_smoke("factual_capacity", tmp_path)
     module = load("factual_capacity")
@@ -539,6 +552,7 @@ def test_factual_capacity_smoke(tmp_path):
             assert r["capacity"]["median_0.99"] == (max(stored) if stored else None)
 
 
+@pytest.mark.smoke
 def test_hmm_identifiability_smoke(tmp_path):
     out = run_smoke("hmm_identifiability", tmp_path)
     res, module = out["results"], load("hmm_identifiability")
@@ -557,6 +571,7 @@ def test_hmm_identifiability_smoke(tmp_path):
     assert alt["alt_pred_diff"] < 1e-6 < alt["alt_O_diff"]
 
 
+@pytest.mark.smoke
 def test_llc_stages_smoke(tmp_path):
     out = run_smoke("llc_stages", tmp_path)
     res, module = out["results"], load("llc_stages")
@@ -578,6 +593,7 @@ def test_llc_stages_smoke(tmp_path):
     assert again == 0 and json.loads((tmp_path / "llc_stages.json").read_text())["results"]["seeds"][0]["llc"] == res["seeds"][0]["llc"]
 
 
+@pytest.mark.smoke
 def test_edge_of_stability_smoke(tmp_path):
     out = run_smoke("edge_of_stability", tmp_path)
     res, module = out["results"], load("edge_of_stability")
@@ -595,6 +611,7 @@ def test_edge_of_stability_smoke(tmp_path):
                 assert n["evals_before"] + n["evals_after"] == len(r["loss"])
 
 
+@pytest.mark.smoke
 def test_circuit_discovery_smoke(tmp_path):
     out = run_smoke("circuit_discovery", tmp_path)
     res, module = out["results"], load("circuit_discovery")

@@ -84,6 +84,7 @@ def test_a_model_that_does_not_fit_the_task_is_one_line_naming_both_sizes():
     assert "\n" not in str(e.value)
 
 
+@pytest.mark.slow
 def test_a_landscape_probe_runs_on_the_hooked_model_of_a_run(tmp_path, tiny):
     """`probes.run("llc", run.model(step), task)` with two chains: TL 4's bridge kept graph-attached tensors that
     devinterp's per-chain deepcopy refused; it now differentiates the plain model, as `mechsynth probe` does."""
@@ -154,6 +155,7 @@ def test_import_a_tracr_program_and_probe_it(tmp_path):
     assert max(tl.per_head["previous_token"], key=lambda h: tl.per_head["previous_token"][h][-1]) == "L1H0"
 
 
+@pytest.mark.slow
 def test_probe_models_gives_the_timeline_of_models_you_hold(tmp_path):
     task = _task()
     held = [(step, _model(task, seed=step, attn_only=True)) for step in (0, 5, 50)]
@@ -218,6 +220,7 @@ def _plain_loop(model, task, run_dir, steps, seed=0, lr=3e-3, **monitor):
     return mon
 
 
+@pytest.mark.slow
 def test_a_plain_pytorch_loop_forms_its_circuits_at_the_steps_mechsynth_train_finds(tmp_path):
     """The same model, init, data stream and optimizer as `mechsynth train` (data_chunk 1, no clipping): the
     monitored run's formation steps equal those of `mechsynth train` + `mechsynth probe` on the same seed."""
@@ -241,6 +244,7 @@ def test_a_plain_pytorch_loop_forms_its_circuits_at_the_steps_mechsynth_train_fi
     assert main(["report", str(tmp_path / "loop")]) == 0
 
 
+@pytest.mark.slow
 def test_the_monitor_writes_a_normal_run_and_logs_to_your_wandb_run(tmp_path):
     import wandb
 

@@ -199,6 +199,7 @@ sys.exit(main(sys.argv[3:]))
 """
 
 
+@pytest.mark.smoke
 @pytest.mark.parametrize("where", ["before meta.json", "before rename"])
 def test_kill_during_a_checkpoint_write_resumes_bit_exact(tmp_path, capsys, where):
     cfg = write_config(tmp_path, steps=60, checkpoints=6)
@@ -223,6 +224,7 @@ def test_kill_during_a_checkpoint_write_resumes_bit_exact(tmp_path, capsys, wher
 # ---- divergence ----------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_diverging_run_stops_keeps_its_finite_checkpoints_and_can_be_probed(tmp_path, capsys):
     run = tmp_path / "run"
     code = main(["train", write_config(tmp_path, lr=1e6, steps=40), "--out", str(run), "--no-progress"])
@@ -247,6 +249,7 @@ def test_side_by_side_divergence_names_the_seeds(tmp_path, capsys):
 # ---- two writers ----------------------------------------------------------------------------------------
 
 
+@pytest.mark.smoke
 def test_second_writer_is_refused_and_a_dead_ones_lock_is_taken_over(trained, tmp_path, capsys):
     run = tmp_path / "run"
     shutil.copytree(trained, run)
@@ -273,6 +276,7 @@ def test_second_writer_is_refused_and_a_dead_ones_lock_is_taken_over(trained, tm
     assert steps == sorted(set(steps)) and not (run / ".lock").exists()
 
 
+@pytest.mark.smoke
 def test_two_new_runs_into_one_directory(tmp_path, capsys):
     cfg, out = write_config(tmp_path, steps=2000), tmp_path / "run"
     a = subprocess.Popen([sys.executable, "-m", "mechsynth.cli", "train", cfg, "--out", str(out), "--no-progress"],
@@ -342,6 +346,7 @@ def test_full_disk_is_one_line_keeps_earlier_checkpoints_and_resumes_after(small
 # ---- sweeps never delete -------------------------------------------------------------------------------
 
 
+@pytest.mark.smoke
 def test_sweep_with_seeds_side_by_side_keeps_finished_runs_and_user_files(tmp_path, capsys):
     sweep = tmp_path / "sweep.toml"
     sweep.write_text(f'base = "{REPO / "experiments" / "sparse_parity.toml"}"\n'
@@ -358,6 +363,7 @@ def test_sweep_with_seeds_side_by_side_keeps_finished_runs_and_user_files(tmp_pa
     assert snapshot(out / "runs") == before  # nothing retrained, the user's file untouched
 
 
+@pytest.mark.smoke
 def test_sweep_moves_a_directory_it_cannot_read_aside(tmp_path, capsys):
     sweep = tmp_path / "sweep.toml"
     sweep.write_text(CONFIG + '[sweep]\nseeds = 1\n[sweep.grid]\n"task.n" = [6]\n')

@@ -148,6 +148,7 @@ def test_attention_probes_refuse_a_recurrent_model_in_one_line():
 # ---- trained runs: the probes, LLC and stages apply ----------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", [{"n_layers": 2, "d_model": 16, "n_heads": 2},
                                    {"kind": "recurrent", "d_model": 16}], ids=["transformer", "lstm"])
 def test_flip_flop_runs_train_and_every_applicable_probe_llc_and_stages_run(model, tmp_path, tiny):

@@ -199,6 +199,7 @@ def train_grokking(task, steps: list[int], seed: int = 0):
     return cfg, model, kept
 
 
+@pytest.mark.slow
 def test_a_tiny_transformer_groks_with_few_key_frequencies(wandb_plots):
     """p = 31, 60% of the pairs, 2000 full-batch steps (about 15 s on a CPU core): the final model has 1–7
     key frequencies, a concentrated embedding, restricted loss as low as the test loss, and excluded loss

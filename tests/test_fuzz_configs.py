@@ -95,6 +95,7 @@ class Case:
     sets: tuple[str, ...]  # --set overrides
     field: str  # the field the one-line error must name
     requires: str = ""
+    more: bool = False  # a field's second and later wrong values
 
 
 def toml_value(v: Any) -> str:
@@ -178,13 +179,15 @@ def generated_cases() -> list[Case]:
         for f in dataclasses.fields(cls):
             if not f.init:
                 continue
-            for v in wrong_values(hints[f.name], f.metadata, types_only):
+            for i, v in enumerate(wrong_values(hints[f.name], f.metadata, types_only)):
                 out.append(Case(f"gen-{base}-{section}.{f.name}={v[:12]}", base_toml(base),
-                                (f"{section}.{f.name}={v}",), f"{section}.{f.name}"))
+                                (f"{section}.{f.name}={v}",), f"{section}.{f.name}", more=i > 0))
     return out
 
 
 CASES = corpus_cases() + generated_cases()
+# `make test` runs the corpus and one wrong value per field; `make test-all` every generated value too
+PARAMS = [pytest.param(c, id=c.id, marks=[pytest.mark.slow] if c.more else []) for c in CASES]
 
 
 def names_field(line: str, field: str) -> bool:
@@ -193,7 +196,7 @@ def names_field(line: str, field: str) -> bool:
     return line.startswith(head) and line[len(head):len(head) + 1] in (":", "[")
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+@pytest.mark.parametrize("case", PARAMS)
 def test_bad_config_is_one_line_exit_2_before_any_work(case: Case, tmp_path, capsys):
     if case.requires and not REQUIRES[case.requires]():
         pytest.skip(f"valid here ({case.requires} does not hold)")
@@ -293,6 +296,7 @@ def test_the_error_names_what_drives_the_estimate(model, train, task_params, ava
     assert "\n" not in str(e.value) and budget.fmt_bytes(available) in str(e.value)
 
 
+@pytest.mark.slow
 def test_every_experiment_config_fits():
     from mechsynth.sweep import load_sweep
 

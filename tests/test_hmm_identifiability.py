@@ -121,6 +121,7 @@ class NoisyPredictor(HMMPredictorModel):
         return ((1 - self.eps) * p + self.eps / p.shape[-1]).log()
 
 
+@pytest.mark.slow
 def test_recovery_degrades_with_the_predictor():
     task = tasks.make("hmm_masked", {"objective": "triplet", "d": 6})
     errors = [probes.run("hmm_identifiability", NoisyPredictor(task, eps), task).metrics for eps in (0.0, 0.02, 0.3)]
@@ -129,6 +130,7 @@ def test_recovery_degrades_with_the_predictor():
     assert errors[0]["floor_O_err"] == errors[2]["floor_O_err"] < 1e-3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("objective", ["pairwise", "triplet", "mlm"])
 def test_probe_reads_an_untrained_transformer(objective):
     task = tasks.make("hmm_masked", {"objective": objective, "d": 4, "length": 5})
@@ -149,6 +151,7 @@ def timeline(task, eps: list[float]) -> Timeline:
     return tl
 
 
+@pytest.mark.slow
 def test_summary_figure_and_wandb_plots(wandb_plots):
     probe = probes.PROBES.get("hmm_identifiability")
     task = tasks.make("hmm_masked", {"objective": "triplet", "d": 5})

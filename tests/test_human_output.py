@@ -56,6 +56,7 @@ def test_no_summary_line_says_none_or_nan_when_nothing_forms_and_the_loss_never_
     assert len(lines) >= 3 and not bad, bad
 
 
+@pytest.mark.slow
 def test_the_report_says_not_reached_where_nothing_formed(tmp_path, tiny):
     run, tl = flat_run(tmp_path, tiny, "markov_icl")
     timeline.save(tl, run.path)  # the report reads this timeline rather than probing again

@@ -6,6 +6,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 # Where each package's files live (mechsynth.probes ships from probes/).
 ROOTS = {"mechsynth": REPO / "mechsynth", "mechsynth.probes": REPO / "probes"}
@@ -108,6 +110,7 @@ def test_every_package_ships():
     assert listed == found, f"missing from pyproject.toml: {sorted(found - listed)}; not in the tree: {sorted(listed - found)}"
 
 
+@pytest.mark.smoke
 def test_a_second_checkout_on_pythonpath_imports_its_own_probes(tmp_path):
     """An experiment run from a clean clone (PYTHONPATH=clone) beside the editable install of this checkout: every
     module, the probes too, comes from the clone, so the clone's commit is the code that ran."""

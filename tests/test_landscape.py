@@ -37,6 +37,7 @@ def run_dir(tmp_path_factory):
     return _train(tmp_path_factory.mktemp("landscape"), tiny_config, "run", {})
 
 
+@pytest.mark.slow
 def test_llc_and_sharpness_on_a_run_join_its_circuit_timelines_and_report(run_dir, capsys):
     assert main(["probe", run_dir]) == 0
     circuits = timeline.load(run_dir)
@@ -81,6 +82,7 @@ def test_landscape_probes_run_only_when_named_and_on_one_model(run_dir):
         probes.run("sharpness", stacked, run.task)
 
 
+@pytest.mark.slow
 def test_sharpness_of_a_full_batch_run_is_taken_on_its_training_set(tmp_path, tiny):
     """With train.data = fixed, the probe differentiates the loss on the run's own training set: its loss
     there is the train_set/loss the trainer recorded at that checkpoint."""
@@ -132,6 +134,7 @@ def test_turns_find_where_a_curve_stops_rising():
     assert stages.turns(STEPS, _planted([], [1.0])) == []
 
 
+@pytest.mark.slow
 def test_negative_llc_estimates_are_no_stage_evidence(run_dir):
     tl = timeline.load(run_dir)
     tl.metrics["llc"]["negative"] = [1.0] * len(tl.steps)

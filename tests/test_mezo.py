@@ -71,6 +71,7 @@ def test_weights_stacked_side_by_side_share_the_projected_gradient():
         TrainConfig(optimizer="mezo", seeds=2)
 
 
+@pytest.mark.slow
 def test_mezo_lowers_a_transformers_loss():
     cfg = parse_config({"task": {"name": "markov_icl", "k": 3, "length": 12},
                         "model": {"n_layers": 1, "n_heads": 1, "d_model": 8, "attn_only": True},

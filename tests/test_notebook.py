@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import nbformat
+import pytest
 from nbclient import NotebookClient
 
 from mechsynth import load_run, parse_config, train_run
@@ -19,6 +20,7 @@ def test_notebook_is_committed_without_outputs():
     assert code and all(c.outputs == [] and c.execution_count is None for c in code)
 
 
+@pytest.mark.smoke
 def test_notebook_runs_on_a_tiny_run(tmp_path, monkeypatch):
     data = {"task": {"name": "markov_icl", "k": 3, "length": 16},
             "model": {"n_layers": 2, "n_heads": 1, "d_model": 16, "attn_only": True},

@@ -143,6 +143,7 @@ def trained(tmp_path_factory) -> tuple[Path, Path]:
     return _train(tmp_path_factory.mktemp("trained"))
 
 
+@pytest.mark.smoke
 def test_a_run_records_its_plugin_and_later_commands_need_no_variable(trained, tmp_path):
     plugin, original = trained
     stored = json.loads((original / "config.json").read_text())
@@ -173,6 +174,7 @@ def test_a_run_records_its_plugin_and_later_commands_need_no_variable(trained, t
     assert json.loads((run / "config.json").read_text())["plugins"] == [str(plugin.resolve())]
 
 
+@pytest.mark.smoke
 def test_a_plugin_imported_by_hand_is_recorded_and_reaches_sweep_workers(tmp_path):
     (tmp_path / "plugins").mkdir()
     plugin = tmp_path / "plugins" / "lag_copy.py"
@@ -196,6 +198,7 @@ def test_a_plugin_imported_by_hand_is_recorded_and_reaches_sweep_workers(tmp_pat
         assert "table:" in probed.stdout
 
 
+@pytest.mark.smoke
 def test_a_moved_plugin_is_one_line_naming_it_and_leaves_the_run_as_it_was(tmp_path):
     plugin, run = _train(tmp_path)
     moved = tmp_path / "elsewhere" / "lag_copy.py"
@@ -229,6 +232,7 @@ def test_a_moved_plugin_is_one_line_naming_it_and_leaves_the_run_as_it_was(tmp_p
     assert probed.returncode == 0, probed.stderr
 
 
+@pytest.mark.smoke
 def test_a_run_that_recorded_no_plugin_names_the_variable(trained, tmp_path):
     """Runs made before plugins were recorded: an unknown task is not a damaged file."""
     _, original = trained

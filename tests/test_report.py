@@ -173,6 +173,7 @@ needs_chromium = pytest.mark.skipif(browser.find_chromium() is None,
                                     reason="Chromium not found: install Debian's `chromium` package (.ci/run does)")
 
 
+@pytest.mark.smoke
 @needs_chromium
 def test_report_renders_offline_in_headless_chromium(markov_run, markov_report, tmp_path):
     import numpy as np
@@ -190,6 +191,7 @@ def test_report_renders_offline_in_headless_chromium(markov_run, markov_report, 
     assert all(root["canvas"] == 1 for root in parsed.roots.values()), "every pattern rendered its heatmap"
 
 
+@pytest.mark.smoke
 @needs_chromium
 def test_the_network_check_sees_a_page_that_asks(tmp_path):
     """The check above must be able to fail: a page that loads a stylesheet, an image, a fetch and a
@@ -223,6 +225,7 @@ def summary_box_widths(page: str, path) -> tuple[int, int]:
     return scroll, client
 
 
+@pytest.mark.smoke
 @needs_chromium
 def test_the_summary_box_never_scrolls_sideways_in_chromium(markov_report, tmp_path):
     scroll, client = summary_box_widths(markov_report.html, tmp_path / "report.html")

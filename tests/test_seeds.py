@@ -151,6 +151,7 @@ def test_auto_seed_passes_on_cpu(task, model, batch, expected):
     assert len(trainer.views) == (0 if expected else 2)
 
 
+@pytest.mark.slow
 def test_batched_resume_is_bit_exact(tmp_path, tiny, ctrl_c_at):
     data = tiny({"name": "markov_icl", "k": 3, "length": 16},
                 {"n_layers": 2, "n_heads": 2, "d_model": 16, "attn_only": True},
@@ -177,6 +178,7 @@ def test_batched_resume_is_bit_exact(tmp_path, tiny, ctrl_c_at):
         assert held_out(a.metrics) == held_out(b.metrics)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seeds", [1, 3])
 def test_ctrl_c_midway_through_a_step_finishes_it_first(tmp_path, tiny, monkeypatch, seeds):
     """A real SIGINT raised inside step 23's loss (on a worker thread, side by side): the step completes,
@@ -207,6 +209,7 @@ def test_ctrl_c_midway_through_a_step_finishes_it_first(tmp_path, tiny, monkeypa
         assert all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
+@pytest.mark.smoke
 def test_sigkill_then_resume_matches_uninterrupted_batched_run(tmp_path, tiny):
     data = tiny({"name": "automata", "automaton": "cyclic", "n": 3, "length": 12},
                 {"n_layers": 1, "n_heads": 2, "d_model": 16},
@@ -232,6 +235,7 @@ def test_sigkill_then_resume_matches_uninterrupted_batched_run(tmp_path, tiny):
         assert load_run(seed_dir(cut, i)).steps == load_run(seed_dir(full, i)).steps
 
 
+@pytest.mark.slow
 def test_seed_directories_are_ordinary_runs(tmp_path, tiny, capsys):
     data = tiny({"name": "markov_icl", "k": 3, "length": 16}, {"n_layers": 2, "attn_only": True},
                 {"seeds": 2, "steps": 12, "checkpoints": 4})

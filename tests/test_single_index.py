@@ -144,6 +144,7 @@ def test_the_neuron_refuses_what_it_cannot_read():
         parse_config({"task": {"name": "single_index"}, "model": {"kind": "neuron", "smoothing": -1.0}})
 
 
+@pytest.mark.slow
 def test_spherical_online_sgd_recovers_w_star_and_resumes_bit_exact(tmp_path, tiny):
     """k* = 2 at d = 8: the neuron's direction comes near w* (up to sign; at a constant rate the noise keeps it
     near 0.9); the alignment probe reads it as the one unit's |cos|; a run stopped half-way and resumed ends

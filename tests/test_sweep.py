@@ -151,6 +151,7 @@ def test_ray_missing_gives_install_hint(tmp_path, capsys, monkeypatch):
 # --- running, skipping, resuming, reporting ----------------------------------------------------
 
 
+@pytest.mark.smoke
 def test_local_sweep_skips_complete_runs_refuses_other_plans_and_reports(tmp_path, capsys):
     # lr 1e-7 cannot move the weights: its seeds stay at chance; lr 3e-3 learns n=6, k=2 within 60 steps.
     path = sweep_file(tmp_path, '[sweep]\nname = "lr"\nseeds = 2\n[sweep.grid]\n"train.lr" = [3e-3, 1e-7]')
@@ -217,6 +218,7 @@ def _csv(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
+@pytest.mark.smoke
 def test_partial_runs_resume_new_ones_restart_and_failures_are_reported(tmp_path, capsys):
     path = sweep_file(tmp_path, '[sweep]\nseeds = 3\nside_by_side = false')
     out = tmp_path / "out"
@@ -252,6 +254,7 @@ def _files(run_dir: Path) -> list[str]:
     return sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*") if p.is_file())
 
 
+@pytest.mark.smoke
 def test_side_by_side_seeds_write_the_run_directories_separate_runs_would(tmp_path, capsys):
     path = sweep_file(tmp_path, '[sweep]\nname = "s"\nseeds = 3\n[sweep.grid]\n"model.n_layers" = [1, 2]')
     batched, separate = tmp_path / "batched", tmp_path / "separate"
@@ -291,6 +294,7 @@ def test_side_by_side_seeds_write_the_run_directories_separate_runs_would(tmp_pa
     assert rows[0] == rows[1] == [("3", "3"), ("3", "3")]
 
 
+@pytest.mark.smoke
 def test_a_sweep_of_separate_runs_from_before_resumes_them_separately(tmp_path, capsys):
     """A sweep directory written before side by side existed (each seed its own run, no batch config)
     is continued seed by seed: nothing is batched over its runs, a finished run is not touched."""
@@ -330,6 +334,7 @@ def test_a_sweep_of_separate_runs_from_before_resumes_them_separately(tmp_path, 
     assert {p: tree_digest(p) for p in runs} == before
 
 
+@pytest.mark.smoke
 def test_more_steps_continue_a_finished_batch_and_fewer_keep_it(tmp_path, capsys):
     path = sweep_file(tmp_path, '[sweep]\nseeds = 2')
     out = tmp_path / "out"
@@ -369,6 +374,7 @@ def test_seed_keys_make_each_seed_its_own_run(tmp_path, capsys):
 # --- a real kill -------------------------------------------------------------------------------
 
 
+@pytest.mark.smoke
 def test_sigkilled_sweep_restarts_without_redoing_or_corrupting(tmp_path, capsys):
     """SIGKILL the whole sweep (driver and pool workers) mid-run; the same command then finishes it."""
     path = sweep_file(tmp_path, '[sweep]\nseeds = 3\nside_by_side = false', base=BASE.replace("steps = 60", "steps = 300")
@@ -414,6 +420,7 @@ def test_sigkilled_sweep_restarts_without_redoing_or_corrupting(tmp_path, capsys
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
+@pytest.mark.smoke
 def test_sigkilled_side_by_side_sweep_resumes_its_batches(tmp_path, capsys):
     """SIGKILL a sweep whose points train their seeds side by side, with one point done and the next
     mid-run; the same command continues that batch and leaves the finished one as it was."""
@@ -454,6 +461,7 @@ def test_sigkilled_side_by_side_sweep_resumes_its_batches(tmp_path, capsys):
 # --- Ray -----------------------------------------------------------------------------------------
 
 
+@pytest.mark.smoke
 def test_ray_sweep_on_a_local_ray_instance(tmp_path, capsys):
     pytest.importorskip("ray")  # installed by the dev extra; see README for mechsynth[ray]
     path = sweep_file(tmp_path, '[sweep]\nname = "r"\nseeds = 2\n[sweep.grid]\n"model.n_layers" = [1, 2]')

@@ -59,6 +59,7 @@ def earliest(tl: timeline.Timeline, probe: str):
     return min(steps) if steps else None
 
 
+@pytest.mark.smoke
 def test_probe_a_sweep_each_run_as_alone_skip_probed_runs_and_report_formation(tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["sweep", sweep_file(tmp_path, GRID), "--out", str(out), "--workers", "1"]) == 0

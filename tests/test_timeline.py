@@ -66,6 +66,7 @@ def demo_run(tmp_path_factory):
     return train_run(parse_config(data), tmp_path_factory.mktemp("demo") / "run", progress=False)
 
 
+@pytest.mark.slow
 def test_demo_model_forms_previous_token_then_induction_around_the_loss_drop(demo_run):
     run = load_run(demo_run)
     tl = probe_run(run, ["previous_token", "induction", "icl_strategy"], batch_size=32)
@@ -87,6 +88,7 @@ def test_demo_model_forms_previous_token_then_induction_around_the_loss_drop(dem
     assert lines[-1].startswith("stages           boundaries (change points in log-step): loss ")
 
 
+@pytest.mark.slow
 def test_probe_cli_json_table_and_wandb(demo_run, capsys):
     assert main(["probe", str(demo_run), "--probes", "induction,previous_token", "--json", "--batch-size", "16"]) == 0
     out = json.loads(capsys.readouterr().out)
@@ -113,14 +115,23 @@ def test_probe_cli_json_table_and_wandb(demo_run, capsys):
     assert "\n" not in err
 
 
-def test_batched_probing_equals_probing_each_checkpoint_in_transformer_lens(demo_run):
+@pytest.fixture(scope="module")
+def short_demo_run(tmp_path_factory):
+    """The demo configuration for 60 steps: enough for the probes to read heads that differ."""
+    data = configs.load("demo")
+    data["train"] |= {"steps": 60, "checkpoints": 6, "device": "cpu"}
+    data["wandb"] = {"mode": "disabled"}
+    return train_run(parse_config(data), tmp_path_factory.mktemp("short_demo") / "run", progress=False)
+
+
+def test_batched_probing_equals_probing_each_checkpoint_in_transformer_lens(short_demo_run):
     """probe_run loads checkpoints side by side into our fused model; the same probes on each checkpoint's
     TransformerLens model, one at a time, give the same numbers."""
     from mechsynth import probes
     from mechsynth.analysis.timeline import applicable
 
-    run = load_run(demo_run)
-    steps = run.steps[::5]
+    run = load_run(short_demo_run)
+    steps = run.steps
     names = applicable(run)
     assert {"previous_token", "induction", "duplicate_token", "icl_strategy"} <= set(names)
     tl = probe_run(run, names, steps, batch_size=16)

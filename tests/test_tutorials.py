@@ -43,7 +43,7 @@ def test_the_tutorials_are_the_pages_under_docs():
     assert sorted(p.name for p in TUTORIALS.glob("*.md")) == ["bring_checkpoints.md", "own_training_loop.md"]
 
 
-@pytest.mark.slow
+@pytest.mark.smoke
 def test_probe_your_own_training_loop(tmp_path):
     out = run_tutorial("own_training_loop.md", tmp_path)
     run = tmp_path / "runs" / "my-loop"
@@ -54,7 +54,7 @@ def test_probe_your_own_training_loop(tmp_path):
     assert list((tmp_path / "wandb").glob("offline-run-*/run-*.wandb"))
 
 
-@pytest.mark.slow
+@pytest.mark.smoke
 def test_bring_checkpoints(tmp_path):
     out = run_tutorial("bring_checkpoints.md", tmp_path)
     imported = json.loads((tmp_path / "runs" / "imported" / "probes.json").read_text())
