@@ -16,7 +16,6 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import speed_doc  # noqa: E402
 
 
-@pytest.mark.slow
 @pytest.mark.smoke
 def test_gpu_check_runs_every_section_on_the_cpu(tmp_path):
     from mechsynth import models, probes

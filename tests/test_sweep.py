@@ -500,6 +500,7 @@ def _pool_workers() -> list[int]:
     return out
 
 
+@pytest.mark.smoke
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="finds the pool's workers through /proc")
 def test_a_worker_killed_mid_run_costs_its_runs_one_retry_not_the_sweep(tmp_path, capsys):
     """One pool worker SIGKILLed mid-run breaks the pool; the runs it cut off continue in a fresh one."""

@@ -26,6 +26,7 @@ def test_sparse_parity_learned_to_100_percent(tmp_path, tiny):
     assert run.metrics[-1]["eval/acc"] == 1.0
 
 
+@pytest.mark.slow
 def test_parity_automaton_learned_by_one_layer(tmp_path, tiny):
     cfg = parse_config(tiny({"name": "automata", "automaton": "parity", "length": 20},
                             {"n_layers": 1, "n_heads": 4, "d_model": 128},
@@ -158,6 +159,7 @@ def test_schedules():
     assert [lr_at(s, linear) for s in (9, 10, 55)] == pytest.approx([1.0, 1.0, 0.6])  # halfway: halfway to the floor
 
 
+@pytest.mark.smoke
 def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path, tiny):
     """A real kill (SIGKILL, no chance to clean up) loses nothing that was checkpointed."""
     import os
@@ -198,11 +200,17 @@ def test_cpu_training_reuses_freed_memory_instead_of_faulting_it_in_again():
     keep_freed_memory()
     for _ in range(2):  # the heap grows to hold it
         torch.empty(2**24).fill_(1.0)
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    torch.empty(2**24).fill_(1.0)
-    assert resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before < 2000
+
+    def faults() -> int:
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        torch.empty(2**24).fill_(1.0)
+        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+    # the fewest of three: the count is the whole process's, and a thread an earlier test left running adds its own
+    assert min(faults() for _ in range(3)) < 2000
 
 
+@pytest.mark.smoke
 def test_progress_off_a_terminal_is_a_few_plain_lines(tmp_path):
     """A log file or CI gets about one line per 5% of training, not a carriage return per step."""
     import subprocess

@@ -191,6 +191,7 @@ print(json.dumps({"rc": rc, "seconds": time.monotonic() - t0, "warnings": [str(w
 """
 
 
+@pytest.mark.slow
 def test_online_without_a_reachable_server_waits_init_timeout_then_trains(tmp_path):
     """A server that accepts connections and never answers (what "no network" looks like behind a proxy or a
     firewall that drops packets). W&B's own wait is 90 s, and its error telemetry then waits 10 s more at exit;
