@@ -57,13 +57,17 @@ def test_a_damaged_timeline_is_named(tmp_path, text):
         load(tmp_path)
 
 
+def _demo(tmp_path_factory, steps: int, checkpoints: int, wandb: str):
+    """The demo configuration, trained for `steps` steps (the full demo trains 2000)."""
+    data = configs.load("demo")
+    data["train"] |= {"steps": steps, "checkpoints": checkpoints, "device": "cpu"}
+    data["wandb"] = {"mode": wandb}
+    return train_run(parse_config(data), tmp_path_factory.mktemp(f"demo{steps}") / "run", progress=False)
+
+
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory):
-    """The demo configuration, trained for 600 steps (the full demo trains 2000)."""
-    data = configs.load("demo")
-    data["train"] |= {"steps": 600, "checkpoints": 24, "device": "cpu"}
-    data["wandb"] = {"mode": "offline"}
-    return train_run(parse_config(data), tmp_path_factory.mktemp("demo") / "run", progress=False)
+    return _demo(tmp_path_factory, 600, 24, "offline")
 
 
 @pytest.mark.slow
@@ -117,11 +121,8 @@ def test_probe_cli_json_table_and_wandb(demo_run, capsys):
 
 @pytest.fixture(scope="module")
 def short_demo_run(tmp_path_factory):
-    """The demo configuration for 60 steps: enough for the probes to read heads that differ."""
-    data = configs.load("demo")
-    data["train"] |= {"steps": 60, "checkpoints": 6, "device": "cpu"}
-    data["wandb"] = {"mode": "disabled"}
-    return train_run(parse_config(data), tmp_path_factory.mktemp("short_demo") / "run", progress=False)
+    """60 steps: enough for the probes to read heads that differ (the fast tier's; demo_run is the slow tier's)."""
+    return _demo(tmp_path_factory, 60, 6, "disabled")
 
 
 def test_batched_probing_equals_probing_each_checkpoint_in_transformer_lens(short_demo_run):
