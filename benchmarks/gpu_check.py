@@ -130,6 +130,10 @@ class Check:
             self.failures.append(failure(section, item, e))
             return None
 
+    def record(self, prefix: str, values: dict[str, Optional[float]], suffix: str = "") -> None:
+        """A measurement's numbers as ratios named `prefix/<key><suffix>`."""
+        self.ratios.update({f"{prefix}/{k}{suffix}": v for k, v in values.items()})
+
     def config(self, task: dict[str, Any], model: dict[str, Any]) -> dict[str, Any]:
         return {"task": task, "model": model, "train": {**self.size.train, "device": self.device},
                 "wandb": {"mode": "disabled"}}
@@ -311,10 +315,8 @@ def bench_train(check: Check) -> dict[str, Any]:
     import train_speed
 
     m = train_speed.measure(check.device, **check.size.bench_train)
-    for way, rate in m["steps_per_s"].items():
-        check.ratios[f"bench_train/{way}_steps_per_s"] = rate
-    for k, v in m["ratios"].items():
-        check.ratios[f"bench_train/{k}"] = v
+    check.record("bench_train", m["steps_per_s"], "_steps_per_s")
+    check.record("bench_train", m["ratios"])
     check.ratios["bench_train/data_generation_share"] = m["data_generation_share"]
     r = m["ratios"]
     return {**m, "summary": f"{m['steps_per_s']['mechsynth']:.0f} steps/s; {r['mechsynth/bare']:.2f}x bare, "
@@ -327,8 +329,7 @@ def bench_probe(check: Check) -> dict[str, Any]:
     s = check.size.bench_probe
     m = probe_speed.measure(probe_speed.demo_run(check.device, s["steps"], s["checkpoints"], s["eval_batch_size"]), check.device,
                             rounds=s["rounds"], batch=s["batch"])
-    for k, v in m["ratios"].items():
-        check.ratios[f"bench_probe/{k}"] = v
+    check.record("bench_probe", m["ratios"])
     check.ratios["bench_probe/mechsynth_seconds_per_checkpoint"] = m["seconds"]["mechsynth"] / m["checkpoints"]
     rest = {k: v for k, v in m.items() if k != "seconds"}  # the section's own "seconds" is its wall time
     return {**rest, "seconds_each": m["seconds"],
@@ -340,10 +341,8 @@ def bench_landscape(check: Check) -> dict[str, Any]:
     import landscape_speed
 
     m = landscape_speed.measure(check.device, **check.size.bench_landscape)
-    for k, v in m["ratios"].items():
-        check.ratios[f"bench_landscape/{k}"] = v
-    for k, v in m["seconds_per_checkpoint"].items():
-        check.ratios[f"bench_landscape/{k}_seconds_per_checkpoint"] = v
+    check.record("bench_landscape", m["ratios"])
+    check.record("bench_landscape", m["seconds_per_checkpoint"], "_seconds_per_checkpoint")
     r = m["ratios"]
     return {**m, "summary": f"llc {r['llc/bare_sgld']:.2f}x bare SGLD, sharpness {r['sharpness/double_backward']:.2f}x double backward"}
 

@@ -188,12 +188,13 @@ def demo(assets: Path) -> str:
             f"with its load). It printed:\n\n```\n" + "\n".join(out["printed"]) + "\n```")
 
 
-def replaced(readme: str, part: str, generated: str) -> Optional[str]:
-    """README text with one generated part replaced (None: its markers are missing)."""
-    if BEGIN[part] not in readme or END[part] not in readme:
+def replaced(text: str, begin: str, end: str, generated: str) -> Optional[str]:
+    """`text` with the part between the lines `begin` and `end` replaced (None: the markers are missing); also
+    benchmarks/speed_doc.py's."""
+    if begin not in text or end not in text:
         return None
-    head, rest = readme.split(BEGIN[part], 1)
-    return head + BEGIN[part] + "\n" + generated + "\n" + END[part] + rest.split(END[part], 1)[1]
+    head, rest = text.split(begin, 1)
+    return head + begin + "\n" + generated + "\n" + end + rest.split(end, 1)[1]
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -206,7 +207,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     for part, make in (("results", generate), ("demo", demo)):
         if part == "demo" and not (args.assets / "demo.json").exists():
             continue
-        new = replaced(new, part, make(args.assets))
+        new = replaced(new, BEGIN[part], END[part], make(args.assets))
         if new is None:
             print(f"{args.readme}: no generated {part} part (the lines {BEGIN[part]!r} and {END[part]!r})", file=sys.stderr)
             return 2
