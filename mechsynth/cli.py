@@ -208,9 +208,8 @@ def _probe(run_dir: Path, probe_names: Optional[str], steps: Optional[str], batc
     allowed = timeline.applicable(run, costly=True)
     if probe_names:
         asked = [n.strip() for n in probe_names.split(",") if n.strip()]
+        probes.check_known(asked, "--probes")
         for n in asked:
-            if n not in probes.names():
-                raise ConfigError("--probes", f"unknown probe {n!r}; allowed: {', '.join(probes.names())}")
             why = timeline.why_not(run, n)
             if why is not None:
                 raise ConfigError("--probes", f"{n!r} does not apply to this run: {why}; allowed: {', '.join(allowed)}")

@@ -32,13 +32,13 @@ from mechsynth.probes._base import (PROBES, ModelHooks, Probe, ProbeError, Probe
 from mechsynth.probes._formation import FormationOptions, threshold_field, uniform_attention
 from mechsynth.probes._inputs import dims, draw
 from mechsynth.probes._landscape import log_spaced
-from mechsynth.probes._run import can_run, formation_threshold, names, options, run, run_many, why_not
+from mechsynth.probes._run import can_run, check_known, formation_threshold, names, options, run, run_many, why_not
 
 for _m in pkgutil.iter_modules(__path__):
     if not _m.name.startswith("_"):  # _base, _inputs, _run: the machinery, not probes
         importlib.import_module(f"{__name__}.{_m.name}")
 
 __all__ = ["PROBES", "FormationOptions", "ModelHooks", "Probe", "ProbeError", "ProbeResult", "Section", "View", "attention_hooks",
-           "can_run", "dims", "draw", "formation_step", "formation_threshold", "head_metrics", "threshold_field",
+           "can_run", "check_known", "dims", "draw", "formation_step", "formation_threshold", "head_metrics", "threshold_field",
            "uniform_attention", "input_weights", "log_spaced", "names", "no_hooks", "options", "register", "render_heads", "run",
            "run_many", "why_not"]

@@ -27,6 +27,12 @@ def names() -> list[str]:
     return PROBES.names()
 
 
+def check_known(asked: Sequence[Any], field: str) -> None:
+    """A ConfigError naming `field` for the first of `asked` (a user's values, of any type) that is no probe."""
+    for n in asked:
+        check(n in names(), field, f"unknown probe {show(n)}; allowed: {', '.join(names())}")
+
+
 def problem(probe: Probe, model: Any, task: Any, init: Any) -> Optional[str]:
     """Why `probe` cannot run on this model and task, in one line; None when it can."""
     if probe.needs_task and task is None:

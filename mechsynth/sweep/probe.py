@@ -89,9 +89,7 @@ def _request(probe_names: Optional[str], steps: Optional[str], batch_size: int, 
     names = None
     if probe_names:
         names = list(dict.fromkeys(n.strip() for n in probe_names.split(",") if n.strip()))
-        for n in names:
-            if n not in probes.names():
-                raise ConfigError("--probes", f"unknown probe {n!r}; allowed: {', '.join(probes.names())}")
+        probes.check_known(names, "--probes")
     options: dict[str, Any] = {}
     for assignment in sets:
         apply_override(options, assignment)

@@ -94,8 +94,7 @@ def probe_names(names: Any, field: str = "probes") -> Optional[list[str]]:
     check(isinstance(names, Iterable) and not isinstance(names, (str, bytes)), field,
           f"expected a list of probe names, got {show(names)}")
     names = list(names)
-    for n in names:
-        check(n in probes.names(), field, f"unknown probe {show(n)}; allowed: {', '.join(probes.names())}")
+    probes.check_known(names, field)
     return names
 
 
