@@ -116,6 +116,29 @@ def setup(name: str) -> str:
     return (ast.get_docstring(ast.parse(path.read_text())) or "") if path.exists() else ""
 
 
+# A number a written page takes from its experiment's JSON: {{ results.steps.mezo }}, {{ runs.seeds }}.
+VALUE = re.compile(r"\{\{\s*([\w.\-]+)\s*\}\}")
+
+
+def value(out: dict[str, Any], path: str) -> str:
+    """The JSON's value at a dotted path (a list index is a number), as the rules' why lines write numbers: a
+    list of numbers as its range. A path the JSON lacks fails the docs build, naming it."""
+    at: Any = out
+    for key in path.split("."):
+        try:
+            at = at[int(key)] if isinstance(at, list) else at[key]
+        except (KeyError, IndexError, ValueError, TypeError):
+            raise ValueError(f"docs/experiments/differences/{out['experiment']}.md: {{{{ {path} }}}} is not in "
+                             f"assets/{out['experiment']}.json") from None
+    if isinstance(at, list) and all(isinstance(x, (int, float)) for x in at):
+        return verdicts.span(at)
+    return verdicts.num(at) if isinstance(at, (int, float)) and not isinstance(at, bool) else str(at)
+
+
+def filled(text: str, out: dict[str, Any]) -> str:
+    return VALUE.sub(lambda m: value(out, m.group(1)), text)
+
+
 def experiment_page(out: dict[str, Any]) -> str:
     name = out["experiment"]
     judged, _ = results_table.claims(out)
@@ -123,11 +146,12 @@ def experiment_page(out: dict[str, Any]) -> str:
              "below.", "", "```text", setup(name), "```", ""]
     written = DIFFERENCES / f"{name}.md"
     if written.exists():
-        lines += ["## Where we differ from the paper", "", written.read_text().strip(), ""]
+        lines += ["## Where we differ from the paper", "", filled(written.read_text().strip(), out), ""]
     lines += ["## Claims and the rules that judge them", ""]
     for c in judged:
+        control = c.get("control") or {}
         lines += [f"- **{md(c['claim'])}**  ", f"  Paper: {md(c['paper'])}  ", f"  Rule: {md(c['rule'])}  ",
-                  f"  Verdict: **{c['verdict']}**"]
+                  f"  Negative control: {md(control.get('note') or 'none')}  ", f"  Verdict: **{c['verdict']}**"]
     lines += ["", "## Results", "", "Generated from `assets/" + name + ".json` by `experiments/results_table.py`, which "
               "writes the README's shorter table from the same JSON; \"ours\" is the line the rule wrote from the data.", "",
               results_table.table([out]), ""]
@@ -149,8 +173,7 @@ def experiments_list() -> str:
     rows = ["| experiment | claims | verdicts |", "|---|---|---|"]
     for out in EXPERIMENTS:
         judged, before = results_table.claims(out)
-        counts = {v: sum(c["verdict"] == v for c in judged) for v in verdicts.VERDICTS}
-        said = ", ".join(f"{n} {v}" for v, n in counts.items() if n) + ("" if before else " (post hoc)")
+        said = ", ".join(f"{n} {v}" for v, n in verdicts.counts(judged).items() if n) + ("" if before else " (post hoc)")
         rows.append(f"| [{out['experiment']}]({out['experiment']}.md) | {len(judged)} | {said} |")
     return "\n".join(rows)
 

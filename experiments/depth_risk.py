@@ -1,6 +1,6 @@
 """Depth and test risk in over-parameterized networks (Nichani, Radhakrishnan & Uhler 2020; seed 004).
 
-    python experiments/depth_risk.py           # CPU size: widths 32, 128; depths 1–8; 3 seeds; 128 samples
+    python experiments/depth_risk.py           # CPU size: widths 32, 128; depths 1–8; 3 seeds (300–302); 128 samples
     python experiments/depth_risk.py --full    # widths 64–1024; depths 1–16; 5 seeds; 256 samples
     python experiments/depth_risk.py --smoke   # seconds; checks the pipeline only
 
@@ -31,8 +31,8 @@ VAR_Y = 1 + NOISE**2  # Var He_2(w*·x)/√2 = 1, plus the noise's
 
 SIZES: dict[str, dict[str, Any]] = {
     "smoke": dict(widths=[16], depths=[1, 2, 3], seeds=2, steps=50, n_train=64, d=8),
-    "cpu": dict(widths=[32, 128], depths=[1, 2, 3, 4, 6, 8], seeds=3, steps=2000, n_train=128, d=16),
-    "full": dict(widths=[64, 256, 1024], depths=[1, 2, 3, 4, 6, 8, 12, 16], seeds=5, steps=10_000, n_train=256, d=16),
+    "cpu": dict(widths=[32, 128], depths=[1, 2, 3, 4, 6, 8], seeds=[300, 301, 302], steps=2000, n_train=128, d=16),
+    "full": dict(widths=[64, 256, 1024], depths=[1, 2, 3, 4, 6, 8, 12, 16], seeds=[300, 301, 302, 303, 304], steps=10_000, n_train=256, d=16),
 }
 
 

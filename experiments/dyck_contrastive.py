@@ -1,7 +1,7 @@
 """Wen et al.'s contrastive regulariser on bounded Dyck (Wen, Li, Liu & Risteski 2023; seed 003): does training
 with "a balanced prefix must not change the outputs" make the layer balanced, and does it generalise further?
 
-    python experiments/dyck_contrastive.py            # CPU size: 10 seeds (100-109) with and 10 without, 360 steps
+    python experiments/dyck_contrastive.py            # CPU size: 10 seeds (300-309) with and 10 without, 360 steps
     python experiments/dyck_contrastive.py --full     # 40 seeds each (theirs), tested at 500 brackets
     python experiments/dyck_contrastive.py --smoke    # seconds; checks the pipeline only
 
@@ -36,8 +36,8 @@ PAPER_STEPS = 360
 
 SIZES: dict[str, dict[str, Any]] = {
     "smoke": dict(seeds=2, steps=20, long=48, d_model=16, test=64, long_test=16, probe_batch=32),
-    "cpu": dict(seeds=list(range(100, 110)), steps=360, long=400, d_model=50, test=1024, long_test=256, probe_batch=256),
-    "full": dict(seeds=list(range(100, 140)), steps=360, long=500, d_model=50, test=4096, long_test=1024,
+    "cpu": dict(seeds=list(range(300, 310)), steps=360, long=400, d_model=50, test=1024, long_test=256, probe_batch=256),
+    "full": dict(seeds=list(range(300, 340)), steps=360, long=500, d_model=50, test=4096, long_test=1024,
                  probe_batch=512),
 }
 

@@ -51,9 +51,10 @@ PROBE_BATCH = 2048
 SIZES: dict[str, dict[str, Any]] = {
     "smoke": dict(seeds=3, subjects=8, relations=2, answers=4, length=4, d_model=16, d_mlp=32,
                   steps=200, batch=32, lr=1e-2, eval_every=50, checkpoints=10),
-    "cpu": dict(seeds=list(range(100, 105)), subjects=64, relations=2, answers=8, length=4, d_model=64, d_mlp=128,
+    # seeds 300-: fresh after issue 46's revision of the rules (seeds 0-2 piloted, 100-104 judged before it)
+    "cpu": dict(seeds=[300, 301, 302, 303, 304], subjects=64, relations=2, answers=8, length=4, d_model=64, d_mlp=128,
                 steps=3000, batch=128, lr=2e-3, eval_every=100, checkpoints=50),
-    "full": dict(seeds=list(range(100, 108)), subjects=256, relations=4, answers=16, length=32, d_model=128, d_mlp=512,
+    "full": dict(seeds=list(range(300, 308)), subjects=256, relations=4, answers=16, length=32, d_model=128, d_mlp=512,
                  steps=20000, batch=512, lr=1e-3, eval_every=500, checkpoints=120),
 }
 

@@ -40,7 +40,6 @@ LIBRARIES = ("torch", "transformer_lens", "numpy", "scipy", "devinterp", "tensor
 # A citation as the rules write them: "Power et al. 2022", "Nichani, Damian & Lee 2024", "Liu et al. 2023b".
 CITATION = re.compile(r"\b[A-Z][A-Za-z'-]+(?:(?:, | & )[A-Z][A-Za-z'-]+)*(?: et al\.)? (?:19|20)\d\d[a-z]?\b")
 PAPER_CHARS = 60   # the README's paper column: the setting cut to about this many characters
-OURS_CHARS = 120   # its "ours" column: the rule's `why` cut to about this many
 
 
 def cell(text: Any) -> str:
@@ -55,11 +54,13 @@ def experiments(assets: Path) -> list[dict[str, Any]]:
 
 
 def claims(out: dict[str, Any]) -> tuple[list[dict[str, Any]], bool]:
-    """The JSON's judged claims, and whether its rules were committed before its runs; a JSON from before
-    rules is judged now (post hoc)."""
-    if "claims" in out:
-        return out["claims"], bool(out.get("rules", {}).get("before_runs"))
-    return verdicts.judge_all(out["experiment"], out["results"]), False
+    """The JSON's judged claims, and whether its rules were committed before its runs. Claims the JSON was judged
+    by rules that have changed since (or by none) are judged now by the current rules: post hoc."""
+    name, rules = out["experiment"], out.get("rules") or {}
+    now = verdicts.rules_commit(name)
+    if "claims" in out and rules.get("commit") and (now is None or now == rules["commit"]):
+        return out["claims"], bool(rules.get("before_runs"))
+    return verdicts.judge_all(name, out["results"]), False
 
 
 def when(out: dict[str, Any]) -> str:
@@ -74,19 +75,31 @@ def when(out: dict[str, Any]) -> str:
 
 
 def verdict_cell(claim: dict[str, Any], before: bool) -> str:
-    """The verdict in bold, marked post hoc where the rules did not come before the runs."""
-    return f"**{claim['verdict']}**" + ("" if before else " (post hoc)")
+    """The verdict in bold, marked post hoc where the rules did not come before the runs, with its control's."""
+    control = claim.get("control") or {}
+    said = f"; control: {control['verdict']}" if control.get("verdict") else ""
+    return f"**{claim['verdict']}**" + ("" if before else " (post hoc)") + said
+
+
+def scale_cell(claim: dict[str, Any]) -> str:
+    """Our budget as a share of the paper's, and the seeds or cells the verdict rests on."""
+    budget = claim.get("budget")
+    share = f"{verdicts.num(budget)} of the paper's" if budget is not None else "budget not compared"
+    return f"{share}; n = {claim['n']}"
 
 
 def table(outs: list[dict[str, Any]]) -> str:
-    lines = ["| claim | paper | verdict | ours (numbers from the JSON) | command | time, device |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| claim | paper | verdict | budget, n | ours (numbers from the JSON) | control | command | time, device |",
+             "|---|---|---|---|---|---|---|---|"]
     for out in outs:
         judged, before = claims(out)
         for i, c in enumerate(judged):
-            verdict = verdict_cell(c, before)
             command, time = (f"`{out['command']}`", when(out)) if i == 0 else ("same", "same")
-            lines.append("| " + " | ".join(cell(x) for x in (c["claim"], c["paper"], verdict, c["why"], command, time)) + " |")
+            control = c.get("control") or {}
+            said = (f"{control['note']}: {control['verdict'] or 'not in these results'} — {control['why']}"
+                    if control else "none")
+            lines.append("| " + " | ".join(cell(x) for x in (c["claim"], c["paper"], verdict_cell(c, before),
+                                                               scale_cell(c), c["why"], said, command, time)) + " |")
     return "\n".join(lines)
 
 
@@ -138,18 +151,41 @@ def paper(claim: dict[str, Any]) -> str:
     return f"{cite}: {short}" if cite else short
 
 
-def summary(outs: list[dict[str, Any]]) -> str:
-    """The README's table: one row per claim, each in a line."""
-    lines = ["| claim | paper | ours | verdict | link |", "|---|---|---|---|---|"]
+def rows(outs: list[dict[str, Any]], kind: str) -> tuple[list[str], list[dict[str, Any]], int]:
+    """The README's rows of one kind of claim (the seed papers' or mechsynth's own checks), the claims, and how
+    many of them are post hoc."""
+    lines, kept, late = [], [], 0
     for out in outs:
         name = out["experiment"]
         judged, before = claims(out)
         link = f"[`{name}`](experiments/{name}.py), [JSON](assets/{name}.json)"
         for c in judged:
-            verdict = verdict_cell(c, before)
-            lines.append("| " + " | ".join(cell(x) for x in (c["claim"], paper(c), shortened(c["why"], OURS_CHARS),
-                                                               verdict)) + f" | {link} |")
-    return "\n".join(lines)
+            if c.get("kind", "paper") != kind:
+                continue
+            kept.append(c)
+            late += not before
+            lines.append("| " + " | ".join(cell(x) for x in (c["claim"], paper(c), c["why"], verdict_cell(c, before),
+                                                               scale_cell(c))) + f" | {link} |")
+    return lines, kept, late
+
+
+def tally(judged: list[dict[str, Any]], late: int) -> str:
+    counts = verdicts.counts(judged)
+    said = ", ".join(f"{v} {k}" for v, k in counts.items() if k)
+    return f"{len(judged)} claim{'s' * (len(judged) != 1)}: {said}" + (f"; {late} judged post hoc (rules changed after their runs)" if late else "")
+
+
+def summary(outs: list[dict[str, Any]]) -> str:
+    """The README's tables: the seed papers' claims, one row each, with their count of each verdict; then the
+    checks of mechsynth's own methods apart."""
+    head = ["| claim | paper | ours | verdict | budget, n | link |", "|---|---|---|---|---|---|"]
+    papers, judged, late = rows(outs, "paper")
+    tools, checked, tools_late = rows(outs, "tool")
+    out = [f"**The seed papers' {tally(judged, late)}.**", "", *head, *papers]
+    if tools:
+        out += ["", f"**Checks of mechsynth's own methods against known answers, {tally(checked, tools_late)}.**", "",
+                *head, *tools]
+    return "\n".join(out)
 
 
 def made_from(out: dict[str, Any]) -> str:

@@ -3,15 +3,21 @@
 An experiment's claims live in experiments/rules/<name>.py, one `Claim` each: the paper's claim, its setting,
 the rule in words and the rule in code (`judge`: the script's results -> a `Judgement`). The rules sit apart
 from the scripts so that a later fix to a script's plotting or wording does not make its rules look newer
-than its runs. `judged()` applies the floors every rule shares:
+than its runs. `judged()` applies
+what every rule shares:
 
 - fewer seeds (or cells) than the claim's `min_n` -> "inconclusive";
-- a budget below `BUDGET_FLOOR` of the paper's (samples × steps, as the claim states it) -> what is not a
-  clear "matches" is "inconclusive": too small a run cannot say "does not".
+- a budget below `BUDGET_FLOOR` of the paper's (samples × steps, as the claim states it), both ways: a claim whose
+  outcome depends on scale (`scale=True`: orderings, exponents, thresholds, comparisons between arms, "fails
+  beyond T") is "inconclusive" whatever its rule said; an existence claim (`scale=False`: "a small transformer
+  can learn X") keeps a "matches", since a small run can show it, but cannot say "does not";
+- a negative control (`control`: the same results with the claimed cause removed, in the shape `judge` reads)
+  judged by the same rule: a "matches" or "partly" whose control does as well is "by construction", not a
+  match; a "matches" or "partly" without a control in its results is "inconclusive": nothing showed the rule
+  could have failed.
 
-`provenance()` records the rules' commit (the last commit that changed rules/<name>.py or this file) and
-whether every run was trained at a commit that contains it (`before_runs`). A rule about timing coincidences
-compares with a null: `coincidence_null` (events placed at random checkpoints) or `fisher` for two counts.
+A claim is a seed paper's (`kind="paper"`) or a check of mechsynth's own methods (`kind="tool"`: circuit
+discovery on planted circuits, an audit of a generator); the README counts and tables them apart.
 """
 
 from __future__ import annotations
@@ -24,7 +30,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
-VERDICTS = ("matches", "partly", "does not", "inconclusive")
+VERDICTS = ("matches", "partly", "does not", "inconclusive")  # what a rule says
+REPORTED = ("matches", "partly", "does not", "inconclusive", "by construction")  # what the table says
+KINDS = ("paper", "tool")
 BUDGET_FLOOR = 0.1
 RULES = Path(__file__).resolve().parent / "rules"
 LEVEL = 0.05  # the significance level of every test a rule makes
@@ -48,6 +56,18 @@ class Claim:
     # our budget / the paper's where both are known; a function of the results where the size run decides it
     budget: Union[None, float, Callable[[Mapping[str, Any]], Optional[float]]] = None
     budget_note: str = ""           # what the ratio compares
+    # True: the outcome depends on scale, so below the budget floor it is inconclusive whichever way it came out;
+    # False: an existence claim that a smaller run can show (only its "matches" stands below the floor)
+    scale: bool = True
+    # the negative control: results -> the results of a run that lacks the claimed cause (the untrained
+    # checkpoint, shuffled labels, the arms swapped, ...), which `judge` must not call a match
+    control: Optional[Callable[[Mapping[str, Any]], Mapping[str, Any]]] = None
+    control_note: str = ""          # what the control removes, in a few words
+    kind: str = "paper"             # "paper": a seed paper's claim; "tool": a check of mechsynth's own methods
+
+    def __post_init__(self) -> None:
+        assert self.kind in KINDS, f"{self.id}: kind {self.kind!r}"
+        assert (self.control is None) == (not self.control_note), f"{self.id}: a control needs its note, and a note its control"
 
 
 def rules_of(name: str) -> Optional[ModuleType]:
@@ -67,25 +87,63 @@ def claims_of(name: str) -> list[Claim]:
     return list(module.CLAIMS) if module else []
 
 
+MISSING = (KeyError, IndexError, TypeError)  # what results of another version of a script raise in a rule
+
+
+def rank(verdict: str) -> int:
+    """How favourable a rule's verdict is to the claim."""
+    return {"matches": 3, "partly": 2, "does not": 1, "inconclusive": 0}[verdict]
+
+
 def judged(claim: Claim, results: Mapping[str, Any]) -> dict[str, Any]:
-    """The claim's verdict on `results`, after the floors on seeds and budget, as the JSON records it."""
+    """The claim's verdict on `results`, after the floors on seeds and budget and its negative control, as the
+    JSON records it."""
     try:
         j = claim.judge(results)
-    except (KeyError, IndexError, TypeError) as e:  # results of another version of the script
+    except MISSING as e:
         j = Judgement("inconclusive", f"the results lack what the rule reads ({type(e).__name__}: {e})", 0)
     assert j.verdict in VERDICTS, f"{claim.id}: verdict {j.verdict!r}"
     verdict, why = j.verdict, j.why
     try:
         budget = claim.budget(results) if callable(claim.budget) else claim.budget
-    except (KeyError, IndexError, TypeError):  # results of another version of the script
+    except MISSING:
         budget = None
+    small = budget is not None and budget < BUDGET_FLOOR
     if j.n < claim.min_n and verdict != "inconclusive":
         verdict, why = "inconclusive", f"{why}; {j.n} seeds or cells, the rule needs ≥ {claim.min_n}"
-    elif budget is not None and budget < BUDGET_FLOOR and verdict not in ("matches", "inconclusive"):
-        verdict, why = "inconclusive", f"{why}; would be '{j.verdict}', but the budget is {budget:.2g} of the paper's"
+    elif small and verdict != "inconclusive" and (claim.scale or verdict != "matches"):
+        kind = "whose outcome depends on scale" if claim.scale else "that it cannot refute"
+        verdict, why = "inconclusive", (f"{why}; would be '{j.verdict}', but the budget is {num(budget)} of the "
+                                        f"paper's, below {BUDGET_FLOOR:g}, for a claim {kind}")
+    control = controlled(claim, results)
+    if verdict in ("matches", "partly"):
+        if control is None or control["verdict"] is None:
+            verdict, why = "inconclusive", (f"{why}; would be '{verdict}', but no negative control in these results "
+                                            f"showed that the rule could fail")
+        elif rank(control["verdict"]) >= rank(verdict):
+            verdict, why = "by construction", (f"{why}; its negative control ({claim.control_note}) is judged "
+                                               f"'{control['verdict']}' by the same rule: {control['why']}")
     return {"id": claim.id, "claim": claim.claim, "paper": claim.paper, "rule": claim.rule, "min_n": claim.min_n,
-            "budget": budget, "budget_note": claim.budget_note, "n": j.n, "rule_verdict": j.verdict,
-            "verdict": verdict, "why": why}
+            "budget": budget, "budget_note": claim.budget_note, "scale": claim.scale, "kind": claim.kind,
+            "n": j.n, "rule_verdict": j.verdict, "control": control, "verdict": verdict, "why": why}
+
+
+def controlled(claim: Claim, results: Mapping[str, Any]) -> Optional[dict[str, Any]]:
+    """The rule's own verdict on the claim's negative control (None: the claim has none; a verdict of None: these
+    results do not hold it)."""
+    if claim.control is None:
+        return None
+    try:
+        c = claim.judge(claim.control(results))
+    except MISSING as e:
+        return {"note": claim.control_note, "verdict": None,
+                "why": f"the results lack the control ({type(e).__name__}: {e})"}
+    return {"note": claim.control_note, "verdict": c.verdict, "why": c.why, "n": c.n}
+
+
+def counts(claims: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """How many claims have each reported verdict, in REPORTED's order."""
+    return {v: sum(c["verdict"] == v for c in claims) for v in REPORTED}
 
 
 def judge_all(name: str, results: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -105,6 +163,15 @@ def _git(*args: str) -> Optional[str]:
 
 def rule_files(name: str) -> list[str]:
     return [f"experiments/rules/{name}.py", "experiments/verdicts.py"]
+
+
+def rules_commit(name: str) -> Optional[str]:
+    """The last commit of the experiment's rules, "uncommitted" when they differ from it (None: git cannot say)."""
+    files = [f":(top){f}" for f in rule_files(name)]
+    commit = _git("log", "-1", "--format=%h", "--abbrev=12", "--", *files)
+    if not commit:
+        return None
+    return "uncommitted" if _git("status", "--porcelain", "--", *files) else commit
 
 
 def provenance(name: str, run_commits: Sequence[str]) -> dict[str, Any]:

@@ -98,3 +98,20 @@ def test_the_site_opens_from_file_with_search_working(site, tmp_path):
     assert "Getting started" in opened.dom and "Experiments" in opened.dom  # the page and its navigation rendered
     results = re.findall(r'class="md-search-result__item".*?href="([^"]+)"', opened.dom)
     assert any("reference/optimizers.html" in href for href in results), opened.dom[-3000:]
+
+
+def test_written_pages_take_their_numbers_from_the_json():
+    sys.path.insert(0, str(ROOT / "docs"))
+    import hooks
+
+    out = {"experiment": "toy", "results": {"steps": {"mezo": 10000}, "shares": [0.49, 0.75], "rate": 0.0421}}
+    said = hooks.filled("MeZO ran {{ results.steps.mezo }} steps; {{results.shares}} of Adam's; {{ results.rate }}", out)
+    assert said == "MeZO ran 10000 steps; 0.49–0.75 of Adam's; 0.042"
+    assert hooks.filled("{{ results.shares.1 }}", out) == "0.75"
+    with pytest.raises(ValueError, match=r"differences/toy.md: \{\{ results.steps.adam \}\} is not in assets/toy.json"):
+        hooks.filled("{{ results.steps.adam }}", out)
+    # every written page's placeholders are in its experiment's JSON
+    for page in sorted((ROOT / "docs/experiments/differences").glob("*.md")):
+        found = ROOT / "assets" / f"{page.stem}.json"
+        if hooks.VALUE.search(page.read_text()) and found.exists():
+            hooks.filled(page.read_text(), json.loads(found.read_text()))

@@ -30,9 +30,9 @@ def test_smoke_trains_both_groups_and_judges_them(exp, tmp_path, monkeypatch):
     assert configs["contrastive"]["task"]["contrastive"] == 0.3 and configs["baseline"]["task"]["contrastive"] == 0
 
 
-def results(base, reg, steps=360):
-    rows = [{"group": "baseline", "seed": i, "bv": b, "long": l_} for i, (b, l_) in enumerate(base)]
-    rows += [{"group": "contrastive", "seed": i, "bv": b, "long": l_} for i, (b, l_) in enumerate(reg)]
+def results(base, reg, steps=360, eval_=0.95):
+    rows = [{"group": "baseline", "seed": i, "bv": b, "long": l_, "eval": eval_} for i, (b, l_) in enumerate(base)]
+    rows += [{"group": "contrastive", "seed": i, "bv": b, "long": l_, "eval": eval_} for i, (b, l_) in enumerate(reg)]
     return {"runs": rows, "steps": steps, "paper_steps": 360, "long_length": 400}
 
 
@@ -49,3 +49,13 @@ def test_rules_compare_the_groups_by_rank():
     assert judged(NAME, "regulariser_balances", results(base, overlapping))["verdict"] == "partly"
     nan = results(base, [(float("nan"), 0.9)] * 6)
     assert judged(NAME, "regulariser_balances", nan)["verdict"] == "inconclusive"
+
+
+def test_only_runs_that_learn_the_task_count_and_the_swapped_groups_are_rejected():
+    base = [(1.0 + 0.1 * i, 0.6 + 0.01 * i) for i in range(6)]
+    clearly = [(0.2 + 0.01 * i, 0.9 + 0.01 * i) for i in range(6)]
+    for claim in ("regulariser_balances", "regulariser_generalises"):
+        out = judged(NAME, claim, results(base, clearly))
+        assert out["verdict"] == "matches" and out["control"]["verdict"] == "does not"
+        unlearned = judged(NAME, claim, results(base, clearly, eval_=0.63))  # never learn the task
+        assert unlearned["verdict"] == "inconclusive" and "learn the task" in unlearned["why"]

@@ -56,9 +56,18 @@ def test_smoke_writes_results_claims_and_figures(exp, tmp_path, monkeypatch):
 # ---- (b) the rule on planted results ----------------------------------------------------------------------
 
 
+STEPS = [0, 1, 3, 10, 20, 30, 50, 100, 200, 300, 600, 700, 900, 1000, 2000, 3000]
+
+
 def seed_row(seed, type_step, fact_step, plateau=3.6, control=1.3):
+    """Planted numbers, with series that agree with them (the negative control reads the series)."""
+    log_d = math.log(8)
+    late = fact_step if fact_step is not None else math.inf
     return {"seed": seed, "type_step": type_step, "fact_step": fact_step,
-            "plateau_dwell": math.log(plateau), "control_dwell": math.log(control)}
+            "plateau_dwell": math.log(plateau), "control_dwell": math.log(control), "steps": STEPS,
+            "type_acc": [1.0 if s >= type_step else 0.5 for s in STEPS],
+            "acc": [1.0 if s >= late else 0.2 for s in STEPS],
+            "loss": [0.01 if s >= late else log_d if s >= type_step else math.log(16) for s in STEPS]}
 
 
 def test_rule_on_planted_results(claim):
@@ -66,6 +75,8 @@ def test_rule_on_planted_results(claim):
     seq = {"log_D": log_d, "seeds": [seed_row(i, 20, 1000) for i in range(5)]}
     j = verdicts.judged(claim, seq)
     assert j["verdict"] == "matches" and j["why"].startswith("5/5 seeds sequential") and j["n"] == 5, j
+    # its negative control, the type and fact curves swapped: the "type" now comes last, which the rule rejects
+    assert j["control"]["verdict"] == "does not" and not claim.scale, j["control"]
     # 2 of 3 is enough; the third, learning both together, is named
     two = {"log_D": log_d, "seeds": [seed_row(0, 20, 1000), seed_row(1, 30, 900), seed_row(2, 700, 900)]}
     j = verdicts.judged(claim, two)
@@ -114,6 +125,17 @@ def test_dwell_against_brute_force(exp):
         assert got == pytest.approx(slow_dwell(steps[1:], loss[1:], lo, hi, start, stop), abs=2e-4)
     # a flat stretch inside the band counts whole; step 0 is left out
     assert exp.dwell([0, 10, 100], [5.0, 2.0, 2.0], 1.9, 2.1) == pytest.approx(math.log(10))
+
+
+def test_rules_recompute_the_scripts_measurements(exp):
+    """The negative control recomputes the steps and dwells with the rules' copies of the script's functions."""
+    rules = verdicts.rules_of(NAME)
+    steps = [0, 1, 10, 30, 100, 300, 1000, 3000]
+    loss = [2.8, 2.77, 2.3, 2.05, 2.0, 1.6, 0.6, 0.01]
+    for lo, hi, start, stop in [(1.8, 2.3, 10, 1000), (0.8, 1.3, 1, 3000)]:
+        assert rules._dwell(steps, loss, lo, hi, start, stop) == pytest.approx(exp.dwell(steps, loss, lo, hi, start, stop))
+    for scores in ([0.1, 0.995, 0.98, 0.99, 1.0, 1.0, 1.0, 1.0], [0.1, 0.5, 0.9, 0.99, 1.0, 0.95, 1.0, 0.9]):
+        assert rules._learned(steps, scores) == exp.learned_step(steps, scores)
 
 
 def test_learned_step_on_hand_made_series(exp):

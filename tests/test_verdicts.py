@@ -12,20 +12,68 @@ import results_table  # noqa: E402
 import verdicts  # noqa: E402
 
 
-def claim(verdict: str, n: int, **kw):
-    return verdicts.Claim("c", "a claim", "the paper", "the rule", lambda r: verdicts.Judgement(verdict, "numbers", n), **kw)
+def claim(verdict: str, n: int, control: str = "does not", **kw):
+    """A claim whose rule says `verdict` on {} and `control` on its negative control ({"control": True})."""
+    return verdicts.Claim("c", "a claim", "the paper", "the rule",
+                          lambda r: verdicts.Judgement(control if r.get("control") else verdict, "numbers", n),
+                          control=lambda r: {"control": True}, control_note="the step-0 checkpoint", **kw)
 
 
-def test_floors_on_seeds_and_budget():
+def test_floors_on_seeds_and_budget_both_ways():
     assert verdicts.judged(claim("matches", 5), {})["verdict"] == "matches"
     few = verdicts.judged(claim("matches", 2), {})
     assert few["verdict"] == "inconclusive" and few["rule_verdict"] == "matches" and "needs ≥ 3" in few["why"]
-    # a far smaller budget cannot say "does not" or "partly", but a clear match stands
-    small = verdicts.judged(claim("does not", 5, budget=0.02), {})
-    assert small["verdict"] == "inconclusive" and "0.02 of the paper's" in small["why"]
-    assert verdicts.judged(claim("partly", 5, budget=0.02), {})["verdict"] == "inconclusive"
-    assert verdicts.judged(claim("matches", 5, budget=0.02), {})["verdict"] == "matches"
+    # below the floor a claim that depends on scale is inconclusive whichever way it came out
+    for said in ("matches", "partly", "does not"):
+        small = verdicts.judged(claim(said, 5, budget=0.02), {})
+        assert small["verdict"] == "inconclusive" and "0.02 of the paper's" in small["why"] and said in small["why"]
+    # an existence claim keeps a match a small run shows, and still cannot say "does not"
+    assert verdicts.judged(claim("matches", 5, budget=0.02, scale=False), {})["verdict"] == "matches"
+    assert verdicts.judged(claim("does not", 5, budget=0.02, scale=False), {})["verdict"] == "inconclusive"
     assert verdicts.judged(claim("does not", 5, budget=0.5), {})["verdict"] == "does not"
+    assert verdicts.judged(claim("matches", 5, budget=0.5), {})["verdict"] == "matches"
+
+
+def test_a_match_its_control_also_passes_is_by_construction():
+    out = verdicts.judged(claim("matches", 5, control="matches"), {})
+    assert out["verdict"] == "by construction" and out["rule_verdict"] == "matches"
+    assert out["control"] == {"note": "the step-0 checkpoint", "verdict": "matches", "why": "numbers", "n": 5}
+    assert "the step-0 checkpoint" in out["why"]
+    assert verdicts.judged(claim("partly", 5, control="partly"), {})["verdict"] == "by construction"
+    assert verdicts.judged(claim("partly", 5, control="matches"), {})["verdict"] == "by construction"
+    # a control the rule rejects (any verdict less favourable) leaves the verdict as it was, and is recorded
+    kept = verdicts.judged(claim("matches", 5, control="partly"), {})
+    assert kept["verdict"] == "matches" and kept["control"]["verdict"] == "partly"
+    assert verdicts.judged(claim("matches", 5, control="inconclusive"), {})["verdict"] == "matches"
+    # unfavourable verdicts need no control to stand
+    assert verdicts.judged(claim("does not", 5, control="matches"), {})["verdict"] == "does not"
+
+
+def test_a_match_without_a_control_is_not_a_match():
+    bare = verdicts.Claim("c", "a", "b", "r", lambda r: verdicts.Judgement("matches", "numbers", 3))
+    out = verdicts.judged(bare, {})
+    assert out["verdict"] == "inconclusive" and "no negative control" in out["why"] and out["control"] is None
+    # a control the results do not hold (a JSON from before the control was recorded) is no control either
+    absent = verdicts.Claim("c", "a", "b", "r", lambda r: verdicts.Judgement("matches", "numbers", 3),
+                            control=lambda r: r["untrained"], control_note="the untrained model")
+    out = verdicts.judged(absent, {})
+    assert out["verdict"] == "inconclusive" and out["control"]["verdict"] is None and "untrained" in out["control"]["why"]
+    with pytest.raises(AssertionError):
+        verdicts.Claim("c", "a", "b", "r", bare.judge, control=lambda r: r)   # a control needs its note
+    with pytest.raises(AssertionError):
+        verdicts.Claim("c", "a", "b", "r", bare.judge, kind="other")
+
+
+def test_counts_in_the_reported_order():
+    judged = [{"verdict": v} for v in ("matches", "by construction", "matches", "inconclusive")]
+    assert verdicts.counts(judged) == {"matches": 2, "partly": 0, "does not": 0, "inconclusive": 1, "by construction": 1}
+
+
+def test_every_claim_declares_a_control_and_its_kind():
+    for path in sorted(verdicts.RULES.glob("*.py")):
+        for c in verdicts.claims_of(path.stem):
+            assert c.control is not None, f"{path.stem}.{c.id}: no negative control"
+            assert c.kind in verdicts.KINDS
 
 
 def test_results_of_another_version_are_inconclusive_not_an_error():
@@ -120,7 +168,10 @@ def test_the_table_is_what_the_jsons_say_and_check_catches_an_edit(tmp_path, mon
     rules.mkdir()
     (rules / "toy.py").write_text(
         "import verdicts\nCLAIMS = [verdicts.Claim('x', 'toys | learn (Toy et al. 2020)', 'paper', 'rule', "
-        "lambda r: verdicts.Judgement('matches' if r['ok'] else 'does not', f\"{r['n']}/3 seeds\", 3))]\n")
+        "lambda r: verdicts.Judgement('matches' if r['ok'] else 'does not', f\"{r['n']}/3 seeds\", 3), budget=0.5, "
+        "control=lambda r: {'ok': False, 'n': 0}, control_note='untrained'),\n"
+        "verdicts.Claim('y', 'a planted circuit is found', 'ours', 'rule', lambda r: verdicts.Judgement('matches', "
+        "'found', 3), kind='tool', control=lambda r: r, control_note='itself')]\n")
     monkeypatch.setattr(verdicts, "RULES", rules)
     judged = verdicts.judge_all("toy", {"ok": True, "n": 3})
     toy = fake("toy", results={"ok": True, "n": 3}, claims=judged, rules={"commit": "r1", "before_runs": True})
@@ -130,11 +181,15 @@ def test_the_table_is_what_the_jsons_say_and_check_catches_an_edit(tmp_path, mon
     assert results_table.main(["--check", "--readme", str(readme), "--assets", str(assets)]) == 1
     assert results_table.main(["--readme", str(readme), "--assets", str(assets)]) == 0
     text = readme.read_text()
-    assert "| claim | paper | ours | verdict | link |" in text
+    assert "| claim | paper | ours | verdict | budget, n | link |" in text
     row = next(line for line in text.splitlines() if line.startswith("| toys"))
-    # claim | paper (the citation, then the setting) | ours | verdict | links to the script and its JSON
-    assert row == ("| toys \\| learn (Toy et al. 2020) | Toy et al. 2020: paper | 3/3 seeds | **matches** | "
-                   "[`toy`](experiments/toy.py), [JSON](assets/toy.json) |")
+    # claim | paper (the citation, then the setting) | ours | verdict and its control's | budget, n | links
+    assert row == ("| toys \\| learn (Toy et al. 2020) | Toy et al. 2020: paper | 3/3 seeds | **matches**; control: "
+                   "does not | 0.5 of the paper's; n = 3 | [`toy`](experiments/toy.py), [JSON](assets/toy.json) |")
+    # the papers' claims are counted at the top; the tool's own check is in its own table, by construction here
+    assert "**The seed papers' 1 claim: matches 1.**" in text
+    assert "**Checks of mechsynth's own methods against known answers, 1 claim: by construction 1.**" in text
+    assert text.index("| a planted circuit") > text.index("Checks of mechsynth")
     assert "other_without_rules" not in text and text.endswith("\n\nafter\n")
     # the provenance is on the experiment's docs page (docs/hooks.py), no longer in the README
     assert "rules r1, committed before every run" in results_table.made_from(toy)
@@ -147,13 +202,10 @@ def test_the_table_is_what_the_jsons_say_and_check_catches_an_edit(tmp_path, mon
     before = fake("toy", results={"ok": False, "n": 3})
     (assets / "toy.json").write_text(json.dumps(before))
     assert results_table.main(["--readme", str(readme), "--assets", str(assets)]) == 0
-    assert "| **does not** (post hoc) |" in readme.read_text() and "judged post hoc" in results_table.made_from(before)
+    assert "| **does not** (post hoc); control: does not |" in readme.read_text() and "judged post hoc" in results_table.made_from(before)
 
 
-def test_the_readme_columns_are_cut_from_the_json_not_written():
-    why = ("ours k3 5/5 seeds (switch 195–336 (median 234), KL to unigram down to 0.0073–0.013); ours k2 5/5 seeds "
-           "(switch 195–708 (median 234), KL to unigram down to 0.0055–0.01)")
-    assert results_table.shortened(why, 120) == "ours k3 5/5 seeds (switch 195–336 (median 234), KL to unigram down to 0.0073–0.013) …"
+def test_the_readme_paper_column_is_cut_from_the_json_not_written():
     long = "n50 (95 % bootstrap over 6 draws; † not bracketed) at T = 16: 80 (48–115); 32: 91 (82–101); 64: 90 (65–121)"
     assert results_table.shortened(long, 70) == "n50 (95 % bootstrap over 6 draws; † not bracketed) at T = 16: 80 …"
     cut = results_table.shortened("one two (three four five six seven) eight", 20)
@@ -175,6 +227,6 @@ def test_every_committed_json_with_rules_is_from_a_clean_commit_and_judged():
         judged, _ = results_table.claims(out)
         assert judged, out["experiment"]
         for c in judged:
-            assert c["verdict"] in verdicts.VERDICTS and "None" not in c["why"] and "\n" not in c["why"], (out["experiment"], c)
+            assert c["verdict"] in verdicts.REPORTED and "None" not in c["why"] and "\n" not in c["why"], (out["experiment"], c)
         if "rules" in out:  # written under rules: from committed code, rules first
             assert not out["commit"].endswith("-dirty") and out["rules"]["before_runs"], out["experiment"]

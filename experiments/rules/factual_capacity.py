@@ -6,9 +6,18 @@ associative memories store facts in proportion to their parameters; a 1-layer tr
 proportion to its attention (value-matrix) parameters, or to its MLP parameters; and it can trade the one
 memory for the other.
 
-These rules were written after the runs in assets/factual_capacity.json (seeds 0–2) had been seen, so they
-judge fresh runs: the script's CPU size now trains seeds 100–102 (--full: 100–104). The verdicts on the old
-JSON are post hoc.
+These rules were written after the runs in assets/factual_capacity.json with seeds 0–2 had been seen and judged
+runs with seeds 100–102. For issue 46, after those had been seen, each claim gained its scale flag and a
+negative control; the judging itself is unchanged. The script's CPU size now trains seeds 300–302 (--full:
+300–304); the verdicts on the stored JSON are post hoc. The judge reads, per family, `sizes[i]` (size,
+params, mlp_params for the "mlp" family, capacity["median_0.99"], tried: N -> each seed's accuracy).
+
+Scale: every claim is an exponent or a rate comparison over a ladder of sizes (scale=True).
+
+Negative control (every claim): the capacities paired with the ladder reversed — each size's capacity set
+against the parameter count of the mirrored rung (the largest model's against the smallest's), so that
+capacity no longer grows with the parameters it is claimed to follow. The rule must not call that linear.
+It is built from the stored capacities, so every JSON holds it.
 
 The scaling rule, the same for every family. Capacity N is the largest number of facts the median seed
 stores (accuracy ≥ 0.99; the script's "median_0.99", bracketed to within 2^(1/4) by its search). The exponent
@@ -25,7 +34,7 @@ capacity is still ≥ 0.8, the 0.99 capacity is set by the training budget rathe
 anything but "matches" is "inconclusive" (the memories' edges are sharp: ≤ 0.75 there; the transformers'
 were not: 0.82–0.98 in the earlier runs).
 
-Budget: the paper's training budgets for these experiments are not in our sources; no ratio.
+Budget: the paper's training budgets for these experiments are not in our sources; no ratio (and so no floor).
 """
 
 from __future__ import annotations
@@ -180,6 +189,22 @@ def _scaling_rule(what: str) -> str:
             f"-> all but 'matches' inconclusive.")
 
 
+def _reversed(results: Mapping[str, Any]) -> dict[str, Any]:
+    """The negative control: each family's capacities (with their searches) paired with its ladder reversed."""
+    out: dict[str, Any] = {}
+    for family, r in results.items():
+        if not isinstance(r, Mapping) or "sizes" not in r:
+            continue
+        rows = list(r["sizes"])
+        keep = ("size", "params", "mlp_params")
+        out[family] = {**r, "sizes": [{**found, **{k: rung[k] for k in keep if k in rung}}
+                                      for rung, found in zip(rows, reversed(rows))]}
+    return out
+
+
+REVERSED = "the capacities paired with the parameter ladder reversed"
+
+
 # ---- the trade-off ----------------------------------------------------------------------------------
 
 
@@ -231,27 +256,30 @@ CLAIMS = [
         claim="A linear associative memory's storage capacity scales linearly with its parameter count (N log N ∝ d²).",
         paper="fixed random unit embeddings, W d × d (d² parameters), stored = accuracy ≥ 0.99",
         rule=_scaling_rule("d² parameters"), judge=_scaling_judge("linear_memory", "linear memory, params"),
-        min_n=4, budget=None, budget_note=NO_BUDGET),
+        min_n=4, budget=None, budget_note=NO_BUDGET, scale=True,
+        control=_reversed, control_note=REVERSED),
     verdicts.Claim(
         id="mlp_memory_capacity",
         claim="An MLP associative memory's storage capacity scales linearly with its parameter count.",
         paper="fixed random embeddings, a ReLU MLP of width m (2md parameters), stored = accuracy ≥ 0.99",
         rule=_scaling_rule("2md parameters"), judge=_scaling_judge("mlp_memory", "MLP memory, params"),
-        min_n=4, budget=None, budget_note=NO_BUDGET),
+        min_n=4, budget=None, budget_note=NO_BUDGET, scale=True,
+        control=_reversed, control_note=REVERSED),
     verdicts.Claim(
         id="transformer_attention_facts",
         claim="A 1-layer transformer stores all facts when its self-attention parameters scale (up to log factors) "
               "linearly with the number of facts: the value matrices are an associative memory.",
         paper="factual recall (subjects × relations), frozen random embeddings; their count 4·H·d_h·d",
         rule=_scaling_rule("the attention parameters 4·H·d_h·d of an attention-only model (H heads)"),
-        judge=_scaling_judge("attention", "attention only, params"), min_n=4, budget=None, budget_note=NO_BUDGET),
+        judge=_scaling_judge("attention", "attention only, params"), min_n=4, budget=None, budget_note=NO_BUDGET, scale=True,
+        control=_reversed, control_note=REVERSED),
     verdicts.Claim(
         id="transformer_mlp_facts",
         claim="…or when its MLP parameters scale (up to log factors) linearly with the number of facts.",
         paper="one attention layer then a ReLU MLP of width m; their count 2·m·d for the MLP",
         rule=_scaling_rule("the MLP parameters 2·m·d of a one-head model (the head's fixed parameters left out)"),
         judge=_scaling_judge("mlp", "one head + MLP, MLP params", mlp_part=True), min_n=4, budget=None,
-        budget_note=NO_BUDGET),
+        budget_note=NO_BUDGET, scale=True, control=_reversed, control_note=REVERSED),
     verdicts.Claim(
         id="transformer_tradeoff",
         claim="The transformer can trade off between the value matrices and the MLP as the associative memory that "
@@ -263,5 +291,6 @@ CLAIMS = [
               f"{RATE_FACTOR:g}× of each other; partly: both, further apart; does not: one interval wholly ≤ 0 (more of "
               f"those parameters store no more facts); else inconclusive. Fewer than 4 sizes per family or "
               f"{MIN_SEEDS} seeds -> inconclusive; soft edges cap all but 'matches' at inconclusive."),
-        judge=judge_tradeoff, min_n=4, budget=None, budget_note=NO_BUDGET),
+        judge=judge_tradeoff, min_n=4, budget=None, budget_note=NO_BUDGET, scale=True,
+        control=_reversed, control_note=REVERSED),
 ]
