@@ -2,7 +2,7 @@
 Transformer always better than RNNs? Out-of-distribution"): transformers learn to copy the last written bit in
 distribution, yet err now and then on sparse and dense sequences; a small LSTM does not; more diverse data helps.
 
-    python experiments/attention_glitches.py            # CPU size: T = 128, 5k steps, 3 groups × 5 seeds (100-104)
+    python experiments/attention_glitches.py            # CPU size: T = 128, 5k steps, 3 groups × 5 seeds (300-304)
     python experiments/attention_glitches.py --full     # the paper's T = 512, 6-layer d = 512 transformer (a GPU)
     python experiments/attention_glitches.py --smoke    # seconds; checks the pipeline only
 
@@ -48,9 +48,9 @@ ATTENTION = ("stale", "elsewhere", "right")
 SIZES: dict[str, dict[str, Any]] = {
     "smoke": dict(seeds=2, lr=1e-3, length=8, n_layers=1, n_heads=2, d_model=16, lstm_d=16, steps=30, lstm_steps=30,
                   eval_every=10, eval_batch=64, test=128, probe_batch=64, probe_chunks=1),
-    "cpu": dict(seeds=list(range(100, 105)), lr=1e-3, length=128, n_layers=2, n_heads=4, d_model=64, lstm_d=128, steps=5000,
+    "cpu": dict(seeds=list(range(300, 305)), lr=1e-3, length=128, n_layers=2, n_heads=4, d_model=64, lstm_d=128, steps=5000,
                 lstm_steps=500, eval_every=500, eval_batch=1000, test=8192, probe_batch=256, probe_chunks=8),
-    "full": dict(seeds=list(range(100, 110)), lr=3e-4, length=512, n_layers=6, n_heads=8, d_model=512, lstm_d=128, steps=10000,
+    "full": dict(seeds=list(range(300, 310)), lr=3e-4, length=512, n_layers=6, n_heads=8, d_model=512, lstm_d=128, steps=10000,
                  lstm_steps=500, eval_every=100, eval_batch=1000, test=32768, probe_batch=32, probe_chunks=64),
 }
 

@@ -55,14 +55,17 @@ DEFINITIONS = ("abs90", "abs99", "rel90")
 # The analysis' own sizes; the alphabet and length runs reuse the depth table's configuration of their row.
 # Length generalization means something only where the model is right within T: at the CPU size that is
 # Dyck and Grid9; C2 (the audit's example) and D8 (which has factors to decode) are there for comparison.
+# control_seeds: the alphabet audit's negative control, Liu et al.'s alphabet against itself with these seeds
+# (as many as the sweep's, none of them its).
 SIZES: dict[str, dict[str, Any]] = {
     "smoke": {"probe_batch": 32, "alphabet_groups": ["S5"], "alphabet_depths": [1],
-              "length_groups": ["C2", "D8"], "length_depth": 1},
+              "length_groups": ["C2", "D8"], "length_depth": 1, "control_seeds": [10, 11]},
     "cpu": {"probe_batch": 256, "alphabet_groups": ["Q8", "A5", "S5"], "alphabet_depths": [1, 2],
-            "length_groups": ["Dyck", "Grid9", "C2", "D8"], "length_depth": 4},
+            "length_groups": ["Dyck", "Grid9", "C2", "D8"], "length_depth": 4, "control_seeds": [303, 304, 305]},
     "full": {"probe_batch": 512, "alphabet_groups": ["Q8", "A5", "S5"], "alphabet_depths": [1, 2],
-             "length_groups": ["Dyck", "Grid9", "C2", "D8"], "length_depth": 4},
+             "length_groups": ["Dyck", "Grid9", "C2", "D8"], "length_depth": 4, "control_seeds": [303, 304, 305]},
 }
+PAPER_SEQUENCES = (600_000, 5_000_000)  # the fewest and most sequences Liu et al. trained on
 LENGTH_FACTORS = (2, 4)  # evaluated at 2T and 4T
 
 
@@ -95,9 +98,13 @@ def one(runs: harness.Runs, c: dict[str, Any], group: str, depth: int, seed: int
     run = runs.run(seed, group=group, n_layers=depth)
     last = run.metrics[-1]
     m = probes.run("automaton_shortcut", run.trainable(), run.task, batch_size=c["probe_batch"]).metrics
+    # the deepest models' decoding from their untrained weights: linear_decoding's negative control
+    init = (per_layer(probes.run("automaton_shortcut", run.trainable(0), run.task, batch_size=c["probe_batch"]).metrics,
+                      "linear", depth) if depth == max(c["depths"]) else None)
     out = {"group": group, "depth": depth, "seed": seed, "acc": last["eval/acc"], "acc_last": last["eval/acc_last"], "loss": last["eval/loss"],
            "acc_by_position": last["eval/acc_by_position"],
            "linear": per_layer(m, "linear", depth),
+           **({"linear_init": init} if init is not None else {}),
            "entropy_per_head": {k.split("/", 1)[1]: v for k, v in m.items() if k.startswith("entropy/")}}
     harness.log(f"{group} L={depth} seed={seed}: acc {out['acc']:.3f}, last {out['acc_last']:.3f}, "
                 f"state decoding per layer {[round(a, 2) for a in out['linear']['state']]}")
@@ -187,12 +194,15 @@ def summarize(runs: harness.Runs, c: dict[str, Any], rows: list[dict[str, Any]])
 
 
 def alphabet_runs(s: harness.Session, runs: harness.Runs, c: dict[str, Any]) -> harness.Runs:
-    """Q8, A5 and S5 at L = 1, 2 in mechsynth's generating sets, in the depth table's configuration otherwise."""
+    """Q8, A5 and S5 at L = 1, 2 in mechsynth's generating sets, in the depth table's configuration otherwise;
+    and in Liu et al.'s alphabet with other seeds (the control: the alphabet unchanged)."""
     specs = []
     for g in c["alphabet_groups"]:
         for d in c["alphabet_depths"]:
-            config = _with(runs.jobs(group=g, n_layers=d)[0].config, {"task": {"alphabet": "generators"}})
+            base = runs.jobs(group=g, n_layers=d)[0].config
+            config = _with(base, {"task": {"alphabet": "generators"}})
             specs += [({"alphabet": "generators", "group": g, "n_layers": d}, seed, config) for seed in c["seeds"]]
+            specs += [({"alphabet": "liu", "group": g, "n_layers": d}, seed, base) for seed in c["control_seeds"]]
     return s.train_runs(specs)
 
 
@@ -205,26 +215,37 @@ def alphabet_table(runs: harness.Runs, extra: harness.Runs, c: dict[str, Any]) -
         for d in c["alphabet_depths"]:
             liu = [runs.run(seed, group=g, n_layers=d).metrics[-1] for seed in c["seeds"]]
             gen = [extra.run(seed, alphabet="generators", group=g, n_layers=d).metrics[-1] for seed in c["seeds"]]
+            other = [extra.run(seed, alphabet="liu", group=g, n_layers=d).metrics[-1] for seed in c["control_seeds"]]
             task = extra.run(c["seeds"][0], alphabet="generators", group=g, n_layers=d).task
             out[g][str(d)] = {"liu": {"all": cell([m["eval/acc"] for m in liu]), "last": cell([m["eval/acc_last"] for m in liu]),
                                       "chance": chance(runs, g)},
                               "generators": {"all": cell([m["eval/acc"] for m in gen]),
                                              "last": cell([m["eval/acc_last"] for m in gen]),
-                                             "chance": chance(extra, g), "symbols": list(task.spec.token_names)}}
+                                             "chance": chance(extra, g), "symbols": list(task.spec.token_names)},
+                              "liu_other_seeds": {"all": cell([m["eval/acc"] for m in other]),
+                                                  "last": cell([m["eval/acc_last"] for m in other]),
+                                                  "chance": chance(runs, g), "seeds": c["control_seeds"]}}
     return out
 
 
+# the length runs' arms: (label, positional encoding, training length in T)
+LENGTH_ARMS = (("standard", "standard", 1), ("rotary", "rotary", 1),
+               # the control: rotary trained to 2T, where the positions T..2T are not beyond the training length
+               ("rotary_2T", "rotary", 2))
+
+
 def length_runs(s: harness.Session, runs: harness.Runs, c: dict[str, Any]) -> harness.Runs:
-    """The length rows at one depth, with rotary and with learned absolute positions, able to read 4T tokens;
-    evaluated only at the end (an evaluation at 4T costs many training steps)."""
+    """The length rows at one depth, with rotary and with learned absolute positions, able to read 4T tokens,
+    and rotary ones trained on 2T (the control); evaluated only at the end (an evaluation at 4T costs many
+    training steps)."""
     specs = []
-    for positional in ("standard", "rotary"):
+    for arm, positional, trained in LENGTH_ARMS:
         for g in c["length_groups"]:
             base = runs.jobs(group=g, n_layers=c["length_depth"])[0].config
             config = _with(base, {"model": {"positional": positional},
-                                  "task": {"eval_length": max(LENGTH_FACTORS) * c["length"]},
+                                  "task": {"length": trained * c["length"], "eval_length": max(LENGTH_FACTORS) * c["length"]},
                                   "train": {"eval_every": base["train"]["steps"]}})
-            specs += [({"positional": positional, "group": g, "n_layers": c["length_depth"]}, seed, config)
+            specs += [({"positional": arm, "group": g, "n_layers": c["length_depth"]}, seed, config)
                       for seed in c["seeds"]]
     return s.train_runs(specs)
 
@@ -233,7 +254,7 @@ def length_table(extra: harness.Runs, c: dict[str, Any]) -> tuple[dict[str, Any]
     """For each row and positional encoding: accuracy within T, at 2T and 4T beyond T, and the per-layer
     decoding of the state and its factors at the positions beyond T, over seeds."""
     T, rows = c["length"], []
-    for positional in ("standard", "rotary"):
+    for positional, _, _ in LENGTH_ARMS:
         for g in c["length_groups"]:
             for seed in c["seeds"]:
                 run = extra.run(seed, positional=positional, group=g, n_layers=c["length_depth"])
@@ -241,7 +262,8 @@ def length_table(extra: harness.Runs, c: dict[str, Any]) -> tuple[dict[str, Any]
                 row = {"positional": positional, "group": g, "seed": seed,
                        "acc_by_position_4T": run.metrics[-1]["eval_long/acc_by_position"]}
                 for f in LENGTH_FACTORS:
-                    task = tasks.make("automata", {**dataclasses.asdict(cfg), "eval_length": f * T})
+                    # read within T and beyond T (whatever length the model was trained on)
+                    task = tasks.make("automata", {**dataclasses.asdict(cfg), "length": T, "eval_length": f * T})
                     m = probes.run("automaton_shortcut", model, task, batch_size=c["probe_batch"]).metrics
                     row[f"{f}T"] = {"acc_within_T": m["acc"], "acc_beyond_T": m["acc_beyond_train_length"],
                                     "linear_beyond_T": per_layer(m, "linear_beyond", c["length_depth"])}
@@ -252,7 +274,7 @@ def length_table(extra: harness.Runs, c: dict[str, Any]) -> tuple[dict[str, Any]
     table: dict[str, Any] = {}
     for g in c["length_groups"]:
         table[g] = {}
-        for positional in ("standard", "rotary"):
+        for positional, _, _ in LENGTH_ARMS:
             here = [r for r in rows if r["group"] == g and r["positional"] == positional]
             entry = {"within_T": cell([r["2T"]["acc_within_T"] for r in here])}
             for f in LENGTH_FACTORS:
@@ -357,7 +379,13 @@ def main(argv: list[str] | None = None) -> int:
     results = summarize(runs, c, rows)
     results["runs"] = rows
     results["alphabets"] = alphabet_table(runs, by_alphabet, c)
-    results["length"], results["length_runs"] = length_table(by_length, c)
+    length, results["length_runs"] = length_table(by_length, c)
+    # the rotary models trained to 2T, in the shape of `length` (beyond_training_length's negative control)
+    results["length"] = {g: {k: v for k, v in e.items() if k != "rotary_2T"} for g, e in length.items()}
+    results["length_control"] = {g: {"rotary": e["rotary_2T"]} for g, e in length.items()}
+    sequences = c["steps"] * c["batch_size"]
+    results["budget"] = {"sequences": sequences, "paper_sequences": list(PAPER_SEQUENCES),
+                         "of_paper": [sequences / p for p in PAPER_SEQUENCES]}
     results["train_time_s"] = {part: harness.provenance(r.all())["train_time_s"]
                                for part, r in (("depth_table", runs), ("alphabets", by_alphabet), ("length", by_length))}
     results["paper_T100"] = {g: {str(d): v for d, v in PAPER[g].items()} for g in c["groups"]}

@@ -47,18 +47,18 @@ SIZES: dict[str, dict[str, Any]] = {
                     train={"steps": 150, "eval_every": 10, "checkpoints": 8}),
         grid=dict(p=11, fracs=[0.5, 0.7], decays=[0.3, 1.0], seeds=2, steps=80, model={"d_model": 16, "d_mlp": 32, "n_heads": 2}),
         parity=dict(n=8, k=2, width=32, n_train=200, seeds=2, steps=200, eval_every=10)),
-    # seeds: a count (0, 1, ...) or a list; from 100 at the sizes the rules (experiments/rules/grokking.py) judge,
-    # so that their runs are not the ones the rules were written after (seeds 0-2)
+    # seeds: a count (0, 1, ...) or a list; from 300 at the sizes the rules (experiments/rules/grokking.py) judge,
+    # so that their runs are not the ones the rules were written after (seeds 0-2, then 100-102 for issue 46)
     "cpu": dict(
-        phases=dict(seeds=[100, 101, 102], task={}, model={}, train={}),
-        grid=dict(p=31, fracs=[0.3, 0.5, 0.7], decays=[0.1, 0.3, 1.0], seeds=[100, 101, 102], steps=10000, model={}),
-        parity=dict(n=30, k=3, width=100, n_train=3000, seeds=[100, 101, 102], steps=10000, eval_every=50)),
+        phases=dict(seeds=[300, 301, 302], task={}, model={}, train={}),
+        grid=dict(p=31, fracs=[0.3, 0.5, 0.7], decays=[0.1, 0.3, 1.0], seeds=[300, 301, 302], steps=10000, model={}),
+        parity=dict(n=30, k=3, width=100, n_train=3000, seeds=[300, 301, 302], steps=10000, eval_every=50)),
     "full": dict(
-        phases=dict(seeds=[100, 101, 102, 103, 104], task={"p": 113, "train_frac": 0.3}, model={"d_model": 128, "d_mlp": 512},
+        phases=dict(seeds=[300, 301, 302, 303, 304], task={"p": 113, "train_frac": 0.3}, model={"d_model": 128, "d_mlp": 512},
                     train={"steps": 40000, "eval_every": 100, "checkpoints": 200}),
-        grid=dict(p=97, fracs=[0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8], decays=[0.0, 0.1, 0.3, 1.0, 3.0], seeds=[100, 101, 102, 103, 104], steps=30000,
+        grid=dict(p=97, fracs=[0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8], decays=[0.0, 0.1, 0.3, 1.0, 3.0], seeds=[300, 301, 302, 303, 304], steps=30000,
                   model={"d_model": 128, "d_mlp": 512}),
-        parity=dict(n=40, k=3, width=1000, n_train=10000, seeds=list(range(100, 108)), steps=80000, eval_every=100)),
+        parity=dict(n=40, k=3, width=1000, n_train=10000, seeds=list(range(300, 308)), steps=80000, eval_every=100)),
 }
 
 # When each phase begins, for good (the first step from which the condition holds to the end), under an

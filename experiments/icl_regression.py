@@ -11,8 +11,8 @@ Three groups of runs on `linear_regression` (x, w ~ N(0, I_d); a prompt's x toke
     regression_strategy probe on held-out prompts at the last checkpoint gives the model's distance from each reference
     predictor and its normalized error at every number of examples;
   - diversity: Raventós et al.'s noise σ² = 0.25 at d = 4, k = 8 (theirs D = 8, K = 16), a 2-layer d_model 64 model,
-    M = 1…1024 training tasks; each final model on prompts of new tasks (the task's `eval` split: w from the prior):
-    nearer ridge or nearer dMMSE;
+    M = 1…256 training tasks (3 seeds each, 6400 steps); each final model on prompts of new tasks (the task's `eval` split: w from the prior):
+    nearer ridge or nearer dMMSE, and how far apart ridge and dMMSE themselves are on those prompts;
   - stages: Hoogland et al.'s D = 4, K = 16, σ² = 0.125 and 2-layer, 4-head, d_model 64 model at their one-cycle lr
     (linear up to 3e-3 over the first half, down over the second), batch 64 (theirs 256), 10k steps (theirs 500k);
     the llc probe at log-spaced checkpoints, regression_strategy at every one: the LLC's stage boundaries against
@@ -50,11 +50,11 @@ SIZES: dict[str, dict[str, Any]] = {
     "smoke": dict(seeds=2, garg=dict(d=2, layers=1, heads=1, steps=20), diversity=dict(d=2, k=4, M=[1, 4, 16], steps=20),
                   stages=dict(d=2, k=4, steps=30, batch=16), probe_batch=64, checkpoints=6,
                   llc=dict(checkpoints=4, draws=10, chains=2, pool=32, batch=8)),
-    "cpu": dict(seeds=[100, 101, 102], garg=dict(d=5, layers=3, heads=2, steps=10_000),
-                diversity=dict(d=4, k=8, M=[1, 4, 16, 64, 256, 1024], steps=8000, seeds=[100, 101]),
+    "cpu": dict(seeds=[300, 301, 302], garg=dict(d=5, layers=3, heads=2, steps=10_000),
+                diversity=dict(d=4, k=8, M=[1, 4, 16, 64, 256], steps=6400),
                 stages=dict(d=4, k=16, steps=10_000, batch=64), probe_batch=1024, checkpoints=40,
                 llc=dict(checkpoints=16, chains=2, **SGLD)),
-    "full": dict(seeds=list(range(100, 105)), garg=dict(d=20, layers=12, heads=8, d_model=256, steps=500_000, lr=1e-4),
+    "full": dict(seeds=list(range(300, 305)), garg=dict(d=20, layers=12, heads=8, d_model=256, steps=500_000, lr=1e-4),
                  diversity=dict(d=8, k=16, M=[2 ** i for i in range(0, 21, 2)], steps=500_000, layers=8, d_model=128, batch=256),
                  stages=dict(d=4, k=16, steps=500_000, batch=256), probe_batch=4096, checkpoints=100,
                  llc=dict(checkpoints=32, draws=400, **SGLD)),
@@ -100,8 +100,13 @@ def analyse_garg(run: Run, seed: int, c: dict[str, Any]) -> dict[str, Any]:
     to = {k[3:]: v for k, v in m.items() if k.startswith("to/") and k.count("/") == 1}
     error = [m[f"error/{n}"] for n in range(sum(k.startswith("error/") for k in m))]
     ls = least_squares_error(run, c)
+    m0 = strategy(run, run.steps[0], c)  # the untrained checkpoint: the rules' negative control
+    error0 = [m0[f"error/{n}"] for n in range(len(error))]
+    init = {"to": {k[3:]: v for k, v in m0.items() if k.startswith("to/") and k.count("/") == 1},
+            "gap": max(abs(e - x) for e, x in zip(error0, ls))}
     return {"seed": seed, "to": to, "error": error, "least_squares_error": ls,
-            "gap": max(abs(e - x) for e, x in zip(error, ls)), "train_time_s": round(harness.train_seconds(run), 1)}
+            "gap": max(abs(e - x) for e, x in zip(error, ls)), "init": init,
+            "train_time_s": round(harness.train_seconds(run), 1)}
 
 
 def least_squares_error(run: Run, c: dict[str, Any]) -> list[float]:
@@ -117,7 +122,8 @@ def least_squares_error(run: Run, c: dict[str, Any]) -> list[float]:
 
 def analyse_diversity(run: Run, M: int, seed: int, c: dict[str, Any]) -> dict[str, Any]:
     m = strategy(run, run.steps[-1], c)  # the task's main eval split: w from the Gaussian prior
-    return {"M": M, "seed": seed, "to_ridge": m["to/ridge"], "to_dmmse": m["to/dmmse"], "error": m["error"],
+    return {"M": M, "seed": seed, "to_ridge": m["to/ridge"], "to_dmmse": m["to/dmmse"], "apart": m["apart/ridge/dmmse"],
+            "error": m["error"],
             "train_time_s": round(harness.train_seconds(run), 1)}
 
 

@@ -18,7 +18,7 @@ The same four conditions train experiments/parity_search.py's one-layer transfor
 k = 3, seed 000's setup; lazy_vs_feature_parity.toml): its held-out accuracy, and at every checkpoint the
 `sparse_selection` circuit — attention from the readout position onto the support S — in the network at θ.
 
-    python experiments/lazy_vs_feature.py            # the CPU size: 5 seeds (70 min on 2 cores shared with 3 other jobs)
+    python experiments/lazy_vs_feature.py            # the CPU size: 5 seeds (300-304; 70 min on 2 cores shared with 3 other jobs when seeds 0-4 trained side by side)
     python experiments/lazy_vs_feature.py --full     # d_model 64, 10 000 steps, α up to 1000, 10 seeds
     python experiments/lazy_vs_feature.py --smoke    # seconds; checks the pipeline only
 

@@ -6,17 +6,21 @@ automata") at and beyond its training length, and the flip-flop language out of 
      direction, U turns around: the direction is the parity of the U's, the position a signed count mod 4,
      the seed talk's decomposition) at T = 16 with 2-layer transformers (2 ≪ T sequential steps: only a
      shortcut fits), learned absolute positions against rotary ones. Each final model reads 2048 held-out
-     sequences 2T long: accuracy at each position, within T and beyond it, against the best constant
+     sequences 2T long: accuracy at each position, within T and beyond it (and the untrained checkpoint's), against
+     the best constant
      guess per position (chance, from the task's ground truth); and the `automaton_shortcut` probe's
-     ridge decoding of the state and of its two factors after each layer, within T and beyond T.
+     ridge decoding of the state and of its two factors after each layer, within T and beyond T. The negative
+     control of "fails beyond T": learned absolute positions trained on sequences 2T long (1000 steps, the same
+     tokens), read at the same positions, so that positions beyond T have trained embeddings.
   2. flip-flop: the `automata` task's flip-flop (ignore / write0 / write1, uniform i.i.d.: ignore runs
      are short) at T = 32. The reads are the ignore positions after some write (the answer is the last
      written bit, however far back). Each final model reads held-out sequences in distribution and with
      the ignore probability raised to 0.8, 0.9 and 0.98 (the first symbol a write, the length unchanged:
      no unseen position, only longer stretches since the last write), the truth from the task's own
-     automaton (`task.run`): read errors per seed, and by distance to the last write.
+     automaton (`task.run`): read errors per seed, and by distance to the last write; and a second in-distribution
+     set (another seed), the rules' negative control.
 
-    python experiments/shortcut_length.py           # CPU size: 3 settings × 5 seeds (100-104)
+    python experiments/shortcut_length.py           # CPU size: 4 settings × 5 seeds (300-304)
     python experiments/shortcut_length.py --full    # the papers' sizes (T = 100 car; 6-layer flip-flop at T = 512; a GPU)
     python experiments/shortcut_length.py --smoke   # seconds; checks the pipeline only
 
@@ -115,6 +119,7 @@ def car_row(run: Any, c: dict[str, Any], positional: str, seed: int) -> dict[str
     row = {"positional": positional, "seed": seed, "within_T": float(correct[:T].mean()),
            "beyond_T": float(correct[T:].mean()), "last_T": float(correct[T - 1]),
            "acc_by_position": [round(float(v), 2) for v in correct],
+           "init_within_T": float((predict(run.trainable(run.steps[0]), b.tokens) == b.targets).float()[:, :T].mean() * 100),
            "decoding": {"within_T": per_layer(m, "linear", c["car"]["n_layers"]),
                         "beyond_T": per_layer(m, "linear_beyond", c["car"]["n_layers"])},
            "train_s": round(harness.train_seconds(run), 1)}
@@ -177,6 +182,8 @@ def flipflop_sets(task: Any, c: dict[str, Any]) -> dict[str, torch.Tensor]:
     sets = {"in_distribution": task.sample(c["eval_seqs"], torch.Generator().manual_seed(EVAL_SEED), split="eval").tokens}
     for i, q in enumerate(LEVELS):
         sets[str(q)] = sparse_batch(task, c["eval_seqs"], q, torch.Generator().manual_seed(EVAL_SEED + 10 + i))
+    # the negative control: another in-distribution set
+    sets["resampled"] = task.sample(c["eval_seqs"], torch.Generator().manual_seed(EVAL_SEED + 99), split="eval").tokens
     return sets
 
 
@@ -204,7 +211,7 @@ def flipflop_chance(task: Any, sets: dict[str, torch.Tensor]) -> dict[str, float
 def flipflop_row(run: Any, sets: dict[str, torch.Tensor], seed: int) -> dict[str, Any]:
     task, model = run.task, run.trainable()
     counts = {name: read_counts(task, x, predict(model, x)) for name, x in sets.items()}
-    row = {"seed": seed, "in_distribution": counts.pop("in_distribution"), "ood": counts,
+    row = {"seed": seed, "in_distribution": counts.pop("in_distribution"), "control": counts.pop("resampled"), "ood": counts,
            "train_s": round(harness.train_seconds(run), 1)}
     harness.log(f"flip-flop seed={seed}: read errors in distribution {row['in_distribution']['errors']}/"
                 f"{row['in_distribution']['reads']}, " + ", ".join(f"ignore {q}: {v['errors']}/{v['reads']}"
@@ -319,18 +326,21 @@ def main(argv: Optional[list[str]] = None) -> int:
     c = grid(runs, args.size)
     seeds = c["seeds"]
     car_task = runs.run(seeds[0], setting="car_standard").task
-    car_rows = {p: [car_row(runs.run(seed, setting=f"car_{p}"), c, p, seed) for seed in seeds] for p in ("standard", "rotary")}
+    car_rows = {p: [car_row(runs.run(seed, setting=f"car_{p}"), c, p, seed) for seed in seeds]
+                for p in ("standard", "rotary", "standard_2T")}
     car = {"T": c["car"]["T"], "n_layers": c["car"]["n_layers"], "chance": car_chance(car_task, c), "runs": car_rows}
-    car["summary"] = car_summary(car_rows["standard"] + car_rows["rotary"])
+    car["summary"] = car_summary(car_rows["standard"] + car_rows["rotary"])  # the 2T control: its runs only
     ff_task = runs.run(seeds[0], setting="flipflop").task
     sets = flipflop_sets(ff_task, c)
     ff_rows = [flipflop_row(runs.run(seed, setting="flipflop"), sets, seed) for seed in seeds]
-    ff = {"T": c["flipflop"]["T"], "levels": [str(q) for q in LEVELS], "chance": flipflop_chance(ff_task, sets),
+    measured = {k: v for k, v in sets.items() if k != "resampled"}
+    ff = {"T": c["flipflop"]["T"], "levels": [str(q) for q in LEVELS], "chance": flipflop_chance(ff_task, measured),
           "seeds": ff_rows}
     ff["summary"] = flipflop_summary(ff_rows)
     results = {"car": car, "flipflop": ff,
                "train_time_s": {p: round(sum(r["train_s"] for r in rows), 1) for p, rows in
                                 (("car_standard", car_rows["standard"]), ("car_rotary", car_rows["rotary"]),
+                                 ("car_standard_2T", car_rows["standard_2T"]),
                                  ("flipflop", ff_rows))}}
     figures = [plot_car(s, c, car), plot_flipflop(s, ff)]
     s.finish(c, results, figures)

@@ -117,3 +117,25 @@ def test_attention_explains_a_seed_only_with_enough_wrong_reads_and_against_righ
     assert judged(NAME, "glitch_is_attention", results(always_off))["verdict"] == "does not"
     few = [seed(i=k, attention=att(3, 1.0, 0.0, 0.0)) for k in range(3)]
     assert judged(NAME, "glitch_is_attention", results(few))["verdict"] == "inconclusive"
+
+
+def test_controls_and_generalisation_only_on_seeds_that_learned():
+    clean = [seed(wrong=(0, 0, 0), i=k) for k in range(4)]
+    rare = [seed(wrong=(0, k, 0), i=k) for k in (1, 3, 5, 2)]
+    j = judged(NAME, "transformer_glitches", results(rare, recurrent=clean))
+    assert j["verdict"] == "matches" and j["control"]["verdict"] == "does not"  # the LSTM in its place
+    j = judged(NAME, "recurrent_none", results(rare, recurrent=clean))
+    assert j["verdict"] == "matches" and j["control"]["verdict"] == "does not"  # the transformer in its place
+    # an LSTM that glitches too: the claim shows nothing about attention
+    assert judged(NAME, "transformer_glitches", results(rare, recurrent=rare))["verdict"] == "by construction"
+    base = [seed(wrong=(0, w, 0), i=w) for w in (20, 30, 40, 50)]
+    better = [seed(wrong=(0, w, 0), i=w) for w in (0, 1, 2, 3)]
+    j = judged(NAME, "diverse_data_reduces", results(base, diverse=better))
+    assert j["verdict"] == "matches" and j["control"]["verdict"] == "does not"  # arms swapped
+    # mixture seeds that never learned the task in distribution are not counted: too few left
+    unlearned = better[:2] + [seed(wrong=(500, 0, 0), i=k) for k in (7, 8)]
+    assert judged(NAME, "diverse_data_reduces", results(base, diverse=unlearned))["verdict"] == "inconclusive"
+    # rates an order of magnitude apart from a few errors each: sampling alone can spread them so
+    spread = [seed(wrong=(0, w, 0), reads=(1000, 100_000, 5000), i=w) for w in (1, 2, 15, 30)]
+    j = judged(NAME, "irregular_across_seeds", results(spread))
+    assert j["rule_verdict"] == "matches" and j["control"]["verdict"] in ("does not", "partly")

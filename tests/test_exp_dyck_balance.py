@@ -38,8 +38,9 @@ def test_smoke_writes_results_claims_and_figures(exp, tmp_path, monkeypatch):
 # ---- the rules on planted results ------------------------------------------------------------------------
 
 
-def run(i, bv, long, eval_=1.0, bv_init=1.0, match=0.3):
-    return {"group": "nope", "seed": i, "eval": eval_, "long": long, "bv": bv, "bv_init": bv_init, "match_mass": match}
+def run(i, bv, long, eval_=1.0, bv_init=1.0, match=0.3, eval_init=0.5, match_init=0.1):
+    return {"group": "nope", "seed": i, "eval": eval_, "long": long, "bv": bv, "bv_init": bv_init, "match_mass": match,
+            "eval_init": eval_init, "match_mass_init": match_init}
 
 
 def results(rows, steps=1440):
@@ -75,3 +76,21 @@ def test_attention_not_necessary_needs_solving_runs_without_a_stack_head():
     assert judged(NAME, "interpretable_attention_not_necessary", results(one))["verdict"] == "partly"
     stack = [run(i, bv=1, long=1, match=0.9) for i in range(6)] + [run(9, bv=1, long=0, eval_=0.5, match=0.1)]
     assert judged(NAME, "interpretable_attention_not_necessary", results(stack))["verdict"] == "does not"
+
+
+def test_controls_reject_what_the_rules_accept_and_catch_a_by_construction():
+    ordered = [run(i, bv=0.1 * (i + 1), long=1 - 0.05 * i, bv_init=1.0 + 0.01 * ((3 * i) % 8)) for i in range(8)]
+    j = judged(NAME, "balance_goes_with_length_generalisation", results(ordered))
+    assert j["verdict"] == "matches" and j["control"]["verdict"] != "matches", j
+    down = [run(i, bv=0.2, long=1, bv_init=1.0) for i in range(6)]
+    j = judged(NAME, "training_balances", results(down))
+    assert j["verdict"] == "matches" and j["control"]["verdict"] == "does not"
+    some = [run(i, bv=1, long=1, match=0.9) for i in range(4)] + [run(5, bv=1, long=1, match=0.2),
+                                                                    run(6, bv=1, long=1, match=0.1)]
+    j = judged(NAME, "interpretable_attention_not_necessary", results(some))
+    assert j["verdict"] == "matches" and j["control"]["verdict"] == "inconclusive"
+    # an untrained model that already "solved" the task without a stack head: the claim shows nothing
+    solved_at_init = [{**r, "eval_init": 1.0} for r in some]
+    assert judged(NAME, "interpretable_attention_not_necessary", results(solved_at_init))["verdict"] == "by construction"
+    # the log-scale why line
+    assert "log10" in judged(NAME, "training_balances", results([run(i, bv=1e9, long=1) for i in range(6)]))["why"]

@@ -30,7 +30,7 @@ def rules():
 @pytest.mark.smoke
 def test_smoke_writes_results_claims_and_figures(exp, tmp_path, monkeypatch):
     out = smoke(exp, tmp_path, monkeypatch)
-    assert out["experiment"] == "shortcut_length" and out["size"] == "smoke" and out["runs_trained"] == 6
+    assert out["experiment"] == "shortcut_length" and out["size"] == "smoke" and out["runs_trained"] == 8
     assert [c["id"] for c in out["claims"]] == ["car_shortcut", "car_beyond_T", "flipflop_ood"]
     for c in out["claims"]:
         assert c["verdict"] in verdicts.VERDICTS and "results lack" not in c["why"] and "None" not in c["why"], c
@@ -60,20 +60,37 @@ def test_smoke_writes_results_claims_and_figures(exp, tmp_path, monkeypatch):
 # ---- (b) the rules on planted results ----------------------------------------------------------------------
 
 
-def car_results(standard, rotary=None, chance=(20.0, 12.5), T=16):
-    """`standard` / `rotary`: (within_T, beyond_T) per seed."""
+def car_results(standard, rotary=None, chance=(20.0, 12.5), T=16, trained_2T=None, init=25.0):
+    """`standard` / `rotary` / `trained_2T` (the control: positions trained to 2T): (within_T, beyond_T) per seed."""
     def rows(pairs):
-        return [{"seed": 100 + i, "within_T": w, "beyond_T": b, "last_T": w} for i, (w, b) in enumerate(pairs)]
+        return [{"seed": 100 + i, "within_T": w, "beyond_T": b, "last_T": w, "init_within_T": init}
+                for i, (w, b) in enumerate(pairs)]
     return {"car": {"T": T, "n_layers": 2, "chance": {"within_T": chance[0], "beyond_T": chance[1]},
-                    "runs": {"standard": rows(standard), "rotary": rows(rotary or [(60.0, 30.0)] * 3)}}}
+                    "runs": {"standard": rows(standard), "rotary": rows(rotary or [(60.0, 30.0)] * 3),
+                             "standard_2T": rows(trained_2T or [(99.9, 99.0)] * len(standard))}}}
 
 
-def ff_results(pairs, reads=(40_000, 100_000)):
-    """`pairs`: (in-distribution errors, errors at ignore 0.9) per seed."""
-    seeds = [{"seed": 100 + i, "in_distribution": {"reads": reads[0], "errors": a},
-              "ood": {"0.8": {"reads": reads[1], "errors": b}, "0.9": {"reads": reads[1], "errors": b},
-                      "0.98": {"reads": reads[1], "errors": b}}} for i, (a, b) in enumerate(pairs)]
+def counts(reads, errors, at=1, T=32):
+    """Reads and errors, all at distance `at` to the last write."""
+    by = {"reads": [0] * T, "errors": [0] * T}
+    by["reads"][at], by["errors"][at] = reads, errors
+    return {"reads": reads, "errors": errors, "by_distance": by}
+
+
+def ff_results(pairs, reads=(40_000, 100_000), far=None):
+    """`pairs`: (in-distribution errors, errors at ignore 0.9) per seed; `far`: the OOD reads at a distance never
+    seen in distribution. The control set: in distribution again."""
+    at = 20 if far else 1
+    seeds = [{"seed": 100 + i, "in_distribution": counts(reads[0], a), "control": counts(reads[0], a),
+              "ood": {q: counts(reads[1], b, at) for q in ("0.8", "0.9", "0.98")}} for i, (a, b) in enumerate(pairs)]
     return {"flipflop": {"seeds": seeds, "chance": {"in_distribution": 50.0, "0.8": 50.0, "0.9": 50.0, "0.98": 50.0}}}
+
+
+def unfloored(c):
+    """The claim at the paper's budget (its own is below the floor): what the rule and its control say."""
+    import dataclasses
+
+    return dataclasses.replace(c, budget=1.0)
 
 
 def test_rule_car_shortcut(rules):
@@ -89,7 +106,7 @@ def test_rule_car_shortcut(rules):
 
 def test_rule_car_beyond_T(rules):
     c = claim(rules, "car_beyond_T")
-    assert verdicts.judged(c, car_results([(99.9, 13.0), (99.5, 15.0), (100.0, 11.0)]))["verdict"] == "matches"
+    assert verdicts.judged(unfloored(c), car_results([(99.9, 13.0), (99.5, 15.0), (100.0, 11.0)]))["verdict"] == "matches"
     # dropped 40+ points but far above chance: partly; kept its accuracy: does not (both floored by the budget)
     got = verdicts.judged(c, car_results([(99.9, 55.0)] * 3))
     assert got["rule_verdict"] == "partly" and got["verdict"] == "inconclusive"
@@ -102,7 +119,7 @@ def test_rule_car_beyond_T(rules):
 
 def test_rule_flipflop(rules):
     c = claim(rules, "flipflop_ood")
-    got = verdicts.judged(c, ff_results([(0, 8000), (1, 7000), (2, 16000), (0, 9000), (0, 9500)]))
+    got = verdicts.judged(unfloored(c), ff_results([(0, 8000), (1, 7000), (2, 16000), (0, 9000), (0, 9500)]))
     assert got["verdict"] == "matches" and "5/5" in got["why"] and "p = 0.031" in got["why"]
     # as robust out of distribution as in it: does not (floored by the budget to inconclusive)
     got = verdicts.judged(c, ff_results([(0, 0), (1, 2), (0, 1), (2, 3), (0, 0)]))
@@ -113,6 +130,25 @@ def test_rule_flipflop(rules):
     assert verdicts.judged(c, ff_results([(2000, 20000)] * 5))["rule_verdict"] == "partly"
     few = verdicts.judged(c, ff_results([(0, 8000)] * 3))
     assert few["verdict"] == "inconclusive" and "needs ≥ 5" in few["why"]
+
+
+def test_controls_of_the_shortcut_claims(rules):
+    c = claim(rules, "car_shortcut")  # an existence claim: its "matches" stands below the budget floor
+    got = verdicts.judged(c, car_results([(99.8, 12.0)] * 5))
+    assert got["verdict"] == "matches" and got["control"]["verdict"] == "does not"  # the untrained checkpoint
+    assert verdicts.judged(c, car_results([(99.8, 12.0)] * 5, init=99.9))["verdict"] == "by construction"
+    c = unfloored(claim(rules, "car_beyond_T"))
+    got = verdicts.judged(c, car_results([(99.9, 13.0)] * 3))
+    assert got["verdict"] == "matches" and got["control"]["verdict"] == "does not"  # positions trained to 2T
+    # a model trained to 2T that still fails beyond T: the failure is not the training length's
+    assert verdicts.judged(c, car_results([(99.9, 13.0)] * 3, trained_2T=[(99.9, 13.0)] * 3))["verdict"] == "by construction"
+    assert verdicts.judged(claim(rules, "car_beyond_T"), car_results([(99.9, 13.0)] * 3))["verdict"] == "inconclusive"
+    c = unfloored(claim(rules, "flipflop_ood"))
+    got = verdicts.judged(c, ff_results([(0, 8000), (1, 7000), (2, 16000), (0, 9000), (0, 9500)]))
+    assert got["verdict"] == "matches" and got["control"]["verdict"] == "does not"  # another in-distribution set
+    # errors only at distances to the last write never seen in distribution: length extrapolation, not counted
+    far = verdicts.judged(c, ff_results([(0, 8000)] * 5, far=True))
+    assert far["rule_verdict"] == "does not"
 
 
 def test_rules_primary_level_is_one_the_script_measures(exp, rules):

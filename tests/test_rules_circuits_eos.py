@@ -1,7 +1,8 @@
 """The rules of circuit_discovery and edge_of_stability (experiments/rules/) on planted results with known
-answers: one that matches, one that does not (or partly), one with too few seeds (or cells); and the floors that
+answers: one that matches, one that does not (or partly), one with too few seeds (or cells); the floors that
 keep a regime that cannot show the effect (no induction pattern yet, checkpoints too coarse for a 2× window,
-λ_max timelines too short) from saying "does not"."""
+λ_max timelines too short) from saying "does not"; and each claim's negative control (issue 46), which the
+rule must not call a match where the claim is one, and which makes a match "by construction" where it does."""
 
 from __future__ import annotations
 
@@ -17,7 +18,11 @@ def test_claims_are_complete():
                    "induction_circuit_eap_ig", "induction_circuit_acdc", "induction_circuit_timing", "positions_read"]
     assert [c.id for c in verdicts.rules_of("edge_of_stability").CLAIMS] == ["edge_of_stability"]
     for c in verdicts.rules_of("circuit_discovery").CLAIMS + verdicts.rules_of("edge_of_stability").CLAIMS:
-        assert c.min_n >= 3 and c.rule and c.claim and c.paper
+        assert c.min_n >= 3 and c.rule and c.claim and c.paper and c.control and c.control_note
+        assert not c.scale and c.budget is None  # existence claims without a paper budget to compare
+    kinds = {c.id: c.kind for c in verdicts.rules_of("circuit_discovery").CLAIMS}
+    assert [i for i, k in kinds.items() if k == "tool"] == ids[:5]
+    assert kinds["induction_circuit_timing"] == kinds["positions_read"] == "paper"
 
 
 # ---- circuit_discovery: planted ------------------------------------------------------------------------------
@@ -27,14 +32,22 @@ CASES = ("majority/resample", "induction/resample", "tracr_frac_prevs/zero", "tr
          "tracr_detect_pattern/zero", "tracr_detect_pattern/resample")
 
 
-def planted(auc: float = 1.0, exact: bool = True, cases=CASES) -> dict:
+def planted(auc: float = 1.0, exact: bool = True, cases=CASES, control_auc: float = 0.5) -> dict:
     out = {c: {m: {"auc": 1.0, "exact": True, "edges": 23, "truth": 5} for m in METHODS} for c in cases}
     out[cases[0]]["eap"] = {"auc": auc, "exact": exact, "edges": 13, "truth": 2}
-    return {"planted": out}
+    # the control: the planted models with their weights shuffled
+    ctl = {c: {m: {"auc": control_auc, "exact": control_auc == 1.0, "edges": 23, "truth": 5} for m in METHODS} for c in cases}
+    return {"planted": out, "planted_control": ctl}
 
 
 def test_planted():
-    assert judged("circuit_discovery", "planted_circuits_recovered", planted())["verdict"] == "matches"
+    out = judged("circuit_discovery", "planted_circuits_recovered", planted())
+    assert out["verdict"] == "matches" and out["control"]["verdict"] == "does not"
+    # discovery that "finds" the planted circuit in shuffled weights too: by construction
+    assert judged("circuit_discovery", "planted_circuits_recovered", planted(control_auc=1.0))["verdict"] == "by construction"
+    # no control in the results: a match is not shown
+    bare = {"planted": planted()["planted"]}
+    assert judged("circuit_discovery", "planted_circuits_recovered", bare)["verdict"] == "inconclusive"
     assert judged("circuit_discovery", "planted_circuits_recovered", planted(0.95, False))["verdict"] == "partly"
     out = judged("circuit_discovery", "planted_circuits_recovered", planted(0.6, False))
     assert out["verdict"] == "does not" and "missed: majority/resample EAP" in out["why"]
@@ -42,7 +55,7 @@ def test_planted():
     few = planted(cases=CASES[:4])
     assert judged("circuit_discovery", "planted_circuits_recovered", few)["verdict"] == "inconclusive"
     # the layout of the runs before the rules file
-    old = {"claims": {"planted": {"cases": planted()["planted"]}}}
+    old = {"claims": {"planted": {"cases": planted()["planted"]}}, "planted_control": planted()["planted_control"]}
     assert judged("circuit_discovery", "planted_circuits_recovered", old)["verdict"] == "matches"
 
 
@@ -56,14 +69,17 @@ COARSE = [0, 2, 8, 26, 77, 228, 675, 2000]
 
 
 def markov_seed(seed: int, auc: float = 1.0, formed: int = 128, induction=100, previous=150,
-                steps=FINE) -> dict:
+                steps=FINE, init_auc: float = 0.5) -> dict:
     circuit = KNOWN if auc == 1.0 else KNOWN + ["input->logits"]
     method = {"auc_known": auc, "circuit": circuit, "scores": {e: 0.1 for e in EDGES}, "faithfulness": 0.93,
               "formed": formed}
+    # the control: the untrained model's circuit and AUC against the same known edges
+    init = {"auc_known": init_auc, "circuit": EDGES[5:], "scores": {e: 0.0 for e in EDGES}, "faithfulness": 0.9,
+            "formed": None}
     return {"seed": seed, "known_edges": KNOWN, "steps": steps, "loss_drop": 120,
             "pattern_formation": {"induction": {"L0H0": None, "L1H0": induction},
                                   "previous_token": {"L0H0": previous, "L1H0": None}},
-            "methods": {m: dict(method) for m in METHODS}}
+            "methods": {m: dict(method) for m in METHODS}, "methods_init": {m: dict(init) for m in METHODS}}
 
 
 def markov(*seeds: dict) -> dict:
@@ -76,6 +92,10 @@ def test_induction_circuit(method):
     good = markov(*(markov_seed(s) for s in (100, 101, 102)))
     out = judged("circuit_discovery", cid, good)
     assert out["verdict"] == "matches" and "1.00/1.00/1.00 (seeds 100–102" in out["why"]
+    assert out["control"]["verdict"] == "does not" and "0.50/0.50/0.50" in out["control"]["why"]
+    # the untrained model scores the known edges as high: by construction
+    same = markov(*(markov_seed(s, init_auc=0.95) for s in (100, 101, 102)))
+    assert judged("circuit_discovery", cid, same)["verdict"] == "by construction"
     assert judged("circuit_discovery", cid, markov(markov_seed(0), markov_seed(1, 0.8), markov_seed(2, 0.7)))["verdict"] == "partly"
     assert judged("circuit_discovery", cid, markov(markov_seed(0, 0.6), markov_seed(1, 0.5), markov_seed(2, 0.9)))["verdict"] == "does not"
     assert judged("circuit_discovery", cid, markov(markov_seed(0), markov_seed(1)))["verdict"] == "inconclusive"
@@ -87,15 +107,23 @@ def test_induction_circuit(method):
 
 def test_timing():
     cid = "induction_circuit_timing"
-    # the circuit at 128, the pattern at 100, in every seed: 3/3 hits, chance ~0.18 each
+    # each seed's circuit within 2× of its own pattern (16 · 10, 128 · 100, 1024 · 1000): 3/3 hits, chance ~0.18
+    # each; another seed's pattern (the control) is more than 2× away from every circuit
+    own = markov(markov_seed(0, formed=16, induction=10), markov_seed(1, formed=128, induction=100),
+                 markov_seed(2, formed=1024, induction=1000))
+    out = judged("circuit_discovery", cid, own)
+    assert out["verdict"] == "matches" and "within 2× in 3" in out["why"] and out["control"]["verdict"] == "does not"
+    # the circuit at 128, the pattern at 100, in every seed: the rule hits with any seed's pattern, by construction
     out = judged("circuit_discovery", cid, markov(*(markov_seed(s) for s in range(3))))
-    assert out["verdict"] == "matches" and "within 2× in 3" in out["why"]
+    assert out["rule_verdict"] == "matches" and out["verdict"] == "by construction"
     # the circuit at 512 when the pattern formed at 10: (256, 512] lies far outside [5, 20]
     late = [markov_seed(s, formed=512, induction=10) for s in range(3)]
     assert judged("circuit_discovery", cid, markov(*late))["verdict"] == "does not"
     assert judged("circuit_discovery", cid, markov(markov_seed(0), *late[1:]))["verdict"] == "partly"
-    # two of three seeds hit: not beyond chance (P ≈ 0.09) -> partly
-    assert judged("circuit_discovery", cid, markov(markov_seed(0), markov_seed(1), late[2]))["verdict"] == "partly"
+    # two of three seeds hit: not beyond chance (P ≈ 0.09) -> partly; but the two alike seeds hit with each
+    # other's pattern as well (the control: partly too) -> by construction
+    two = judged("circuit_discovery", cid, markov(markov_seed(0), markov_seed(1), late[2]))
+    assert two["rule_verdict"] == "partly" and two["verdict"] == "by construction"
     assert judged("circuit_discovery", cid, markov(markov_seed(0), markov_seed(1)))["verdict"] == "inconclusive"
     # 8 coarse checkpoints: a circuit first seen at 675 may have formed anywhere in (228, 675], which reaches
     # into [83, 334] around a pattern at 167: unresolved, not a miss (the earlier runs' case)
@@ -118,8 +146,9 @@ def test_chance_and_poisson_binomial():
 # ---- circuit_discovery: positions -----------------------------------------------------------------------------
 
 
-def position_seed(auc: float = 1.0, learned: bool = True, control: float = 1e-5) -> dict:
-    return {"seed": 100, "learned": learned, "methods": {"patching": {"auc_positions": auc, "control": control}}}
+def position_seed(auc: float = 1.0, learned: bool = True, control: float = 1e-5, init_auc: float = 0.5) -> dict:
+    return {"seed": 100, "learned": learned, "methods": {"patching": {"auc_positions": auc, "control": control}},
+            "methods_init": {"patching": {"auc_positions": init_auc, "control": 0.3}}}
 
 
 def positions(boolean, causal) -> dict:
@@ -130,7 +159,9 @@ def test_positions():
     cid = "positions_read"
     good = [position_seed() for _ in range(3)]
     out = judged("circuit_discovery", cid, positions(good, good))
-    assert out["verdict"] == "matches" and out["n"] == 3
+    assert out["verdict"] == "matches" and out["n"] == 3 and out["control"]["verdict"] == "does not"
+    untrained_reads = [position_seed(init_auc=0.95) for _ in range(3)]
+    assert judged("circuit_discovery", cid, positions(untrained_reads, untrained_reads))["verdict"] == "by construction"
     bad = [position_seed(0.6) for _ in range(3)]
     assert judged("circuit_discovery", cid, positions(bad, bad))["verdict"] == "does not"
     assert judged("circuit_discovery", cid, positions(good, bad))["verdict"] == "partly"
@@ -160,8 +191,11 @@ def eos_run(lr: float, seed: int, *, approach: str = "below", reached: int | Non
             "loss_increases_before": rises_before, "evals_before": 100,
             "loss_increases_after": rises_after if reached else 0, "evals_after": 200 if reached else 0}
     low_at = min(range(len(lam)), key=lam.__getitem__)
-    return {"seed": seed, "steps": steps, "lambda_max": lam, "limit": limit, "loss": [1.0] * 300,
-            "loss_steps": list(range(300)), "initial": start, "min": lam[low_at], "min_step": steps[low_at],
+    # the full-batch loss at every checkpoint: falling, and (from the edge on) rising at every other step
+    at = steps.index(reached) if reached is not None else len(steps)
+    loss = [1.0 - 0.001 * i if i < at else 0.5 + 0.01 * ((i - at) % 2) for i in range(len(steps))]
+    return {"seed": seed, "steps": steps, "lambda_max": lam, "limit": limit, "loss": loss,
+            "loss_steps": list(steps), "initial": start, "min": lam[low_at], "min_step": steps[low_at],
             "max_after_min": max(lam[low_at:]), "sharpening": max(lam[low_at:]) / lam[low_at], "approach": approach,
             "near0.1": dict(near), "near0.2": dict(near, fraction_within_after=1.0 if reached else None)}
 
@@ -181,6 +215,13 @@ def test_edge_of_stability():
     out = judged("edge_of_stability", cid, eos(edge, ctl))
     assert out["verdict"] == "matches" and out["n"] == 3
     assert "3/3 seeds at the edge" in out["why"] and "56 checkpoints per run (336 in all)" in out["why"]
+    # the control: read against the other step size's 2/η, no run is at the edge
+    assert out["control"]["verdict"] == "does not" and "0/3 seeds at the edge" in out["control"]["why"]
+    # two step sizes whose 2/η are 2 % apart: λ_max at one is as near the other's, so the rule cannot tell
+    # which η set it: by construction
+    close = {"step_sizes": {"0.05": edge, "0.051": [eos_run(0.051, s) for s in (100, 101, 102)]}}
+    out = judged("edge_of_stability", cid, close)
+    assert out["rule_verdict"] == "matches" and out["verdict"] == "by construction"
     # hovering in fewer than half the checkpoints after reaching 2/η, in two of three runs
     loose = [eos_run(0.05, 100, within=0.3), eos_run(0.05, 101, within=0.3), eos_run(0.05, 102)]
     out = judged("edge_of_stability", cid, eos(loose, ctl))

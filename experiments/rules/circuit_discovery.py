@@ -10,10 +10,22 @@ These rules were written after the runs of seeds 0-2 (assets/circuit_discovery.j
 had been seen, from the inline rules that script had then; they judge runs of fresh seeds (100 on). The
 judges read the script's results: `results["results"][task]` (one entry per seed) and `results["planted"]`
 (the planted models' cases; the runs before this file kept them under `results["claims"]["planted"]["cases"]`).
+
+Rewritten for issue 46, after the runs of seeds 100-102 had been seen: the planted circuits and the four
+per-method induction claims check mechsynth's own discovery methods (kind "tool"); the timing and positions
+claims are the papers' (kind "paper"). None has a paper budget to compare (the circuits are set by hand, or
+read off our own trained models); all are existence claims (scale=False). Each has a negative control its
+rule must reject: every method on the planted models with their weights shuffled (`results["planted_control"]`,
+the shape of `results["planted"]`); on each run's untrained, step-0 model (`methods_init`, the shape of
+`methods`, per run), scored against the same known edges and positions (the seeds counted still those whose
+trained model formed the heads or learned the task); and, for the timing, each seed's circuit against
+another seed's induction pattern (the pattern steps rotated among seeds). The runs they judge use fresh
+seeds (300 and up).
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import Any, Mapping, Optional, Sequence
 
@@ -59,6 +71,42 @@ def judge_planted(results: Mapping[str, Any]) -> verdicts.Judgement:
     if missed:
         why += "; missed: " + ", ".join(missed[:4]) + (f" and {len(missed) - 4} more" if len(missed) > 4 else "")
     return verdicts.Judgement(verdict, why, len(models))
+
+
+def shuffled_planted(results: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The control: the same methods on the planted models with their weights shuffled."""
+    out = copy.deepcopy(dict(results))
+    out["planted"] = results["planted_control"]
+    return out
+
+
+def untrained(results: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The control: every run's methods read from its untrained (step-0) model (`methods_init`), the runs
+    counted (heads formed, task learned) still those of the trained models."""
+    out = copy.deepcopy(dict(results))
+    for rs in out["results"].values():
+        for r in rs:
+            r["methods"] = r["methods_init"]
+    return out
+
+
+def rotated_patterns(results: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The control: each seed's circuit against the next seed's induction pattern (the pattern formation
+    steps rotated among seeds: no seed's own head)."""
+    out = copy.deepcopy(dict(results))
+    rs = out["results"]["markov_icl"]
+    if len(rs) < 2:
+        raise IndexError("the timing control needs ≥ 2 markov_icl seeds")
+    moved = [copy.deepcopy(r["pattern_formation"]) for r in rs]
+    heads = [_heads(r) for r in rs]
+    for j, r in enumerate(rs):
+        k = (j + 1) % len(rs)
+        # the other seed's induction (and previous-token) step under this seed's head names
+        pf = {probe: dict(steps) for probe, steps in r["pattern_formation"].items()}
+        pf.setdefault("induction", {})[heads[j][1]] = moved[k].get("induction", {}).get(heads[k][1])
+        pf.setdefault("previous_token", {})[heads[j][0]] = moved[k].get("previous_token", {}).get(heads[k][0])
+        r["pattern_formation"] = pf
+    return out
 
 
 # ---- the induction circuit, per method ----------------------------------------------------------------------
@@ -238,7 +286,8 @@ CLAIMS = [
              "exactly the known one in every case → matches; else every edge AUC ≥ 0.9 → partly; else does not; "
              "n = the planted models (needs all 4)",
         judge=judge_planted, min_n=4,
-        budget_note="no paper budget: the circuits are set by hand or compiled, not trained"),
+        budget_note="no paper budget: the circuits are set by hand or compiled, not trained",
+        scale=False, kind="tool", control=shuffled_planted, control_note="the planted models' weights shuffled"),
     *[verdicts.Claim(
         id=f"induction_circuit_{method}",
         claim=f"{INDUCTION}, found by {NAMES[method]}",
@@ -248,7 +297,8 @@ CLAIMS = [
              "lack the mechanism and are not counted): ≥ 0.9 in every such seed → matches; ≥ 0.75 in at least 2/3 → "
              "partly; else does not; fewer than 3 such seeds → inconclusive",
         judge=judge_induction(method), min_n=3,
-        budget_note="not compared: the claim is about the trained model's circuit, not the paper's training run")
+        budget_note="not compared: the claim is about the trained model's circuit, not the paper's training run",
+        scale=False, kind="tool", control=untrained, control_note="the untrained (step-0) model")
       for method in METHODS],
     verdicts.Claim(
         id="induction_circuit_timing",
@@ -264,7 +314,8 @@ CLAIMS = [
              "(Poisson binomial); hits in ≥ 2/3 of the counted seeds and p < 0.05 → matches; ≥ 1 hit → partly; none "
              "→ does not; fewer than 3 counted seeds → inconclusive",
         judge=judge_timing, min_n=3,
-        budget_note="not compared: a timing cross-check within our own runs"),
+        budget_note="not compared: a timing cross-check within our own runs",
+        scale=False, control=rotated_patterns, control_note="another seed's induction pattern (rotated among seeds)"),
     verdicts.Claim(
         id="positions_read",
         claim="A model of a sparse Boolean function reads exactly S; one of a causal chain reads the query's parent",
@@ -276,5 +327,6 @@ CLAIMS = [
              "matches; both do not → does not; else partly; n = the fewer learned seeds of the two tasks, fewer "
              "than 3 → inconclusive",
         judge=judge_positions, min_n=3,
-        budget_note="not compared: only seeds whose model learned the task count"),
+        budget_note="not compared: only seeds whose model learned the task count",
+        scale=False, control=untrained, control_note="the untrained (step-0) model"),
 ]

@@ -14,7 +14,16 @@ attention on the matching open 0.21–0.28). The judge reads `results["runs"]`: 
 "group", "seed", "eval" and "long" (Yao et al.'s closing-bracket accuracy at the training length and at the long
 length, on the same held-out sequences for every run), "bv" (the dyck_balance probe's last-layer violation at the
 last checkpoint), "bv_init" (the same at step 0) and "match_mass" (the best head's attention from positions with a
-non-empty stack onto the open on its top, at the last checkpoint).
+non-empty stack onto the open on its top, at the last checkpoint), and "eval_init", "match_mass_init" (the
+step-0 checkpoint's close_acc at the training length and best-head attention on the matching open).
+
+Rewritten for issue 46 after the runs of seeds 100-105 had been seen (their violations reached 1e6-1e13): each
+claim now has a negative control (balance_goes_with_length_generalisation: the step-0 checkpoint's violation in
+place of the trained one's; training_balances: the step-0 and final violations swapped;
+interpretable_attention_not_necessary: the step-0 checkpoint, which solves nothing), a `scale` and a `kind`; the
+violation is shown as log10 in the why-lines. The violation is a ratio whose denominator (the smallest contribution
+no pumping removes) can come near 0, so it is unbounded above; the rules read it by rank only (Spearman, a sign
+test), which a log does not change.
 """
 
 from __future__ import annotations
@@ -28,6 +37,15 @@ SOLVED = 0.99      # close_acc at the training length: the run solves the task i
 STACK_HEAD = 0.5   # a head with at least this attention on the matching open is the "interpretable" stack head
 SHARE = 1 / 3      # "not necessary": at least this share of the solving runs have no stack head
 MIN_RUNS = 6
+
+
+def log10(x: float) -> float:
+    return math.log10(x) if x > 0 else -math.inf
+
+
+def logspan(xs: list[float]) -> str:
+    """The violations' range on a log10 scale ("log10 −0.47–6.1")."""
+    return "log10 " + verdicts.span([log10(x) for x in xs], verdicts.f2, median=True)
 
 
 def solving(results: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -49,7 +67,7 @@ def judge_balance_generalises(results: Mapping[str, Any]) -> verdicts.Judgement:
         verdict = "inconclusive"
     return verdicts.Judgement(verdict, f"over {n} runs that solve the task in distribution: Spearman ρ(balance "
                                        f"violation, close_acc at the long length) = {verdicts.num(rho)} (one-sided "
-                                       f"p {verdicts.num(p)}); violation {verdicts.span([r['bv'] for r in rows], median=True)}, "
+                                       f"p {verdicts.num(p)}); violation {logspan([r['bv'] for r in rows])}, "
                                        f"long-length close_acc {verdicts.span([r['long'] for r in rows], median=True)}", n)
 
 
@@ -63,8 +81,8 @@ def judge_training_balances(results: Mapping[str, Any]) -> verdicts.Judgement:
     verdict = "matches" if p < verdicts.LEVEL else "partly" if k > n / 2 else "does not"
     return verdicts.Judgement(verdict, f"the last layer's balance violation fell from initialisation in {k}/{n} runs "
                                        f"that solve the task (sign test p {verdicts.num(p)}): "
-                                       f"{verdicts.span([r['bv_init'] for r in rows])} at step 0, "
-                                       f"{verdicts.span([r['bv'] for r in rows])} at the end", n)
+                                       f"{logspan([r['bv_init'] for r in rows])} at step 0, "
+                                       f"{logspan([r['bv'] for r in rows])} at the end", n)
 
 
 def judge_attention_not_necessary(results: Mapping[str, Any]) -> verdicts.Judgement:
@@ -77,6 +95,22 @@ def judge_attention_not_necessary(results: Mapping[str, Any]) -> verdicts.Judgem
     return verdicts.Judgement(verdict, f"{k}/{n} runs that solve the task have no head with ≥ {STACK_HEAD:g} of its "
                                        f"attention on the matching open (the best head's "
                                        f"{verdicts.span([r['match_mass'] for r in rows], median=True)})", n)
+
+
+def step0_violation(results: Mapping[str, Any]) -> dict[str, Any]:
+    """Control: the trained runs' long-length accuracy against their step-0 violation (no balance learned)."""
+    return {**results, "runs": [{**r, "bv": r["bv_init"]} for r in results["runs"]]}
+
+
+def swapped(results: Mapping[str, Any]) -> dict[str, Any]:
+    """Control: the step-0 and final violations swapped."""
+    return {**results, "runs": [{**r, "bv": r["bv_init"], "bv_init": r["bv"]} for r in results["runs"]]}
+
+
+def step0(results: Mapping[str, Any]) -> dict[str, Any]:
+    """Control: the step-0 checkpoint (untrained: it solves nothing) in place of the trained one."""
+    return {**results, "runs": [{**r, "eval": r["eval_init"], "match_mass": r["match_mass_init"]}
+                                for r in results["runs"]]}
 
 
 def _budget(results: Mapping[str, Any]) -> float:
@@ -96,7 +130,8 @@ CLAIMS = [
         rule=f"over the runs (all groups) whose close_acc at the training length is ≥ {SOLVED:g} (≥ {MIN_RUNS}): "
              f"the Spearman correlation of the last layer's balance violation with close_acc at the long length; "
              f"matches when negative with one-sided p < 0.05, partly when negative, does not otherwise",
-        judge=judge_balance_generalises, min_n=MIN_RUNS, budget=_budget, budget_note="training steps against theirs"),
+        judge=judge_balance_generalises, min_n=MIN_RUNS, budget=_budget, budget_note="training steps against theirs",
+        scale=True, control=step0_violation, control_note="the step-0 checkpoint's violation in place of the trained one's"),
     verdicts.Claim(
         id="training_balances",
         claim="Training drives the layer towards balance (the solutions training finds satisfy the condition)",
@@ -104,7 +139,8 @@ CLAIMS = [
         rule=f"over the runs that solve the task (≥ {MIN_RUNS}): the last layer's balance violation at the end "
              f"below its value at step 0; matches with a one-sided sign test p < 0.05, partly in more than half, "
              f"does not otherwise",
-        judge=judge_training_balances, min_n=MIN_RUNS, budget=_budget, budget_note="training steps against theirs"),
+        judge=judge_training_balances, min_n=MIN_RUNS, budget=_budget, budget_note="training steps against theirs",
+        scale=True, control=swapped, control_note="the step-0 and final violations swapped"),
     verdicts.Claim(
         id="interpretable_attention_not_necessary",
         claim="Attention patterns that look interpretable are not necessary: models that solve the task reach "
@@ -114,5 +150,6 @@ CLAIMS = [
              f"attention (from positions with a non-empty stack) on the open on top of the stack — the stack head "
              f"an interpretation would look for; matches when ≥ 1/3 of them, partly when at least one, does not "
              f"when every solving run has the stack head",
-        judge=judge_attention_not_necessary, min_n=MIN_RUNS, budget=_budget, budget_note="training steps against theirs"),
+        judge=judge_attention_not_necessary, min_n=MIN_RUNS, budget=_budget, budget_note="training steps against theirs",
+        scale=False, control=step0, control_note="the step-0 checkpoint, which solves nothing"),
 ]

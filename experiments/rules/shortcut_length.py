@@ -21,7 +21,18 @@ the script into `results["car"]["chance"]` and `results["flipflop"]["chance"]`.
 Budgets, in tokens seen (sequences × their length; our sequences are shorter than the papers'): the car
 2,000 steps × 64 sequences × T = 16 = 2.0M against Liu et al.'s fewest, 600k sequences × T = 100 = 60M
 (0.034); the flip-flop 1,000 × 64 × 32 = 2.0M against Liu et al. 2023b's 10,000 steps × 16 × 512 = 82M
-(0.025). Below 0.1 only a clear "matches" stands; "does not" becomes "inconclusive" (verdicts.judged).
+(0.025). Below 0.1 a claim whose outcome depends on scale (car_beyond_T, flipflop_ood: `scale=True`) is
+"inconclusive" whatever its rule says; car_shortcut, an existence claim, keeps a "matches" (verdicts.judged).
+
+Rewritten for issue 46 after the runs of seeds 100-104 had been seen (the next run uses 300-304):
+  - car_beyond_T matched by construction: positions beyond T have untrained position embeddings. Its negative
+    control is now a run whose positions were trained to 2T (`results["car"]["runs"]["standard_2T"]`, the same
+    rows, read at the same positions): the rule must not call it a failure beyond T.
+  - flipflop_ood compared the OOD set with reads up to 31 tokens from the last write against in-distribution reads
+    never more than ~10 away: length extrapolation, not sporadic glitches. It now counts, in both sets, only the
+    reads at distances to the last write that occur in distribution (1..D, D the longest there, from each seed's
+    `by_distance` counts). Its control is a second in-distribution set (`row["control"]`) in the OOD set's place.
+  - car_shortcut's control is the untrained checkpoint (`run["init_within_T"]`).
 """
 
 from __future__ import annotations
@@ -107,13 +118,25 @@ def judge_beyond(results: Mapping[str, Any]) -> verdicts.Judgement:
 # ---- 3. flip-flop: reads out of distribution --------------------------------------------------------------
 
 
+def seen(s: Mapping[str, Any]) -> int:
+    """The longest distance to the last write among the seed's in-distribution reads."""
+    return max(d for d, n in enumerate(s["in_distribution"]["by_distance"]["reads"]) if n > 0)
+
+
+def at_seen(counts: Mapping[str, Any], D: int) -> tuple[int, int]:
+    """Errors and reads at distances 1..D to the last write."""
+    by = counts["by_distance"]
+    return sum(by["errors"][1:D + 1]), sum(by["reads"][1:D + 1])
+
+
 def seed_test(s: Mapping[str, Any], level: str = PRIMARY) -> dict[str, Any]:
-    """One seed: its in-distribution and out-of-distribution read error rates, and whether the OOD one is
-    higher at Fisher p < LEVEL (two-sided test, direction checked)."""
-    a, b = s["in_distribution"], s["ood"][level]
-    ea, eb = a["errors"] / a["reads"], b["errors"] / b["reads"]
-    p = verdicts.fisher(b["errors"], b["reads"], a["errors"], a["reads"])
-    return {"id": ea, "ood": eb, "p": p, "higher": eb > ea and p < verdicts.LEVEL}
+    """One seed: its in-distribution and out-of-distribution read error rates at the distances to the last write
+    seen in distribution, and whether the OOD one is higher at Fisher p < LEVEL (two-sided test, direction checked)."""
+    D = seen(s)
+    (ka, na), (kb, nb) = at_seen(s["in_distribution"], D), at_seen(s["ood"][level], D)
+    ea, eb = ka / max(na, 1), kb / max(nb, 1)
+    p = verdicts.fisher(kb, nb, ka, na)
+    return {"id": ea, "ood": eb, "p": p, "higher": eb > ea and p < verdicts.LEVEL, "D": D, "reads": nb}
 
 
 def judge_flipflop(results: Mapping[str, Any]) -> verdicts.Judgement:
@@ -125,8 +148,10 @@ def judge_flipflop(results: Mapping[str, Any]) -> verdicts.Judgement:
     higher = sum(t["higher"] for t in tests)
     p_sign = verdicts.binomial_p(higher, n, 0.5) if n else 1.0
     chance = ff["chance"]
-    why = (f"read error in distribution (ignore p = 1/3) {_pcts([100 * t['id'] for t in tests])}, "
-           f"out of distribution (ignore p = {PRIMARY}) {_pcts([100 * t['ood'] for t in tests])}; reads ≥ {SOLVED:g} % "
+    why = (f"reads at distances to the last write seen in distribution (≤ {verdicts.span([t['D'] for t in tests])}): "
+           f"error in distribution (ignore p = 1/3) {_pcts([100 * t['id'] for t in tests])}, "
+           f"out of distribution (ignore p = {PRIMARY}) {_pcts([100 * t['ood'] for t in tests])} of "
+           f"{verdicts.span([t['reads'] for t in tests])} reads; reads ≥ {SOLVED:g} % "
            f"right in distribution in {learned}/{n} seeds; OOD error higher (Fisher p < {verdicts.LEVEL:g}) in "
            f"{higher}/{n}, sign test over seeds p = {p_sign:.2g}; chance {verdicts.num(chance['in_distribution'])} % / "
            f"{verdicts.num(chance[PRIMARY])} %")
@@ -142,6 +167,29 @@ def judge_flipflop(results: Mapping[str, Any]) -> verdicts.Judgement:
     return verdicts.Judgement("inconclusive", f"{why}; the reads are not learned in distribution in every seed", n)
 
 
+# ---- negative controls ----------------------------------------------------------------------------------
+
+
+def untrained(results: Mapping[str, Any]) -> dict[str, Any]:
+    """The untrained checkpoint of each learned-absolute run."""
+    car = results["car"]
+    return {**results, "car": {**car, "runs": {**car["runs"], "standard": [{**r, "within_T": r["init_within_T"]}
+                                                                           for r in car["runs"]["standard"]]}}}
+
+
+def trained_to_2T(results: Mapping[str, Any]) -> dict[str, Any]:
+    """Learned absolute positions trained on sequences 2T long in the place of those trained at T."""
+    car = results["car"]
+    return {**results, "car": {**car, "runs": {**car["runs"], "standard": car["runs"]["standard_2T"]}}}
+
+
+def resampled(results: Mapping[str, Any]) -> dict[str, Any]:
+    """A second in-distribution set in the place of the OOD one."""
+    ff = results["flipflop"]
+    return {**results, "flipflop": {**ff, "seeds": [{**s, "ood": {**s["ood"], PRIMARY: s["control"]}}
+                                                    for s in ff["seeds"]]}}
+
+
 CLAIMS = [
     verdicts.Claim(
         id="car_shortcut",
@@ -154,7 +202,8 @@ CLAIMS = [
              f"median ≥ 90 % of the way from chance (best constant guess per position) to 100 %; does not: fewer. The "
              f"rotary runs are reported in the line, not judged (without absolute positions the count of U-turns, and so "
              f"the direction, has no easy shortcut).",
-        judge=judge_shortcut, min_n=3, budget=BUDGET_CAR, budget_note=BUDGET_CAR_NOTE),
+        judge=judge_shortcut, min_n=3, budget=BUDGET_CAR, budget_note=BUDGET_CAR_NOTE,
+        scale=False, control=untrained, control_note="the untrained checkpoint"),
     verdicts.Claim(
         id="car_beyond_T",
         claim="The shortcut fails beyond the training length: at the positions T+1..2T of sequences 2T long, accuracy "
@@ -165,7 +214,8 @@ CLAIMS = [
              f"matches: every run ≤ {100 * NEAR_CHANCE:g} % of the way from chance to 100 %; partly: every run ≥ {DROP:g} "
              f"points below its accuracy within T but not all near chance; does not: some run keeps within {DROP:g} "
              f"points. Rotary positions are reported in the line, not judged.",
-        judge=judge_beyond, min_n=3, budget=BUDGET_CAR, budget_note=BUDGET_CAR_NOTE),
+        judge=judge_beyond, min_n=3, budget=BUDGET_CAR, budget_note=BUDGET_CAR_NOTE,
+        scale=True, control=trained_to_2T, control_note="positions trained to 2T"),
     verdicts.Claim(
         id="flipflop_ood",
         claim="Flip-flop: a small transformer reads ~100 % right in distribution but errs out of distribution (sparser "
@@ -174,11 +224,13 @@ CLAIMS = [
               "FFL(0.98) (sparse) and FFL(0.1) (dense)",
         rule=f"Per seed (2 layers, T = 32, trained on ignore/write0/write1 uniform), read positions (an ignore after "
              f"some write; the answer is the last written bit) of held-out sequences in distribution and with ignore "
-             f"probability {PRIMARY} (first symbol a write; the same length, so no unseen positions): the OOD error "
+             f"probability {PRIMARY} (first symbol a write; the same length, so no unseen positions), counting only "
+             f"reads whose distance to the last write occurs in distribution (no length extrapolation): the OOD error "
              f"higher at Fisher p < {verdicts.LEVEL:g}. matches: in-distribution reads ≥ {SOLVED:g} % right in every "
              f"seed and a one-sided sign test over seeds (seeds significantly higher against 1/2) p < "
              f"{verdicts.LEVEL:g}; does not: reads learned in every seed and no seed higher; partly: reads learned in "
              f"every seed otherwise, or the sign test passes while some seed has not learned the reads; else "
              f"inconclusive. Needs ≥ 5 seeds (the sign test's smallest p with 4 is 0.0625).",
-        judge=judge_flipflop, min_n=5, budget=BUDGET_FF, budget_note=BUDGET_FF_NOTE),
+        judge=judge_flipflop, min_n=5, budget=BUDGET_FF, budget_note=BUDGET_FF_NOTE,
+        scale=True, control=resampled, control_note="a second in-distribution set as the OOD one"),
 ]
