@@ -2,9 +2,11 @@
 seed 004): the samples a three-layer network trained layerwise needs to recover a quadratic feature p, against d, and
 whether random features (the same network, only its last layer trained) learn f* = g*(p) from as many.
 
-    python experiments/hierarchical_polynomial.py           # CPU size: d = 8–24, n = 64 … 32768, 5 seeds (36 min, shared)
-    python experiments/hierarchical_polynomial.py --full    # d = 16–48, n up to 131072, 8 seeds (a GPU: --device cuda)
-    python experiments/hierarchical_polynomial.py --smoke   # seconds; checks the pipeline only
+    python experiments/hierarchical_polynomial.py           # CPU size: d = 8–24, n = 64 … 32768, 5 seeds (300–304; 36 min, shared)
+    python experiments/hierarchical_polynomial.py --full    # d = 16–48, n up to 131072, 8 seeds (300–307; a GPU: --device cuda)
+    python experiments/hierarchical_polynomial.py --smoke   # seconds; checks the pipeline only (seeds 0–1)
+
+The seeds are set in the TOMLs (experiments/hierarchical_polynomial*.toml); runs before issue 46 used 0–4 (CPU size).
 
 The task: x ~ N(0, I_d), p(x) = (xᵀAx − tr A)/√(2‖A‖_F²) with A of eigenvalues ±1 (full rank), f* = g*(p) with
 g*(p) = (p + h₃(p) − E h₃(p))/√2 (hierarchical_polynomial, degree 3, linear 1). The network: mlp, depth 2, width 2d²,

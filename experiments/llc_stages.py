@@ -10,9 +10,12 @@ boundary, under two readings of the LLC (change points of a piecewise-linear fit
 turns, Hoogland et al.'s reading), several definitions of the bigram transition (statistical_induction's
 TRANSITIONS), and two tolerances (within 1.5× and 2× in step).
 
-    python experiments/llc_stages.py            # 3 seeds (100–102), LLC at 20 checkpoints (~15 min on 2 cores)
-    python experiments/llc_stages.py --full     # 5 seeds (100–104), longer chains, 32 checkpoints
+    python experiments/llc_stages.py            # 3 seeds (300–302), LLC at 20 checkpoints (~15 min on 2 cores)
+    python experiments/llc_stages.py --full     # 5 seeds (300–304), longer chains, 32 checkpoints
     python experiments/llc_stages.py --smoke    # seconds; checks the pipeline only
+
+The negative control: the same readings of each seed's LLC with its estimates in a shuffled order (over the same
+valid checkpoints, seeded by the run's seed), which keeps the LLC's values and breaks their tie to training time.
 
 Runs already in --runs are reused, and so is each run's probes.json when it holds the same LLC options.
 Writes OUT/llc_stages.json and OUT/llc_stages.png."""
@@ -38,14 +41,14 @@ NAME = "llc_stages"
 SIZES: dict[str, dict[str, Any]] = {
     "smoke": dict(toml="statistical_induction_smoke.toml", seeds=3, kl_batch=32, probe_batch=8,
                   llc=dict(checkpoints=6, draws=20, chains=2, pool=64, batch=8)),
-    "cpu": dict(toml="statistical_induction.toml", seeds=[100, 101, 102], kl_batch=256, probe_batch=64,
+    "cpu": dict(toml="statistical_induction.toml", seeds=[300, 301, 302], kl_batch=256, probe_batch=64,
                 llc=dict(checkpoints=20)),
-    "full": dict(toml="statistical_induction_full.toml", seeds=[100, 101, 102, 103, 104], kl_batch=512, probe_batch=64,
+    "full": dict(toml="statistical_induction_full.toml", seeds=[300, 301, 302, 303, 304], kl_batch=512, probe_batch=64,
                  llc=dict(checkpoints=32, draws=400)),
 }
 TOLERANCES = (1.5, 2.0)  # an LLC boundary "at" an event: within this factor of its step
-# The seeds (a count: 0..S-1): fresh ones (from 100) for the runs experiments/rules/llc_stages.py judges,
-# written after the earlier runs (seeds 0–2) were seen. Seeds that are not 0..S-1 train one run each, not
+# The seeds (smoke: a count, 0..S-1): fresh ones (from 300) for the runs experiments/rules/llc_stages.py judges,
+# rewritten for issue 46 after the earlier runs (seeds 0–2, 100–102) were seen. Seeds that are not 0..S-1 train one run each, not
 # side by side.
 
 
@@ -82,12 +85,14 @@ def nearest(event: Optional[int], boundaries: list[int]) -> Optional[dict[str, A
     return {"event": event, "boundary": b, "factor": ratio(event, b)}
 
 
-def analyse(run: Run, size: dict[str, Any]) -> dict[str, Any]:
+def analyse(run: Run, size: dict[str, Any], seed: int = 0) -> dict[str, Any]:
     behaviour = si.analyse(run, size)
     tl = llc_timeline(run, size)
     steps, llc = tl.steps, tl.metrics["llc"]["llc"]
     valid = stages.series(tl)["llc"]  # negative estimates (not at a minimum: the first steps) left out, as in a run's stages
     readings = {"change_points": stages.change_points(steps, valid), "turns": stages.turns(steps, valid)}
+    shuffled = shuffle_valid(valid, seed)
+    control = {"change_points": stages.change_points(steps, shuffled), "turns": stages.turns(steps, shuffled)}
     kept = [s for s, v in zip(steps, valid) if v is not None and math.isfinite(v)]
     margin = inspect.signature(stages.change_points).parameters["min_size"].default
     # where each reading could have put a boundary: the null of experiments/rules/llc_stages.py places them there
@@ -105,9 +110,23 @@ def analyse(run: Run, size: dict[str, Any]) -> dict[str, Any]:
             "segments": behaviour["segments"], "heads": behaviour["heads"], "series": behaviour["series"],
             "llc": {"steps": [s for s, _ in measured], "mean": [v for _, v in measured],
                     "std": [tl.metrics["llc"]["llc_std"][steps.index(s)] for s, _ in measured]},
-            "llc_boundaries": readings, "boundary_candidates": candidates, "events": events, "diagnostics": diagnostics,
+            "llc_boundaries": readings, "boundary_candidates": candidates,
+            "control": {"note": "the LLC estimates in a shuffled order", "llc_boundaries": control}, "events": events, "diagnostics": diagnostics,
             "matches": {name: {e: nearest(t, b) for e, t in events.items()} for name, b in readings.items()},
             "llc_in_stage": llc_by_stage(behaviour["segments"], measured)}
+
+
+def shuffle_valid(values: list[Optional[float]], seed: int) -> list[Optional[float]]:
+    """The valid (finite) values in a random order over the same checkpoints; the others stay where they are."""
+    import random
+
+    at = [i for i, v in enumerate(values) if v is not None and math.isfinite(v)]
+    order = [values[i] for i in at]
+    random.Random(seed).shuffle(order)
+    out = list(values)
+    for i, v in zip(at, order):
+        out[i] = v
+    return out
 
 
 def llc_by_stage(segments: list[dict[str, Any]], measured: list[tuple[int, float]]) -> list[dict[str, Any]]:
@@ -186,7 +205,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     runs = session.train_runs([({"condition": "k3"}, seed, cfg) for seed in harness.seeds(size["seeds"])])
     seeds = []
     for job in runs.plan.jobs:
-        r = {"seed": job.seed, "run": str(args.runs / job.dir), **analyse(runs.load(job), size)}
+        r = {"seed": job.seed, "run": str(args.runs / job.dir), **analyse(runs.load(job), size, job.seed)}
         seeds.append(r)
         print(f"seed {job.seed}: stages {' -> '.join(r['stages'])}; LLC boundaries {r['llc_boundaries']}; "
               f"events {r['events']}", file=sys.stderr)

@@ -1,6 +1,6 @@
 """MeZO (Malladi et al. 2023; seed 004): fine-tuning with forward passes only, at the memory of inference.
 
-    python experiments/mezo_finetune.py            # CPU size: 3 seeds (100-102); MeZO 10k steps, Adam and SGD 1k
+    python experiments/mezo_finetune.py            # CPU size: 3 seeds (300-302); MeZO 10k steps, Adam and SGD 1k
     python experiments/mezo_finetune.py --full     # 5 seeds; MeZO 100k steps (theirs)
     python experiments/mezo_finetune.py --smoke    # seconds; checks the pipeline only
 
@@ -11,9 +11,10 @@ checkpoint (`train.init_from`) three ways, each at a constant learning rate:
   - adam: backpropagation, lr 1e-3, 1k steps (their fine-tuning: Adam, 1k steps);
   - sgd: backpropagation, lr 0.1, 1k steps;
   - mezo: the `mezo` optimizer (ε = 1e-3, as theirs), lr 1e-3, 10× the steps (theirs 100×).
-Each arm's held-out loss on trigrams over its steps; and the bytes one training step keeps beyond a forward pass,
-measured on the final weights: the tensors autograd saves for backward (counted by a saved-tensors hook), the
-gradients and the optimizer's state; on a GPU also the peak allocated memory of a step against a forward pass.
+Each arm's held-out loss on trigrams over its steps; and, from the final weights, the peak memory of one training
+step against that of one inference pass (forward and loss) on the same batch: on a CPU the running sum of the
+allocations and frees torch.profiler records (profile_memory), on a GPU the CUDA allocator's peak; also the bytes a
+step keeps beyond a forward pass (tensors autograd saves for backward, gradients, optimizer state).
 The claims and their rules are experiments/rules/mezo_finetune.py.
 
 Writes OUT/mezo_finetune.json and OUT/mezo_finetune.png.
@@ -24,7 +25,7 @@ from __future__ import annotations
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -32,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402
 
 from mechsynth.runs.run import Run  # noqa: E402
+from mechsynth.tasks.base import masked_loss  # noqa: E402
 from mechsynth.training.train import Trainer, resolve_device  # noqa: E402
 
 NAME = "mezo_finetune"
@@ -39,8 +41,8 @@ ARMS = {"adam": dict(optimizer="adam", lr=1e-3), "sgd": dict(optimizer="sgd", lr
 
 SIZES: dict[str, dict[str, Any]] = {
     "smoke": dict(seeds=2, length=12, d_model=8, pretrain=30, steps={"adam": 10, "sgd": 10, "mezo": 20}),
-    "cpu": dict(seeds=[100, 101, 102], length=32, d_model=16, pretrain=2000, steps={"adam": 1000, "sgd": 1000, "mezo": 10_000}),
-    "full": dict(seeds=list(range(100, 105)), length=64, d_model=32, pretrain=10_000,
+    "cpu": dict(seeds=[300, 301, 302], length=32, d_model=16, pretrain=2000, steps={"adam": 1000, "sgd": 1000, "mezo": 10_000}),
+    "full": dict(seeds=list(range(300, 305)), length=64, d_model=32, pretrain=10_000,
                  steps={"adam": 1000, "sgd": 1000, "mezo": 100_000}),
 }
 
@@ -62,13 +64,50 @@ def finetune_config(c: dict[str, Any], arm: str, init_from: str) -> dict[str, An
                                     "init_from": init_from}}
 
 
+def peak_above(fn: Callable[[], Any], device: torch.device) -> int:
+    """The peak bytes allocated while `fn` runs, above what was allocated before it: on a GPU the CUDA allocator's
+    peak; on a CPU the running sum of the allocations and frees the profiler records from PyTorch's CPU allocator
+    (profile_memory), in the order they happened."""
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        fn()
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - before
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
+                    if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU)
+    live = top = 0
+    for _, nbytes in events:  # an allocation counts positive, a free negative
+        live += nbytes
+        top = max(top, live)
+    return top
+
+
 def step_memory(run: Run) -> dict[str, Any]:
-    """What one training step from the run's final weights keeps beyond a forward pass: bytes saved for backward,
-    gradients, optimizer state; on a GPU also the peak bytes allocated above what was already there (the weights)
-    by a forward pass and by a training step on one batch (data_chunk 1, so the step draws one batch as the forward
-    pass reads one)."""
+    """One training step from the run's final weights, on a fresh trainer (so Adam's state and the gradients are
+    allocated within it): its peak memory against that of one inference pass (the forward pass and loss, without
+    autograd) on the same batch, each drawing that batch itself (data_chunk 1: the step draws one batch); then the
+    bytes a step keeps beyond a forward pass: those autograd saves for backward (a saved-tensors hook), the gradients
+    and the optimizer state."""
     cfg, task = run.config, run.task
     trainer = Trainer(run.trainable(run.steps[-1]), task, replace(cfg.train, data_chunk=1), resolve_device(cfg.train.device))
+    device = trainer.device
+
+    def inference() -> None:
+        generator = torch.Generator(device)
+        generator.set_state(trainer.generator.get_state())  # the batch the step will draw
+        with torch.no_grad():
+            batch = task.sample(cfg.train.batch_size, generator, device, "train")
+            masked_loss(trainer.model(batch.tokens), batch, task.loss_kind)
+
+    inference()  # once unmeasured, so that nothing allocated once for the process counts
+    peak = {"inference": peak_above(inference, device), "step": peak_above(trainer.train_step, device),
+            "measure": "CUDA allocator" if device.type == "cuda" else "CPU allocator (profiler)"}
     saved = 0
 
     def pack(t: torch.Tensor) -> torch.Tensor:
@@ -76,27 +115,12 @@ def step_memory(run: Run) -> dict[str, Any]:
         saved += t.numel() * t.element_size()
         return t
 
-    def peak_above(fn: Any) -> int:
-        torch.cuda.synchronize()
-        before = torch.cuda.memory_allocated()
-        torch.cuda.reset_peak_memory_stats()
-        fn()
-        torch.cuda.synchronize()
-        return torch.cuda.max_memory_allocated() - before
-
-    peak = None
-    if trainer.device.type == "cuda":
-        tokens = task.sample(cfg.train.batch_size, torch.Generator(trainer.device).manual_seed(0), trainer.device).tokens
-        with torch.no_grad():
-            inference = peak_above(lambda: trainer.module(tokens))
-        del tokens
-        peak = {"inference": inference, "step": peak_above(trainer.train_step)}
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         trainer.train_step()
     tensors = lambda xs: sum(x.numel() * x.element_size() for x in xs if isinstance(x, torch.Tensor))  # noqa: E731
     out = {"saved": saved, "grads": tensors(p.grad for p in trainer.module.parameters()),
            "state": tensors(v for s in trainer.optimizer.state.values() for v in s.values())}
-    return {"memory": out, "peak_cuda_bytes": peak}
+    return {"memory": out, "peak": peak}
 
 
 def curve(run: Run) -> list[list[float]]:
@@ -138,7 +162,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         row["pretrained"] = row["adam"]["curve"][0][1]  # step 0 of a fine-tuning run: the pretrained weights
         rows.append(row)
         harness.log(f"seed {seed}: pretrained {row['pretrained']:.4f} → " + ", ".join(
-            f"{arm} {row[arm]['final']:.4f} (keeps {sum(row[arm]['memory'].values()) / 2**10:.0f} KiB)" for arm in ARMS))
+            f"{arm} {row[arm]['final']:.4f} (step peak {row[arm]['peak']['step'] / max(row[arm]['peak']['inference'], 1):.2f}× "
+            f"inference's)" for arm in ARMS))
     results = {"seeds": rows, "steps": c["steps"]}
     figures = [plot(c, rows, args.out / f"{NAME}.png")]
     session.finish({"size": c, "pretrain": pretrain_config(c),

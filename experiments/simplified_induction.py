@@ -16,6 +16,9 @@ AdamW lr 5e-4). Besides the runs the script takes gradients at set states (mean 
   - state C, a diagonal bias set by hand: W_k = 0.01·(11ᵀ + I), v = 0 — which v_d gets the largest gradient;
   - the near-init state W_k = c·11ᵀ, v = c·1 (c = 1e-3) at t = 25…400: r(t), the diagonal bias's gradient over
     v_2's (and, as a second reading not judged, the same after a small step along the first update).
+The negative control (group "control"): the same simplified model, seeds and SGD on chains without bigram structure
+(`markov_icl`'s prior "unigram": one Dirichlet row shared by every state, so each token is an iid draw and the
+previous token says nothing about the next), and r(t) on those chains for CONTROL_RATIO_SEEDS seeds.
 The claims and their rules are experiments/rules/simplified_induction.py.
 
 Writes OUT/simplified_induction.json and OUT/simplified_induction.png.
@@ -39,7 +42,9 @@ from mechsynth.runs.run import Run  # noqa: E402
 from mechsynth.tasks.base import masked_loss  # noqa: E402
 
 NAME = "simplified_induction"
-GROUPS = ("minimal", "transformer")
+GROUPS = ("minimal", "transformer", "control")
+CONTROL_PRIOR = "unigram"  # the control's chains: iid tokens, no bigram structure
+CONTROL_RATIO_SEEDS = 3    # r(t) on the control's chains for this many seeds (the rule's min_n)
 C_NEAR_INIT = 1e-3   # the near-init state of r(t)
 C_DIAGONAL = 0.01    # state C: W_k = C_DIAGONAL·(11ᵀ + I)
 SHOWN = 12           # v's entries in the JSON and the figure
@@ -47,21 +52,22 @@ SHOWN = 12           # v's entries in the JSON and the figure
 SIZES: dict[str, dict[str, Any]] = {
     "smoke": dict(minimal_seeds=3, transformer_seeds=2, t=16, steps=12, transformer_steps=30, ts=[8, 16, 32],
                   grad_batches=4, kl_batch=32),
-    "cpu": dict(minimal_seeds=list(range(100, 110)), transformer_seeds=list(range(100, 105)), t=100, steps=200,
+    "cpu": dict(minimal_seeds=list(range(300, 310)), transformer_seeds=list(range(300, 305)), t=100, steps=200,
                 transformer_steps=6000, ts=[25, 50, 100, 200, 400], grad_batches=64, kl_batch=512),
-    "full": dict(minimal_seeds=list(range(100, 120)), transformer_seeds=list(range(100, 110)), t=100, steps=200,
+    "full": dict(minimal_seeds=list(range(300, 320)), transformer_seeds=list(range(300, 310)), t=100, steps=200,
                  transformer_steps=6000, ts=[25, 50, 100, 200, 400, 800], grad_batches=64, kl_batch=512),
 }
 
 
-def task_config(c: dict[str, Any], t: Optional[int] = None) -> dict[str, Any]:
-    return {"name": "markov_icl", "k": 2, "length": t or c["t"], "prior": "dirichlet", "start": "stationary"}
+def task_config(c: dict[str, Any], t: Optional[int] = None, prior: str = "dirichlet") -> dict[str, Any]:
+    return {"name": "markov_icl", "k": 2, "length": t or c["t"], "prior": prior, "start": "stationary"}
 
 
 def run_config(c: dict[str, Any], group: str) -> dict[str, Any]:
-    if group == "minimal":
+    if group in ("minimal", "control"):
         # every step a checkpoint: checkpoint_steps(200, 402) is 0..200 (half of them log-spaced, half linear)
-        return {"task": task_config(c), "model": {"kind": "minimal_induction"},
+        prior = CONTROL_PRIOR if group == "control" else "dirichlet"
+        return {"task": task_config(c, prior=prior), "model": {"kind": "minimal_induction"},
                 "train": {"steps": c["steps"], "batch_size": 128, "optimizer": "sgd", "lr": 1e-2, "grad_clip": 0,
                           "eval_every": max(c["steps"] // 20, 1), "eval_batch_size": 256,
                           "checkpoints": 2 * c["steps"] + 2}}
@@ -73,8 +79,8 @@ def run_config(c: dict[str, Any], group: str) -> dict[str, Any]:
                       "checkpoints": 80}}
 
 
-def minimal_model(t: int, W: torch.Tensor, v: torch.Tensor) -> tuple[Any, torch.nn.Module]:
-    task = tasks.make("markov_icl", {k: x for k, x in task_config({}, t).items() if k != "name"})
+def minimal_model(t: int, W: torch.Tensor, v: torch.Tensor, prior: str = "dirichlet") -> tuple[Any, torch.nn.Module]:
+    task = tasks.make("markov_icl", {k: x for k, x in task_config({}, t, prior).items() if k != "name"})
     model = models.build(models.parse({"kind": "minimal_induction"}), task.spec)
     with torch.no_grad():
         model.W_k.copy_(W)
@@ -108,12 +114,13 @@ def profile_fit(v: torch.Tensor, shape: torch.Tensor) -> dict[str, float]:
     return {"a": a, "r2": 1 - resid / total if total > 0 else 0.0}
 
 
-def ratio(t: int, seed: int, c: dict[str, Any]) -> dict[str, float]:
+def ratio(t: int, seed: int, c: dict[str, Any], prior: str = "dirichlet") -> dict[str, float]:
     """r(t) at the near-init state, and after a small step along the first update (a second reading)."""
-    task, model = minimal_model(t, C_NEAR_INIT * torch.ones(2, 2), C_NEAR_INIT * torch.ones(t))
+    task, model = minimal_model(t, C_NEAR_INIT * torch.ones(2, 2), C_NEAR_INIT * torch.ones(t), prior)
     gW, gv = gradients(task, model, c["grad_batches"], seed * 10_000 + t)
-    _, first = gradients(*minimal_model(t, 0.01 * torch.ones(2, 2), torch.zeros(t)), c["grad_batches"], seed * 10_000 + t)
-    task2, stepped = minimal_model(t, 0.01 * torch.ones(2, 2), C_NEAR_INIT * first / first[0])
+    _, first = gradients(*minimal_model(t, 0.01 * torch.ones(2, 2), torch.zeros(t), prior), c["grad_batches"],
+                         seed * 10_000 + t)
+    task2, stepped = minimal_model(t, 0.01 * torch.ones(2, 2), C_NEAR_INIT * first / first[0], prior)
     gW2, gv2 = gradients(task2, stepped, c["grad_batches"], seed * 10_000 + t + 1)
     return {"t": t, "diag": diag_bias(gW), "v2": float(gv[1]), "r": diag_bias(gW) / float(gv[1]),
             "r_after_step": diag_bias(gW2) / float(gv2[1])}
@@ -212,7 +219,7 @@ def plot(c: dict[str, Any], results: dict[str, Any], path: Path) -> Path:
     ax.set_title("diagonal-bias gradient / v_2 gradient")
     ax.legend(fontsize=7)
     ax = axes[3]
-    for gi, group in enumerate(GROUPS):
+    for gi, group in enumerate(("minimal", "transformer")):
         r = results[group][0]
         steps = r["series"]["steps"] if group == "minimal" else r["steps"]
         frac = [s / max(steps[-1], 1) for s in steps]
@@ -234,18 +241,27 @@ def main(argv: Optional[list[str]] = None) -> int:
     session = harness.Session(NAME, args)
     c = SIZES[args.size]
     seeds = {"minimal": harness.seeds(c["minimal_seeds"]), "transformer": harness.seeds(c["transformer_seeds"])}
+    seeds["control"] = seeds["minimal"]
     runs = session.train_runs([({"group": g}, seed, run_config(c, g)) for g in GROUPS for seed in seeds[g]])
     results: dict[str, Any] = {
         "minimal": [analyse_minimal(runs.run(s, group="minimal"), s, c) for s in seeds["minimal"]],
         "transformer": [analyse_transformer(runs.run(s, group="transformer"), s, c) for s in seeds["transformer"]],
     }
-    per_seed = []
-    for s in seeds["minimal"][:max(3, len(seeds["minimal"]) // 2)]:
-        rows = [ratio(t, s, c) for t in c["ts"]]
-        per_seed.append({"seed": s, "r": [r["r"] for r in rows], "r_after_step": [r["r_after_step"] for r in rows],
-                         "slope": slope(c["ts"], [r["r"] for r in rows]),
-                         "slope_after_step": slope(c["ts"], [r["r_after_step"] for r in rows])})
-    results["ratio"] = {"t": c["ts"], "per_seed": per_seed}
+
+    def ratios(ss: list[int], prior: str = "dirichlet") -> dict[str, Any]:
+        per_seed = []
+        for s in ss:
+            rows = [ratio(t, s, c, prior) for t in c["ts"]]
+            per_seed.append({"seed": s, "r": [r["r"] for r in rows], "r_after_step": [r["r_after_step"] for r in rows],
+                             "slope": slope(c["ts"], [r["r"] for r in rows]),
+                             "slope_after_step": slope(c["ts"], [r["r_after_step"] for r in rows])})
+        return {"t": c["ts"], "per_seed": per_seed}
+
+    results["ratio"] = ratios(seeds["minimal"][:max(3, len(seeds["minimal"]) // 2)])
+    # the negative control: the same model and seeds on chains without bigram structure
+    results["control"] = {"prior": CONTROL_PRIOR,
+                          "minimal": [analyse_minimal(runs.run(s, group="control"), s, c) for s in seeds["control"]],
+                          "ratio": ratios(seeds["minimal"][:CONTROL_RATIO_SEEDS], CONTROL_PRIOR)}
     for r in results["minimal"]:
         harness.log(f"seed {r['seed']}: diagonal half-way at step {r['phase']['diag_half']}, v_2 at "
                     f"{r['phase']['v2_half']}; stages {' → '.join(r['stages'])}")

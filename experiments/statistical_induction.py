@@ -7,7 +7,9 @@ A 2-layer attention-only transformer learns in-context Markov chains (`markov_ic
   2. a doubly-stochastic prior (uniform stationary distribution, so in-context unigram statistics carry
      no information): no unigram plateau, and whether the transition comes sooner — under several
      definitions of "the transition" (TRANSITIONS), since the answer depends on it;
-  3. in-context trigrams (order 3) with two heads per layer: two layer-0 heads, looking back 1 and 2.
+  3. in-context trigrams (order 3) with two heads per layer: two layer-0 heads, looking back 1 and 2;
+  4. a negative control, k3_1layer: k = 3 with one layer, which cannot form the induction circuit (no layer
+     to read a previous-token head's output), for the rules' phases and heads claims.
 Each in mechsynth's configuration (k3, k2, ds, trigram: learned absolute positions, d_model 32, Adam lr
 3e-3) and 1–2 also in the paper's (paper_k2, paper_ds: learned relative positions, d_model 16, AdamW lr
 5e-4; experiments/statistical_induction.toml says what is theirs and what is not). The final distance to
@@ -44,8 +46,8 @@ from mechsynth.runs.run import Run  # noqa: E402
 
 NAME = "statistical_induction"
 
-# The runs are experiments/statistical_induction.toml (CPU size; _smoke.toml, _full.toml): the six
-# conditions below × 5 seeds, 100–104 (smoke 2, side by side; full 10: 100–109). Seeds that are not
+# The runs are experiments/statistical_induction.toml (CPU size; _smoke.toml, _full.toml): the seven
+# conditions below × 5 seeds, 300–304 (smoke 2, side by side; full 10: 300–309). Seeds that are not
 # 0..S-1 train one run each, not side by side (mechsynth.sweep.units.why_separate). What follows is the
 # analysis: its own sizes only.
 SIZES: dict[str, dict[str, Any]] = {
@@ -54,12 +56,18 @@ SIZES: dict[str, dict[str, Any]] = {
     "full": dict(kl_batch=512, probe_batch=64),
 }
 
-# the sweep's `condition` axis: k3 and k2 (Dirichlet prior), ds (doubly stochastic, k = 3), trigram; and
-# the paper's setup with k = 2, Dirichlet and doubly-stochastic priors
-CONDITIONS = ("k3", "k2", "ds", "trigram", "paper_k2", "paper_ds")
+# the sweep's `condition` axis: k3 and k2 (Dirichlet prior), ds (doubly stochastic, k = 3), trigram; the
+# paper's setup with k = 2, Dirichlet and doubly-stochastic priors; and k3_1layer, the negative control of the
+# phases and heads claims (one layer: no induction circuit)
+CONDITIONS = ("k3", "k2", "ds", "trigram", "paper_k2", "paper_ds", "k3_1layer")
 GRAM = {2: "bigram", 3: "trigram"}
 # (Dirichlet prior, doubly-stochastic prior) pairs, same seeds
 PRIOR_PAIRS = {"ours": ("k3", "ds"), "paper": ("paper_k2", "paper_ds")}
+# "Converges": as Edelman et al. compare the two priors (their graphing_pipeline.py tests every model on the
+# Dirichlet chains, datasets.ngrams("test", ...)), both runs of a pair are read on the Dirichlet condition's held-out
+# chains; a run has converged at the first checkpoint from which its KL(Bayes ‖ model) there stays within
+# CONVERGED of the way from its start to its own end (so a higher end, "but gets lower error", does not count)
+CONVERGED = 0.1
 
 # When the model has "switched to" the n-gram solution: the first checkpoint from which, for good, ...
 TRANSITIONS = {
@@ -71,11 +79,12 @@ TRANSITIONS = {
 
 
 @torch.no_grad()
-def strategy_kls(run: Run, n_seqs: int, seed: int = 12345) -> tuple[list[float], dict[str, list[float]]]:
+def strategy_kls(run: Run, n_seqs: int, seed: int = 12345, task: Any = None) -> tuple[list[float], dict[str, list[float]]]:
     """Held-out loss and KL(strategy ‖ model) at every checkpoint — the icl_strategy probe's quantity, on
     more sequences, plus the in-context bigram estimate for higher-order chains (a stage the model may
-    pass through on the way to trigrams), and Bayes' predictor where the prior has one."""
-    task = run.task
+    pass through on the way to trigrams), and Bayes' predictor where the prior has one. `task`: read the
+    run on another task's chains (same k) instead of its own."""
+    task = task or run.task
     batch = task.sample(n_seqs, torch.Generator().manual_seed(seed), "cpu", task.main_eval)
     refs = {"uniform": batch.truth["uniform"], "unigram": batch.truth["unigram"]}
     if task.cfg.order > 2:
@@ -121,6 +130,9 @@ def head(steps: list[int], series: dict[str, list[float]], layer: int, threshold
     and when it had risen 10% / 50% of the way from its start to its end; `chance`: a uniform head's score
     (the probe's metric), which experiments/rules/statistical_induction.py judges formation against."""
     cands = {h: s for h, s in series.items() if h.startswith(f"L{layer}H") and h != exclude}
+    if not cands:  # a model with fewer layers (the 1-layer control): its last layer's heads
+        last = max(int(h[1:h.index("H")]) for h in series)
+        cands = {h: s for h, s in series.items() if h.startswith(f"L{last}H") and h != exclude}
     name = max(cands, key=lambda h: cands[h][-1])
     s = cands[name]
     return {"head": name, "start": s[0], "final": s[-1], "threshold": threshold,
@@ -217,6 +229,13 @@ def prior_effect(dirichlet: list[dict[str, Any]], ds: list[dict[str, Any]]) -> d
     by_seed = {r["seed"]: r for r in ds}
     pairs = [(r, by_seed[r["seed"]]) for r in dirichlet if r["seed"] in by_seed]
     out: dict[str, Any] = {}
+    # converged on the Dirichlet condition's chains (CONVERGED): the judged reading of "converges faster"
+    curves = [(a["common_test"]["kl_bayes"], b["common_test"]["kl_bayes"]) for a, b in pairs]
+    out["converged"] = {
+        "test_on": dirichlet[0]["common_test"]["on"] if dirichlet else None,
+        "paired_steps": [(converged(a["steps"], ca), converged(b["steps"], cb)) for (a, b), (ca, cb) in zip(pairs, curves)],
+        "final_kl_bayes_dirichlet": [ca[-1] for ca, _ in curves],
+        "final_kl_bayes_doubly_stochastic": [cb[-1] for _, cb in curves]}
     for d in TRANSITIONS:
         steps = [(a["transitions"][d], b["transitions"][d]) for a, b in pairs]
         out[d] = {"paired_steps": steps, "ratio": harness.spread([a / b for a, b in steps if a and b]),
@@ -230,6 +249,11 @@ def prior_effect(dirichlet: list[dict[str, Any]], ds: list[dict[str, Any]]) -> d
         out[f"min_kl_unigram_{name}"] = [(r["unigram_plateau"] or {}).get("min_kl") for r in runs]
         out[f"uniform_stage_ends_{name}"] = [r["segments"][0]["to"] for r in runs]
     return out
+
+
+def converged(steps: list[int], kl: list[float]) -> Optional[int]:
+    """The first checkpoint from which the curve stays within CONVERGED of the way from its start to its end."""
+    return harness.stays_below(steps, kl, kl[-1] + CONVERGED * (kl[0] - kl[-1]))
 
 
 def _ordered(stages: list[str], want: list[str]) -> bool:
@@ -342,6 +366,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     size = SIZES[args.size]
     runs = session.sweep()
     res: dict[str, Any] = {}
+    tests: dict[str, Any] = {}  # the Dirichlet conditions' tasks: both arms of a prior pair are read on their chains
+    common_on = {b: a for a, b in PRIOR_PAIRS.values()}
     for cond in CONDITIONS:
         jobs = runs.jobs(condition=cond)
         res[cond] = {"task": jobs[0].config["task"], "seeds": []}
@@ -350,6 +376,12 @@ def main(argv: Optional[list[str]] = None) -> int:
             # side by side, a seed's training time is its batch's: all the condition's seeds together
             r = {"seed": job.seed, "train_time_s": round(harness.train_seconds(run), 1), "run": str(args.runs / job.dir),
                  **analyse(run, size)}
+            if cond in common_on.values():
+                tests.setdefault(cond, run.task)
+                r["common_test"] = {"on": cond, "kl_bayes": r["kl_bayes"]}
+            elif cond in common_on:
+                r["common_test"] = {"on": common_on[cond], "kl_bayes": strategy_kls(
+                    run, size["kl_batch"], task=tests[common_on[cond]])[1]["bayes"]}
             res[cond]["seeds"].append(r)
             switch = f"at step {r['transition_step']}" if r["transition_step"] is not None else "not reached"
             print(f"{cond} seed {job.seed}: stages {' -> '.join(r['stages'])}, transition {switch}", file=sys.stderr)

@@ -70,7 +70,7 @@ def test_crossing_and_fit(exp):
 def results(slope=2.0, seeds=5, r2=0.99, init=0.0, censored=False, ours=0.7, theirs=0.35, share=0.4, spread=0.02):
     dims = [8, 12, 16, 24]
     rec = {str(d): {"n_star": [d ** slope * (1 + i / 10) for i in range(seeds)], "censored": [censored] * seeds,
-                    "median": d ** slope, "init_top": [init] * seeds} for d in dims}
+                    "median": d ** slope, "init_top": [init] * seeds, "ns": [64, 128, 256]} for d in dims}
     cell = {"n": 16384, "quadratic_share": share,
             "layerwise": {"explained": [ours + spread * i for i in range(seeds)], "median": ours + spread * (seeds - 1) / 2},
             "random_features": {"explained": [theirs + spread * i / 2 for i in range(seeds)],
@@ -106,3 +106,10 @@ def test_rules_on_planted_results():
     no_interval = results(2.0)
     no_interval["fit"]["interval"] = None
     assert judged(NAME, "feature_recovery_d2", no_interval)["verdict"] == "inconclusive"
+
+
+def test_controls_the_untrained_layer_and_the_arms_swapped():
+    out = judged(NAME, "feature_recovery_d2", results(2.3))
+    assert out["verdict"] == "matches" and out["control"]["verdict"] == "inconclusive"  # the initial layer: no n*
+    out = judged(NAME, "random_features_miss_g", results())
+    assert out["verdict"] == "matches" and out["control"]["verdict"] in ("does not", "inconclusive")

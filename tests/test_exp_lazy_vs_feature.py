@@ -26,7 +26,7 @@ def test_smoke_writes_results_claims_and_figures(exp, tmp_path, monkeypatch):
     assert out["runs_trained"] == 2 * 2 * len(CONDITIONS)  # Markov chains and sparse parity
     assert [cl["id"] for cl in out["claims"]] == CLAIMS
     for cl in out["claims"]:
-        assert cl["verdict"] in verdicts.VERDICTS and "results lack" not in cl["why"] and "None" not in cl["why"], cl
+        assert cl["verdict"] in verdicts.REPORTED and "results lack" not in cl["why"] and "None" not in cl["why"], cl
         assert cl["verdict"] == "inconclusive"  # 2 seeds, a budget of 0.005: too small to say anything
     assert out["figures"] == ["lazy_vs_feature.png", "lazy_vs_feature_parity.png"]
     for figure in out["figures"]:

@@ -22,10 +22,10 @@ def exp():
 def test_smoke_writes_results_claims_and_figures(exp, tmp_path, monkeypatch):
     out = smoke(exp, tmp_path, monkeypatch)
     c = exp.SIZES["smoke"]
-    assert out["runs_trained"] == c["minimal_seeds"] + c["transformer_seeds"]
+    assert out["runs_trained"] == 2 * c["minimal_seeds"] + c["transformer_seeds"]  # the control's seeds: minimal's
     assert [cl["id"] for cl in out["claims"]] == CLAIMS
     for cl in out["claims"]:
-        assert cl["verdict"] in verdicts.VERDICTS and "results lack" not in cl["why"] and "None" not in cl["why"], cl
+        assert cl["verdict"] in verdicts.REPORTED and "results lack" not in cl["why"] and "None" not in cl["why"], cl
     data = (tmp_path / out["figures"][0]).read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
     res = out["results"]
@@ -34,6 +34,8 @@ def test_smoke_writes_results_claims_and_figures(exp, tmp_path, monkeypatch):
         assert not r["first_step"]["w_moved_step1"]  # v = 0 at the start: W_k gets no gradient from the first step
         assert r["stages"][0] == "uniform"  # W_k·v = 0 at the start: every logit 0
     assert [len(r["r"]) for r in res["ratio"]["per_seed"]] == [len(c["ts"])] * len(res["ratio"]["per_seed"])
+    assert len(res["control"]["minimal"]) == c["minimal_seeds"] and len(res["control"]["ratio"]["per_seed"]) == 3
+    assert all(cl["control"]["verdict"] is not None for cl in out["claims"])
 
 
 def test_the_first_gradient_is_v_alone_and_decays_quadratically(exp):
@@ -61,9 +63,27 @@ def seed(i=0, r2=(0.99, 0.9), moved=False, bias2=0.01, argmax=1, share=0.9, halv
             "stages": stages or ["uniform", "unigram", "bigram"]}
 
 
-def results(minimal, transformer=None, slopes=(0.95, 1.0, 1.05)):
-    return {"minimal": minimal, "transformer": transformer or [seed(i) for i in range(3)],
-            "ratio": {"t": [25, 50, 100], "per_seed": [{"seed": i, "slope": s} for i, s in enumerate(slopes)]}}
+def flat(i=0):
+    """A control seed on iid chains: no quadratic profile, no diagonal, v_2 never leads, no bigram stage."""
+    return seed(i, r2=(0.5, 0.4), bias2=-0.01, argmax=0, share=0.1, halves=(30, 5), stages=["uniform", "unigram"])
+
+
+def results(minimal, transformer=None, slopes=(0.95, 1.0, 1.05), control=None, control_slopes=(-0.1, -0.2, 0.0)):
+    ratio = lambda ss: {"t": [25, 50, 100], "per_seed": [{"seed": i, "slope": s} for i, s in enumerate(ss)]}  # noqa: E731
+    return {"minimal": minimal, "transformer": transformer or [seed(i) for i in range(3)], "ratio": ratio(slopes),
+            "control": {"prior": "unigram", "minimal": control or [flat(i) for i in range(len(minimal))],
+                        "ratio": ratio(control_slopes)}}
+
+
+def test_every_claim_is_rejected_on_its_control_and_by_construction_when_the_control_passes():
+    good = results([seed(i) for i in range(5)])
+    for cid in CLAIMS:
+        out = judged(NAME, cid, good)
+        # the stages' control keeps the transformer, whose seeds pass: partly
+        want = "partly" if cid == "stages_as_full_transformer" else "does not"
+        assert out["verdict"] == "matches" and out["control"]["verdict"] == want, (cid, out)
+    same = results([seed(i) for i in range(5)], control=[seed(i) for i in range(5)], control_slopes=(0.95, 1.0, 1.05))
+    assert {judged(NAME, cid, same)["verdict"] for cid in CLAIMS} == {"by construction"}
 
 
 def test_first_step_needs_the_quadratic_profile_and_the_diagonal():
@@ -104,5 +124,7 @@ def test_two_phases_need_the_diagonal_first_and_v2_much_later():
 def test_stages_judge_both_models():
     skips = [seed(i, stages=["uniform", "bigram"]) for i in range(3)]
     assert judged(NAME, "stages_as_full_transformer", results([seed(i) for i in range(3)]))["verdict"] == "matches"
-    assert judged(NAME, "stages_as_full_transformer", results(skips))["verdict"] == "partly"
+    # the transformer alone passes: partly, as its control (which keeps the transformer) is: by construction
+    out = judged(NAME, "stages_as_full_transformer", results(skips))
+    assert out["rule_verdict"] == "partly" and out["verdict"] == "by construction"
     assert judged(NAME, "stages_as_full_transformer", results(skips, transformer=skips))["verdict"] == "does not"

@@ -66,7 +66,7 @@ def smoke(tmp_path_factory):
 def test_statistical_induction_smoke(smoke):
     out, tmp_path = smoke("statistical_induction")
     conds = out["results"]["conditions"]
-    assert set(conds) == {"k3", "k2", "ds", "trigram", "paper_k2", "paper_ds"}
+    assert set(conds) == {"k3", "k2", "ds", "trigram", "paper_k2", "paper_ds", "k3_1layer"}
     for cond, c in conds.items():
         assert c["seeds"], cond
         for r in c["seeds"]:
@@ -87,12 +87,17 @@ def test_statistical_induction_smoke(smoke):
             if r["transition_step"] is not None:
                 assert all(s == final for s, step in zip(nearest, steps) if step >= r["transition_step"])
             heads = r["heads"]
-            assert heads["previous_token"]["head"].startswith("L0H") and heads["induction"]["head"].startswith("L1H")
+            # the 1-layer control has no layer 1: its "induction" head is its last layer's best
+            assert heads["previous_token"]["head"].startswith("L0H")
+            assert heads["induction"]["head"].startswith("L0H" if cond == "k3_1layer" else "L1H")
             assert all(0 <= x <= 1 for series in r["series"]["induction"].values() for x in series)
     tri = conds["trigram"]["seeds"][0]["heads"]
     assert tri["back1"]["head"] != tri["back2"]["head"]
     assert set(out["results"]["claims"]) >= {"phases_k3", "phases_paper_k2", "doubly_stochastic", "trigram"}
     assert set(out["results"]["claims"]["doubly_stochastic"]) == {"ours", "paper"}
+    for setup in ("ours", "paper"):  # both priors read on the Dirichlet chains, for "converges faster"
+        assert len(out["results"]["claims"]["doubly_stochastic"][setup]["converged"]["paired_steps"]) == 2
+    assert all(c["control"]["verdict"] is not None for c in out["claims"])
     # The runs are a sweep: each condition's seeds side by side in runs/condition=<c>/, one run per seed.
     runs = tmp_path / "runs"
     assert load_plan(runs).name == "statistical_induction" and out["config"]["seeds"] == [0, 1]
@@ -376,7 +381,9 @@ def test_bootstrap_over_identical_draws_has_no_spread():
     (lambda T: 2.0 * T, (0.9, 1.1), (20.0, 40.0), [], "does not"),
     (lambda T: 10 + 8 * math.log2(T), (0.3, 0.8), (6.0, 10.0), [], "inconclusive"),
     (lambda T: 10 + 8 * math.log2(T), (0.2, 0.4), (6.0, 10.0), ["T=512: the grid 64..128 does not bracket"], "inconclusive"),
-    (lambda T: 50.0 + (T % 3), (-0.05, 0.1), (-1.0, 1.0), [], "partly"),  # flat: no growth to call log T
+    (lambda T: 50.0 + (T % 3), (-0.05, 0.1), (-1.0, 1.0), [], "inconclusive"),  # flat: no growth to call log T
+    (lambda T: 100 - 8 * math.log2(T), (-0.4, -0.2), (-10.0, -6.0), [], "does not"),  # falls as T grows
+    (lambda T: 10 + 8 * math.log2(T), (0.2, 0.4), (6.0, 10.0), [], "matches"),
 ])
 def test_sparse_selection_verdict_rule(planted, exponent_ci, slope_ci, problems, want):
     module = load("sparse_selection")
@@ -418,6 +425,13 @@ def test_automata_depth_smoke_writes_results(smoke):
     assert written["chance"]["C2"]["last"] == pytest.approx(50, abs=5)
     side = written["alphabets"]["S5"]["1"]
     assert side["generators"]["symbols"] == ["(01)", "cycle"] and side["liu"]["all"]["mean"] == written["table"]["S5"]["1"]["all"]["mean"]
+    # the negative controls (issue 46): Liu et al.'s alphabet with other seeds, the untrained deepest models'
+    # decoding, rotary models trained to 2T; and the budget the rules read
+    assert len(side["liu_other_seeds"]["all"]["per_seed"]) == len(c["seeds"])
+    assert all(("linear_init" in r) == (r["depth"] == max(c["depths"])) for r in written["runs"])
+    assert set(written["length_control"]) == set(written["length"]) and (tmp_path / "runs/runs/positional=rotary_2T,group=D8,n_layers=1/seed_1/config.json").exists()
+    assert written["budget"]["sequences"] == c["steps"] * c["batch_size"]
+    assert all(j["control"]["verdict"] is not None for j in out["claims"])
     assert side["liu"]["chance"] == written["chance"]["S5"] and 0 < side["generators"]["chance"]["last"] < 100
     for g in ("C2", "D8"):
         for positional in ("standard", "rotary"):
@@ -576,7 +590,7 @@ def test_llc_stages_smoke(tmp_path):
     out = run_smoke("llc_stages", tmp_path)
     res, module = out["results"], load("llc_stages")
     assert len(res["seeds"]) == module.SIZES["smoke"]["seeds"] and [c["id"] for c in out["claims"]] == ["llc_finds_stages"]
-    assert out["claims"][0]["verdict"] in ("matches", "partly", "does not", "inconclusive")
+    assert out["claims"][0]["verdict"] in ("matches", "partly", "does not", "inconclusive", "by construction") and out["claims"][0]["control"]["verdict"] is not None
     for r in res["seeds"]:
         llc = r["llc"]
         assert 0 < len(llc["steps"]) <= module.SIZES["smoke"]["llc"]["checkpoints"] and llc["steps"][-1] == r["steps"][-1]
@@ -620,6 +634,9 @@ def test_circuit_discovery_smoke(tmp_path):
     assert set(claims) >= {"planted_circuits_recovered", "induction_circuit_timing", "positions_read"}
     assert claims["planted_circuits_recovered"]["verdict"] == "matches"  # known exactly, whatever the training budget
     assert {k.split("/")[0] for k in res["planted"]} == {"majority", "induction", "tracr_frac_prevs", "tracr_detect_pattern"}
+    # the negative controls (issue 46): the planted models shuffled, every run's untrained model
+    assert set(res["planted_control"]) == set(res["planted"]) and claims["planted_circuits_recovered"]["control"]["verdict"] == "does not"
+    assert all(set(r["methods_init"]) == set(module.METHODS) for rs in res["results"].values() for r in rs)
     assert {c["verdict"] for c in claims.values()} <= {"matches", "partly", "does not", "inconclusive"}
     assert res["seeds"] == list(range(size["seeds"]))
     for task_name, runs in res["results"].items():

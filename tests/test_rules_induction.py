@@ -47,8 +47,14 @@ def conditions(per_cond: dict[str, list[dict]]) -> dict:
     return {"conditions": {c: {"seeds": s} for c, s in per_cond.items()}}
 
 
-def same(n: int = 5, **kw) -> dict:
-    return conditions({c: [seed(i, **kw) for i in range(n)] for c in CONDS})
+def one_layer(i: int) -> dict:
+    """A seed of the 1-layer control: it stays on unigram, its heads never form."""
+    return seed(i, stages=("uniform", "unigram"), min_kl=0.01, switch=None, prev_at=None, ind_at=None)
+
+
+def same(n: int = 5, control=one_layer, **kw) -> dict:
+    return conditions({**{c: [seed(i, **kw) for i in range(n)] for c in CONDS},
+                       "k3_1layer": [control(i) for i in range(n)]})
 
 
 def test_phases():
@@ -60,6 +66,18 @@ def test_phases():
     mixed["conditions"]["k2"]["seeds"] = [seed(i, stages=("uniform", "unigram"), switch=None) for i in range(5)]
     assert verdict(SI, "phases", mixed) == "partly"
     assert verdict(SI, "phases", same(n=2)) == "inconclusive"
+
+
+def test_phases_and_heads_controls_are_the_one_layer_runs():
+    for cid in ("phases", "heads_at_transition"):
+        out = verdicts.judged(claim(SI, cid), same())
+        assert out["verdict"] == "matches" and out["control"]["verdict"] == "does not", out
+        # a control that passes as well: by construction
+        assert verdict(SI, cid, same(control=lambda i: seed(i))) == "by construction"
+    # results without the 1-layer runs: no control, so no match
+    bare = same()
+    del bare["conditions"]["k3_1layer"]
+    assert verdict(SI, "phases", bare) == "inconclusive"
 
 
 def test_heads_at_the_transition_count_every_seed_and_beat_a_random_switch():
@@ -84,9 +102,13 @@ def test_heads_without_a_recorded_chance_use_the_score_at_step_0():
     assert verdict(SI, "heads_at_transition", old) == "matches"
 
 
-def prior(n: int = 5, ds_kl=0.04, di_kl=0.01, ds_step=64, di_step=256) -> dict:
+def prior(n: int = 5, ds_kl=0.04, di_kl=0.01, ds_step=64, di_step=256, nearest=None) -> dict:
+    """Planted prior pairs: converged (on the Dirichlet chains) at ds_step / di_step; bigram nearest at `nearest`
+    (the same steps when None); KL(bigram) ≤ 0.05 later for the doubly-stochastic runs, as their floor is higher."""
     effect = {"min_kl_unigram_doubly_stochastic": [ds_kl] * n, "min_kl_unigram_dirichlet": [di_kl] * n,
-              "nearest": {"paired_steps": [[di_step, ds_step]] * n},
+              "converged": {"paired_steps": [[di_step, ds_step]] * n, "final_kl_bayes_dirichlet": [0.01] * n,
+                            "final_kl_bayes_doubly_stochastic": [0.03] * n},
+              "nearest": {"paired_steps": [list(nearest or (di_step, ds_step))] * n},
               "kl<=0.05": {"paired_steps": [[di_step, 2 * di_step]] * n}}
     return {"claims": {"doubly_stochastic": {"ours": effect, "paper": effect}}}
 
@@ -103,11 +125,31 @@ def test_doubly_stochastic_prior():
     assert verdict(SI, "doubly_stochastic_prior", prior(n=3)) == "inconclusive"
 
 
-def trigram(n: int = 5, bad: int = 0, back2: float = 0.8) -> dict:
+def test_doubly_stochastic_prior_judges_convergence_not_the_nearest_strategy():
+    # the audit's case: bigram nearest sooner (no unigram stage to leave), but converged later on the Dirichlet chains
+    out = verdicts.judged(claim(SI, "doubly_stochastic_prior"), prior(ds_step=512, nearest=(256, 64)))
+    # no plateau but later: partly, and the swapped priors (Dirichlet sooner) are partly as well
+    assert out["rule_verdict"] == "partly" and out["verdict"] == "by construction"
+    assert "converged sooner on the Dirichlet chains in 0/5 pairs, later in 5" in out["why"]
+    assert "bigram nearest sooner in 5/5" in out["why"] and "≤ 0.05 on its own chains sooner in 0/5, later in 5" in out["why"]
+
+
+def test_doubly_stochastic_prior_control_swaps_the_priors():
+    out = verdicts.judged(claim(SI, "doubly_stochastic_prior"), prior())
+    assert out["verdict"] == "matches" and out["control"]["verdict"] == "does not", out
+    # no difference between the priors (neither has a plateau, they converge together): the swapped arms do as well
+    assert verdict(SI, "doubly_stochastic_prior", prior(ds_kl=0.04, di_kl=0.04, di_step=64)) == "by construction"
+
+
+def trigram(n: int = 5, bad: int = 0, back2: float = 0.8, at_step0: float = 0.04) -> dict:
     rows = [{"seed": i, "stages": ["uniform", "unigram", "bigram", "trigram"], "transition": 700,
              "back1": {"head": "L0H0", "final": 0.9}, "back2": {"head": "L0H1", "final": 0.05 if i < bad else back2}}
             for i in range(n)]
-    return {"claims": {"trigram": rows}}
+    runs = [{"seed": i, "segments": [{"strategy": "uniform", "from": 0, "to": 8}],
+             "heads": {"back1": {"head": "L0H0"}, "back2": {"head": "L0H1"}},
+             "series": {"previous_token": {"L0H0": [at_step0, 0.9]}, "offset2": {"L0H1": [at_step0, 0.8]}}}
+            for i in range(n)]
+    return {"claims": {"trigram": rows}, "conditions": {"trigram": {"seeds": runs}}}
 
 
 def test_trigram_heads():
@@ -118,6 +160,8 @@ def test_trigram_heads():
     skipped["claims"]["trigram"][0]["stages"] = ["uniform", "unigram", "trigram"]  # no bigram stage on the way
     assert verdict(SI, "trigram_heads", skipped) == "partly"
     assert verdict(SI, "trigram_heads", trigram(n=2)) == "inconclusive"
+    out = verdicts.judged(claim(SI, "trigram_heads"), trigram())
+    assert out["control"]["verdict"] == "does not" and "0/5 seeds" in out["control"]["why"]
 
 
 # ---- LLC stages -------------------------------------------------------------------------------------
@@ -125,10 +169,11 @@ def test_trigram_heads():
 CANDIDATES = [4, 8, 16, 32, 64, 128, 256, 512, 1024]
 
 
-def llc_seed(change_points, events=None, turns=()):
+def llc_seed(change_points, events=None, turns=(), shuffled=(1024,)):
     events = events or {"unigram_starts": 8, "bigram_nearest": 256, "induction_rise50": 256,
                         "previous_token_rise50": 256}
     return {"seed": 0, "llc_boundaries": {"change_points": list(change_points), "turns": list(turns)},
+            "control": {"llc_boundaries": {"change_points": list(shuffled), "turns": []}},
             "boundary_candidates": {"change_points": CANDIDATES, "turns": CANDIDATES},
             "events": {**events, "bigram_kl<=0.1": 200, "loss_drop": 250}}
 
@@ -142,6 +187,16 @@ def test_llc_beats_random_placement_for_matches_and_partly():
     far = {"unigram_starts": 8, "bigram_nearest": 32, "induction_rise50": 32, "previous_token_rise50": 32}
     assert verdict(LLC, "llc_finds_stages", {"seeds": [llc_seed([1024], far) for _ in range(5)]}) == "does not"
     assert verdict(LLC, "llc_finds_stages", {"seeds": [llc_seed([8, 256]) for _ in range(2)]}) == "inconclusive"
+
+
+def test_llc_control_is_the_shuffled_llc():
+    out = verdicts.judged(LLC.CLAIMS[0], {"seeds": [llc_seed([8, 256]) for _ in range(5)]})
+    assert out["verdict"] == "matches" and out["control"]["verdict"] == "does not", out
+    # boundaries that land at the events whatever the LLC's order: by construction
+    same_anyway = {"seeds": [llc_seed([8, 256], shuffled=(8, 256)) for _ in range(5)]}
+    assert verdict(LLC, "llc_finds_stages", same_anyway) == "by construction"
+    no_control = {"seeds": [{k: v for k, v in llc_seed([8, 256]).items() if k != "control"} for _ in range(5)]}
+    assert verdict(LLC, "llc_finds_stages", no_control) == "inconclusive"
 
 
 def test_llc_candidates_of_runs_without_them_are_the_valid_checkpoints_less_the_margins():

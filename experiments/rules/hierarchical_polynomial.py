@@ -6,7 +6,10 @@ f* = g*(p) with p a quadratic of x ~ N(0, I_d) and g* of degree q, a three-layer
 recovers p in its hidden layer — from Õ(d²) samples (Wang et al.; Nichani et al.'s bound was d⁴) — then fits g* on
 it, while kernel methods need Θ(d^{2q}) samples. Fu et al. (2024) extend it to several features p_1 … p_r.
 
-Written before the script's runs. A pilot (not judged: d = 8 and 12, width 2d², 1–2 seeds, the stages as the script
+Issue 46 (after the runs with seeds 0–4 had been seen) left the rules' tests as they were and added to each claim
+its negative control: for the exponent, the hidden layer before its first-stage step (each seed's n* from the
+initial layer's top-component R², which no n of the grid changes); for random features, the arms swapped. The runs
+to judge use seeds 300–304. The first rules were written before the script's runs. A pilot (not judged: d = 8 and 12, width 2d², 1–2 seeds, the stages as the script
 runs them) sized the grid: the hidden layer's top-component R² of p crossed ½ between 16 d² and 64 d² samples at
 d = 8 and near 30 d² at d = 12; at n ≈ 30–60 d² the last layer explained about as much of f* on the learned layer as on
 random features (0.2–0.3, d = 8 and 12). The judge reads `results`: "threshold" (the R² of recovery); "dims";
@@ -84,6 +87,31 @@ def judge_random_features(results: Mapping[str, Any]) -> verdicts.Judgement:
     return verdicts.Judgement("partly" if better else "does not", line, n)
 
 
+def untrained(results: Mapping[str, Any]) -> dict[str, Any]:
+    """The control of the exponent: the hidden layer before stage 1. Its top-component R² of p is the same at every
+    n of the grid (init_top), so each seed's n* is the grid's first n where it already reaches the threshold and
+    None where it does not; a fit needs every median (none here is read without one)."""
+    level, recovery = results["threshold"], {}
+    for d in results["dims"]:
+        rec = results["recovery"][str(d)]
+        n_star = [rec["ns"][0] if t >= level else None for t in rec["init_top"]]
+        reached = sorted(float("inf") if x is None else x for x in n_star)
+        mid = statistics.median(reached)
+        recovery[str(d)] = {**rec, "n_star": n_star, "censored": [x is not None for x in n_star],
+                            "median": None if mid == float("inf") else mid}
+    every = all(recovery[str(d)]["median"] is not None for d in results["dims"])
+    fit = {"slope": 0.0, "interval": None, "r2": 0.0} if every else None  # the same n* at every d: no power law
+    return {**results, "recovery": recovery, "fit": fit}
+
+
+def arms_swapped(results: Mapping[str, Any]) -> dict[str, Any]:
+    """The control of the random-features claim: the two arms' explained shares swapped."""
+    feats = dict(results["features"])
+    d = str(max(feats["dims"]))  # the cell the rule reads
+    feats[d] = {**feats[d], "layerwise": feats[d]["random_features"], "random_features": feats[d]["layerwise"]}
+    return {**results, "features": feats}
+
+
 PAPER = ("theory: f* = g*(p(x)), p a quadratic of x ~ N(0, I_d) (Nichani et al.: x on the sphere), g* a polynomial "
          "with a nonzero first Hermite coefficient; a three-layer network trained layerwise (one gradient step on the "
          "hidden layer from 0, with weight decay 1/η, then the last layer by ridge regression, on split samples); n in "
@@ -104,7 +132,8 @@ CLAIMS = [
               f"bootstrap interval over seeds: matches within {CLOSE} of 2, partly within {NEAR} or when the interval "
               f"holds 2, does not otherwise; inconclusive when a median is not reached, the fit's R² is below "
               f"{MIN_R2}, the grid starts above n* for half the seeds of a d, or the initial layer already reaches ½"),
-        judge=judge_exponent, min_n=MIN_SEEDS, budget=lambda r: r["budget"]["recovery"], budget_note=BUDGET_NOTE),
+        judge=judge_exponent, min_n=MIN_SEEDS, budget=lambda r: r["budget"]["recovery"], budget_note=BUDGET_NOTE,
+        scale=True, kind="paper", control=untrained, control_note="the hidden layer before its first-stage step"),
     verdicts.Claim(
         id="random_features_miss_g",
         claim="Random features (a kernel method: the same network with only its last layer trained) need n ≈ d^{2q} "
@@ -120,5 +149,5 @@ CLAIMS = [
               f"layerwise network is better with p < {verdicts.LEVEL} but not so; does not otherwise; inconclusive "
               f"when the layerwise network itself explains no more than the part linear in p"),
         judge=judge_random_features, min_n=MIN_SEEDS, budget=lambda r: r["budget"]["features"],
-        budget_note=BUDGET_NOTE),
+        budget_note=BUDGET_NOTE, scale=True, kind="paper", control=arms_swapped, control_note="the arms swapped"),
 ]

@@ -6,8 +6,14 @@ stages change. It is a timing coincidence, so the rule compares with a null: the
 boundaries placed at random among the checkpoints where that seed's reading could have put them
 (verdicts.coincidence_null), and reports the chance rate beside the observed one.
 
-This rule was written after the runs in assets/llc_stages.json (seeds 0–2) had been seen, so it judges fresh
-runs: llc_stages.py now trains seeds 100–102 (full: 100–104). The verdict on the old JSON is post hoc.
+This rule was written after the runs in assets/llc_stages.json (seeds 0–2) had been seen, and given its negative
+control for issue 46 after the runs at seeds 100–102 had been seen (the judge itself is unchanged), so it judges
+fresh runs: llc_stages.py now trains seeds 300–302 (full: 300–304). Verdicts on older JSONs are post hoc.
+
+The negative control: each seed's LLC estimates in a shuffled order over the same checkpoints (the script's
+`control.llc_boundaries`, the two readings of the shuffled series): the same values, no tie to training time.
+The judge reads `results["seeds"]`: per seed llc_boundaries, boundary_candidates (or llc and diagnostics), events,
+and for the control control.llc_boundaries.
 """
 
 from __future__ import annotations
@@ -71,6 +77,11 @@ def judge(results: Mapping[str, Any]) -> verdicts.Judgement:
     return verdicts.Judgement(verdict, "; ".join(parts), len(seeds))
 
 
+def shuffled(results: Mapping[str, Any]) -> dict[str, Any]:
+    """The negative control: every seed's boundaries read from its LLC estimates in a shuffled order."""
+    return {**results, "seeds": [{**r, "llc_boundaries": r["control"]["llc_boundaries"]} for r in results["seeds"]]}
+
+
 CLAIMS = [
     verdicts.Claim(
         id="llc_finds_stages",
@@ -88,7 +99,8 @@ CLAIMS = [
              f"and has a boundary at every event in more than half of the seeds; partly: it beats chance, but "
              f"some event has a boundary in half of the seeds or fewer; does not: neither beats chance and both are at or "
              f"below their null's mean; inconclusive: neither beats chance but one is above its null's mean.",
-        judge=judge, min_n=3, budget=None,
+        judge=judge, min_n=3, budget=None, scale=True,
+        control=shuffled, control_note="each seed's LLC estimates in a shuffled order",
         budget_note="no comparable budget: Hoogland et al. study other tasks; our runs are statistical_induction's "
                     "k3 (1200 steps × 32, 0.3 of Edelman et al.'s code default of 2000 × 64)"),
 ]
