@@ -28,7 +28,9 @@ A run converges at the first evaluation with held-out accuracy ≥ 0.99 (fresh s
 doubling budgets, each continuing the last, until they converge (grokking: held-out ≥ 0.99 at the last
 evaluation) or reach their cap, which censors them. The runs go to --runs as a sweep directory,
 runs/<point>/seed_<seed> with points part=transformer,n=…,k=…; part=mlp,n=…,k=…;
-part=grid,n=…,k=…,init=<model.init_seed> (seed = train.seed); part=grok,n=…,k=…,samples=…; runs
+part=grid,n=…,k=…,init=<model.init_seed> (seed = train.seed); part=grok,n=…,k=…,samples=…; the negative
+controls (training labels flipped at random, noise 0.49, one short budget: control_cap) part=control_transformer,
+control_mlp, control_grok with noise=0.49; runs
 already there are reused, or continued when a longer budget asks for more steps.
 
 CPU size (3 transformer seeds, cap 4 000; 3 MLP seeds, cap 32 000; a 10 × 10 grid, cap 8 000; 4 grokking
@@ -65,50 +67,54 @@ RULES = verdicts.rules_of(NAME)
 
 SIZES: dict[str, dict[str, Any]] = {
     "smoke": dict(
-        transformer=dict(n=6, k=2, seeds=[0, 1], d_model=16, n_heads=2, first=100, cap=200, eval_every=20),
-        mlp=dict(n=8, k=2, seeds=[0, 1], first=200, cap=400, eval_every=20),
+        transformer=dict(n=6, k=2, seeds=[0, 1, 2], d_model=16, n_heads=2, first=100, cap=200, eval_every=20, control_cap=100),
+        mlp=dict(n=8, k=2, seeds=[0, 1, 2], first=200, cap=400, eval_every=20, control_cap=100),
         grid=dict(n=8, k=2, inits=[0, 1, 2, 3], data=[0, 1, 2, 3], task_seed=0, first=200, cap=400, eval_every=10),
-        grok=dict(n=8, k=2, n_train=60, width=64, weight_decay=0.01, seeds=[0, 1], first=200, cap=400, eval_every=20)),
+        grok=dict(n=8, k=2, n_train=60, width=64, weight_decay=0.01, seeds=[0, 1, 2], first=200, cap=400, eval_every=20,
+                  control_cap=100)),
     "cpu": dict(
-        transformer=dict(n=15, k=3, seeds=[100, 101, 102], d_model=32, n_heads=4, first=1000, cap=4000, eval_every=50),
-        mlp=dict(n=40, k=4, seeds=[100, 101, 102], first=4000, cap=32000, eval_every=50),
-        grid=dict(n=20, k=3, inits=list(range(100, 110)), data=list(range(100, 110)), task_seed=100, first=2000,
+        transformer=dict(n=15, k=3, seeds=[300, 301, 302], d_model=32, n_heads=4, first=1000, cap=4000, eval_every=50,
+                         control_cap=500),
+        mlp=dict(n=40, k=4, seeds=[300, 301, 302], first=4000, cap=32000, eval_every=50, control_cap=1000),
+        grid=dict(n=20, k=3, inits=list(range(300, 310)), data=list(range(300, 310)), task_seed=300, first=2000,
                   cap=8000, eval_every=10),
-        grok=dict(n=30, k=3, n_train=500, width=1000, weight_decay=0.01, seeds=[100, 101, 102, 103], first=4000,
-                  cap=32000, eval_every=50)),
+        grok=dict(n=30, k=3, n_train=500, width=1000, weight_decay=0.01, seeds=[300, 301, 302, 303], first=4000,
+                  cap=32000, eval_every=50, control_cap=1000)),
     "full": dict(
-        transformer=dict(n=15, k=3, seeds=list(range(100, 108)), d_model=32, n_heads=4, first=1000, cap=64000, eval_every=50),
-        mlp=dict(n=40, k=4, seeds=list(range(100, 108)), first=4000, cap=256000, eval_every=50),
-        grid=dict(n=20, k=3, inits=list(range(100, 116)), data=list(range(100, 116)), task_seed=100, first=2000,
+        transformer=dict(n=15, k=3, seeds=list(range(300, 308)), d_model=32, n_heads=4, first=1000, cap=64000, eval_every=50,
+                         control_cap=2000),
+        mlp=dict(n=40, k=4, seeds=list(range(300, 308)), first=4000, cap=256000, eval_every=50, control_cap=4000),
+        grid=dict(n=20, k=3, inits=list(range(300, 316)), data=list(range(300, 316)), task_seed=300, first=2000,
                   cap=32000, eval_every=10),
-        grok=dict(n=30, k=3, n_train=500, width=1000, weight_decay=0.01, seeds=list(range(100, 110)), first=4000,
-                  cap=128000, eval_every=50)),
+        grok=dict(n=30, k=3, n_train=500, width=1000, weight_decay=0.01, seeds=list(range(300, 310)), first=4000,
+                  cap=128000, eval_every=50, control_cap=4000)),
 }
 
 
 # ---- configs ------------------------------------------------------------------------------------
 
 
-def transformer_config(t: dict[str, Any], seed: int) -> dict[str, Any]:
-    """sparse_parity_hidden_progress's transformer: 1 layer, AdamW lr 1e-3, batch 32; the seed draws S."""
-    return {"task": {"name": "sparse_parity", "n": t["n"], "k": t["k"], "seed": seed},
+def transformer_config(t: dict[str, Any], seed: int, noise: float = 0.0) -> dict[str, Any]:
+    """sparse_parity_hidden_progress's transformer: 1 layer, AdamW lr 1e-3, batch 32; the seed draws S. `noise`:
+    the share of training labels flipped (0.49, the negative control: labels next to independent of the bits)."""
+    return {"task": {"name": "sparse_parity", "n": t["n"], "k": t["k"], "seed": seed, **({"noise": noise} if noise else {})},
             "model": {"n_layers": 1, "n_heads": t["n_heads"], "d_model": t["d_model"]},
             "train": {"batch_size": 32, "lr": 1e-3, "eval_every": t["eval_every"], "eval_batch_size": 512, "checkpoints": 2}}
 
 
-def mlp_config(n: int, k: int, task_seed: int, eval_every: int, width: int = 100) -> dict[str, Any]:
+def mlp_config(n: int, k: int, task_seed: int, eval_every: int, width: int = 100, noise: float = 0.0) -> dict[str, Any]:
     """Barak et al.'s MLP: ReLU, plain SGD lr 0.1, batch 32, no clipping. Two checkpoints: nothing is probed,
-    and writing them costs more than training these models."""
-    return {"task": {"name": "sparse_parity", "n": n, "k": k, "seed": task_seed},
+    and writing them costs more than training these models. `noise`: as `transformer_config`'s."""
+    return {"task": {"name": "sparse_parity", "n": n, "k": k, "seed": task_seed, **({"noise": noise} if noise else {})},
             "model": {"kind": "mlp", "width": width, "act_fn": "relu"},
             "train": {"batch_size": 32, "lr": 0.1, "optimizer": "sgd", "grad_clip": 0, "eval_every": eval_every,
                       "eval_batch_size": 512, "checkpoints": 2}}
 
 
-def grok_config(q: dict[str, Any], seed: int) -> dict[str, Any]:
+def grok_config(q: dict[str, Any], seed: int, noise: float = 0.0) -> dict[str, Any]:
     """The MLP on a fixed training set of q["n_train"] samples (its own S and set per seed), with weight decay;
-    the training set is evaluated whole at each evaluation (split train_set)."""
-    cfg = mlp_config(q["n"], q["k"], seed, q["eval_every"], q["width"])
+    the training set is evaluated whole at each evaluation (split train_set). `noise`: as `transformer_config`'s."""
+    cfg = mlp_config(q["n"], q["k"], seed, q["eval_every"], q["width"], noise)
     cfg["train"].update(data="fixed", n_train=q["n_train"], set_seed=seed, weight_decay=q["weight_decay"],
                         eval_batch_size=1024)
     return cfg
@@ -118,10 +124,11 @@ def grok_config(q: dict[str, Any], seed: int) -> dict[str, Any]:
 
 
 def entry(labels: dict[str, Any], seed: int, cfg: dict[str, Any], q: dict[str, Any], kind: str,
-          overrides: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+          overrides: Optional[dict[str, Any]] = None, control: bool = False) -> dict[str, Any]:
     """One run to train in doubling budgets: kind "converge" stops at held-out ≥ 0.99 at any evaluation,
-    "grok" at held-out ≥ 0.99 at the last one."""
-    return {"labels": labels, "seed": seed, "config": cfg, "first": q["first"], "cap": q["cap"], "kind": kind,
+    "grok" at held-out ≥ 0.99 at the last one. A negative control (`control`) trains one budget, q["control_cap"]."""
+    first, cap = (q["control_cap"], q["control_cap"]) if control else (q["first"], q["cap"])
+    return {"labels": labels, "seed": seed, "config": cfg, "first": first, "cap": cap, "kind": kind,
             "overrides": overrides or {}, "budget": None, "run": None}
 
 
@@ -174,14 +181,14 @@ def train_until_done(session: harness.Session, todo: list[dict[str, Any]]) -> li
 # ---- measurements -------------------------------------------------------------------------------
 
 
-def online_summary(rs: list[dict[str, Any]], q: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
+def online_summary(rs: list[dict[str, Any]], q: dict[str, Any], cfg: dict[str, Any], cap: Optional[int] = None) -> dict[str, Any]:
     seeds = []
     for r in rs:
         evals = [m for m in r["run"].metrics if "eval/acc" in m]
         seeds.append({"seed": r["seed"], "converged_at": converged_at(r["run"]), "last_step": evals[-1]["step"],
                       "final_acc": evals[-1]["eval/acc"], "steps": [m["step"] for m in evals],
                       "eval_acc": [m["eval/acc"] for m in evals]})
-    return {"n": q["n"], "k": q["k"], "cap": q["cap"], "seeds": seeds, "converged_at": [s["converged_at"] for s in seeds],
+    return {"n": q["n"], "k": q["k"], "cap": cap or q["cap"], "seeds": seeds, "converged_at": [s["converged_at"] for s in seeds],
             "spread": harness.spread([s["converged_at"] for s in seeds]), "model": cfg["model"],
             "optimizer": cfg["train"].get("optimizer", "adamw"), "lr": cfg["train"]["lr"]}
 
@@ -298,7 +305,17 @@ def main(argv: Optional[list[str]] = None) -> int:
              for i in g["inits"] for d in g["data"]}
     groks = [entry({"part": "grok", "n": q["n"], "k": q["k"], "samples": q["n_train"]}, s, grok_config(q, s), q, "grok")
              for s in q["seeds"]]
-    seconds = train_until_done(session, [*tfs, *mlps, *cells.values(), *groks])
+    # the negative controls: the same models with training labels flipped at random (noise 0.49: next to nothing
+    # to learn), one short budget each (control_cap)
+    shuffled = 0.49  # (the task allows noise < 0.5): the label agrees with the parity in 51 % of training examples
+    tf_ctl = [entry({"part": "control_transformer", "n": t["n"], "k": t["k"], "noise": shuffled}, s,
+                    transformer_config(t, s, shuffled), t, "converge", control=True) for s in t["seeds"]]
+    mlp_ctl = [entry({"part": "control_mlp", "n": m["n"], "k": m["k"], "noise": shuffled}, s,
+                     mlp_config(m["n"], m["k"], s, m["eval_every"], noise=shuffled), m, "converge", control=True)
+               for s in m["seeds"]]
+    grok_ctl = [entry({"part": "control_grok", "n": q["n"], "k": q["k"], "samples": q["n_train"], "noise": shuffled}, s,
+                      grok_config(q, s, shuffled), q, "grok", control=True) for s in q["seeds"]]
+    seconds = train_until_done(session, [*tfs, *mlps, *cells.values(), *groks, *tf_ctl, *mlp_ctl, *grok_ctl])
 
     online = {"transformer": online_summary(tfs, t, transformer_config(t, 0)),
               "mlp_k4": online_summary(mlps, m, mlp_config(m["n"], m["k"], 0, m["eval_every"]))}
@@ -321,7 +338,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     grokking = {"n": q["n"], "k": q["k"], "n_train": q["n_train"], "width": q["width"], "weight_decay": q["weight_decay"],
                 "cap": q["cap"], "eval_every": q["eval_every"], "seeds": grok_seeds,
                 "summary": {k: harness.spread([s[k] for s in grok_seeds]) for k in ("fit_at", "generalized_at", "ratio", "eval_acc_at_fit")}}
-    results = {"online": online, "grid": grid, "grokking": grokking, "training_rounds_s": seconds}
+    controls = {"noise": shuffled,
+                "online": {"transformer": online_summary(tf_ctl, t, transformer_config(t, 0, shuffled), t["control_cap"]),
+                           "mlp_k4": online_summary(mlp_ctl, m, mlp_config(m["n"], m["k"], 0, m["eval_every"], noise=shuffled),
+                                                    m["control_cap"])},
+                "grokking": {**{k: v for k, v in grokking.items() if k not in ("seeds", "summary", "cap")},
+                             "cap": q["control_cap"], "seeds": [{"seed": r["seed"], **grok_measures(r["run"])} for r in grok_ctl]}}
+    results = {"online": online, "grid": grid, "grokking": grokking, "training_rounds_s": seconds,
+               # the negative controls of the rules: labels flipped at random (experiments/rules/parity_search.py)
+               "controls_labels_shuffled": controls}
     figures = [plot_online(online, args.out / f"{NAME}_online.png"), plot_grid(grid, args.out / f"{NAME}_grid.png"),
                plot_grokking(grokking, args.out / f"{NAME}_grokking.png")]
     config = {"sizes": size, "converged_acc": CONVERGED_ACC,

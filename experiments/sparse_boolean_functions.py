@@ -63,9 +63,9 @@ MATRICES = ("W_Q", "W_K", "W_V", "W_O", "W_in", "W_out")
 SIZES: dict[str, dict[str, Any]] = {
     "smoke": dict(seeds=3, length=6, s_values=[2, 3, 4], d_model=16, steps=300, batch=32, lr=1e-2,
                   weight_decay=0.3, eval_every=50, eval_batch=256, checkpoints=5),
-    "cpu": dict(seeds=list(range(100, 104)), length=12, s_values=[2, 3, 4, 5], d_model=32, steps=3000, batch=64, lr=3e-3,
+    "cpu": dict(seeds=list(range(300, 304)), length=12, s_values=[2, 3, 4, 5], d_model=32, steps=3000, batch=64, lr=3e-3,
                 weight_decay=0.3, eval_every=100, eval_batch=1024, checkpoints=20),
-    "full": dict(seeds=list(range(100, 108)), length=32, s_values=[2, 3, 4, 5, 6], d_model=64, steps=10000, batch=128,
+    "full": dict(seeds=list(range(300, 308)), length=32, s_values=[2, 3, 4, 5, 6], d_model=64, steps=10000, batch=128,
                  lr=1e-3, weight_decay=0.3, eval_every=200, eval_batch=4096, checkpoints=40),
 }
 

@@ -20,6 +20,10 @@
     python experiments/sparse_parity_hidden_progress.py --full     # larger n, more seeds and widths (a GPU)
     python experiments/sparse_parity_hidden_progress.py --smoke    # seconds; checks the pipeline only
 
+Beside them, the negative controls of the rules: every architecture on k = 1 (5 seeds each, no plateau to
+cross), the oracle measures read on a decoy support S′ (|S| bits outside S) of the same runs, and the noisy-label
+MLP with labels next to random (noise 0.49).
+
 A run converges at the first evaluation with held-out accuracy ≥ 0.99 (on fresh, clean samples). Runs
 train in doubling budgets, each continuing the last, until they converge or reach a cap; a run that
 never converges counts as censored at the cap. The budgets go in rounds: each round trains every run
@@ -73,22 +77,22 @@ SIZES: dict[str, dict[str, Any]] = {
                   arch_seeds=2, noise=0.1, noise_seeds=1,
                   grid=dict(n=8, k=2, widths=[4, 16], sparse=dict(widths=[16], s=2), samples=[64, None], data=1, seeds=2,
                             first_budget=64, cap=128, eval_every=16, eval_batch_size=256)),
-    # Seeds (and the grid's data sets) from 100 on: the runs the rules (experiments/rules/) judge use seeds
-    # no earlier run of this script used (those were 0..count-1). A count means 0..count-1 (smoke).
-    "cpu": dict(scaling={2: [10, 20, 30, 40, 50], 3: [10, 20, 30, 40, 50]}, seeds=list(range(100, 108)), hp_n=50,
+    # Seeds (and the grid's data sets) from 300 on: the runs the rules (experiments/rules/) judge use seeds
+    # no earlier run of this script used (those were 0..9 and 100..109). A count means 0..count-1 (smoke).
+    "cpu": dict(scaling={2: [10, 20, 30, 40, 50], 3: [10, 20, 30, 40, 50]}, seeds=list(range(300, 308)), hp_n=50,
                 first_budget=500, cap=64000, checkpoints=100, eval_every=10, eval_batch_size=1024,
-                transformer=dict(n=50, seeds=list(range(100, 105)), first_budget=1000, cap=16000),
-                arch_seeds=list(range(100, 105)), noise=0.1, noise_seeds=[100, 101, 102],
+                transformer=dict(n=50, seeds=list(range(300, 305)), first_budget=1000, cap=16000),
+                arch_seeds=list(range(300, 305)), noise=0.1, noise_seeds=[300, 301, 302],
                 grid=dict(n=30, k=3, widths=[10, 100, 1000, 10000], sparse=dict(widths=[100, 1000], s=4),
-                          samples=[300, 1000, 3000, 10000, None], data=[100, 101], seeds=list(range(100, 106)),
+                          samples=[300, 1000, 3000, 10000, None], data=[300, 301], seeds=list(range(300, 306)),
                           first_budget=1250, cap=10000, eval_every=125, eval_batch_size=512)),
-    "full": dict(scaling={2: [25, 50, 75, 100, 150, 200], 3: [20, 30, 40, 50, 70, 100]}, seeds=list(range(100, 116)),
+    "full": dict(scaling={2: [25, 50, 75, 100, 150, 200], 3: [20, 30, 40, 50, 70, 100]}, seeds=list(range(300, 316)),
                  hp_n=50, first_budget=1000, cap=1_000_000, checkpoints=200, eval_every=10, eval_batch_size=2048,
-                 transformer=dict(n=50, seeds=list(range(100, 108)), first_budget=4000, cap=256000),
-                 arch_seeds=list(range(100, 116)), noise=0.1, noise_seeds=list(range(100, 108)),
+                 transformer=dict(n=50, seeds=list(range(300, 308)), first_budget=4000, cap=256000),
+                 arch_seeds=list(range(300, 316)), noise=0.1, noise_seeds=list(range(300, 308)),
                  grid=dict(n=40, k=3, widths=[10, 100, 1000, 10000, 100000], sparse=dict(widths=[100, 1000, 10000], s=4),
-                           samples=[1000, 3000, 10000, 30000, 100000, None], data=list(range(100, 104)),
-                           seeds=list(range(100, 108)), first_budget=5000, cap=80000, eval_every=250, eval_batch_size=2048)),
+                           samples=[1000, 3000, 10000, 30000, 100000, None], data=list(range(300, 304)),
+                           seeds=list(range(300, 308)), first_budget=5000, cap=80000, eval_every=250, eval_batch_size=2048)),
 }
 
 def mlp_config(n: int, k: int, seed: int, size: dict[str, Any], noise: float = 0.0, checkpoints: int = 4) -> dict[str, Any]:
@@ -102,11 +106,13 @@ def mlp_config(n: int, k: int, seed: int, size: dict[str, Any], noise: float = 0
                       "checkpoints": checkpoints}}
 
 
-def arch_config(arch: str, n: int, k: int, seed: int, size: dict[str, Any]) -> dict[str, Any]:
+def arch_config(arch: str, n: int, k: int, seed: int, size: dict[str, Any], degree: Optional[int] = None) -> dict[str, Any]:
     """One of ARCHS, trained as the ReLU MLP (SGD, batch 32, no clipping) at its own lr; x^k and PolyNet
-    take the degree k of the task (the paper's x^k MLP and its k-form PolyNet)."""
+    take the degree k of the task (the paper's x^k MLP and its k-form PolyNet), or `degree` where given (the
+    k = 1 control keeps the k = 3 models)."""
     table, lr = ARCHS[arch]
-    table = {**table, **({"poly_degree": k} if "poly_degree" in table else {}), **({"degree": k} if "degree" in table else {})}
+    d = degree or k
+    table = {**table, **({"poly_degree": d} if "poly_degree" in table else {}), **({"degree": d} if "degree" in table else {})}
     cfg = mlp_config(n, k, seed, size, checkpoints=size["checkpoints"])
     return {**cfg, "model": {**table, "init_seed": seed}, "train": {**cfg["train"], "lr": lr}}
 
@@ -202,8 +208,45 @@ def train_until_converged(session: harness.Session, todo: list[dict[str, Any]]) 
 # ---- hidden progress ----------------------------------------------------------------------------
 
 
-def progress(run: Run, t_conv: Optional[int]) -> dict[str, Any]:
-    """The loss plateau and the hidden-progress series of one run."""
+DECOY_SEED = 46  # draws the decoy support S' of each run (with the run's seed)
+
+
+def decoy_progress(run: Run, steps: list[int], loss: list[Optional[float]], seed: int) -> dict[str, Any]:
+    """The negative control of the hidden-progress rule: the oracle measures read on a decoy support S′, |S|
+    bits drawn outside S. The drift of S′'s rows over the rows in neither S nor S′ (`drift_ratio`), whether
+    the |S| rows that moved most are S′ (`support_recovered`), and their crossing steps, as `progress` reads
+    them on S: a run whose weights single out S does not single out S′."""
+    from mechsynth.probes import input_weights
+
+    support = sorted(int(i) for i in run.task.support.tolist())
+    n = int(run.task.cfg.n)
+    rest = [i for i in range(n) if i not in support]
+    decoy = sorted(random.Random(DECOY_SEED * 1_000_003 + seed).sample(rest, len(support)))
+    off = [i for i in rest if i not in decoy]
+
+    def rows(step: int):
+        model = run.trainable(step)
+        return getattr(model, input_weights(model)).detach()[:n].double()
+
+    w0 = rows(steps[0])
+    ratio, recovered = [], []
+    for step in steps:
+        drift = (rows(step) - w0).abs().amax(-1)
+        on_mean, off_mean = float(drift[decoy].mean()), float(drift[off].mean())
+        ratio.append(on_mean / off_mean if off_mean > 0 else 1.0)
+        recovered.append(float(set(drift.topk(len(decoy)).indices.tolist()) == set(decoy)))
+    out: dict[str, Any] = {"support": decoy, "drift_ratio": ratio, "support_recovered": recovered,
+                           "support_recovered_at": formation_step(steps, recovered, 1.0)}
+    for th in THRESHOLDS:
+        t = formation_step(steps, ratio, th)
+        out[f"drift_ratio_{th}_at"] = t
+        out[f"loss_at_drift_ratio_{th}"] = loss[steps.index(t)] if t is not None else None
+    return out
+
+
+def progress(run: Run, t_conv: Optional[int], seed: Optional[int] = None) -> dict[str, Any]:
+    """The loss plateau and the hidden-progress series of one run, and (given its seed) the same oracle
+    measures on a decoy support (`decoy_progress`, under "decoy")."""
     evals = [r for r in run.metrics if "eval/loss" in r]
     t_leave = next((r["step"] for r in evals if r["eval/loss"] < LEFT_PLATEAU_LOSS), None)
     plateau = [r["eval/loss"] for r in evals if t_leave and 0.1 * t_leave <= r["step"] < t_leave]
@@ -228,7 +271,12 @@ def progress(run: Run, t_conv: Optional[int]) -> dict[str, Any]:
             t = formation_step(steps, hp[m], th)
             out[f"{m}_{th}_at"] = t
             out[f"loss_at_{m}_{th}"] = tl.loss[steps.index(t)] if t is not None else None
+    if seed is not None:
+        out["decoy"] = decoy_progress(run, steps, tl.loss, seed)
     return out
+
+
+PLATEAU_KEYS = ("seed", "converged_at", "left_plateau_at", "plateau_loss", "drop_fraction", "steps", "loss")
 
 
 def at_step(r: dict[str, Any], key: str, step: int) -> float:
@@ -491,8 +539,22 @@ def main(argv: Optional[list[str]] = None) -> int:
     cells = [cell({"grid": "mlp", "width": w, "init": init_label(sparsity), "samples": samples_label(m), "data": d,
                    "n": grid["n"], "k": grid["k"]}, grid["seeds"], grid_config(w, m, d, grid, sparsity), grid["first_budget"], grid["cap"])
              for _, w, sparsity in grid_rows(grid) for m in grid["samples"] for d in harness.seeds(grid["data"])]
+    # the negative controls (experiments/rules/sparse_parity_hidden_progress.py): every architecture on k = 1 (a
+    # single bit: no plateau to cross), and the noisy-label MLP with its labels next to random (noise 0.49; the
+    # task allows < 0.5)
+    k1 = {arch: [adaptive({"model": arch, "k": 1, "n": tf_size["n"] if arch == "transformer" else hp_n}, seed, cfg(seed),
+                          tf_size["first_budget"] if arch == "transformer" else size["first_budget"],
+                          tf_size["cap"] if arch == "transformer" else size["cap"]) for seed in harness.seeds(size["arch_seeds"])]
+          for arch, cfg in {"relu_mlp": lambda seed: mlp_config(hp_n, 1, seed, size, checkpoints=size["checkpoints"]),
+                            **{a: (lambda seed, a=a: arch_config(a, hp_n, 1, seed, size, degree=3)) for a in ARCHS},
+                            "transformer": lambda seed: transformer_config(tf_size["n"], 1, seed, size)}.items()}
+    shuffled = 0.49
+    shuffled_runs = [adaptive({"model": "mlp", "k": 3, "n": hp_n, "noise": shuffled}, seed,
+                              mlp_config(hp_n, 3, seed, size, noise=shuffled), size["first_budget"], size["cap"])
+                     for seed in harness.seeds(size["noise_seeds"])]
     rounds, seconds = train_until_converged(session, [*mlps.values(), *tfs, *(r for rs in others.values() for r in rs),
-                                                      *noisy_runs, *cells])
+                                                      *noisy_runs, *cells, *(r for rs in k1.values() for r in rs),
+                                                      *shuffled_runs])
 
     t = time.perf_counter()
     table: dict[int, dict[int, list[Optional[int]]]] = {}
@@ -502,11 +564,11 @@ def main(argv: Optional[list[str]] = None) -> int:
         for n in ns:
             table[k][n] = [mlps[k, n, seed]["converged_at"] for seed in harness.seeds(size["seeds"])]
             if probed(size, k, n):
-                hp_runs += [{"seed": seed, **progress(mlps[k, n, seed]["run"], mlps[k, n, seed]["converged_at"])}
+                hp_runs += [{"seed": seed, **progress(mlps[k, n, seed]["run"], mlps[k, n, seed]["converged_at"], seed)}
                             for seed in harness.seeds(size["seeds"])]
             print(f"MLP k={k} n={n}: converged at {table[k][n]}", file=sys.stderr)
-    tf_runs = [{"seed": r["seed"], **progress(r["run"], r["converged_at"])} for r in tfs]
-    arch_runs = {"relu_mlp": hp_runs, **{a: [{"seed": r["seed"], **progress(r["run"], r["converged_at"])} for r in rs]
+    tf_runs = [{"seed": r["seed"], **progress(r["run"], r["converged_at"], r["seed"])} for r in tfs]
+    arch_runs = {"relu_mlp": hp_runs, **{a: [{"seed": r["seed"], **progress(r["run"], r["converged_at"], r["seed"])} for r in rs]
                                          for a, rs in others.items()}, "transformer": tf_runs}
     for arch, runs in arch_runs.items():
         print(f"{arch} n={tf_size['n'] if arch == 'transformer' else hp_n}: converged at "
@@ -515,6 +577,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     noisy = [{"seed": r["seed"], "converged_at": r["converged_at"], "clean_converged_at": clean.get(r["seed"]),
               "final_eval_acc": r["run"].metrics[-1]["eval/acc"]} for r in noisy_runs]
     print(f"noisy labels: converged at {[r['converged_at'] for r in noisy]}", file=sys.stderr)
+    k1_runs = {a: [{k: v for k, v in {"seed": r["seed"], **progress(r["run"], r["converged_at"])}.items() if k in PLATEAU_KEYS}
+                   for r in rs] for a, rs in k1.items()}
+    print(f"k = 1 control: converged at {({a: [r['converged_at'] for r in rs] for a, rs in k1_runs.items()})}", file=sys.stderr)
+    shuffled_noisy = [{"seed": r["seed"], "converged_at": r["converged_at"], "clean_converged_at": clean.get(r["seed"]),
+                       "final_eval_acc": r["run"].metrics[-1]["eval/acc"]} for r in shuffled_runs]
     timings = {"training_rounds": seconds, "probes": round(time.perf_counter() - t, 1)}
 
     summary = scaling_summary(table)
@@ -542,6 +609,15 @@ def main(argv: Optional[list[str]] = None) -> int:
                          "converged": sum(r["converged_at"] is not None for r in noisy),
                          "slowdown_vs_clean_same_seed": harness.spread(ratios)},
         "width_samples": widths,
+        # the negative controls the rules judge beside the claims (experiments/rules/sparse_parity_hidden_progress.py):
+        # every architecture on k = 1 (plateau); the oracle measures on a decoy support, forecast as on S (hidden
+        # progress; the runs' own series are under each run's "decoy"); the noisy-label MLP at noise 0.49
+        "controls": {
+            "k1": {a: {"n": arch_n[a], "k": 1, "cap": tf_size["cap"] if a == "transformer" else size["cap"], "runs": rs}
+                   for a, rs in k1_runs.items()},
+            "decoy_support": {a: {"prediction": prediction([{**r, **r["decoy"]} for r in runs])} for a, runs in arch_runs.items()},
+            "noisy_labels_shuffled": {"noise": shuffled, "n": hp_n, "k": 3, "runs": shuffled_noisy,
+                                      "converged": sum(r["converged_at"] is not None for r in shuffled_noisy)}},
         # the seeds of each part (each seed also draws S; the grid's data sets are its task seeds)
         "seeds": {"mlp": harness.seeds(size["seeds"]), "architectures": harness.seeds(size["arch_seeds"]),
                   "transformer": harness.seeds(tf_size["seeds"]), "noisy_labels": harness.seeds(size["noise_seeds"]),

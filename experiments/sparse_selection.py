@@ -91,7 +91,7 @@ def grid(lo: int, hi: int, per_octave: int) -> list[int]:
 
 
 # "draws": the task seeds (each its own S and training set): a list, or a count n meaning 0..n-1 (smoke).
-# The CPU and --full draws start at 100: the runs the rules judge use draws no earlier run used (0..5).
+# The CPU and --full draws start at 300: the runs the rules judge use draws no earlier run used (0..5, 100..109).
 SIZES: dict[str, dict[str, Any]] = {
     "smoke": {"settings": ["uniform", "balanced"], "lengths": [8, 16], "ladder": grid(8, 64, 1),
               "start": {"uniform": [16], "balanced": [16]}, "draws": 2, "seeds": 1, "rounds": 2, "d_model": 16,
@@ -100,11 +100,11 @@ SIZES: dict[str, dict[str, Any]] = {
     # 400 steps: most runs fit their training sets by step ~300 at T = 512, and held-out accuracy then stays
     # put (measured to 1500 steps); a run that has not fitted by 400 continues to 800, then 1600 steps.
     "cpu": {"settings": ["uniform", "balanced"], "lengths": [16, 32, 64, 128, 256, 512], "ladder": grid(8, 2048, 2),
-            "start": {"uniform": [64, 91, 128], "balanced": [32, 45, 64]}, "draws": list(range(100, 106)), "seeds": 1, "rounds": 6,
+            "start": {"uniform": [64, 91, 128], "balanced": [32, 45, 64]}, "draws": list(range(300, 306)), "seeds": 1, "rounds": 6,
             "d_model": 32, "n_heads": 1, "steps": 400, "max_steps": 1600, "batch_size": 32, "lr": 1e-3, "eval_batch_size": 512,
             "checkpoints": 8, "bootstrap": 1000},
     "full": {"settings": ["uniform", "balanced"], "lengths": [16, 32, 64, 128, 256, 512], "ladder": grid(8, 4096, 3),
-             "start": {"uniform": [64, 81, 102, 128], "balanced": [32, 40, 51, 64]}, "draws": list(range(100, 110)), "seeds": 4, "rounds": 10,
+             "start": {"uniform": [64, 81, 102, 128], "balanced": [32, 40, 51, 64]}, "draws": list(range(300, 310)), "seeds": 4, "rounds": 10,
              "d_model": 32, "n_heads": 1, "steps": 1500, "max_steps": 6000, "batch_size": 32, "lr": 1e-3, "eval_batch_size": 4096,
              "checkpoints": 16, "bootstrap": 2000},
 }
@@ -158,7 +158,8 @@ def outcome(run: Run, c: dict[str, Any], setting: str, T: int, n: int, draw: int
     evals = [r for r in run.metrics if "eval/balanced_acc" in r]
     last = evals[-1]
     loss, errors = training_fit(run)
-    probe = timeline.probe_run(run, ["sparse_selection"], steps=[run.steps[-1]])
+    # the last checkpoint, and step 0: the negative control of the attention rule (an untrained readout)
+    probe = timeline.probe_run(run, ["sparse_selection"], steps=[run.steps[0], run.steps[-1]])
     return {"setting": setting, "T": T, "n_train": n, "draw": draw, "seed": seed, "steps": run.steps[-1],
             "balanced_acc": last["eval/balanced_acc"], "acc": last["eval/acc"], "success": last["eval/balanced_acc"] >= SUCCESS,
             "train_loss": loss, "train_errors": errors, "fits": errors == 0,
@@ -167,6 +168,9 @@ def outcome(run: Run, c: dict[str, Any], setting: str, T: int, n: int, draw: int
             "attention_on_support": probe.per_head["sparse_selection"]["L0H0"][-1] if c["n_heads"] == 1
             else probe.metrics["sparse_selection"]["max"][-1],
             "support_recovered": bool(probe.metrics["sparse_selection"]["support_recovered"][-1]),
+            "attention_on_support_at_init": probe.per_head["sparse_selection"]["L0H0"][0] if c["n_heads"] == 1
+            else probe.metrics["sparse_selection"]["max"][0],
+            "support_recovered_at_init": bool(probe.metrics["sparse_selection"]["support_recovered"][0]),
             "train_time_s": round(harness.train_seconds(run), 2), "run": run}
 
 
@@ -317,6 +321,18 @@ def scaling_fits(lengths: Sequence[int], ns: Sequence[float]) -> dict[str, Any]:
             "ratio_if_proportional_to_T": lengths[-1] / lengths[0]}
 
 
+def fits_with_intervals(lengths: Sequence[int], ns: Sequence[float], reps: Sequence[Sequence[float]]) -> dict[str, Any]:
+    """`scaling_fits` of n(T), with 95 % intervals from the same fits of the bootstrap replicates `reps`."""
+    s = scaling_fits(lengths, ns)
+    fits = [scaling_fits(lengths, r) for r in reps]
+    s["log2_T"]["slope_ci"] = interval([r["log2_T"]["slope"] for r in fits])
+    s["T"]["slope_ci"] = interval([r["T"]["slope"] for r in fits])
+    s["power"]["exponent_ci"] = interval([r["power"]["exponent"] for r in fits])
+    s["ratio_last_first_ci"] = interval([r["ratio_last_first"] for r in fits])
+    s["bootstrap_replicates"] = len(fits)
+    return s
+
+
 def verdict(s: dict[str, Any], problems: Sequence[str]) -> str:
     """The data's verdict on "n grows like log T" from `scaling`'s fits of one quantile: the rule lives in
     experiments/rules/sparse_selection.py (`scaling_verdict`, with its thresholds), committed apart from
@@ -362,39 +378,36 @@ def summarize(c: dict[str, Any], found: dict[tuple[str, int], dict[int, list[dic
                 problems.append(f"T={T}: {not_fitted} of {len(rows)} runs did not fit their training set")
             if est["n50"] is None:
                 problems.append(f"T={T}: no rising logistic fit")
-        scaling = {}
+        scaling, reversed_T = {}, {}
         for q in ("n50", "n90"):
             ns = [per_T[str(T)][q] for T in c["lengths"]]
             if any(n is None for n in ns) or len(c["lengths"]) < 2:
-                scaling[q] = None
+                scaling[q] = reversed_T[q] = None
                 continue
-            s = scaling_fits(c["lengths"], ns)
             reps = [[boots[T][b][q] for T in c["lengths"]] for b in range(c["bootstrap"])]
-            reps = [scaling_fits(c["lengths"], r) for r in reps if all(v is not None for v in r)]
-            s["log2_T"]["slope_ci"] = interval([r["log2_T"]["slope"] for r in reps])
-            s["T"]["slope_ci"] = interval([r["T"]["slope"] for r in reps])
-            s["power"]["exponent_ci"] = interval([r["power"]["exponent"] for r in reps])
-            s["ratio_last_first_ci"] = interval([r["ratio_last_first"] for r in reps])
-            s["bootstrap_replicates"] = len(reps)
-            s["verdict"] = verdict(s, problems)
-            scaling[q] = s
+            reps = [r for r in reps if all(v is not None for v in r)]
+            scaling[q] = fits_with_intervals(c["lengths"], ns, reps)
+            scaling[q]["verdict"] = verdict(scaling[q], problems)
+            # the negative control of the rules: the same sizes with the lengths in reverse order (n falls as T grows)
+            reversed_T[q] = fits_with_intervals(c["lengths"], ns[::-1], [r[::-1] for r in reps])
         rows = [r for T in c["lengths"] for n in found[st, T] for r in found[st, T][n]]
         budget = {"runs": len(rows), "not_fitted": sum(not r["fits"] for r in rows),
                   "continued": sum(r["steps"] > c["steps"] for r in rows),
                   "fitted_after_continuing": sum(r["fits"] and r["steps"] > c["steps"] for r in rows),
                   "train_loss_of_fitted_max": max((r["train_loss"] for r in rows if r["fits"]), default=None),
                   "outcome_changed_after_previous_step": sum(r["success"] != r["success_at_previous_step"] for r in rows)}
-        per_setting[st] = {"per_T": per_T, "scaling": scaling, "problems": problems, "budget": budget,
+        per_setting[st] = {"per_T": per_T, "scaling": scaling, "scaling_T_reversed": reversed_T, "problems": problems, "budget": budget,
                            "p_one": SETTINGS[st] if SETTINGS[st] is not None else 0.5 ** (1 / 3)}
     return per_setting
 
 
-def support_summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def support_summary(rows: Sequence[dict[str, Any]], at: str = "") -> dict[str, Any]:
+    """Support recovery in runs that succeed and that fail, at the end (at = "") or at step 0 (at = "_at_init")."""
     gen, failed = [r for r in rows if r["success"]], [r for r in rows if not r["success"]]
-    return {"succeeded_runs": len(gen), "succeeded_with_support_recovered": sum(r["support_recovered"] for r in gen),
-            "failed_runs": len(failed), "failed_with_support_recovered": sum(r["support_recovered"] for r in failed),
-            "attention_on_support_succeeded": harness.spread([r["attention_on_support"] for r in gen]),
-            "attention_on_support_failed": harness.spread([r["attention_on_support"] for r in failed])}
+    return {"succeeded_runs": len(gen), "succeeded_with_support_recovered": sum(r["support_recovered" + at] for r in gen),
+            "failed_runs": len(failed), "failed_with_support_recovered": sum(r["support_recovered" + at] for r in failed),
+            "attention_on_support_succeeded": harness.spread([r["attention_on_support" + at] for r in gen]),
+            "attention_on_support_failed": harness.spread([r["attention_on_support" + at] for r in failed])}
 
 
 def support_timeline(result: dict[str, Any]) -> dict[str, Any]:
@@ -508,6 +521,10 @@ def main(argv: list[str] | None = None) -> int:
     results["support_recovered_no_later_than_success"] = {
         "count": sum(tl["recovered_from_step"] is not None and tl["recovered_from_step"] <= tl["succeeded_from_step"]
                      for tl in timelines), "of": len(timelines)}
+    # the negative control of the attention rule: the same runs at step 0, split by their final success
+    results["support_at_init"] = {st: support_summary([r for r in every if r["setting"] == st], "_at_init") for st in c["settings"]}
+    results["support_recovered_at_first_checkpoint"] = {
+        "count": sum(bool(tl["support_recovered"][0]) for tl in timelines), "of": len(timelines)}
     results["runs"] = [{k: v for k, v in r.items() if k != "run"} for r in every]
     results["runs_per_round"] = rounds
     results["runs_continued"] = extended

@@ -56,7 +56,7 @@ def test_smoke(tmp_path, monkeypatch):
     claims = out["claims"]
     assert [c["id"] for c in claims] == list(CLAIMS)
     for c in claims:
-        assert c["verdict"] in verdicts.VERDICTS and "results lack" not in c["why"] and "None" not in c["why"], c
+        assert c["verdict"] in verdicts.REPORTED and "results lack" not in c["why"] and "None" not in c["why"], c
     assert len(out["figures"]) == 3
     for fig in out["figures"]:
         data = (tmp_path / fig).read_bytes()
@@ -66,8 +66,11 @@ def test_smoke(tmp_path, monkeypatch):
 # ---- (b) the rules on planted results ----------------------------------------------------------------
 
 
-def online(key: str, steps: list, cap: int = 4000) -> dict:
-    return {"online": {key: {"n": 15, "k": 3, "cap": cap, "converged_at": steps}}}
+def online(key: str, steps: list, cap: int = 4000, control: list | None = None) -> dict:
+    """`control`: the labels-shuffled runs' convergence steps (default: none converges within 500 steps)."""
+    shuffled = {"n": 15, "k": 3, "cap": 500, "converged_at": control or [None] * len(steps)}
+    return {"online": {key: {"n": 15, "k": 3, "cap": cap, "converged_at": steps}},
+            "controls_labels_shuffled": {"noise": 0.49, "online": {key: shuffled}}}
 
 
 @pytest.mark.parametrize("claim,key", [("transformer_learns_online", "transformer"), ("mlp_learns_n40_k4", "mlp_k4")])
@@ -81,6 +84,15 @@ def test_online_rules(claim, key):
     # too few seeds
     j = verdict(claim, online(key, [200, 300]))
     assert j["verdict"] == "inconclusive" and j["rule_verdict"] == "matches"
+    # the negative control (labels shuffled) is judged by the same rule: rejected here, a match if it "learns"
+    j = verdict(claim, online(key, [200, 350, 1200]))
+    assert j["control"]["verdict"] == "inconclusive" and "0/3 seeds" in j["control"]["why"]
+    j = verdict(claim, online(key, [200, 350, 1200], control=[300, 300, 300]))
+    assert j["verdict"] == "by construction" and j["rule_verdict"] == "matches"
+    # results without the control: no match
+    bare = online(key, [200, 350, 1200])
+    del bare["controls_labels_shuffled"]
+    assert verdict(claim, bare)["verdict"] == "inconclusive"
 
 
 def grid(steps, cap: int = 8000) -> dict:
@@ -97,6 +109,7 @@ def test_grid_rule_init_dominates_matches():
     steps = [[q(b * (1 + rng.uniform(-0.03, 0.03))) for _ in range(8)] for b in base]
     j = verdict("init_not_random_search", grid(steps))
     assert j["verdict"] == "matches", j["why"]
+    assert j["control"]["verdict"] == "partly" and "share of the variance of log steps 0.00052" in j["control"]["why"]  # transposed
     s = RULES.grid_stats(steps, 8000, 10)
     assert s["p_init"] < 0.01 and s["anova_log_steps"]["share_init"] > 0.8 and s["exponential"]["p"] < 0.05
 
@@ -116,7 +129,9 @@ def test_grid_rule_data_order_partly():
     steps = [[q(b * (1 + rng.uniform(-0.03, 0.03))) for b in base] for _ in range(8)]
     s = RULES.grid_stats(steps, 8000, 10)
     assert s["p_data"] < 0.01 and s["p_init"] >= 0.05
-    assert verdict("init_not_random_search", grid(steps))["verdict"] == "partly"
+    # its transpose (the control) is the init-dominated grid, which the rule calls a match: by construction
+    j = verdict("init_not_random_search", grid(steps))
+    assert j["rule_verdict"] == "partly" and j["verdict"] == "by construction" and j["control"]["verdict"] == "matches"
 
 
 def test_grid_rule_inconclusive():
@@ -134,9 +149,12 @@ def grok_seed(fit, gen, acc) -> dict:
     return {"seed": 0, "fit_at": fit, "generalized_at": gen, "eval_acc_at_fit": acc}
 
 
-def grok(seeds) -> dict:
-    return {"grokking": {"n": 30, "k": 3, "n_train": 500, "width": 1000, "weight_decay": 0.01, "cap": 32000,
-                         "seeds": seeds}}
+def grok(seeds, control=None) -> dict:
+    """`control`: the labels-shuffled seeds (default: they fit nothing within 1000 steps)."""
+    setting = {"n": 30, "k": 3, "n_train": 500, "width": 1000, "weight_decay": 0.01}
+    return {"grokking": {**setting, "cap": 32000, "seeds": seeds},
+            "controls_labels_shuffled": {"noise": 0.49, "grokking": {**setting, "cap": 1000, "seeds": control or
+                                                                     [grok_seed(None, None, None)] * len(seeds)}}}
 
 
 def test_grokking_rule():
@@ -152,6 +170,13 @@ def test_grokking_rule():
     assert verdict("grokking_fixed_samples", grok([late, censored, censored]))["verdict"] == "inconclusive"
     j = verdict("grokking_fixed_samples", grok([late, late]))
     assert j["verdict"] == "inconclusive" and j["rule_verdict"] == "matches"
+    j = verdict("grokking_fixed_samples", grok([late] * 3))
+    assert j["verdict"] == "matches" and j["control"]["verdict"] == "does not"
+    # memorized, never generalized: the control stays censored (inconclusive), not a match
+    j = verdict("grokking_fixed_samples", grok([late] * 3, control=[grok_seed(300, None, 0.5)] * 3))
+    assert j["verdict"] == "matches" and j["control"]["verdict"] == "inconclusive"
+    j = verdict("grokking_fixed_samples", grok([late] * 3, control=[late] * 3))
+    assert j["verdict"] == "by construction"
 
 
 # ---- (c) the measurements against slow references ------------------------------------------------------

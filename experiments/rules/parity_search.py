@@ -12,6 +12,16 @@ Written before any run at the CPU or --full size (seeds from 100); only pilots t
 regime (n = 30, 500 samples, width 1000, weight decay 0.01: fit at 350–450 steps, held-out ≥ 0.99 at
 9 100–13 200 in 3 pilot seeds of 0–2) and timed the runs had been seen.
 
+Issue 46 (after the runs on seeds 100–109 had been seen): every claim now declares whether its outcome depends on
+scale, its budget (none: the talks give no sizes; see each budget_note) and a negative control its rule must
+reject, judged by the same rule (verdicts.judged): for the two online claims and grokking, the same models
+trained on labels flipped at random (noise 0.49: the task allows < 0.5; next to nothing to learn; `results["controls_labels_shuffled"]`, one
+short budget each, which the script records from this rule's commit on); for the init claim, the grid transposed
+(inits and data orders swapped, from the stored grid). The rules themselves are unchanged; the seeds of the next
+run start at 300. The judges read results["online"][key] ("converged_at", "cap"), results["grid"] ("steps",
+"cap", "eval_every", "n", "k"), results["grokking"] ("seeds": "fit_at", "generalized_at", "eval_acc_at_fit"; "n",
+"k", "n_train", "width", "weight_decay", "cap") and the same keys under results["controls_labels_shuffled"].
+
 The statistics of the init × data-order grid are computed here, from the grid of convergence steps the
 script passes (`grid_stats`), so the rule in code is all of the rule; the script calls the same function
 for its JSON and figure. Helpers prefixed _ are private to this file.
@@ -209,6 +219,27 @@ def judge_grokking(results: Mapping[str, Any]) -> Judgement:
     return Judgement("does not", why, n)
 
 
+# ---- negative controls -------------------------------------------------------------------------------
+
+
+def _shuffled_online(key: str):
+    def control(results: Mapping[str, Any]) -> Mapping[str, Any]:
+        return {"online": {key: results["controls_labels_shuffled"]["online"][key]}}
+    return control
+
+
+def _shuffled_grokking(results: Mapping[str, Any]) -> Mapping[str, Any]:
+    return {"grokking": results["controls_labels_shuffled"]["grokking"]}
+
+
+def _transposed(results: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The grid with inits and data orders swapped: the claimed cause (the init) traded for the other factor."""
+    g = results["grid"]
+    return {"grid": {**g, "steps": [list(col) for col in zip(*g["steps"])]}}
+
+
+SHUFFLED = "training labels flipped at random (noise 0.49)"
+
 CLAIMS = [
     Claim(id="transformer_learns_online",
           claim="A one-layer transformer trained online (fresh samples every step) learns sparse parity n = 15, k = 3.",
@@ -217,7 +248,8 @@ CLAIMS = [
           rule=f"Per seed (each its own support S): converged at the first evaluation with held-out accuracy ≥ 0.99 on "
                f"fresh samples (chance 0.5) within the cap. Matches: ≥ {LEARNED_SHARE:.0%} of seeds; partly: at least "
                f"one; does not: none, with a cap ≥ {DOES_NOT_CAP} steps; inconclusive: none within a shorter cap.",
-          judge=_judge_online("transformer", "1-layer transformer (AdamW, batch 32)"), min_n=3,
+          judge=_judge_online("transformer", "1-layer transformer (AdamW, batch 32)"), min_n=3, scale=False,
+          control=_shuffled_online("transformer"), control_note=SHUFFLED,
           budget_note="the paper's steps are not given; its optimizer is called online SGD, ours is AdamW on fresh "
                       "minibatches (plain SGD at lr 0.3 stayed at chance for 3000 steps in a one-seed pilot)"),
     Claim(id="mlp_learns_n40_k4",
@@ -226,7 +258,8 @@ CLAIMS = [
           rule=f"As the transformer's: converged seeds (held-out accuracy ≥ 0.99, chance 0.5) within the cap, plain "
                f"SGD lr 0.1, batch 32. Matches: ≥ {LEARNED_SHARE:.0%} of seeds; partly: at least one; does not: none, "
                f"with a cap ≥ {DOES_NOT_CAP} steps; inconclusive: none within a shorter cap.",
-          judge=_judge_online("mlp_k4", "width-100 ReLU MLP (SGD lr 0.1, batch 32)"), min_n=3,
+          judge=_judge_online("mlp_k4", "width-100 ReLU MLP (SGD lr 0.1, batch 32)"), min_n=3, scale=False,
+          control=_shuffled_online("mlp_k4"), control_note=SHUFFLED,
           budget_note="the paper's steps are not given"),
     Claim(id="init_not_random_search",
           claim="The time to learn a sparse parity depends heavily on the initialization, and is not the exponential "
@@ -241,7 +274,8 @@ CLAIMS = [
                f"Matches: init p < {verdicts.LEVEL}, share ≥ {INIT_SHARE_LARGE}, and the exponential rejected "
                f"(p < {verdicts.LEVEL}); does not: init p ≥ {verdicts.LEVEL} and the exponential not rejected; partly: "
                f"otherwise; inconclusive: > {MAX_CENSORED:.0%} of runs censored.",
-          judge=judge_random_search, min_n=MIN_SIDE * MIN_SIDE,
+          judge=judge_random_search, min_n=MIN_SIDE * MIN_SIDE, scale=True,
+          control=_transposed, control_note="the grid transposed (inits and data orders swapped)",
           budget_note="the talk gives no size for this; a comparison within our runs"),
     Claim(id="grokking_fixed_samples",
           claim="From a fixed training set, the training loss goes to 0 and the held-out loss much later (grokking).",
@@ -252,6 +286,7 @@ CLAIMS = [
                f"and held-out ≥ 0.99 (for good) at ≥ {GROK_RATIO:g}× that step. Matches: ≥ {GROK_SHARE:.0%} of seeds; "
                f"inconclusive: more than a third censored (fit, never ≥ 0.99 within the cap); partly: at least one "
                f"seed; does not: none.",
-          judge=judge_grokking, min_n=3,
+          judge=judge_grokking, min_n=3, scale=False,
+          control=_shuffled_grokking, control_note=SHUFFLED,
           budget_note="the paper's sizes are not given"),
 ]

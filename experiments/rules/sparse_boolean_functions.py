@@ -13,7 +13,15 @@ Written before any run of the script. The judges read `results["runs"]`, one ent
 that is not symmetric; both depending on every one of the s bits), "s", "seed", "converged" (held-out balanced
 accuracy ≥ 0.99 from "steps_to_99" on, and at the end), "steps_to_99" (None: not within the budget), "norm"
 (the layer's weight norm at the end of training: √(Σ ‖W‖_F²) over W_Q, W_K, W_V, W_O, W_in, W_out; the
-embeddings and unembedding are frozen), and `results["steps"]`, the budget.
+embeddings and unembedding are frozen), "norm_init" (the same at the step-0 checkpoint), and `results["steps"]`,
+the budget.
+
+Issue 46 (after the runs on seeds 100–103 had been seen): each claim now declares that its outcome depends on
+scale (a comparison between the two kinds, growing with s), no budget (the paper trains nothing: an
+expressivity theorem) and a negative control that the same rule judges: for the norms, the step-0 checkpoint of
+the same runs (`norm_init` in place of `norm`: an untrained layer has not paid for any function, so no gap);
+for the steps, the kinds swapped (symmetric read as generic and back). The rules themselves are unchanged; the
+next run's seeds start at 300.
 """
 
 from __future__ import annotations
@@ -157,6 +165,20 @@ def judge_steps(results: Mapping[str, Any]) -> verdicts.Judgement:
                                        "slower than any):", fmt, n, f"; budget {budget} steps")
 
 
+# ---- negative controls -------------------------------------------------------------------------------
+
+
+def at_init(results: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The same runs read at their step-0 checkpoint: the layer's norm before it learned anything."""
+    return {**results, "runs": [{**r, "norm": r["norm_init"]} for r in results["runs"]]}
+
+
+def kinds_swapped(results: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The same runs with the two kinds' labels swapped."""
+    other = {"symmetric": "generic", "generic": "symmetric"}
+    return {**results, "runs": [{**r, "kind": other[r["kind"]]} for r in results["runs"]]}
+
+
 CLAIMS = [
     verdicts.Claim(
         id="symmetric_norms",
@@ -174,6 +196,9 @@ CLAIMS = [
              f"when only one holds; does not when neither, or when symmetric is significantly larger",
         judge=judge_norms,
         min_n=MIN_SEEDS,
+        scale=True,
+        control=at_init,
+        control_note="the step-0 checkpoint of the same runs",
         budget=None,
         budget_note="the paper's result is an expressivity theorem: no training budget to compare",
     ),
@@ -192,6 +217,9 @@ CLAIMS = [
              f"not when neither, or when symmetric is significantly slower",
         judge=judge_steps,
         min_n=MIN_SEEDS,
+        scale=True,
+        control=kinds_swapped,
+        control_note="the kinds swapped",
         budget=None,
         budget_note="the paper trains nothing on this claim: no budget to compare",
     ),

@@ -7,8 +7,19 @@ concentrates on the support S.
 
 The log T rule is the one the script's `verdict()` applied (moved here; the script keeps computing the
 fits, and its `verdict()` now calls `scaling_verdict` below). These rules were written after the earlier
-runs (draws 0-5) had been seen; they judge runs on fresh draws (the script's CPU and --full sizes draw
-from 100 on).
+runs (draws 0-5) had been seen, and changed for issue 46 after the runs on draws 100-105 had been seen; the
+next run's draws start at 300. Issue 46 changed:
+- `scaling_verdict`: α below the split now needs growth too: the log₂T slope's interval below 0 (n falls as T
+  grows) is "does not", an interval reaching 0 "inconclusive" (before: "partly" either way), so that a
+  sample count flat or falling in T is not a partial match of "grows like log T";
+- every claim declares its scale-dependence, no budget (the paper gives no sample or step counts) and a
+  negative control judged by the same rule: for log T, the same sizes with the lengths in reverse order
+  (`settings[s]["scaling_T_reversed"]`, fitted by the script with the same bootstrap); for the attention claim,
+  the same runs at step 0 (`support_at_init`, `support_recovered_at_first_checkpoint`), before any training.
+The judges read results["settings"][setting] ("per_T", "scaling", "scaling_T_reversed"), results["runs"]
+("setting", "draw"), results["support_at_end"], results["support_at_init"],
+results["support_recovered_no_later_than_success"], results["support_recovered_at_first_checkpoint"] and
+results["success_threshold"].
 
 The why-lines' numbers are formatted by verdicts.num; `_ci` (private) prints a bootstrap interval.
 """
@@ -52,12 +63,14 @@ def problems(per_T: Mapping[str, Mapping[str, Any]]) -> list[str]:
 
 def scaling_verdict(s: Mapping[str, Any], problems: Sequence[str]) -> str:
     """The data's verdict on "n grows like log T" from the script's `scaling_fits` of one quantile:
-    inconclusive — a T's transition is not bracketed, too many runs failed to optimize, or the exponent's
-        interval straddles EXPONENT_SPLIT (log-like and polynomial growth both fit);
-    does not — the exponent alpha of c T^alpha is above EXPONENT_SPLIT across its whole interval;
+    inconclusive — a T's transition is not bracketed, too many runs failed to optimize, the exponent's
+        interval straddles EXPONENT_SPLIT (log-like and polynomial growth both fit), or alpha is below it but
+        the log2 T slope's interval reaches 0 (no clear growth either way);
+    does not — the exponent alpha of c T^alpha is above EXPONENT_SPLIT across its whole interval, or n falls
+        as T grows (the log2 T slope's interval below 0);
     matches — alpha is below it across its interval, n grows (the log2 T slope's interval is above 0), and
         a + b log2 T fits every T within LOG_FIT_RMS and at least as well as a + b T;
-    partly — alpha is below it but n does not clearly grow, or a + b log2 T fits worse than that."""
+    partly — alpha is below it and n grows, but a + b log2 T fits worse than that."""
     if problems or s["power"]["exponent_ci"] is None:
         return "inconclusive"
     lo, hi = s["power"]["exponent_ci"]
@@ -66,8 +79,13 @@ def scaling_verdict(s: Mapping[str, Any], problems: Sequence[str]) -> str:
     if hi >= EXPONENT_SPLIT:
         return "inconclusive"
     log_fit, lin_fit = s["log2_T"], s["T"]
-    grows = log_fit["slope_ci"] is not None and log_fit["slope_ci"][0] > 0
-    if grows and log_fit["rel_rms"] <= LOG_FIT_RMS and log_fit["rel_rms"] <= lin_fit["rel_rms"]:
+    if log_fit["slope_ci"] is None:
+        return "inconclusive"
+    if log_fit["slope_ci"][1] < 0:
+        return "does not"
+    if log_fit["slope_ci"][0] <= 0:
+        return "inconclusive"
+    if log_fit["rel_rms"] <= LOG_FIT_RMS and log_fit["rel_rms"] <= lin_fit["rel_rms"]:
         return "matches"
     return "partly"
 
@@ -132,13 +150,36 @@ def _judge_attention(results: Mapping[str, Any]) -> Judgement:
     return Judgement("matches" if ok and timely else "partly", why, min(n))
 
 
+# ---- negative controls -------------------------------------------------------------------------------
+
+
+def _reversed_T(setting: str):
+    """The same sizes with the lengths in reverse order: n50(T) read backwards, fitted with the same bootstrap."""
+    def control(results: Mapping[str, Any]) -> Mapping[str, Any]:
+        res = results["settings"][setting]
+        rows = list(res["per_T"].values())
+        return {**results, "settings": {setting: {**res, "per_T": dict(zip(res["per_T"], rows[::-1])),
+                                                  "scaling": res["scaling_T_reversed"]}}}
+    return control
+
+
+def at_init(results: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The same runs at step 0 (an untrained readout), split by their final success."""
+    return {"support_at_end": results["support_at_init"],
+            "support_recovered_no_later_than_success": results["support_recovered_at_first_checkpoint"],
+            "success_threshold": results["success_threshold"]}
+
+
+REVERSED = "the lengths T in reverse order (n falls as T grows)"
+
 _LOG_RULE = (f"Per T, n50 from a logistic fit of success (held-out balanced accuracy ≥ 0.99) against log₂ n, with a "
              f"95 % bootstrap over draws; n50(T) fitted by a + b·log₂T, a + b·T and c·T^α. Inconclusive: a T's grid "
              f"does not bracket its transition (success ≤ {LOW} at its smallest size, ≥ {HIGH} at its largest), > "
              f"{MAX_NOT_FITTED:.0%} of a T's runs did not fit their training sets, a T has no rising fit, or α's "
              f"interval contains {EXPONENT_SPLIT}; does not: α's interval above {EXPONENT_SPLIT}; matches: α's interval "
              f"below {EXPONENT_SPLIT}, the log₂T slope's interval above 0, and a + b·log₂T within a relative rms error "
-             f"of {LOG_FIT_RMS} and no worse than a + b·T; partly: α's interval below {EXPONENT_SPLIT} otherwise. "
+             f"of {LOG_FIT_RMS} and no worse than a + b·T; partly: α's interval below {EXPONENT_SPLIT} and the slope's "
+             f"above 0 otherwise; does not also when the slope's interval is below 0, inconclusive when it reaches 0. "
              f"Fewer than {MIN_DRAWS} draws: inconclusive.")
 
 CLAIMS = [
@@ -147,12 +188,14 @@ CLAIMS = [
                 "(Edelman et al. 2022).",
           paper="x ~ unif({0,1}^T), y = x_i1·x_i2·x_i3, a 1-layer transformer; a figure \"consistent with log(T) "
                 "dependence\" (seed talk); no numbers",
-          rule=_LOG_RULE, judge=_log_T("uniform"), min_n=MIN_DRAWS,
+          rule=_LOG_RULE, judge=_log_T("uniform"), min_n=MIN_DRAWS, scale=True,
+          control=_reversed_T("uniform"), control_note=REVERSED,
           budget_note="the paper gives no sample or step counts"),
     Claim(id="samples_grow_like_log_T_balanced",
           claim="…the same with balanced bits (each 1 with probability 2^(−1/3), so the AND is 1 half the time).",
           paper="not the paper's setting",
-          rule=_LOG_RULE, judge=_log_T("balanced"), min_n=MIN_DRAWS,
+          rule=_LOG_RULE, judge=_log_T("balanced"), min_n=MIN_DRAWS, scale=True,
+          control=_reversed_T("balanced"), control_note=REVERSED,
           budget_note="the paper gives no sample or step counts"),
     Claim(id="readout_attends_to_support",
           claim="The readout attention concentrates on the support S (sparse variable creation).",
@@ -164,5 +207,7 @@ CLAIMS = [
                f"{verdicts.LEVEL}, and ≥ {RECOVERED_SHARE:.0%} of the probed runs recover it no later; does not: < 50 % "
                f"of successful runs recover S in some setting; partly otherwise. Fewer than 3 successful runs in a "
                f"setting or probed runs: inconclusive.",
-          judge=_judge_attention, min_n=3),
+          judge=_judge_attention, min_n=3, scale=False, control=at_init,
+          control_note="the same runs at step 0 (untrained)",
+          budget_note="the paper gives no sample or step counts"),
 ]
