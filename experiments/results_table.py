@@ -151,10 +151,12 @@ def paper(claim: dict[str, Any]) -> str:
     return f"{cite}: {short}" if cite else short
 
 
-def rows(outs: list[dict[str, Any]], kind: str) -> tuple[list[str], list[dict[str, Any]], int]:
-    """The README's rows of one kind of claim (the seed papers' or mechsynth's own checks), the claims, and how
-    many of them are post hoc."""
-    lines, kept, late = [], [], 0
+def rows(outs: list[dict[str, Any]], kind: str) -> tuple[list[str], list[dict[str, Any]], list[dict[str, Any]]]:
+    """The README's rows of one kind of claim (the seed papers' or mechsynth's own checks), and its claims judged
+    by rules committed before their runs and post hoc."""
+    lines: list[str] = []
+    before_runs: list[dict[str, Any]] = []
+    late: list[dict[str, Any]] = []
     for out in outs:
         name = out["experiment"]
         judged, before = claims(out)
@@ -162,29 +164,33 @@ def rows(outs: list[dict[str, Any]], kind: str) -> tuple[list[str], list[dict[st
         for c in judged:
             if c.get("kind", "paper") != kind:
                 continue
-            kept.append(c)
-            late += not before
+            (before_runs if before else late).append(c)
             lines.append("| " + " | ".join(cell(x) for x in (c["claim"], paper(c), c["why"], verdict_cell(c, before),
                                                                scale_cell(c))) + f" | {link} |")
-    return lines, kept, late
+    return lines, before_runs, late
 
 
-def tally(judged: list[dict[str, Any]], late: int) -> str:
-    counts = verdicts.counts(judged)
-    said = ", ".join(f"{v} {k}" for v, k in counts.items() if k)
-    return f"{len(judged)} claim{'s' * (len(judged) != 1)}: {said}" + (f"; {late} judged post hoc (rules changed after their runs)" if late else "")
+def tally(before: list[dict[str, Any]], late: list[dict[str, Any]]) -> str:
+    """How many claims have each verdict, those judged by rules committed before their runs apart from the rest."""
+    def said(judged: list[dict[str, Any]]) -> str:
+        return ", ".join(f"{v} {k}" for v, k in verdicts.counts(judged).items() if k)
+
+    parts = [f"Judged by rules committed before their runs, {len(before)}" + (f": {said(before)}" if before else "")]
+    if late:
+        parts.append(f"judged post hoc (rules changed after their runs, not yet rerun), {len(late)}: {said(late)}")
+    return "; ".join(parts)
 
 
 def summary(outs: list[dict[str, Any]]) -> str:
     """The README's tables: the seed papers' claims, one row each, with their count of each verdict; then the
     checks of mechsynth's own methods apart."""
     head = ["| claim | paper | ours | verdict | budget, n | link |", "|---|---|---|---|---|---|"]
-    papers, judged, late = rows(outs, "paper")
-    tools, checked, tools_late = rows(outs, "tool")
-    out = [f"**The seed papers' {tally(judged, late)}.**", "", *head, *papers]
+    papers, before, late = rows(outs, "paper")
+    tools, tools_before, tools_late = rows(outs, "tool")
+    out = [f"**The seed papers' {len(before) + len(late)} claims.** {tally(before, late)}.", "", *head, *papers]
     if tools:
-        out += ["", f"**Checks of mechsynth's own methods against known answers, {tally(checked, tools_late)}.**", "",
-                *head, *tools]
+        out += ["", f"**Checks of mechsynth's own methods against known answers, {len(tools_before) + len(tools_late)}"
+                f".** {tally(tools_before, tools_late)}.", "", *head, *tools]
     return "\n".join(out)
 
 

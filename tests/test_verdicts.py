@@ -187,8 +187,9 @@ def test_the_table_is_what_the_jsons_say_and_check_catches_an_edit(tmp_path, mon
     assert row == ("| toys \\| learn (Toy et al. 2020) | Toy et al. 2020: paper | 3/3 seeds | **matches**; control: "
                    "does not | 0.5 of the paper's; n = 3 | [`toy`](experiments/toy.py), [JSON](assets/toy.json) |")
     # the papers' claims are counted at the top; the tool's own check is in its own table, by construction here
-    assert "**The seed papers' 1 claim: matches 1.**" in text
-    assert "**Checks of mechsynth's own methods against known answers, 1 claim: by construction 1.**" in text
+    assert "**The seed papers' 1 claims.** Judged by rules committed before their runs, 1: matches 1." in text
+    assert ("**Checks of mechsynth's own methods against known answers, 1.** Judged by rules committed before their "
+            "runs, 1: by construction 1.") in text
     assert text.index("| a planted circuit") > text.index("Checks of mechsynth")
     assert "other_without_rules" not in text and text.endswith("\n\nafter\n")
     # the provenance is on the experiment's docs page (docs/hooks.py), no longer in the README
