@@ -16,7 +16,8 @@ from mechsynth.runs.run import Run, load_run  # noqa: E402
 from mechsynth.runs.runconfig import RunConfig, parse_config  # noqa: E402
 from mechsynth.training.runner import train_run  # noqa: E402
 from mechsynth.yours.importing import import_checkpoints, import_models, probe_models  # noqa: E402
+from mechsynth.yours.saving import save_checkpoint  # noqa: E402
 from mechsynth.yours.monitor import Monitor  # noqa: E402
 
 __all__ = ["Monitor", "Run", "RunConfig", "hooked_model", "import_checkpoints", "import_models", "load_run", "parse_config",
-           "probe_models", "tasks", "train_run"]
+           "probe_models", "save_checkpoint", "tasks", "train_run"]

@@ -86,7 +86,10 @@ def _parser() -> argparse.ArgumentParser:
                                    "program: its own vocabulary and length)")
     im.add_argument("--set", action="append", default=[], metavar="task.KEY=VALUE|model.KEY=VALUE",
                     help="a task parameter, or a model field the weights cannot say (model.act_fn=gelu, "
-                         "model.normalization=LNPre; model.n_heads for TransformerBridge state dicts)")
+                         "model.normalization=LNPre; model.n_heads for TransformerBridge state dicts); checked "
+                         "against the weights' shapes")
+    im.add_argument("--tl-config", metavar="FILE", help="the model's TransformerLens config: a JSON file of "
+                                                        "HookedTransformerConfig fields (model.cfg.to_dict())")
 
     d = sub.add_parser("demo", help="train the default model (markov_icl, 2-layer attention-only) on the CPU")
     d.add_argument("--out", default=None, help="run directory (default: runs/demo-<time>)")
@@ -240,7 +243,7 @@ def _probe(run_dir: Path, probe_names: Optional[str], steps: Optional[str], batc
     timeline.save(tl, run.path)
     cfg = run.config.wandb if wandb is None else replace(run.config.wandb, mode=wandb)
     if resolve_mode(cfg) != "disabled":
-        logger = WandbLogger(cfg, run.path, run.config.to_dict(), run_id=run.state(run.steps[-1]).get("wandb_id"))
+        logger = WandbLogger(cfg, run.path, run.recorded_config(), run_id=run.state(run.steps[-1]).get("wandb_id"))
         timeline.log_to_wandb(tl, logger)
         logger.finish()
     if as_json:
@@ -334,7 +337,8 @@ def _import(args) -> int:
     if given.get("task") and not args.task:
         raise ConfigError("--set task", "task parameters need --task NAME")
     task = tasks.make(args.task, given.get("task", {})) if args.task else None
-    run_dir = importing.import_checkpoints(args.checkpoints, Path(args.out), task, given.get("model"))
+    run_dir = importing.import_checkpoints(args.checkpoints, Path(args.out), task, given.get("model"), args.tl_config)
+    print("\n".join(importing.summary(run_dir)))  # what was inferred and guessed, before the path scripts read
     print(run_dir)
     return 0
 
@@ -355,7 +359,7 @@ def _report(run_dir: Path, batch_size: int, wandb: Optional[str]) -> int:
     rep = report.write(run.path, batch_size=batch_size)
     cfg = run.config.wandb if wandb is None else replace(run.config.wandb, mode=wandb)
     if resolve_mode(cfg) != "disabled":  # into the training run's W&B run
-        logger = WandbLogger(cfg, run.path, run.config.to_dict(), run_id=run.state(run.steps[-1]).get("wandb_id"))
+        logger = WandbLogger(cfg, run.path, run.recorded_config(), run_id=run.state(run.steps[-1]).get("wandb_id"))
         if rep.probed:
             log_to_wandb(rep.timeline, logger)
         report.log_to_wandb(rep, logger)

@@ -17,7 +17,13 @@ faithfulness). Metrics per checkpoint:
 - `auc_positions`: where the task's truth names the positions the answer reads (`support`: sparse parity
   and Boolean functions; the query's `parents`: causal_icl), the ROC AUC of each input position's effect
   (its embedding replaced by the batch mean) separating those positions from the others;
+- `effect/<position>`, `known/<position>` (1 or 0): each input position's effect and whether the truth names it,
+  where it names positions;
 - `score/<edge>` and `in/<edge>` (1 or 0) for every edge ("L0H1->L1H0.k").
+
+Each method's result is kept: probing again with other options (`--set circuit.method=eap`) keeps the earlier
+result beside the new one in probes.json (`variants`, keyed as "eap" or "eap_ig, ablation=mean"), and the summary
+gives each its line.
 """
 
 from __future__ import annotations
@@ -99,35 +105,97 @@ def _level(tl: Any) -> float:
     return tl.options.get("circuit", {}).get("level", CircuitOptions().level)
 
 
-def summary(tl: Any, task: Any) -> list[str]:
-    m = tl.metrics.get("circuit", {})
+# What the summary says the gap measures: the task's patch metric m, and what a patched edge carries.
+METRIC_WORDS = {"logit_diff": "the clean answer's logit minus the counterfactual answer's, where the two differ",
+                "loss": "minus the cross-entropy of the clean targets"}
+ABLATION_WORDS = {"resample": "its sender's output on the counterfactual input", "mean": "its sender's batch mean",
+                  "zero": "nothing"}
+
+
+def _kept(m: dict[str, list[float]], i: int) -> list[str]:
+    """The circuit's edges at checkpoint index `i`, strongest (by |score|) first."""
+    return sorted((k[3:] for k in m if k.startswith("in/") and m[k][i] == 1), key=lambda e: -abs(m[f"score/{e}"][i]))
+
+
+def _edges_text(edges: list[str]) -> str:
+    return (", ".join(edges[:8]) + (" …" if len(edges) > 8 else "")) if edges else "none"
+
+
+def _result_lines(tl: Any, key: str, result: dict[str, Any], latest: bool) -> list[str]:
+    """One method's circuit at its last measured step (its key: "eap_ig", "eap, ablation=mean"): its size and
+    faithfulness, its edges, and for the latest when the final circuit formed."""
+    m, opts = result["metrics"], result["options"]
     steps, faith = finite(tl.steps, m.get("faithfulness", []))
     if not steps:
         return []
-    opts = tl.options.get("circuit", {})
-    size = [v for s, v in zip(tl.steps, m["edges"]) if s == steps[-1]][0]
+    i = tl.steps.index(steps[-1])
     total = len([k for k in m if k.startswith("in/")])
-    step = formed(tl, _level(tl))
-    line = (f"{'circuit':<16} {opts.get('method', '?')}, {opts.get('ablation', '?')} ablation: {int(size)} of {total} "
-            f"edges keep {faith[-1]:.2f} of the gap at step {steps[-1]}; ")
-    line += f"formed at step {step} (the final circuit keeps ≥ {_level(tl)} from then on)" if step is not None else \
-        "the final circuit never keeps that much earlier"
-    lines = [line]
-    top = sorted((k[3:] for k in m if k.startswith("in/") and m[k][tl.steps.index(steps[-1])] == 1),
-                 key=lambda e: -abs(m[f"score/{e}"][tl.steps.index(steps[-1])]))
-    lines.append(f"{'circuit':<16} edges, strongest first: {', '.join(top[:8])}{' …' if len(top) > 8 else ''}")
-    _, auc = finite(tl.steps, m.get("auc_positions", []))
+    head = f"{'circuit':<16} {key} ({opts.get('ablation', 'resample')} ablation): {int(m['edges'][i])} of {total} edges " \
+           f"keep {faith[-1]:.2f} of the gap at step {steps[-1]}"
+    if latest:
+        level = opts.get("level", CircuitOptions().level)
+        step = formed(tl, level)
+        head += f"; formed at step {step} (the final circuit keeps ≥ {level} from then on)" if step is not None else \
+            "; the final circuit never keeps that much earlier"
+    return [head, f"{'circuit':<16} {key} edges, strongest first: {_edges_text(_kept(m, i))}"]
+
+
+def _definition(tl: Any, task: Any) -> str:
+    """What "gap" and "faithfulness" are, in words, for the task's metric."""
+    kind = getattr(task, "patch_metric", None)
+    metric = f"{kind} ({METRIC_WORDS[kind]})" if kind in METRIC_WORDS else "the task's patch metric"
+    ablation = tl.options.get("circuit", {}).get("ablation", "resample")
+    return (f"{'circuit':<16} gap: m(clean) - m(every edge patched), m = {metric}; a patched edge carries "
+            f"{ABLATION_WORDS.get(ablation, ablation)}; faithfulness: the share of the gap a circuit keeps with every "
+            "edge outside it patched")
+
+
+def _against_truth(tl: Any, task: Any) -> str:
+    """The circuit found against the task's known one, as far as the task's truth names it: the input positions
+    the answer reads (`known_positions`), beside the positions whose patching moves the metric most."""
+    m = tl.metrics.get("circuit", {})
+    steps, _ = finite(tl.steps, m.get("faithfulness", []))
+    i = tl.steps.index(steps[-1])
+    known = sorted(int(k[6:]) for k in m if k.startswith("known/") and m[k][i] == 1)
+    name = getattr(task, "name", None) or "this task"
+    if not known:
+        return f"{'circuit':<16} against the task's known circuit: {name}'s truth names none (no positions the answer " \
+               "must read) to compare with"
+    effect = {int(k[7:]): m[k][i] for k in m if k.startswith("effect/")}
+    found = sorted(sorted(effect, key=lambda p: -effect[p])[:len(known)])
+    auc = m.get("auc_positions", [math.nan])[i]
+    same = "the same" if found == known else f"{len(set(found) & set(known))} of {len(known)} the same"
+    return (f"{'circuit':<16} against the task's known circuit: its truth says the answer reads positions "
+            f"{', '.join(map(str, known))}; patching each position, the {len(known)} that move the metric most are "
+            f"{', '.join(map(str, found))} ({same}; AUC {auc:.2f})")
+
+
+def summary(tl: Any, task: Any) -> list[str]:
+    """Each method's circuit kept (the latest first), what the gap is, the circuit against the task's known one,
+    and the control."""
+    kept = tl.results("circuit") if hasattr(tl, "results") else {}
+    lines = [line for n, (key, result) in enumerate(kept.items()) for line in _result_lines(tl, key, result, n == 0)]
+    if not lines:
+        return []
+    lines += [_definition(tl, task), _against_truth(tl, task)]
+    m = tl.metrics["circuit"]
+    steps, _ = finite(tl.steps, m.get("faithfulness", []))
     _, control = finite(tl.steps, m.get("control", []))
-    extra = ([f"positions the truth names found with AUC {auc[-1]:.2f}"] if auc else []) + (
-        [f"the control counterfactual moves the metric by {control[-1]:+.2f} of the gap"] if control else [])
-    if extra:
-        lines.append(f"{'circuit':<16} {'; '.join(extra)} (step {steps[-1]})")
+    if control:
+        lines.append(f"{'circuit':<16} the control counterfactual moves the metric by {control[-1]:+.2f} of the gap "
+                     f"(step {steps[-1]})")
     return lines
 
 
+# A head's query, key and value inputs enter it apart, each in a colour of its own.
+PORT_OFFSET = {"q": 0.08, "k": 0.0, "v": -0.08}
+PORT_COLOURS = {"q": "tab:blue", "k": "tab:orange", "v": "tab:green"}
+
+
 def _graph_axes(ax: Any, names: list[str], scores: list[float], kept: list[float], title: str) -> None:
-    """The residual graph, senders left to right by layer: an edge's width is its |score|, in the circuit black
-    (its q, k or v input marked)."""
+    """The residual graph, senders left to right by layer: an edge's width is its |score|; its colour, the input it
+    feeds (`PORT_COLOURS`: a head's q, k or v; black: an MLP or the logits), faint outside the circuit; each circuit
+    edge into a head carries its input's letter."""
     nodes: dict[str, tuple[float, float]] = {}
 
     def place(node: str) -> tuple[float, float]:
@@ -140,15 +208,18 @@ def _graph_axes(ax: Any, names: list[str], scores: list[float], kept: list[float
         return nodes[base]
 
     top = max([abs(s) for s in scores] + [1e-12])
-    port = {"q": 0.08, "k": 0.0, "v": -0.08}  # a head's query, key and value inputs enter it apart
     for name, s, k in sorted(zip(names, scores, kept), key=lambda x: x[2]):
         sender, receiver = name.split("->")
         a, b = place(sender), place(receiver)
-        dy = port.get(receiver.split(".")[-1], 0.0) if "." in receiver else 0.0
-        ax.plot([a[0], b[0] - 0.08 * bool(dy or "." in receiver)], [a[1], b[1] + dy], color="black" if k else "0.8",
+        port = receiver.split(".")[-1] if "." in receiver else None
+        end = (b[0] - 0.08 * bool(port), b[1] + PORT_OFFSET.get(port, 0.0))
+        colour = PORT_COLOURS.get(port, "black")
+        ax.plot([a[0], end[0]], [a[1], end[1]], color=colour, alpha=1.0 if k else 0.2,
                 linewidth=0.3 + 3 * abs(s) / top, zorder=k)
-        if "." in receiver and k:
-            ax.annotate(receiver[-1], (b[0] - 0.1, b[1] + dy), fontsize=6, ha="right", va="center")
+        if port and k:  # each circuit edge names the input it feeds, on the edge itself: several enter one head
+            x, y = a[0] + 0.7 * (end[0] - a[0]), a[1] + 0.7 * (end[1] - a[1])
+            ax.annotate(port, (x, y), fontsize=6, ha="center", va="center", color=colour, zorder=3,
+                        bbox=dict(boxstyle="round,pad=0.1", facecolor="white", edgecolor="none"))
     for node, (x, y) in nodes.items():
         ax.annotate(node, (x, y), ha="center", va="center", fontsize=7,
                     bbox=dict(boxstyle="round", facecolor="white", edgecolor="0.5"))
@@ -208,8 +279,9 @@ SECTION = Section("circuit", "The causal circuit",
                   "keep the level's share of the clean-vs-counterfactual gap of the task's metric, every other edge "
                   "patched) and of the circuit found at the last step, evaluated at each earlier one; the circuit "
                   "has formed once the latter stays above the dashed level. Right: the model's graph at three steps, "
-                  "senders from the input (left) to the logits (right), each edge as wide as its score, the "
-                  "circuit's edges in black.", figure)
+                  "senders from the input (left) to the logits (right), each edge as wide as its score and coloured "
+                  "by the input it feeds (a head's query q blue, key k orange, value v green; an MLP or the logits "
+                  "black), the circuit's edges solid and lettered q, k or v, the others faint.", figure)
 
 
 @register("circuit", reads={"data": no_hooks}, threshold=math.inf, costly=True, hooked=True,
@@ -246,6 +318,8 @@ def circuit(view: View) -> ProbeResult:
         truth = torch.zeros(len(effects), dtype=torch.bool)
         truth[known] = True
         out["auc_positions"] = circuits.auc(effects, truth)
+        # kept per position, so the summary can name the positions found beside those the truth names
+        out |= {f"effect/{i}": float(e) for i, e in enumerate(effects)} | {f"known/{i}": float(t) for i, t in enumerate(truth)}
     out |= {f"score/{n}": float(s) for n, s in zip(names, scores)}
     out |= {f"in/{n}": float(i) for n, i in zip(names, found.edges)}
     return ProbeResult("circuit", None, out, {"circuit": found.edges, "scores": scores, "edges": names})

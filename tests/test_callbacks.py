@@ -4,6 +4,7 @@ normal run directory whose steps, losses and last weights are the Trainer's own.
 from __future__ import annotations
 
 import builtins
+import json
 import re
 
 import pytest
@@ -197,3 +198,69 @@ def test_a_missing_package_names_the_extra_to_install(tmp_path, monkeypatch, mak
         callbacks._hf_class.cache_clear()
         callbacks._lightning_class.cache_clear()
         monitor.finish()
+
+
+# ---- what the Trainer says of the loop is recorded; what it does not stays not recorded ----------------
+
+
+def _recorded(run_dir):
+    stored = json.loads((run_dir / "config.json").read_text())
+    return stored["train"], set(stored["origin"]["not_recorded"]), stored["origin"]
+
+
+def test_the_hf_callback_records_the_trainers_lr_batch_seed_clip_schedule_and_optimizer(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+
+    class Wrapper(torch.nn.Module):
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, tokens, targets, mask):
+            return {"loss": _loss(self.model, tokens, targets, mask)}
+
+    task = _task()
+    model = _model(task)
+    args = transformers.TrainingArguments(str(tmp_path / "hf"), use_cpu=True, max_steps=4, per_device_train_batch_size=8,
+                                          gradient_accumulation_steps=2, learning_rate=3e-3, seed=1234, max_grad_norm=0.5,
+                                          lr_scheduler_type="cosine", warmup_steps=1, save_strategy="no", report_to="none",
+                                          disable_tqdm=True, logging_steps=1)
+    with mechsynth.Monitor(model, tmp_path / "run", task, steps=4, checkpoints=2, eval_batch_size=8, probes=[]) as monitor:
+        transformers.Trainer(Wrapper(model), args, train_dataset=Samples(task, 64),
+                             callbacks=[callbacks.hf_callback(monitor)]).train()
+    train, unknown, origin = _recorded(tmp_path / "run")
+    assert (train["lr"], train["batch_size"], train["seed"], train["grad_clip"]) == (3e-3, 16, 1234, 0.5)
+    assert (train["schedule"], train["warmup_steps"], train["min_lr_frac"]) == ("cosine", 1, 0.0)
+    assert train["optimizer"] == "adamw" and origin["optimizer"].endswith("AdamW")  # HF's default optim
+    assert "model.init_seed" in unknown and not {"train.lr", "train.batch_size", "train.seed"} & unknown
+    assert load_run(tmp_path / "run").config.train.batch_size == 16
+
+
+def test_the_lightning_callback_records_the_loader_batch_the_seed_and_the_optimizer(tmp_path, monkeypatch):
+    lightning = pytest.importorskip("lightning.pytorch")
+    monkeypatch.delenv("PL_GLOBAL_SEED", raising=False)
+    lightning.seed_everything(1234, verbose=False)
+    task = _task()
+    model = _model(task)
+
+    class Module(lightning.LightningModule):
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def training_step(self, batch, batch_idx):
+            return _loss(self.model, batch["tokens"], batch["targets"], batch["mask"])
+
+        def configure_optimizers(self):
+            return torch.optim.Adam(self.parameters(), lr=3e-3)
+
+    with mechsynth.Monitor(model, tmp_path / "run", task, steps=3, checkpoints=2, eval_batch_size=8, probes=[]) as monitor:
+        trainer = lightning.Trainer(max_steps=3, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+                                    enable_progress_bar=False, enable_model_summary=False, accumulate_grad_batches=2,
+                                    callbacks=[callbacks.lightning_callback(monitor)])
+        trainer.fit(Module(model), torch.utils.data.DataLoader(Samples(task, 64), batch_size=8))
+    train, unknown, origin = _recorded(tmp_path / "run")
+    assert (train["optimizer"], train["lr"], train["batch_size"], train["seed"]) == ("adam", 3e-3, 16, 1234)
+    assert train["grad_clip"] is None and (train["schedule"], train["warmup_steps"]) == ("constant", 0)
+    assert {"model.init_seed", "train.data", "train.min_lr_frac"} <= unknown and origin["optimizer"].endswith("Adam")

@@ -41,7 +41,7 @@ def test_circuit_on_a_run_joins_its_timelines_summary_and_report(run_dir, capsys
     capsys.readouterr()
     assert main(["probe", run_dir, "--probes", "circuit", *SMALL]) == 0
     out = capsys.readouterr().out
-    assert "eap, resample ablation:" in out and "edges, strongest first:" in out, out
+    assert "eap (resample ablation):" in out and "eap edges, strongest first:" in out and "gap: m(clean)" in out, out
     tl = timeline.load(run_dir)
     m = tl.metrics["circuit"]
     measured = [s for s, v in zip(tl.steps, m["faithfulness"]) if math.isfinite(v)]

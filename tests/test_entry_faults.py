@@ -10,7 +10,7 @@ import random
 import re
 import tempfile
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Union
 
@@ -170,11 +170,16 @@ def _wrong_values(hint: Any) -> list[Any]:
         return ["yes", 1, *none]
     if base is int:
         return ["3", 2.5, True, -1, *none]
+    if base is float:  # the learning rate
+        return ["3e-3", True, 0.0, -1.0, float("nan"), *none]
+    if typing.get_origin(base) is Mapping:  # probe options: {probe: {option: value}}
+        return ["previous_token", {"no_such_probe": {}}, {"previous_token": 3}, {"previous_token": {"no_such_option": 1}},
+                {"llc": {}}, *none]
     if typing.get_origin(base) is Sequence and typing.get_args(base) == (str,):  # probe names
         return ["previous_token", [3], ["no_such_probe"], *none]
     if typing.get_origin(base) is Sequence and typing.get_args(base) == (int,):  # checkpoint steps
         return ["1,2", [1.5], [-1], [True], [], *none]
-    if base is Any:  # the W&B run
+    if base is Any:  # the W&B run; the optimizer (a torch optimizer or a mechsynth optimizer's name)
         return [object(), "my-run"]
     raise AssertionError(f"no wrong values for {hint!r}: add them here")
 

@@ -202,6 +202,116 @@ def test_import_refuses_damaged_files_and_a_used_directory(tmp_path, capsys):
         assert err.count("\n") == 0 and str(out) in err
 
 
+def _one_head(task, folder: Path):
+    """A 1-head TransformerLens model saved three ways: its own layout (TL 4: a TransformerBridge's, whose fused q
+    rows fit any head count), HookedTransformer's (whose W_Q says the count) and save_checkpoint's."""
+    model = _model(task, attn_only=True)  # 2 heads of 8: n_heads=4 would fit a bridge's fused rows as well
+    folder.mkdir()
+    for step in (0, 10):
+        torch.save(model.state_dict(), folder / f"native_{step}.pt")
+        save_file(external.weights_of(model), folder / f"step_{step}.safetensors")
+    return model
+
+
+def _import(capsys, *args):
+    rc = main(["import", *map(str, args)])
+    out = capsys.readouterr()
+    return rc, out.out.strip(), out.err.strip()
+
+
+def test_a_wrong_head_count_is_refused_where_the_weights_say_it_and_flagged_where_they_cannot(tmp_path, capsys):
+    task = _task()
+    model = _one_head(task, tmp_path / "c")
+    length = ["--task", "markov_icl", "--set", "task.k=3", "--set", "task.order=2", "--set", "task.length=16"]
+    # HookedTransformer layout: W_Q is [n_heads, d_model, d_head], so a wrong count contradicts it: refused
+    rc, _, err = _import(capsys, tmp_path / "c" / "step_0.safetensors", *length, "--set", "model.n_heads=4",
+                         "--out", tmp_path / "a")
+    assert rc == 2 and err.count("\n") == 0 and not (tmp_path / "a").exists()
+    assert "model.n_heads: 4 (from --set), but blocks.0.attn.W_Q is 2×16×8" in err and "--set model.n_heads=2" in err
+    # the bridge's layout with the model's TransformerLens config: d_head known, so a wrong count is refused too
+    tl = tmp_path / "tl.json"
+    tl.write_text(json.dumps({k: v for k, v in model.cfg.to_dict().items() if isinstance(v, (int, str, bool, type(None)))}))
+    rc, _, err = _import(capsys, tmp_path / "c" / "native_0.pt", *length, "--tl-config", tl, "--set", "model.n_heads=4",
+                         "--out", tmp_path / "b")
+    assert rc == 2 and err.count("\n") == 0 and "model.n_heads: 4 (from --set)" in err and "says 2" in err
+    # (imports that succeed use random tokens: markov_icl's held-out Bayes predictors cost seconds per import)
+    rc, out, _ = _import(capsys, tmp_path / "c" / "native_0.pt", "--tl-config", tl, "--out", tmp_path / "b")
+    assert rc == 0 and "from the TransformerLens config: n_layers 2, n_heads 2" in out
+    assert (_logits(load_run(tmp_path / "b").trainable(), task) - _logits(model, task)).abs().max() <= 1e-5
+    # the bridge's layout alone cannot say the count: the one given is loaded, and flagged on the summary line and in the run
+    rc, out, _ = _import(capsys, tmp_path / "c" / "native_0.pt", "--set", "model.n_heads=4", "--out", tmp_path / "g")
+    first = out.splitlines()[0]
+    assert rc == 0 and "4 heads" in first and "GUESSED: n_heads" in first and "1, 2, 4, 8" in out
+    origin = json.loads((tmp_path / "g" / "config.json").read_text())["origin"]
+    assert "cannot confirm" in origin["guessed"]["n_heads"] and origin["architecture"]["n_heads"] == "--set"
+
+
+@pytest.mark.parametrize("sets, field, says", [
+    (["--set", "task.k=5"], "task", "vocabulary is 3 tokens (embed.W_E is 3×16) and task markov_icl's is 5 (d_vocab); "
+                                    "give --set task.k=3"),
+    (["--set", "task.length=100"], "task.length", "the checkpoint has 16 positions (pos_embed.W_pos is 16×16) and task "
+                                                  "markov_icl's sequences are 100 tokens; give the length it was trained "
+                                                  "at: --set task.length=16"),
+    (["--set", "model.d_model=32"], "model.d_model", "32 (from --set), but blocks.0.attn.W_Q is 2×16×8"),
+    (["--set", "model.normalization=LNPre"], "model.normalization", "LNPre (from --set), but the checkpoint has "
+                                                                    "layer-norm weights"),
+])
+def test_each_import_mismatch_is_one_line_naming_both_sizes_and_the_fix(tmp_path, capsys, sets, field, says):
+    task = _task()
+    _one_head(task, tmp_path / "c")
+    base = ["--task", "markov_icl", "--set", "task.k=3", "--set", "task.order=2", "--set", "task.length=16"]
+    rc, _, err = _import(capsys, tmp_path / "c" / "step_0.safetensors", *base, *sets, "--out", tmp_path / "run")
+    assert rc == 2 and err.count("\n") == 0 and not (tmp_path / "run").exists()
+    assert err.startswith(f"mechsynth: error: {field}: ") and says in err, err
+    assert "FusedTransformer" not in err
+
+
+def test_save_checkpoint_round_trips_with_nothing_to_tell(tmp_path, capsys):
+    task = tasks.make("random_tokens", {"d_vocab": 3, "n_ctx": 16})  # stored with the weights (cheap to evaluate)
+    tl_model = _model(task, d_mlp=16, act_fn="gelu")
+    kind, weights = external.convert(tl_model, task)
+    ours = external.rebuild(kind, task.spec, weights)  # a model mechsynth built
+    for name, model in (("tl", tl_model), ("ours", ours)):
+        for step, suffix in ((0, ".pt"), (20, ".safetensors")):
+            assert mechsynth.save_checkpoint(model, tmp_path / name / f"ckpt{suffix}", step=step, task=task).is_file()
+        rc, out, err = _import(capsys, tmp_path / name, "--out", tmp_path / f"run_{name}")  # no --task, no --set
+        assert rc == 0, err
+        run = load_run(tmp_path / f"run_{name}")
+        assert run.steps == [0, 20] and run.config.task_name == "random_tokens" and run.task.spec == task.spec
+        assert (_logits(run.trainable(), task) - _logits(model, task)).abs().max() <= 1e-5
+        assert "(steps 0, 20; mechsynth.save_checkpoint) as a 2-layer transformer, 2 heads, d_model 16" in out
+        assert "from the checkpoint's stored architecture: n_layers 2" in out and "act_fn gelu" in out
+    # a --set the stored architecture contradicts is refused, naming both
+    rc, _, err = _import(capsys, tmp_path / "tl", "--set", "model.n_heads=4", "--out", tmp_path / "bad")
+    assert rc == 2 and err.count("\n") == 0 and "4 (from --set), but ckpt.pt stores its architecture (n_heads 2)" in err
+    # weights that no longer compute what was saved are refused by the stored check logits
+    saved = torch.load(tmp_path / "tl" / "ckpt.pt", weights_only=True)
+    saved["state_dict"]["blocks.0.attn.W_V"] += 1.0
+    (tmp_path / "edited").mkdir()
+    torch.save(saved, tmp_path / "edited" / "ckpt_0.pt")
+    rc, _, err = _import(capsys, tmp_path / "edited", "--out", tmp_path / "bad")
+    assert rc == 2 and "computes differently from the model saved" in err and not (tmp_path / "bad").exists()
+
+
+def test_an_import_records_what_it_does_not_know_and_prints_what_it_inferred(tmp_path, capsys):
+    task = _task()
+    _save_checkpoints(_model(task, d_mlp=32, act_fn="gelu"), task, tmp_path / "ckpts")
+    rc, out, _ = _import(capsys, *sorted((tmp_path / "ckpts").glob("step_*")), "--task", "random_tokens", "--set",
+                         "task.d_vocab=3", "--set", "task.n_ctx=16", "--set", "model.act_fn=gelu", "--out", tmp_path / "run")
+    lines = out.splitlines()
+    assert rc == 0 and lines[-1] == str(tmp_path / "run")
+    assert lines[0] == ("imported 3 checkpoints (steps 0, 10, 100; HookedTransformer state dict) as a 2-layer "
+                        "transformer, 2 heads, d_model 16")
+    assert "  from the weights' shapes: n_layers 2, n_heads 2, d_model 16, d_head 8, attn_only False, d_mlp 32" in lines[1]
+    assert "  from --set: act_fn gelu" in lines and any(line.startswith("  task: random_tokens (d_vocab=3, n_ctx=16") for line in lines)
+    stored = json.loads((tmp_path / "run" / "config.json").read_text())
+    for key in ("train.batch_size", "train.lr", "train.optimizer", "train.seed", "model.init_seed"):
+        assert key in stored["origin"]["not_recorded"] and key in load_run(tmp_path / "run").not_recorded
+        section, name = key.split(".")
+        assert name not in stored[section]  # never written as the run's own
+    assert "train.lr" in out and "not recorded" in out
+
+
 # ---- the monitor ----------------------------------------------------------------------------------
 
 

@@ -156,15 +156,26 @@ def _section(anchor: str, title: str, body: str) -> tuple[str, str, str]:
     return anchor, title, f'<section id="{anchor}"><h2>{html.escape(title)}</h2>\n{body}\n</section>'
 
 
+NOT_RECORDED = "not recorded"  # a key the run never recorded: never shown as the default that stands in for it
+
+
 def _config_tables(run: Run) -> str:
     cfg = run.config.to_dict()
-    versions = rundir.read_config(run.path).get("versions", {})
+    stored = rundir.read_config(run.path)
+    versions = stored.get("versions", {})
     last = run.metrics[-1] if run.metrics else {}
     stats = [("checkpoints", len(run.steps)), ("last step", last.get("step"))] + \
         [(k, v) for k, v in last.items() if k != "step" and isinstance(v, (int, float))]
-    parts = [_table(list(cfg[s].items()), (s, "")) for s in ("task", "model", "train", "wandb")]
+    parts = [_table([(k, NOT_RECORDED if f"{s}.{k}" in run.not_recorded else v) for k, v in cfg[s].items()], (s, ""))
+             for s in ("task", "model", "train", "wandb")]
+    origin = stored.get("origin")
+    if isinstance(origin, dict):  # who made a run mechsynth did not train, and what it was told
+        parts.append(_table([(k, v) for k, v in origin.items() if k != rundir.NOT_RECORDED], ("origin", "")))
     parts += [_table(stats, ("at the end", "")), _table(list(versions.items()), ("versions", ""))]
-    return f'<div class="tables">{"".join(parts)}</div>'
+    note = (f"<p>{len(run.not_recorded)} values are {NOT_RECORDED}: this run was made outside mechsynth, which was "
+            "not told them (run.not_recorded names them; run.config holds mechsynth's defaults there only so that "
+            "it parses).</p>") if run.not_recorded else ""
+    return f'{note}<div class="tables">{"".join(parts)}</div>'
 
 
 def _formation_table(tl: Timeline) -> str:
@@ -213,7 +224,9 @@ def build(run_dir: Path | str, *, batch_size: int = 64, seed: int = 0) -> Report
     sections = [_section("summary", "Summary", f"<pre>{html.escape(chr(10).join(summary(tl, run.task)))}</pre>"),
                 _section("config", "Configuration", _config_tables(run)),
                 _section("curves", "Loss and accuracy", _img(figs["curves"], "loss and accuracy curves") +
-                         '<p class="note">Dotted: the step where the held-out loss falls fastest (per unit of log-step). '
+                         '<p class="note">Dotted: the step where the held-out loss falls fastest (per unit of log-step) after it '
+                         'leaves its plateau, where it has one (a change point of the loss; the first steps\' fall from '
+                         'the initialisation is no transition). '
                          'Dashed: the first head of each probe to form.</p>')]
     if "timelines" in figs:
         sections.append(_section("timelines", "Probe timelines", _img(figs["timelines"], "per-head probe timelines") +

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import numpy as np
@@ -69,6 +70,61 @@ def change_points(steps: Sequence[int], values: Sequence[Optional[float]], max_s
         j = back[level, j]
         starts.append(j)
     return [kept[i] for i in sorted(starts)[1:]]
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One piece of the piecewise-linear fit in log(step + 1): its first and last checkpoints, how much its line
+    falls over them, and how fast (per unit of log(step + 1))."""
+    start: int
+    end: int
+    fall: float
+    rate: float
+
+
+def segments(steps: Sequence[int], values: Sequence[Optional[float]], max_segments: int = 5,
+             min_size: int = 3) -> list[Segment]:
+    """The pieces `change_points` splits the series into, each with its own least-squares line in the series'
+    own units (one piece when no change point is found; none when nothing was measured)."""
+    x, y, kept = _measured(steps, values)
+    if len(y) < 2:
+        return []
+    cuts = [0] + [kept.index(s) for s in change_points(steps, values, max_segments, min_size)] + [len(kept)]
+    out = []
+    for i, j in zip(cuts, cuts[1:]):
+        slope = float(np.polyfit(x[i:j], y[i:j], 1)[0]) if j - i > 1 and np.ptp(x[i:j]) > 0 else 0.0
+        out.append(Segment(kept[i], kept[j - 1], -slope * float(x[j - 1] - x[i]), -slope))
+    return out
+
+
+# A plateau ends where the loss starts falling this many times faster (per log-step) than it did, by at least
+# this share of its whole range: the demo's exit (step ~105) speeds up ~4.6x, the own-loop tutorial's (~170)
+# ~2.6x; a loss that falls from the start and then flattens only slows down; noise on a flat stretch, split off
+# by a change point, moves a few percent of the range at most.
+SPEEDUP, MATERIAL = 2.0, 0.1
+
+
+def plateau_exit(steps: Sequence[int], loss: Sequence[Optional[float]]) -> Optional[int]:
+    """The loss change point where a plateau ends: the first segment boundary after which the loss falls
+    materially and `SPEEDUP` times faster per log-step than before it. The first segment is never an exit:
+    it starts the run, and its fall (from the initialisation) is the transient a plateau follows. "Materially": the
+    segments that fall that fast from there fall by `MATERIAL` of the loss's range in all. None when no
+    boundary qualifies (a loss that falls from the start and then flattens has no plateau to leave)."""
+    pieces = segments(steps, loss)
+    measured = [v for v in loss if v is not None and math.isfinite(v)]
+    spread = max(measured) - min(measured) if measured else 0.0
+    for i in range(1, len(pieces)):
+        floor = SPEEDUP * max(pieces[i - 1].rate, 0.0)
+        # A transition may take more than one segment (the demo's: two): its fall is that of the run of segments
+        # falling that fast.
+        fall = 0.0
+        for piece in pieces[i:]:
+            if piece.rate < floor or piece.rate <= 0:
+                break
+            fall += piece.fall
+        if spread > 0 and fall >= MATERIAL * spread:
+            return pieces[i].start
+    return None
 
 
 def turns(steps: Sequence[int], values: Sequence[Optional[float]], prominence: float = 0.1) -> list[int]:

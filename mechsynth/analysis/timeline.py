@@ -37,13 +37,18 @@ class Timeline:
     loss_drop_step: Optional[int] = None
     options: dict[str, dict[str, Any]] = field(default_factory=dict)  # probe -> the options it ran with
     run_dir: Optional[Path] = field(default=None, compare=False)  # the run it was probed from (not stored in probes.json)
+    # probe -> `variant_key` -> {"per_head", "metrics", "formation", "options"}: the probe's earlier results with
+    # other options (the circuit probe's other methods), kept beside the latest, which the fields above hold
+    variants: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """The timeline, and the stage boundaries found in it (`stages.detect`; recomputed on reading)."""
         return {"steps": self.steps, "loss": self.loss, "loss_drop_step": self.loss_drop_step,
+                "plateau_exit": stages.plateau_exit(self.steps, self.loss),
                 "stages": stages.detect(self),
                 "probes": {name: {"per_head": self.per_head[name], "metrics": self.metrics[name],
                                   "formation": self.formation[name]} | ({"options": self.options[name]} if name in self.options else {})
+                           | ({"variants": self.variants[name]} if self.variants.get(name) else {})
                            for name in self.per_head}}
 
     @classmethod
@@ -52,17 +57,49 @@ class Timeline:
         probed = data.get("probes", {})
         tl = cls(list(data["steps"]), list(data["loss"]), {n: dict(p["per_head"]) for n, p in probed.items()},
                  {n: dict(p["metrics"]) for n, p in probed.items()}, {n: dict(p["formation"]) for n, p in probed.items()},
-                 data.get("loss_drop_step"), {n: dict(p["options"]) for n, p in probed.items() if "options" in p})
-        n = len(tl.steps)
-        lengths = [len(tl.loss)] + [len(v) for d in (tl.per_head, tl.metrics) for series in d.values() for v in series.values()]
+                 data.get("loss_drop_step"), {n: dict(p["options"]) for n, p in probed.items() if "options" in p},
+                 variants={n: {k: _variant(v) for k, v in p["variants"].items()} for n, p in probed.items() if p.get("variants")})
+        n = len(tl.steps)  # (probes.json files written before variants have none: they load as they are)
+        kept = [v[part] for d in tl.variants.values() for v in d.values() for part in ("per_head", "metrics")]
+        lengths = [len(tl.loss)] + [len(v) for d in [*tl.per_head.values(), *tl.metrics.values(), *kept] for v in d.values()]
         if any(length != n for length in lengths):
             raise ValueError(f"a series does not have one value per step ({n} steps)")
         return tl
+
+    def results(self, name: str) -> dict[str, dict[str, Any]]:
+        """Every result of probe `name` kept, by `variant_key`: the latest first, then the others with other options
+        (empty when it did not run); each {"per_head", "metrics", "formation", "options"}."""
+        if name not in self.metrics:
+            return {}
+        latest = {"per_head": self.per_head.get(name, {}), "metrics": self.metrics[name],
+                  "formation": self.formation.get(name, {}), "options": self.options.get(name, {})}
+        return {variant_key(name, latest["options"]): latest} | {
+            k: v for k, v in sorted(self.variants.get(name, {}).items()) if k != variant_key(name, latest["options"])}
 
     def formed(self) -> list[tuple[str, str, int]]:
         """(probe, head, step) for every head that formed a circuit, earliest first."""
         out = [(p, h, s) for p, heads in self.formation.items() for h, s in heads.items() if s is not None]
         return sorted(out, key=lambda x: x[2])
+
+
+def _variant(entry: dict[str, Any]) -> dict[str, Any]:
+    return {"per_head": dict(entry.get("per_head", {})), "metrics": dict(entry["metrics"]),
+            "formation": dict(entry.get("formation", {})), "options": dict(entry.get("options", {}))}
+
+
+def variant_key(name: str, options: dict[str, Any]) -> str:
+    """What tells a probe's results with different options apart, for a person: its `method` first, then each
+    option that differs from its default ("eap", "eap_ig, ablation=mean"); "defaults" when none does."""
+    try:
+        found = probes.options(name)
+        defaults = to_dict(found) if found is not None else {}
+    except (UserError, KeyError):  # a probe since removed, or renamed options: every option it ran with
+        defaults = {}
+    method = [str(options["method"])] if "method" in options else []
+    # `checkpoints` says where a costly probe ran, not what it measures: a rerun on more of them replaces the result
+    changed = [f"{k}={v}" for k, v in sorted(options.items())
+               if k not in ("method", "checkpoints") and defaults.get(k, object()) != v]
+    return ", ".join(method + changed) or "defaults"
 
 
 def steepest_drop(steps: Sequence[int], loss: Sequence[Optional[float]], window: float = 1.5) -> Optional[int]:
@@ -79,6 +116,21 @@ def steepest_drop(steps: Sequence[int], loss: Sequence[Optional[float]], window:
             if rate > best_rate:
                 best, best_rate = s1, rate
     return best
+
+
+def loss_transition(steps: Sequence[int], loss: Sequence[Optional[float]]) -> tuple[Optional[int], Optional[int]]:
+    """(where the loss leaves its plateau: `stages.plateau_exit`, a loss change point; where it falls fastest
+    from there), or (None, the steepest drop anywhere) when it has no plateau to leave. Fastest from the exit on,
+    not anywhere: the first steps from the initialisation often fall fastest per log-step and would hide the
+    transition (the demo's "step 2" against its change points near 100-300)."""
+    exit = stages.plateau_exit(steps, loss)
+    if exit is None:
+        return None, steepest_drop(steps, loss)
+    after = [i for i, s in enumerate(steps) if s >= exit]
+    # the window's earlier end may reach back into the plateau: the drop starting at the exit counts
+    since = sorted(set([i for i, s in enumerate(steps) if s * 1.5 >= exit][:1] + after))
+    fastest = steepest_drop([steps[i] for i in since], [loss[i] for i in since])
+    return exit, fastest if fastest is not None and fastest >= exit else None
 
 
 def applicable(run: Run, costly: bool = False) -> list[str]:
@@ -139,7 +191,7 @@ def probe_run(run: Run, names: Optional[Sequence[str]] = None, steps: Optional[S
     for name in names:
         threshold, _ = formation_threshold(tl, name)
         tl.formation[name] = {h: formation_step(steps, series, threshold) for h, series in tl.per_head[name].items()}
-    tl.loss_drop_step = steepest_drop(steps, loss)
+    tl.loss_drop_step = loss_transition(steps, loss)[1]
     tl.run_dir = run.path
     return tl
 
@@ -212,13 +264,21 @@ def _probe_costly(run: Run, tl: Timeline, names: list[str], batch_size: int, see
 
 def merge(old: Timeline, new: Timeline) -> Timeline:
     """`new` with the probes only `old` has, where both cover the same checkpoints: probing a run again for
-    some probes (`--probes llc,sharpness`) keeps the others' timelines."""
+    some probes (`--probes llc,sharpness`) keeps the others' timelines. A probe in both that ran with other options
+    before (the circuit probe with another method) keeps its old result among `variants`, beside the new one."""
     if old.steps != new.steps:
         return new
     kept = [p for p in old.per_head if p not in new.per_head]
+    variants = {p: old.variants[p] for p in kept if p in old.variants}
+    for p in new.metrics:
+        latest = variant_key(p, new.options.get(p, {}))  # the main entry, so no variant of its own
+        others = {k: v for k, v in (old.results(p) | new.variants.get(p, {})).items() if k != latest}
+        if others:
+            variants[p] = others
     return Timeline(new.steps, new.loss, {p: old.per_head[p] for p in kept} | new.per_head,
                     {p: old.metrics[p] for p in kept} | new.metrics, {p: old.formation[p] for p in kept} | new.formation,
-                    new.loss_drop_step, {p: old.options[p] for p in kept if p in old.options} | new.options, new.run_dir)
+                    new.loss_drop_step, {p: old.options[p] for p in kept if p in old.options} | new.options, new.run_dir,
+                    variants)
 
 
 def formation_threshold(tl: Timeline, name: str) -> tuple[float, Optional[float]]:
@@ -250,9 +310,18 @@ def shown_probes(tl: Timeline) -> list[probes.Probe]:
 
 
 def drop_line(tl: Timeline) -> str:
-    """Where the held-out loss falls fastest, or why there is no such step (never "step None")."""
+    """The loss's headline: where it falls fastest after leaving its plateau (the exit: a loss change point), else
+    where it falls fastest and that it has no plateau; or why there is no such step (never "step None"). The
+    change points follow, so the headline can be checked against them."""
+    exit, fastest = loss_transition(tl.steps, tl.loss)
+    found = stages.change_points(tl.steps, tl.loss)
+    points = f"loss change points: {', '.join(map(str, found))}" if found else "no loss change point"
+    if exit is not None and fastest is not None:
+        return f"loss falls fastest at step {fastest}, after leaving its plateau at step {exit} ({points})"
+    if exit is not None:
+        return f"loss leaves its plateau at step {exit} ({points})"
     if tl.loss_drop_step is not None:
-        return f"loss falls fastest at step {tl.loss_drop_step}"
+        return f"loss falls fastest at step {tl.loss_drop_step}, with no plateau to leave ({points})"
     if not any(loss is not None and math.isfinite(loss) for loss in tl.loss):
         return "loss not measured at the probed checkpoints: no loss drop to show"
     return "loss never falls over the probed checkpoints (no drop across a 1.5-fold span of steps)"
@@ -282,6 +351,10 @@ def rows(tl: Timeline) -> list[list[Any]]:
     for name, metrics in tl.metrics.items():
         for metric, series in metrics.items():
             out += [[s, name, None, None, metric, float(v)] for s, v in zip(tl.steps, series)]
+    for name, kept in tl.variants.items():  # earlier results with other options: probe "circuit[eap]"
+        for key, entry in kept.items():
+            for metric, series in entry["metrics"].items():
+                out += [[s, f"{name}[{key}]", None, None, metric, float(v)] for s, v in zip(tl.steps, series)]
     return out
 
 

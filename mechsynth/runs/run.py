@@ -45,7 +45,11 @@ class Run:
 
     def __init__(self, path: Path | str):
         self.path = Path(path)
-        self.config: RunConfig = parse_stored(self.path)
+        stored = rundir.read_config(self.path)
+        self.config: RunConfig = parse_stored(self.path, stored)
+        # Keys the run never recorded (a Monitor over your loop that was not told your batch size): `config` holds
+        # mechsynth's defaults there only so that it parses; the report shows them as "not recorded".
+        self.not_recorded: frozenset[str] = rundir.unknown_keys(stored)
         self.task: Task = self.config.build_task()
         if self.config.train.seeds == 1:
             rundir.read_metrics(self.path)  # checked now: a damaged metrics.jsonl fails on opening, named
@@ -111,6 +115,11 @@ class Run:
             model = self.trainable(step, device)
             hooked = models.hooked(model, device) if hooked is None else models.reload(hooked, model)
             yield step, hooked
+
+    def recorded_config(self) -> dict[str, Any]:
+        """`config.to_dict()` without the keys the run never recorded (`not_recorded`): what may be shown or
+        logged as this run's own configuration."""
+        return rundir.drop_unknown(self.config.to_dict(), self.not_recorded)
 
     def __repr__(self) -> str:
         if self.config.train.seeds > 1:

@@ -41,6 +41,7 @@ WEIGHTS, STATE, META = "model.safetensors", "state.pt", "meta.json"
 RESUMABLE = ("train.steps", "train.device", "train.eval_every", "train.seed_passes", "wandb.")
 # Keys config.json stores beside the run config: provenance (`stored_extras`), never compared or parsed as config.
 EXTRAS = ("versions", "plugins", "origin")  # origin: what made a run mechsynth did not train (Monitor, import)
+NOT_RECORDED = "not_recorded"  # origin's list of the config keys nobody gave (absent from the tables; see `unknown_keys`)
 
 
 # ---- layout ---------------------------------------------------------------------------------------
@@ -84,6 +85,26 @@ def read_config(run_dir: Path | str) -> dict[str, Any]:
         if key in train and (not isinstance(train[key], int) or isinstance(train[key], bool) or train[key] < 1):
             raise CorruptFileError(path, f"train.{key} must be an integer ≥ 1, got {train[key]!r}")
     return data
+
+
+def unknown_keys(config: dict[str, Any]) -> frozenset[str]:
+    """The dotted config keys ("train.lr", "model.init_seed") that config.json says were never known: a run made
+    outside mechsynth (a Monitor over your loop) stores only what it was told or read, leaves the rest out of its
+    tables and lists it in origin["not_recorded"]. A reader parsing the tables gets mechsynth's defaults there, so
+    whoever shows a config shows these keys as not recorded. Runs mechsynth trained (and older runs) list none."""
+    origin = config.get("origin")
+    keys = origin.get(NOT_RECORDED) if isinstance(origin, dict) else None
+    return frozenset(k for k in keys if isinstance(k, str)) if isinstance(keys, list) else frozenset()
+
+
+def drop_unknown(tables: dict[str, Any], unknown: Iterable[str]) -> dict[str, Any]:
+    """`tables` (a run config's sections, as `RunConfig.to_dict()` has them) without the dotted keys `unknown`."""
+    out = {s: dict(t) if isinstance(t, dict) else t for s, t in tables.items()}
+    for key in unknown:
+        section, _, name = key.partition(".")
+        if isinstance(out.get(section), dict):
+            out[section].pop(name, None)
+    return out
 
 
 def n_seeds(config: dict[str, Any]) -> int:

@@ -38,6 +38,14 @@ Lightning (the loss `training_step` returns; with gradient accumulation, the mea
     with mechsynth.Monitor(model, "runs/lightning", task, steps=2000) as monitor:
         lightning.Trainer(max_steps=2000, callbacks=[lightning_callback(monitor)]).fit(Module(model), loader)
 
+When training begins each callback records what the Trainer says of the loop in the run's config.json
+(`monitor.note`): HuggingFace's TrainingArguments give the learning rate, the batch size per update
+(per-device batch x devices x gradient accumulation), the seed (data_seed, else seed), gradient clipping and the
+lr schedule (linear, cosine or constant, with its warmup); Lightning gives the batch size (the training loader's
+x accumulation x devices), the seed `seed_everything` set, gradient clipping, and a constant schedule where
+configure_optimizers returns no scheduler. Both read the optimizer itself (its class, lr, betas, momentum,
+weight decay). What neither says (the model's init_seed, a Lightning scheduler's shape, ...) stays "not recorded".
+
 Each callback calls `monitor.step(global_step, loss=...)` after every update and `monitor.finish()` when
 training ends (the `with` block then does nothing more; it still closes the run if training fails). A
 Trainer that moves the model to a GPU must find it there already: `model.to(device)` before the Monitor.
@@ -46,6 +54,7 @@ Trainer that moves the model to a GPU must find it there already: `model.to(devi
 from __future__ import annotations
 
 import functools
+import os
 import typing
 from collections.abc import Mapping
 from typing import Any, Optional
@@ -98,6 +107,43 @@ def _check_trains(monitor: Monitor, trained: nn.Module, field: str) -> None:
                                  "parameters are not among the Trainer's); wrap the very model you gave the Monitor")
 
 
+# HuggingFace lr_scheduler_type -> train.schedule, where the two are the same curve (HF's decays to 0 at max_steps)
+HF_SCHEDULES = {"linear": "linear", "cosine": "cosine", "constant": "constant", "constant_with_warmup": "constant"}
+
+
+def hf_fields(args: Any, max_steps: int) -> dict[str, Any]:
+    """What a HuggingFace TrainingArguments says of the loop, as TrainConfig fields (see the module docstring)."""
+    fields: dict[str, Any] = {"batch_size": args.train_batch_size * args.gradient_accumulation_steps * args.world_size,
+                              "seed": args.data_seed if args.data_seed is not None else args.seed,
+                              "grad_clip": float(args.max_grad_norm) if args.max_grad_norm else None}  # 0: no clipping
+    if args.learning_rate > 0:
+        fields["lr"] = float(args.learning_rate)
+    kind = getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)
+    if kind in HF_SCHEDULES and not args.lr_scheduler_kwargs:  # (kwargs such as num_cycles change the curve)
+        fields |= {"schedule": HF_SCHEDULES[kind], "warmup_steps": args.get_warmup_steps(max_steps)}
+        fields |= {"min_lr_frac": 0.0} if HF_SCHEDULES[kind] != "constant" else {}
+    return fields
+
+
+def lightning_fields(trainer: Any) -> dict[str, Any]:
+    """What a Lightning Trainer says of the loop, as TrainConfig fields (see the module docstring)."""
+    fields: dict[str, Any] = {}
+    batch = getattr(trainer.train_dataloader, "batch_size", None)  # (None: a batch sampler of the user's)
+    if isinstance(batch, int) and batch > 0:
+        fields["batch_size"] = batch * trainer.accumulate_grad_batches * trainer.world_size
+    seed = os.environ.get("PL_GLOBAL_SEED", "")  # what seed_everything set; unset: not recorded
+    if seed.isdigit():
+        fields["seed"] = int(seed)
+    clip = trainer.gradient_clip_val
+    if not clip:
+        fields["grad_clip"] = None
+    elif trainer.gradient_clip_algorithm in (None, "norm"):  # ("value" clips elementwise: not train.grad_clip)
+        fields["grad_clip"] = float(clip)
+    if not trainer.lr_scheduler_configs:
+        fields |= {"schedule": "constant", "warmup_steps": 0}
+    return fields
+
+
 @functools.cache
 def _hf_class() -> type:
     try:
@@ -118,9 +164,11 @@ def _hf_class() -> type:
                 self.monitor.step(self.pending, loss)
                 self.pending = None
 
-        def on_train_begin(self, args: Any, state: Any, control: Any, model: Optional[nn.Module] = None, **kw: Any) -> None:
+        def on_train_begin(self, args: Any, state: Any, control: Any, model: Optional[nn.Module] = None,
+                           optimizer: Any = None, **kw: Any) -> None:
             if model is not None:
                 _check_trains(self.monitor, model, "hf_callback")
+            self.monitor.note(optimizer, **hf_fields(args, state.max_steps))
 
         def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             self.flush()
@@ -182,6 +230,8 @@ def _lightning_class() -> type:
 
         def on_train_start(self, trainer: Any, pl_module: nn.Module) -> None:
             _check_trains(self.monitor, pl_module, "lightning_callback")
+            optimizers = trainer.optimizers
+            self.monitor.note(optimizers[0] if len(optimizers) == 1 else None, **lightning_fields(trainer))
 
         def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
             loss = _loss_of(outputs)
