@@ -8,6 +8,10 @@ All three train the same architecture (2-layer attention-only, d_model 64, 2 hea
   bare       - a minimal PyTorch model with the same math (nn.Linear QKV + scaled_dot_product_attention)
                and a plain loop over the same online batches: the hardware-speed reference.
   tl_helper  - TransformerLens's hooked model trained by TL's training helper from a DataLoader.
+And a loop of your own (docs/tutorials/own_training_loop.md), the same plain loop (a batch sampled per step, AdamW)
+over two models:
+  own_loop_tl    - TransformerLens's model, `mechsynth.hooked_model` (TL 3: HookedTransformer, TL 4: TransformerBridge);
+  own_loop_fused - mechsynth's fused model, `mechsynth.build_model` (TransformerLens's parameter names).
 Rounds are interleaved and the median is reported, so machine noise hits all three alike.
 """
 
@@ -22,6 +26,7 @@ from typing import Any
 
 os.environ.setdefault("TQDM_DISABLE", "1")
 
+import mechsynth  # noqa: E402
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -97,6 +102,26 @@ def measure(device: str | torch.device, steps: int = 60, rounds: int = 3, compil
         loss.backward()
         bare_opt.step()
 
+    # A loop of your own over TransformerLens's model and over mechsynth's fused model: the same loop, the same batches.
+    def own_loop(model: nn.Module):
+        model = model.to(device).train()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        g = torch.Generator(device=device).manual_seed(0)
+
+        def step():
+            batch = task.sample(BATCH, g, device)
+            loss = F.cross_entropy(model(batch.tokens).flatten(0, 1), batch.targets.flatten())
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+        return step
+
+    own = {"own_loop_tl": own_loop(mechsynth.hooked_model(n_layers=N_LAYERS, d_model=D_MODEL, n_heads=N_HEADS,
+                                                          d_head=D_MODEL // N_HEADS, n_ctx=task.spec.n_ctx,
+                                                          d_vocab=task.spec.d_vocab, act_fn="relu", attn_only=True)),
+           "own_loop_fused": own_loop(mechsynth.build_model(task, n_layers=N_LAYERS, n_heads=N_HEADS, d_model=D_MODEL,
+                                                            attn_only=True))}
+
     # TL's helper runs whole epochs over a Dataset; give it exactly `steps` batches of pre-made sequences.
     if TL_MAJOR >= 4:
         from transformer_lens.tools.training import TrainConfig as TLTrainConfig, train as tl_train
@@ -123,14 +148,18 @@ def measure(device: str | torch.device, steps: int = 60, rounds: int = 3, compil
     chunk = tcfg.data_chunk
     sample_rate = chunk * timed(lambda: task.sample(BATCH * chunk, gen, device), max(1, steps // chunk), device)
 
-    rates: dict[str, list[float]] = {name: [] for name in [*contenders, "bare", "tl_helper"]}
+    rates: dict[str, list[float]] = {name: [] for name in [*contenders, "bare", "tl_helper", *own]}
     for _ in range(rounds):
         for name, step in contenders.items():
             rates[name].append(timed(step, steps, device))
         rates["bare"].append(timed(bare_step, steps, device))
         rates["tl_helper"].append(tl_run())
+        for name, step in own.items():
+            rates[name].append(timed(step, steps, device))
     med = {k: statistics.median(v) for k, v in rates.items()}
     ratios = {f"{ours}/{other}": med[ours] / med[other] for ours in contenders for other in ("bare", "tl_helper")}
+    ratios["own_loop_fused/own_loop_tl"] = med["own_loop_fused"] / med["own_loop_tl"]  # what the fused model saves your loop
+    ratios["mechsynth/own_loop_tl"] = med["mechsynth"] / med["own_loop_tl"]  # `mechsynth train` against your loop over TL
     return {"steps_per_s": med, "ratios": ratios, "data_generation_share": med["mechsynth"] / sample_rate}
 
 
@@ -146,13 +175,16 @@ def main() -> None:
     print(f"device {args.device}, torch {torch.__version__}, TransformerLens {TL_VERSION}, threads {torch.get_num_threads()}")
     print(f"model: {N_LAYERS} layers attention-only, d_model {D_MODEL}, {N_HEADS} heads; batch {BATCH} x {T} tokens")
     for k, v in med.items():
-        print(f"  {k:<10} {v:8.1f} steps/s")
+        print(f"  {k:<14} {v:8.1f} steps/s")
     print(f"mechsynth / bare      = {ratios['mechsynth/bare']:.2f}x  (target >= 0.9)")
     print(f"mechsynth / tl_helper = {ratios['mechsynth/tl_helper']:.2f}x  (target >= 2)")
     if "mechsynth_compiled" in med:
         print(f"compiled / bare       = {ratios['mechsynth_compiled/bare']:.2f}x")
         print(f"compiled / tl_helper  = {ratios['mechsynth_compiled/tl_helper']:.2f}x")
     print(f"data generation       = {100 * out['data_generation_share']:.1f}% of a mechsynth step (target < 10%)")
+    bridge = "TransformerBridge" if TL_MAJOR >= 4 else "HookedTransformer"
+    print(f"your own loop: fused model / {bridge} = {ratios['own_loop_fused/own_loop_tl']:.2f}x;  "
+          f"mechsynth train / your loop over {bridge} = {ratios['mechsynth/own_loop_tl']:.2f}x")
 
 
 if __name__ == "__main__":

@@ -66,8 +66,9 @@ def _parser() -> argparse.ArgumentParser:
 
     sr = sub.add_parser("sweep-report", help="tabulate a sweep's outcomes over its grid (CSV, heatmap, table)")
     sr.add_argument("sweep_dir", help="a sweep directory (from `mechsynth sweep`)")
-    sr.add_argument("--acc", type=float, default=0.99, help="accuracy at which a run counts as converged (default 0.99)")
-    sr.add_argument("--acc-key", default="eval/acc", help="the accuracy metric (default eval/acc; e.g. eval/acc_last, eval_long/acc)")
+    sr.add_argument("--acc", type=float, help="accuracy at which a run counts as converged (default 0.99; without --acc "
+                                               "or --acc-key: the task's own criterion, e.g. markov_icl's eval/kl_bayes ≤ 0.02)")
+    sr.add_argument("--acc-key", help="the accuracy metric (default eval/acc; e.g. eval/acc_last, eval_long/acc)")
     sr.add_argument("--metric", default="final_acc", help="heatmap quantity: final_acc, frac_converged, conv_step")
     sr.add_argument("--rows", help="grid axis down the heatmap (default: the first)")
     sr.add_argument("--cols", help="grid axis across the heatmap (default: the second)")
@@ -243,7 +244,8 @@ def _probe(run_dir: Path, probe_names: Optional[str], steps: Optional[str], batc
     timeline.save(tl, run.path)
     cfg = run.config.wandb if wandb is None else replace(run.config.wandb, mode=wandb)
     if resolve_mode(cfg) != "disabled":
-        logger = WandbLogger(cfg, run.path, run.recorded_config(), run_id=run.state(run.steps[-1]).get("wandb_id"))
+        logger = WandbLogger(cfg, run.path, run.recorded_config(), run_id=run.state(run.steps[-1]).get("wandb_id"),
+                             yours=run.origin is not None)
         timeline.log_to_wandb(tl, logger)
         logger.finish()
     if as_json:
@@ -292,7 +294,7 @@ def _sweep_report(args) -> int:
     from mechsynth.sweep import report as sweep_report
     from mechsynth.sweep import load_plan
 
-    if not 0 < args.acc <= 1:
+    if args.acc is not None and not 0 < args.acc <= 1:
         raise ConfigError("--acc", f"must be in (0, 1], got {args.acc}")
     if args.metric not in sweep_report.METRICS:
         raise ConfigError("--metric", f"{args.metric!r} is not allowed; allowed: {', '.join(sweep_report.METRICS)}")
@@ -303,11 +305,15 @@ def _sweep_report(args) -> int:
     formation = sweep_report.add_formation(sweep_dir, plan, rows)
     sweep_report.write_csv(plan, rows, sweep_dir / "sweep_report.csv", formation.probes)
     sweep_report.heatmap(plan, rows, sweep_dir / "sweep_report.png", args.metric, args.rows, args.cols,
-                         title=sweep_report.title(plan, args.metric, args.acc_key, args.acc))
+                         title=sweep_report.title(plan, args.metric, args.acc_key or "eval/acc", sweep_report.criteria(rows)))
     figures = [sweep_dir / f"sweep_formation_{p}.png" for p in formation.probes]
     for probe, path in zip(formation.probes, figures):
         sweep_report.formation_heatmap(plan, rows, path, probe, args.rows, args.cols)
     print(sweep_report.format_table(plan, rows, formation.probes))
+    print(f"converged: {sweep_report.criteria(rows)}")
+    hint = sweep_report.not_converged_hint(rows)
+    if hint:
+        print(hint, file=sys.stderr)
     if formation.probes:
         print(f"circuits: {', '.join(formation.probes)} — the step each one's earliest head forms, median over the seeds "
               "where it formed (seeds formed / probed)")
@@ -359,7 +365,8 @@ def _report(run_dir: Path, batch_size: int, wandb: Optional[str]) -> int:
     rep = report.write(run.path, batch_size=batch_size)
     cfg = run.config.wandb if wandb is None else replace(run.config.wandb, mode=wandb)
     if resolve_mode(cfg) != "disabled":  # into the training run's W&B run
-        logger = WandbLogger(cfg, run.path, run.recorded_config(), run_id=run.state(run.steps[-1]).get("wandb_id"))
+        logger = WandbLogger(cfg, run.path, run.recorded_config(), run_id=run.state(run.steps[-1]).get("wandb_id"),
+                             yours=run.origin is not None)
         if rep.probed:
             log_to_wandb(rep.timeline, logger)
         report.log_to_wandb(rep, logger)

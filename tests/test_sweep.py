@@ -545,3 +545,25 @@ def test_a_run_stored_before_a_field_existed_is_the_same_run():
               "train": {k: v for k, v in current["train"].items() if k != "decay"}}
     assert rundir.changed_keys(complete(stored), current) == [] and sweep._fixed(stored) == sweep._fixed(current)
     assert rundir.changed_keys(complete(stored), {**current, "train": {**current["train"], "decay": "matrices"}}) == ["train.decay"]
+
+
+def test_converged_is_the_tasks_own_criterion_and_none_converging_says_which_flags_set_it(tmp_path, capsys):
+    from mechsynth.sweep import report as sweep_report
+
+    # markov_icl's accuracy tops out near 0.58 (its next token is random): its criterion is the Bayes predictor's KL
+    assert sweep_report.criterion({"name": "markov_icl"}, None, None).text() == "eval/kl_bayes ≤ 0.02"
+    assert sweep_report.criterion({"name": "sparse_parity"}, None, None).text() == "eval/acc ≥ 0.99"
+    assert sweep_report.criterion({"name": "markov_icl"}, None, 0.5).text() == "eval/acc ≥ 0.5"
+    base = BASE.replace('name = "sparse_parity"\nn = 6\nk = 2', 'name = "markov_icl"\nk = 3\nlength = 16') \
+        .replace("steps = 60", "steps = 10").replace("n_heads = 2", "n_heads = 1")
+    path = sweep_file(tmp_path, '[sweep]\nname = "icl"\nseeds = 1\n[sweep.grid]\n"train.lr" = [3e-3]', base=base)
+    out = tmp_path / "out"
+    assert main(["sweep", path, "--out", str(out), "--workers", "1"]) == 0
+    capsys.readouterr()
+    assert main(["sweep-report", str(out)]) == 0
+    said = capsys.readouterr()
+    assert "converged: eval/kl_bayes ≤ 0.02" in said.out
+    assert "no run converged (eval/kl_bayes ≤ 0.02); set the criterion with --acc-key KEY and --acc THRESHOLD" in said.err
+    assert main(["sweep-report", str(out), "--acc", "0.01"]) == 0  # any accuracy: converged, and no hint
+    said = capsys.readouterr()
+    assert "converged: eval/acc ≥ 0.01" in said.out and "no run converged" not in said.err

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from mechsynth import tasks
-from mechsynth.analysis import views
+from mechsynth.analysis import browser, views
 
 
 def view(n: int = 2, labels=("a", "b", "c")) -> views.AttentionView:
@@ -82,3 +82,38 @@ def test_token_labels_say_what_tokens_mean():
     markov = tasks.make("markov_icl", {"k": 4, "length": 12})
     tokens = markov.sample(1, g).tokens[0]
     assert markov.token_labels(tokens) == [str(t) for t in tokens.tolist()]
+
+
+# ---- circuitsvis's own views in a user's script: mechsynth.offline_html / save_html ----------------------------
+
+def _circuitsvis_view():
+    import circuitsvis.attention
+
+    return circuitsvis.attention.attention_patterns(tokens=["a", "b", "c"], attention=torch.rand(2, 3, 3).softmax(-1))
+
+
+def test_offline_html_inlines_the_bundle_in_place_of_circuitsvis_network_import(tmp_path):
+    import mechsynth
+
+    view = _circuitsvis_view()
+    assert re.search(r'from\s*"https://unpkg\.com/', str(view)), "circuitsvis's own HTML imports from the network"
+    for given in (view, str(view)):  # the view, or its HTML
+        page = mechsynth.offline_html(given)
+        # no script from anywhere: neither a src nor a module import of a URL (the bundle's own strings name
+        # react's docs, which it never loads)
+        assert not re.search(r'<script\b[^>]*\bsrc=|\bimport\s*\{[^}]*\}\s*from\s*["\']|import\(\s*["\']https?:', page)
+        assert page.count(views.bundle_js()) == 1 and "const { render, AttentionPatterns } = CircuitsVis;" in page
+    saved = mechsynth.save_html(view, tmp_path / "view.html")
+    assert saved.read_text(encoding="utf-8").startswith("<!doctype html>")
+    with pytest.raises(ValueError, match=r"^view: expected a circuitsvis view or its HTML \(str\(view\)\), got int"):
+        mechsynth.offline_html(3)
+
+
+@pytest.mark.smoke
+@pytest.mark.skipif(browser.find_chromium() is None,
+                    reason="Chromium not found: install Debian's `chromium` package (.ci/run does)")
+def test_offline_html_renders_in_headless_chromium_asking_the_network_nothing(tmp_path):
+    import mechsynth
+
+    opened = browser.open_page(mechsynth.save_html(_circuitsvis_view(), tmp_path / "view.html"), budget_ms=5000)
+    assert opened.requests == [] and "<canvas" in opened.dom, opened.dom[-2000:]

@@ -253,3 +253,21 @@ def test_online_without_a_reachable_server_waits_init_timeout_then_trains(tmp_pa
     # ... and nothing else: W&B's error telemetry would post the failed start to it at exit and wait 10 s more
     assert not [r for r in requests if "/otel/" in r], requests
     assert run.config.wandb.mode is None, "the run keeps 'unset': a resume decides again from WANDB_MODE"
+
+
+def test_a_monitor_runs_wandb_files_go_to_wandb_dir_and_mechsynths_own_runs_stay_in_theirs(tmp_path, monkeypatch):
+    import mechsynth
+    from mechsynth.analysis.wandb_log import wandb_dir
+    from mechsynth.cli import main
+
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path / "mine"))
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    assert wandb_dir(tmp_path / "trained", yours=False) == tmp_path / "trained"  # documented: runs/<run>/wandb
+    task = mechsynth.tasks.make("markov_icl", {"k": 3, "order": 2, "length": 16})
+    model = mechsynth.hooked_model(n_layers=1, d_model=8, n_heads=1, d_head=8, n_ctx=task.spec.n_ctx,
+                                   d_vocab=task.spec.d_vocab, act_fn="relu", attn_only=True)
+    with mechsynth.Monitor(model, tmp_path / "loop", task, schedule=[0, 1], probes=[]) as monitor:
+        monitor.step(1, 1.0)
+    assert main(["probe", str(tmp_path / "loop"), "--probes", "previous_token", "--wandb", "offline"]) == 0
+    assert list((tmp_path / "mine" / "wandb").glob("offline-run-*/run-*.wandb")), "W&B's files are under WANDB_DIR"
+    assert not (tmp_path / "loop" / "wandb").exists()

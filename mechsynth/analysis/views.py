@@ -106,3 +106,28 @@ class Shown:
 def show(views: AttentionView | Sequence[AttentionView]) -> Shown:
     """Display attention views inline in Jupyter: `views.show(view)` as a cell's last line."""
     return Shown([views] if isinstance(views, AttentionView) else views)
+
+
+# circuitsvis's own HTML (`str(view)`, RenderedHTML.cdn_src): a module script that imports `render` and the
+# component from unpkg, so a user's saved page is blank offline. Group 1: the names it imports.
+_CDN_IMPORT = re.compile(r'import\s*\{([^}]*)\}\s*from\s*["\']https?://[^"\']*circuitsvis[^"\']*["\'];?')
+
+
+def offline_html(view: object, title: str = "circuitsvis") -> str:
+    """A complete page of a circuitsvis view (what `circuitsvis.attention.attention_patterns(...)` and the
+    like return, or its `str()`) that opens with no network: the bundled JavaScript inlined once, as the
+    report does, in place of circuitsvis's import from unpkg."""
+    source = getattr(view, "cdn_src", view)  # RenderedHTML's str() is its cdn_src
+    if not isinstance(source, str) or not _CDN_IMPORT.search(source):
+        raise ValueError(f"view: expected a circuitsvis view or its HTML (str(view)), got {type(view).__name__} "
+                         "without circuitsvis's import")
+    # The bundle (a classic script) runs before any module script, so the names are on `CircuitsVis` by then.
+    body = _CDN_IMPORT.sub(lambda m: f"const {{{m.group(1)}}} = CircuitsVis;", source)
+    return page(title, bundle_script() + "\n" + body)
+
+
+def save_html(view: object, path: Path | str, title: str = "circuitsvis") -> Path:
+    """Write `offline_html(view)` to `path` (a file that opens offline, from disk or as a W&B Html); returns it."""
+    out = Path(path)
+    out.write_text(offline_html(view, title), encoding="utf-8")
+    return out

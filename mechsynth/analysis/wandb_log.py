@@ -58,6 +58,14 @@ def resolve_mode(cfg: WandbConfig) -> str:
     return mode
 
 
+def wandb_dir(run_dir: Path, yours: bool) -> Path:
+    """Where a run's W&B files go. A run mechsynth trained keeps them in its directory (`runs/<run>/wandb`, beside
+    its checkpoints). A Monitor's run logs into your W&B run (its id is in the run), which W&B put under
+    WANDB_DIR when you started it: resumed later (`mechsynth probe/report --wandb ...`), it goes there too."""
+    env = os.environ.get("WANDB_DIR", "").strip()
+    return Path(env) if yours and env else Path(run_dir)
+
+
 def _missing(v: Any) -> bool:
     """None, NaN or inf: W&B would chart them as gaps or spikes, or reject them; they stay in metrics.jsonl."""
     return v is None or (isinstance(v, float) and not math.isfinite(v))
@@ -71,7 +79,10 @@ def _loggable(v: Any) -> bool:
 class WandbLogger:
     """Logs to a W&B run, or does nothing (with one warning) when W&B is disabled or fails to start."""
 
-    def __init__(self, cfg: WandbConfig, run_dir: Path, config: dict[str, Any], run_id: Optional[str] = None):
+    def __init__(self, cfg: WandbConfig, run_dir: Path, config: dict[str, Any], run_id: Optional[str] = None,
+                 yours: bool = False):
+        """`yours`: a run mechsynth did not train (a Monitor's, an import), whose W&B files go where W&B puts
+        your own (`wandb_dir`)."""
         self.run, self.owned = None, True
         mode = resolve_mode(cfg)  # a bad WANDB_MODE is the user's to fix: ConfigError, not a warning
         if mode == "disabled":
@@ -84,7 +95,7 @@ class WandbLogger:
             import wandb
 
             self.run = wandb.init(mode=mode, project=cfg.project, name=cfg.name or Path(run_dir).name,
-                                  group=cfg.group, tags=list(cfg.tags), config=config, dir=str(run_dir),
+                                  group=cfg.group, tags=list(cfg.tags), config=config, dir=str(wandb_dir(run_dir, yours)),
                                   id=run_id, resume="allow" if run_id else None,
                                   # each logger owns its own run: seeds side by side log S runs at once
                                   reinit="create_new",

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from typing import Any
+from typing import Any, Optional
 
 import torch
 import torch.nn as nn
 
+from mechsynth.config import ConfigError
 from mechsynth.models.base import (DEFAULT_KIND, MODEL_KINDS, ModelKind, build, fields, names, parse, to_dict,
                                    validate)
 from mechsynth.models.fused import FusedTransformer
@@ -35,6 +36,38 @@ def stored_table(table: Any) -> Any:
     own = set(fields(table.get("kind", DEFAULT_KIND)))
     foreign = {f for k in names() for f in fields(k)} - own
     return {k: stored_table(v) if isinstance(v, dict) and "kind" in v else v for k, v in table.items() if k not in foreign}
+
+
+def build_model(task: Any, kind: Optional[str] = None, *, n_models: Optional[int] = None, **fields: Any) -> nn.Module:
+    """The model `mechsynth train` trains, for your own training loop: for a transformer the fused model
+    (FusedTransformer), several times faster per step than TransformerLens's own model, whose `state_dict()`
+    has HookedTransformer's parameter names and layout (`embed.W_E`, `blocks.0.attn.W_Q` [head_index, d_model,
+    d_head], ...), so its checkpoints probe exactly as TransformerLens's model with these weights does.
+
+    `task`: a Task (`mechsynth.tasks.make(name, params)`), a task name (its default parameters), or a RunConfig
+    (`mechsynth.parse_config(...)`: its task and its [model] table, which `fields` override). The task sets the
+    vocabulary, the context and the output classes. `kind`: a model kind (unset: the config's, else
+    "transformer"); `fields`: that kind's config fields (`n_layers=2, d_model=64, n_heads=2, attn_only=True`, ...,
+    `init_seed`), each checked as `mechsynth train` checks the [model] table. `n_models=M`: M models side by side
+    (seeds init_seed, init_seed + 1, ...). The model is on the CPU, in training mode: `.to(device)` it.
+    It goes wherever a TransformerLens model does in mechsynth (`Monitor`, `save_checkpoint`, `probe_models`);
+    `mechsynth.models.hooked(model)` is TransformerLens's own model (HookedTransformer / TransformerBridge) with
+    its current weights, for `run_with_cache` and TransformerLens's tools."""
+    from mechsynth import tasks as task_lib  # (mechsynth.tasks imports nothing of the models)
+
+    base: dict[str, Any] = {}
+    if hasattr(task, "build_task") and isinstance(getattr(task, "model", None), ModelKind):  # a RunConfig
+        base, task = to_dict(task.model), task.build_task()
+    elif isinstance(task, str):
+        task = task_lib.make(task, {})
+    if not hasattr(task, "spec"):
+        raise ConfigError("task", f"expected a Task (mechsynth.tasks.make(name, params)), a task name or a RunConfig, "
+                                  f"got {type(task).__name__}")
+    if kind is not None and kind != base.get("kind", kind):
+        base = {}  # another kind: the config's model fields are not its own
+    table = {**base, **({"kind": kind} if kind is not None else {}), **fields}
+    cfg = parse(table, "model")
+    return build(cfg, task.spec, n_models)
 
 
 def describe(cfg: ModelKind) -> str:
@@ -68,5 +101,5 @@ def reload(hooked_model: nn.Module, model: nn.Module) -> nn.Module:
 
 
 __all__ = ["DEFAULT_KIND", "FusedTransformer", "MLPBaseline", "MLPConfig", "MODEL_KINDS", "ModelKind", "TL_VERSION",
-           "TransformerConfig", "build", "describe", "hooked", "load_weights", "names", "parse", "probed", "reload",
+           "TransformerConfig", "build", "build_model", "describe", "hooked", "load_weights", "names", "parse", "probed", "reload",
            "stored_table", "to_dict", "validate"]

@@ -50,6 +50,8 @@ class Run:
         # Keys the run never recorded (a Monitor over your loop that was not told your batch size): `config` holds
         # mechsynth's defaults there only so that it parses; the report shows them as "not recorded".
         self.not_recorded: frozenset[str] = rundir.unknown_keys(stored)
+        # What made a run mechsynth did not train ({"by": "mechsynth.Monitor", ...}); None for its own runs.
+        self.origin: Optional[dict[str, Any]] = stored.get("origin") if isinstance(stored.get("origin"), dict) else None
         self.task: Task = self.config.build_task()
         if self.config.train.seeds == 1:
             rundir.read_metrics(self.path)  # checked now: a damaged metrics.jsonl fails on opening, named

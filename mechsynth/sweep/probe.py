@@ -246,7 +246,8 @@ def _log_to_wandb(run: Any, tl: Any, mode: Optional[str]) -> None:
 
     cfg = run.config.wandb if mode is None else replace(run.config.wandb, mode=mode)
     if resolve_mode(cfg) != "disabled":
-        logger = WandbLogger(cfg, run.path, run.recorded_config(), run_id=run.state(run.steps[-1]).get("wandb_id"))
+        logger = WandbLogger(cfg, run.path, run.recorded_config(), run_id=run.state(run.steps[-1]).get("wandb_id"),
+                             yours=run.origin is not None)
         timeline.log_to_wandb(tl, logger)
         logger.finish()
 

@@ -1,8 +1,9 @@
 """Outcomes of a sweep over its grid: how many seeds converge, when, and how accurate they end.
 
-A run *converges* when its final held-out accuracy (`acc_key`, default eval/acc) is at least
-`threshold`; its convergence step is the first evaluation step at which accuracy reached the
-threshold. Statistics cover complete runs only; `n_complete` says how many of `n_runs` that is.
+A run *converges* when its final value of its task's criterion (`Task.convergence`: eval/acc ≥ 0.99 unless
+the task declares another, as markov_icl's KL to the Bayes predictor) is reached, or, where `acc_key` or
+`threshold` is given, its final accuracy `acc_key` (default eval/acc) is at least `threshold` (default 0.99); its
+convergence step is the first evaluation step at which the criterion held. Statistics cover complete runs only; `n_complete` says how many of `n_runs` that is.
 
 When circuits form (`add_formation`, from each run's probes.json written by `mechsynth probe SWEEP_DIR`):
 per probe that scores heads against a threshold, the step its earliest-forming head formed in each seed,
@@ -24,6 +25,7 @@ from typing import Any, Optional
 from mechsynth.config import ConfigError
 from mechsynth.runs import io, rundir
 from mechsynth.sweep.plan import Plan
+from mechsynth.tasks.base import Convergence
 
 METRICS = {  # heatmap quantity -> (column, how a cell is written, colour range)
     "final_acc": ("final_acc_mean", lambda v: f"{100 * v:.1f}", (0.0, 1.0)),
@@ -41,23 +43,50 @@ class RunOutcome:
     conv_step: Optional[int]
 
 
-def outcomes(run_dir: Path, acc_key: str, threshold: float) -> list[RunOutcome]:
+@dataclass(frozen=True)
+class Criterion:
+    """What "converged" means for one run: `rule` over the metric `key` (e.g. eval/kl_bayes)."""
+
+    key: str
+    rule: Convergence
+
+    def text(self) -> str:
+        return f"{self.key} {'≤' if self.rule.below else '≥'} {self.rule.threshold:g}"
+
+
+def criterion(task_config: dict[str, Any], acc_key: Optional[str], threshold: Optional[float]) -> Criterion:
+    """The flags' accuracy criterion where either is given, else the task's own (`Task.convergence`)."""
+    from mechsynth import tasks
+
+    if acc_key is not None or threshold is not None:
+        return Criterion(acc_key or "eval/acc", Convergence("acc", 0.99 if threshold is None else threshold))
+    cls = tasks.TASKS.get(task_config["name"])
+    return Criterion(f"{cls.main_eval}/{cls.convergence.metric}", cls.convergence)
+
+
+def outcomes(run_dir: Path, acc_key: str, rule: Criterion) -> list[RunOutcome]:
     """A complete run's outcome, one per model it trained (seeds side by side: one per seed); none for a
     run that is not complete."""
     if not rundir.is_complete(run_dir):
         return []
-    return [_outcome(d, acc_key, threshold) for d in rundir.members(run_dir, rundir.n_seeds(rundir.read_config(run_dir)))]
+    return [_outcome(d, acc_key, rule) for d in rundir.members(run_dir, rundir.n_seeds(rundir.read_config(run_dir)))]
 
 
-def _outcome(run_dir: Path, acc_key: str, threshold: float) -> RunOutcome:
-    metrics = rundir.read_metrics(run_dir)
-    records = [r for r in metrics if isinstance(r.get(acc_key), (int, float))]
+def _series(metrics: list[dict[str, Any]], key: str, run_dir: Path, field: str) -> list[dict[str, Any]]:
+    records = [r for r in metrics if isinstance(r.get(key), (int, float))]
     if not records:
-        raise ConfigError("--acc-key", f"{acc_key!r} is not in {run_dir}/metrics.jsonl; "
-                                       f"allowed: {', '.join(sorted(k for k in metrics[-1] if k.endswith('acc')))}")
-    final = records[-1][acc_key]
-    reached = next((r["step"] for r in records if r[acc_key] >= threshold), None)
-    return RunOutcome(final, final >= threshold, reached if final >= threshold else None)
+        raise ConfigError(field, f"{key!r} is not in {run_dir}/metrics.jsonl; "
+                                 f"allowed: {', '.join(sorted(k for k in metrics[-1] if k.endswith('acc')))}")
+    return records
+
+
+def _outcome(run_dir: Path, acc_key: str, rule: Criterion) -> RunOutcome:
+    metrics = rundir.read_metrics(run_dir)
+    final = _series(metrics, acc_key, run_dir, "--acc-key")[-1][acc_key]
+    records = _series(metrics, rule.key, run_dir, "--acc-key")
+    converged = rule.rule.reached(records[-1][rule.key])
+    reached = next((r["step"] for r in records if rule.rule.reached(r[rule.key])), None)
+    return RunOutcome(final, converged, reached if converged else None)
 
 
 def _quantile(xs: list[float], q: float) -> float:
@@ -68,8 +97,10 @@ def _quantile(xs: list[float], q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
-def summarize(sweep_dir: Path | str, acc_key: str = "eval/acc", threshold: float = 0.99) -> tuple[Plan, list[dict[str, Any]]]:
-    """One row per grid point: its axis labels, then COLUMNS (NaN where there is nothing to count)."""
+def summarize(sweep_dir: Path | str, acc_key: Optional[str] = None,
+              threshold: Optional[float] = None) -> tuple[Plan, list[dict[str, Any]]]:
+    """One row per grid point: its axis labels, then COLUMNS (NaN where there is nothing to count), and
+    "criterion", what converged means there (see the module docstring)."""
     from mechsynth.sweep import load_plan
 
     sweep_dir = Path(sweep_dir)
@@ -77,10 +108,11 @@ def summarize(sweep_dir: Path | str, acc_key: str = "eval/acc", threshold: float
     rows: dict[str, dict[str, Any]] = {}
     done: dict[str, list[RunOutcome]] = {}
     for job in plan.jobs:
-        rows.setdefault(job.point, {"point": job.point, **job.labels, "n_runs": 0})
+        rule = criterion(job.config["task"], acc_key, threshold)
+        rows.setdefault(job.point, {"point": job.point, **job.labels, "n_runs": 0, "criterion": rule.text()})
         seeds = job.config["train"].get("seeds", 1)
         rows[job.point]["n_runs"] += seeds
-        done.setdefault(job.point, []).extend(outcomes(sweep_dir / job.dir, acc_key, threshold))
+        done.setdefault(job.point, []).extend(outcomes(sweep_dir / job.dir, acc_key or "eval/acc", rule))
     nan = float("nan")
     for point, row in rows.items():
         got = done[point]
@@ -222,11 +254,24 @@ def _axis(plan: Plan, name: Optional[str], field: str) -> Optional[int]:
     return matches[0]
 
 
-def title(plan: Plan, metric: str, acc_key: str, threshold: float) -> str:
+def criteria(rows: list[dict[str, Any]]) -> str:
+    """What converged means over the grid: one criterion, or each point's, joined."""
+    return " or ".join(dict.fromkeys(r["criterion"] for r in rows))
+
+
+def title(plan: Plan, metric: str, acc_key: str, rule: str) -> str:
     what = {"final_acc": f"final {acc_key}, % (mean over seeds)",
-            "frac_converged": f"fraction of seeds with final {acc_key} ≥ {threshold}",
-            "conv_step": f"median first step with {acc_key} ≥ {threshold}"}[metric]
+            "frac_converged": f"fraction of seeds with final {rule}",
+            "conv_step": f"median first step with {rule}"}[metric]
     return f"{plan.name}\n{what}"
+
+
+def not_converged_hint(rows: list[dict[str, Any]]) -> Optional[str]:
+    """A line for when complete runs exist and none converged: what converged meant, and the flags that change it."""
+    if any(r["n_complete"] for r in rows) and not any(r["frac_converged"] > 0 for r in rows if r["n_complete"]):
+        return (f"no run converged ({criteria(rows)}); set the criterion with --acc-key KEY and --acc THRESHOLD "
+                "(the heatmap's quantity: --metric)")
+    return None
 
 
 def check_axes(plan: Plan, rows_axis: Optional[str], cols_axis: Optional[str]) -> None:

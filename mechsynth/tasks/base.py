@@ -63,6 +63,22 @@ class TaskSpec:
     d_input: int | None = None
 
 
+@dataclass(frozen=True)
+class Convergence:
+    """When a run of a task counts as converged (`mechsynth sweep-report`): its final `metric` on the task's
+    main held-out split is at least `threshold` (at most, with `below`)."""
+
+    metric: str = "acc"
+    threshold: float = 0.99
+    below: bool = False
+
+    def reached(self, value: float) -> bool:
+        return value <= self.threshold if self.below else value >= self.threshold
+
+    def text(self, split: str) -> str:
+        return f"{split}/{self.metric} {'≤' if self.below else '≥'} {self.threshold:g}"
+
+
 class Task:
     """Base class. Subclasses set `Config` (a frozen dataclass) and implement `spec` and `sample`."""
 
@@ -84,6 +100,9 @@ class Task:
     # What training minimises (`masked_loss`): cross-entropy over the output classes, or the squared error of
     # a real-valued output (the model's one output unit against real targets, for continuous tasks).
     loss_kind: ClassVar[LossKind] = "cross_entropy"
+    # When a run has learned the task (sweep-report's "converged"): accuracy near 1, unless the task's truth says
+    # otherwise (a task whose answers are random tops out below it, and declares a criterion it can reach).
+    convergence: ClassVar[Convergence] = Convergence()
 
     def __init__(self, cfg: Any):
         self.cfg = cfg

@@ -16,7 +16,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from mechsynth.config import MAX_CTX, check, check_fields, doc, validates_itself
-from mechsynth.tasks.base import TASKS, Batch, Task, TaskSpec, compose_prefix
+from mechsynth.tasks.base import TASKS, Batch, Convergence, Task, TaskSpec, compose_prefix
 
 
 MAX_ALPHA = 1e6
@@ -136,6 +136,9 @@ class MarkovICL(Task):
 
     Config = MarkovICLConfig
     patch_metric = "loss"
+    # The next token is random, so accuracy tops out well below 1 (the demo's near 0.58): converged is within 0.02
+    # nats of the Bayes-optimal predictor (from ~0.35 at init; the demo gets there soon after its transition).
+    convergence = Convergence("kl_bayes", 0.02, below=True)
 
     @property
     def n_contexts(self) -> int:

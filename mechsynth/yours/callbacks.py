@@ -5,38 +5,8 @@ The Monitor is given the TransformerLens model itself; what the Trainer trains i
 holds it (its forward computes the loss from the TL model's logits). The run directory is the Monitor's,
 as for a loop of your own: `mechsynth probe` and `mechsynth report` read it unchanged.
 
-HuggingFace (set `logging_steps=1` to record every step's loss; otherwise the loss the Trainer logs for
-each interval is recorded at the interval's last step):
-
-    from mechsynth.tasks.base import Batch, masked_loss
-    from mechsynth.yours.callbacks import hf_callback, lightning_callback
-
-    class Wrapper(torch.nn.Module):                       # what the Trainer trains: it holds the TL model
-        def __init__(self, model):
-            super().__init__()
-            self.model = model
-        def forward(self, tokens, targets, mask):
-            return {"loss": masked_loss(self.model(tokens), Batch(tokens, targets, mask))}
-
-    model = mechsynth.hooked_model(...)                  # the TransformerLens model, sized to the task
-    # data: a torch Dataset of {"tokens", "targets", "mask"} rows, the Wrapper's forward's arguments
-    with mechsynth.Monitor(model, "runs/hf", task, steps=2000) as monitor:
-        args = TrainingArguments("out", max_steps=2000, logging_steps=1, report_to="none")
-        Trainer(Wrapper(model), args, train_dataset=data, callbacks=[hf_callback(monitor)]).train()
-
-Lightning (the loss `training_step` returns; with gradient accumulation, the mean over the update):
-
-    class Module(lightning.LightningModule):             # holds the TL model
-        def __init__(self, model):
-            super().__init__()
-            self.model = model
-        def training_step(self, batch, i):
-            return masked_loss(self.model(batch["tokens"]), Batch(batch["tokens"], batch["targets"], batch["mask"]))
-        def configure_optimizers(self):
-            return torch.optim.AdamW(self.parameters(), lr=3e-3)
-
-    with mechsynth.Monitor(model, "runs/lightning", task, steps=2000) as monitor:
-        lightning.Trainer(max_steps=2000, callbacks=[lightning_callback(monitor)]).fit(Module(model), loader)
+Both, as examples that run as written (CI runs them): docs/concepts/yours.md, "The HuggingFace Trainer and
+Lightning".
 
 When training begins each callback records what the Trainer says of the loop in the run's config.json
 (`monitor.note`): HuggingFace's TrainingArguments give the learning rate, the batch size per update
