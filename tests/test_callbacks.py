@@ -83,18 +83,21 @@ def _check_run(run_dir, model, initial, losses):
     return run
 
 
+class _HFWrapper(torch.nn.Module):
+    """The HF Trainer wants a module whose forward returns {"loss": ...}."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, tokens, targets, mask):
+        return {"loss": _loss(self.model, tokens, targets, mask)}
+
+
 @pytest.mark.slow
 def test_the_hf_trainer_with_the_callback_writes_a_normal_run(tmp_path):
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("accelerate")
-
-    class Wrapper(torch.nn.Module):
-        def __init__(self, model):
-            super().__init__()
-            self.model = model
-
-        def forward(self, tokens, targets, mask):
-            return {"loss": _loss(self.model, tokens, targets, mask)}
 
     task = _task()
     model = _model(task)
@@ -104,7 +107,7 @@ def test_the_hf_trainer_with_the_callback_writes_a_normal_run(tmp_path):
                                           disable_tqdm=True, seed=0)
     with mechsynth.Monitor(model, tmp_path / "run", task, steps=STEPS, checkpoints=10, eval_every=5,
                            probes=["previous_token"]) as monitor:
-        trainer = transformers.Trainer(Wrapper(model), args, train_dataset=Samples(task, 16 * STEPS),
+        trainer = transformers.Trainer(_HFWrapper(model), args, train_dataset=Samples(task, 16 * STEPS),
                                        callbacks=[callbacks.hf_callback(monitor)])
         trainer.train()
     assert trainer.state.global_step == STEPS and monitor.timeline is not None
@@ -212,14 +215,6 @@ def test_the_hf_callback_records_the_trainers_lr_batch_seed_clip_schedule_and_op
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("accelerate")
 
-    class Wrapper(torch.nn.Module):
-        def __init__(self, model):
-            super().__init__()
-            self.model = model
-
-        def forward(self, tokens, targets, mask):
-            return {"loss": _loss(self.model, tokens, targets, mask)}
-
     task = _task()
     model = _model(task)
     args = transformers.TrainingArguments(str(tmp_path / "hf"), use_cpu=True, max_steps=4, per_device_train_batch_size=8,
@@ -227,7 +222,7 @@ def test_the_hf_callback_records_the_trainers_lr_batch_seed_clip_schedule_and_op
                                           lr_scheduler_type="cosine", warmup_steps=1, save_strategy="no", report_to="none",
                                           disable_tqdm=True, logging_steps=1)
     with mechsynth.Monitor(model, tmp_path / "run", task, steps=4, checkpoints=2, eval_batch_size=8, probes=[]) as monitor:
-        transformers.Trainer(Wrapper(model), args, train_dataset=Samples(task, 64),
+        transformers.Trainer(_HFWrapper(model), args, train_dataset=Samples(task, 64),
                              callbacks=[callbacks.hf_callback(monitor)]).train()
     train, unknown, origin = _recorded(tmp_path / "run")
     assert (train["lr"], train["batch_size"], train["seed"], train["grad_clip"]) == (3e-3, 16, 1234, 0.5)
