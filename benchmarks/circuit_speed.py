@@ -2,7 +2,10 @@
 hooked model on the same batch:
 
 - one forward, and one forward with a backward pass of the metric (what EAP should cost);
-- each method of mechsynth.circuits (exact edge patching, EAP, EAP-IG with 8 steps, ACDC), scoring every edge;
+- each registered method of mechsynth.circuits (exact edge patching, EAP, EAP-IG on inputs and on activations with
+  8 steps, clean-corrupted, ACDC, and any plugin's), scoring every edge; the gradient methods also as a multiple
+  of the forward-and-backward passes their definition takes (EAP 1, EAP-IG m, EAP-IG on activations m per sender
+  group, clean-corrupted 2);
 - node patching of every head two ways: mechsynth's (the edges out of a head patched together, heads batched
   as copies of the batch) and TransformerLens's own `patching.get_act_patch_attn_head_out_all_pos` (a forward
   per head); the two give the same numbers (tests/test_circuits.py);
@@ -34,6 +37,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "experiments"))
 import harness  # noqa: E402
 
 from mechsynth import circuits, configs, load_run, parse_config, train_run  # noqa: E402
+from mechsynth.circuits.gradient import sender_groups  # noqa: E402
+
+IG_STEPS = 8
+# forward-and-backward passes each gradient method takes by its definition (its cost is measured against that many)
+POINTS = {"eap": lambda groups: 1, "eap_ig": lambda groups: IG_STEPS, "clean_corrupted": lambda groups: 2,
+          "eap_ig_activations": lambda groups: IG_STEPS * groups}
 
 
 def timed(fn, repeats: int = 5) -> tuple[float, object]:
@@ -78,18 +87,22 @@ def measure(device: str = "cpu", batch: int = 64, steps: int = 600, repeats: int
         model.zero_grad()
         metric(model(clean.tokens)[None]).sum().backward()
     backward, _ = timed(forward_backward, max(5, repeats))
-    rows = [("one forward", forward, None), ("forward + backward of the metric", backward, None)]
+    rows = [("forward", "one forward", forward, None, None),
+            ("forward_backward", "forward + backward of the metric", backward, None, None)]
     exact_t, exact = timed(lambda: circuits.discover("patching", model, graph, clean.tokens, src, metric), repeats)
-    rows.append((f"exact edge patching ({len(graph.edge_list)} edges)", exact_t, 1.0))
-    for method in ("eap", "eap_ig", "acdc"):
-        t, scores = timed(lambda: circuits.discover(method, model, graph, clean.tokens, src, metric), repeats)
-        rows.append((method, t, harness.spearman(exact.abs().tolist(), scores.abs().tolist())))
+    rows.append(("patching", f"exact edge patching ({len(graph.edge_list)} edges)", exact_t, 1.0, None))
+    groups = len(sender_groups(graph))
+    for method in [m for m in circuits.METHODS if m != "patching"]:
+        opts = circuits.declared(method, {"ig_steps": IG_STEPS})
+        t, scores = timed(lambda: circuits.discover(method, model, graph, clean.tokens, src, metric, **opts), repeats)
+        rows.append((method, method + (f" ({IG_STEPS} steps)" if opts else ""), t,
+                     harness.spearman(exact.abs().tolist(), scores.abs().tolist()), POINTS.get(method, lambda g: None)(groups)))
     ours_t, _ = timed(lambda: circuits.activation_patching(model, graph, clean.tokens, src, metric, level="node"), repeats)
     _, corrupted_cache = model.run_with_cache(corrupted.tokens)
     theirs_t, _ = timed(lambda: patching.get_act_patch_attn_head_out_all_pos(
         model, clean.tokens, corrupted_cache, lambda lg: metric(lg[None])[0]), repeats)
-    rows += [("node patching, every node: mechsynth", ours_t, None),
-             ("head patching, every head: TransformerLens's patching helper", theirs_t, None)]
+    rows += [("node_patching", "node patching, every node: mechsynth", ours_t, None, None),
+             ("tl_head_patching", "head patching, every head: TransformerLens's patching helper", theirs_t, None, None)]
     return {"trained_steps": last, "batch": batch, "edges": len(graph.edge_list), "rows": rows}
 
 
@@ -100,13 +113,15 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=600)
     args = p.parse_args()
     out = measure(args.device, args.batch, args.steps)
-    forward = out["rows"][0][1]
+    forward, backward = out["rows"][0][2], out["rows"][1][2]
     print(f"device {args.device} ({harness.device_name(args.device)}), torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads; demo model after {out['trained_steps']} steps, batch {args.batch}")
-    print(f"{'':<62}{'seconds':>10}{'× forward':>11}{'  agreement with exact':>23}")
-    for name, t, rho in out["rows"]:
+    print(f"{'':<62}{'seconds':>10}{'× forward':>11}{'× its passes':>14}{'  agreement with exact':>23}")
+    for _, name, t, rho, points in out["rows"]:
         agree = "" if rho is None else f"{rho:.3f}"
-        print(f"{name:<62}{t:>10.4f}{t / forward:>11.1f}{agree:>23}")
+        # × its passes: against n forward + backward passes, n the points its definition takes (EAP 1, EAP-IG m)
+        passes = "" if points is None else f"{t / (points * backward):.2f} of {points}"
+        print(f"{name:<62}{t:>10.4f}{t / forward:>11.1f}{passes:>14}{agree:>23}")
     return 0
 
 

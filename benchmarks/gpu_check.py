@@ -258,9 +258,8 @@ def circuits(check: Check) -> dict[str, Any]:
 
     def bench() -> list[Any]:
         m = circuit_speed.measure(check.device, **check.size.circuits)
-        forward = m["rows"][0][1]
-        keys = ["forward", "forward_backward", "patching", "eap", "eap_ig", "acdc", "node_patching", "tl_head_patching"]
-        for key, (_, seconds, agreement) in zip(keys, m["rows"]):
+        forward = m["rows"][0][2]
+        for key, _, seconds, agreement, _ in m["rows"]:
             check.ratios[f"circuits/{key}/x_forward"] = seconds / forward
             if agreement is not None and key != "patching":
                 check.ratios[f"circuits/{key}/agreement"] = agreement

@@ -92,6 +92,20 @@ def _parser() -> argparse.ArgumentParser:
     im.add_argument("--tl-config", metavar="FILE", help="the model's TransformerLens config: a JSON file of "
                                                         "HookedTransformerConfig fields (model.cfg.to_dict())")
 
+    bc = sub.add_parser("bench-circuits", help="score every circuit-discovery method (yours too, through "
+                        "MECHSYNTH_PLUGINS) against known circuits at every checkpoint: planted, tracr-compiled and "
+                        "trained models; writes a JSON, a leaderboard, figures and a page")
+    bc.add_argument("--out", default="bench-circuits", help="output directory (trained zoo runs are kept there and "
+                                                            "reused)")
+    bc.add_argument("--methods", help="comma-separated method names (default: every registered one; exact patching "
+                                      "always runs, as the reference)")
+    bc.add_argument("--cases", help="comma-separated zoo cases (default: all at this size)")
+    bc.add_argument("--size", default="cpu", help="smoke (seconds), cpu (minutes on 2 cores) or full")
+    bc.add_argument("--set", action="append", default=[], metavar="METHOD.OPTION=VALUE",
+                    help="a method's option, e.g. eap_ig.ig_steps=16")
+    bc.add_argument("--list", action="store_true", help="list the registered methods, their cost and options, and stop")
+    bc.add_argument("--wandb", choices=MODES, help="also log the leaderboard and page to W&B (default: off)")
+
     d = sub.add_parser("demo", help="train the default model (markov_icl, 2-layer attention-only) on the CPU")
     d.add_argument("--out", default=None, help="run directory (default: runs/demo-<time>)")
     d.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override a config value")
@@ -349,6 +363,37 @@ def _import(args) -> int:
     return 0
 
 
+def _bench_circuits(args) -> int:
+    from mechsynth import benchmark, circuits
+    from mechsynth.config import parse_value
+
+    if args.list:
+        for name in circuits.METHODS:
+            m = circuits.METHODS.get(name)
+            print(f"{name:<20} {m.cost}" + (f"; options: {', '.join(m.fields())}" if m.fields() else ""))
+        return 0
+    options: dict[str, dict[str, Any]] = {}
+    for item in args.set:
+        key, eq, value = item.partition("=")
+        method, dot, option = key.partition(".")
+        if not eq or not dot or not option:
+            raise ConfigError("--set", f"{item!r}: expected METHOD.OPTION=VALUE, e.g. eap_ig.ig_steps=16")
+        options.setdefault(method, {})[option] = parse_value(value, key)
+    split = lambda text: [x.strip() for x in text.split(",") if x.strip()] if text else None  # noqa: E731
+    results = benchmark.run(Path(args.out), split(args.methods), args.size, options, split(args.cases), log=_say)
+    if args.wandb and args.wandb != "disabled":
+        from mechsynth.analysis.wandb_log import WandbConfig, WandbLogger
+        from mechsynth.benchmark import output
+
+        logger = WandbLogger(WandbConfig(mode=args.wandb, name="bench-circuits"), Path(args.out),
+                             {"methods": results["methods"], "size": args.size, "options": options})
+        output.log_to_wandb(logger, results["leaderboard"], (Path(args.out) / "bench_circuits.html").read_text())
+        logger.finish()
+    print((Path(args.out) / "leaderboard.md").read_text(), end="")
+    print(f"written: {Path(args.out) / benchmark.RESULTS}, leaderboard.md, bench_circuits.html")
+    return 0
+
+
 def _report(run_dir: Path, batch_size: int, wandb: Optional[str]) -> int:
     from dataclasses import replace
 
@@ -420,6 +465,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return _report(run_dir, 64, args.wandb)
         if args.command == "import":
             return _import(args)
+        if args.command == "bench-circuits":
+            return _bench_circuits(args)
         if args.command == "report":
             return _report(Path(args.run_dir), args.batch_size, args.wandb)
     except UserError as e:

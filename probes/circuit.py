@@ -7,6 +7,8 @@ top-scoring edges that alone keeps `level` of the clean-vs-ablated gap of the ta
 faithfulness). Metrics per checkpoint:
 
 - `edges`, `edge_share`: the circuit's size; `faithfulness`: its faithfulness (≥ level unless no set is);
+- `cpr`, `cmd`: MIB's areas under the faithfulness curve of the top-scoring edges over its edge budgets (0.1 % ...
+  100 % of the edges), and between that curve and 1 (`circuits.mib_curve`);
 - `gap`: m(clean) - m(every edge patched), how much the answer depends on the change at all (a model that
   ignores its input has no circuit to find: faithfulness is then NaN);
 - `final_faithfulness`: the faithfulness here of the circuit found at the run's last checkpoint. The causal
@@ -47,14 +49,17 @@ from mechsynth.tasks.base import Batch
 @validates_itself
 @dataclass(frozen=True)
 class CircuitOptions:
-    method: str = doc(f"how edges are scored: {', '.join(circuits.METHODS)} (exact patching: one forward per edge; "
-                      "eap: one forward and backward; eap_ig: ig_steps of them; acdc: greedy pruning)", "eap_ig")
+    method: str = doc("how edges are scored: a registered circuit method (built in: patching, exact, one forward per "
+                      "edge; eap, one forward and backward; eap_ig and eap_ig_activations, ig_steps of them; "
+                      "clean_corrupted, two; acdc, greedy pruning; yours through MECHSYNTH_PLUGINS)", "eap_ig")
     ablation: str = doc(f"what a patched edge carries: {', '.join(circuits.ABLATIONS)} (the sender's output on the "
                         "counterfactual input, its batch mean at each position, nothing)", "resample")
     level: float = doc("faithfulness a circuit must reach: the share of the clean-vs-ablated metric gap it keeps "
                        "with every other edge patched", 0.9)
     ig_steps: int = doc("eap_ig: points on the path from the ablated to the clean input", 8, lo=2, hi=1024)
     threshold: float = doc("acdc: an edge stays when removing it costs at least this share of the gap", 0.02)
+    select: str = doc("which edges come first into a circuit: absolute (largest |score|) or signed (largest score: an "
+                      "edge whose patching raises the metric comes last)", "absolute")
     checkpoints: int = doc("checkpoints to probe, log-spaced (first and last included); 0 = every one", 16, lo=0,
                            hi=100_000)
     seed: int = doc("seed of the counterfactuals", 0, lo=0, hi=2**31)
@@ -62,6 +67,7 @@ class CircuitOptions:
     def __post_init__(self) -> None:
         check_fields(self)
         check(self.method in circuits.METHODS, "method", f"{self.method!r}; allowed: {', '.join(circuits.METHODS)}")
+        check(self.select in ("absolute", "signed"), "select", f"{self.select!r}; allowed: absolute, signed")
         check(self.ablation in circuits.ABLATIONS, "ablation",
               f"{self.ablation!r}; allowed: {', '.join(circuits.ABLATIONS)}")
         check(0 < self.level <= 1, "level", f"must be in (0, 1], got {self.level}")
@@ -298,12 +304,15 @@ def circuit(view: View) -> ProbeResult:
     except ValueError as e:
         raise ProbeError(f"probe 'circuit': {e} (a batch of {clean.tokens.shape[0]}; try a larger one)") from None
     src = circuits.source(model, graph, clean.tokens, corrupted.tokens, o.ablation)
-    scores = circuits.discover(o.method, model, graph, clean.tokens, src, metric, ig_steps=o.ig_steps,
-                               threshold=o.threshold).cpu()
-    found = circuits.circuit(model, graph, clean.tokens, src, metric, scores, o.level)
+    scores = circuits.discover(o.method, model, graph, clean.tokens, src, metric,
+                               **circuits.declared(o.method, {"ig_steps": o.ig_steps, "threshold": o.threshold})).cpu()
+    absolute = o.select == "absolute"
+    found = circuits.circuit(model, graph, clean.tokens, src, metric, scores, o.level, absolute)
     names = [graph.edge_name(e) for e in graph.edge_list]
     out = {"edges": float(found.edges.sum()), "edge_share": float(found.edges.float().mean()),
            "faithfulness": found.faithfulness}
+    mib = circuits.mib_curve(model, graph, clean.tokens, src, metric, scores, absolute)
+    out |= {"cpr": mib.cpr, "cmd": mib.cmd}
     clean_m, ablated_m = circuits.ends(model, graph, clean.tokens, src, metric)
     out["gap"] = clean_m - ablated_m
     final = view.last.render["circuit"] if view.last is not None else found.edges

@@ -11,12 +11,12 @@ from transformer_lens import patching
 
 from mechsynth import circuits
 from mechsynth.circuits import forward
-from mechsynth.circuits.methods import as_patch
+from mechsynth.circuits.patching import as_patch
 from mechsynth.models import TransformerConfig
 from mechsynth.models.tl_compat import TL_MAJOR, hooked_transformer
 from mechsynth.tasks.base import Batch
 
-from planted import _embeddings, _layer
+from mechsynth.benchmark.zoo import planted_induction, repeated
 
 
 def random_model(attn_only: bool, normalization: str, positional: str = "standard", seed: int = 0):
@@ -116,57 +116,12 @@ def test_attribution_is_the_first_order_term_of_patching():
     assert torch.allclose(eap, exact, atol=2e-5, rtol=1e-2)
 
 
-# ---- a planted induction circuit ---------------------------------------------------------------------
-
-
-def planted_circuit(n_heads: int = 3, seed: int = 0):
-    """A previous-token head in layer 0 and an induction head in layer 1 at random indices, the other heads
-    reading at random and writing nothing, the logits reading only what the induction head writes.
-    Residual stream = [token | position | previous token | copied token] one-hots. Returns the model and
-    its circuit for an input whose tokens change and positions do not: input -> prev.v (the previous
-    token), prev -> induction.k (K-composition), input -> induction.q and .v, induction -> logits."""
-    g = torch.Generator().manual_seed(seed)
-    V, N = 6, 16
-    d_model, d_head = 3 * V + N, max(V, N)
-    tok, pos, prev, out = slice(0, V), slice(V, V + N), slice(V + N, 2 * V + N), slice(2 * V + N, 3 * V + N)
-    big = 40.0 * math.sqrt(d_head)
-    sd = _embeddings(V, N, d_model, V)
-    sd["unembed.W_U"][out] = 5 * torch.eye(V)
-    p, i = torch.randint(n_heads, (2,), generator=g).tolist()
-    for layer, h in ((0, p), (1, i)):
-        a = _layer(n_heads, d_model, d_head, g)
-        a["W_O"].zero_()
-        for w in ("W_Q", "W_K", "W_V"):
-            a[w][h] = 0
-        if layer == 0:
-            a["W_Q"][h, pos, :N] = torch.eye(N)
-            a["W_K"][h, pos, :N] = big * torch.eye(N).roll(1, dims=1)
-            a["W_K"][h, V + N - 1, 0] = 0  # the last position has no successor
-            a["W_V"][h, tok, :V] = torch.eye(V)
-            a["W_O"][h, :V, prev] = torch.eye(V)
-        else:
-            a["W_Q"][h, tok, :V] = big * torch.eye(V)
-            a["W_K"][h, prev, :V] = torch.eye(V)
-            a["W_V"][h, tok, :V] = torch.eye(V)
-            a["W_O"][h, :V, out] = torch.eye(V)
-        sd |= {f"blocks.{layer}.attn.{k}": v for k, v in a.items()}
-    cfg = TransformerConfig(n_layers=2, n_heads=n_heads, d_model=d_model, d_head=d_head, attn_only=True, normalization="none")
-    truth = [f"input->L0H{p}.v", f"L0H{p}->L1H{i}.k", f"input->L1H{i}.q", f"input->L1H{i}.v", f"L1H{i}->logits"]
-    return hooked_transformer(cfg, V, V, N, sd), truth
-
-
-def repeated(seed: int, batch: int = 16, V: int = 6, N: int = 16) -> Batch:
-    """Random halves repeated; scored: the second half's next tokens, which only induction predicts."""
-    half = torch.randint(V, (batch, N // 2), generator=torch.Generator().manual_seed(seed))
-    toks = torch.cat([half, half], 1)
-    mask = torch.zeros_like(toks, dtype=torch.bool)
-    mask[:, N // 2:-1] = True
-    return Batch(toks, torch.cat([toks[:, 1:], toks[:, :1]], 1), mask)
+# ---- a planted induction circuit (mechsynth.benchmark.zoo) ------------------------------------------------
 
 
 @pytest.mark.parametrize("method", circuits.METHODS)
 def test_every_method_recovers_the_planted_circuit(method):
-    model, truth_names = planted_circuit()
+    model, truth_names = planted_induction()
     graph = circuits.Graph.of(model)
     clean, corrupted = repeated(1), repeated(2)
     metric = circuits.patch_metric("logit_diff", clean, corrupted)
@@ -183,7 +138,7 @@ def test_every_method_recovers_the_planted_circuit(method):
 def test_ablations_move_the_planted_circuit_where_they_should(ablation, extra):
     """Mean ablation keeps each position's embedding, so the previous-token head still finds its key; zero
     ablation removes positions, and the edges carrying them join the circuit."""
-    model, truth_names = planted_circuit()
+    model, truth_names = planted_induction()
     p = truth_names[0].split("->L0H")[1][0]
     graph = circuits.Graph.of(model)
     clean, corrupted = repeated(1), repeated(2)
@@ -270,4 +225,8 @@ def test_every_method_recovers_tracr_compiled_circuits(name, method):
         scores = circuits.discover(method, model, graph, clean, src, metric)
         assert circuits.auc(scores, truth) == 1.0, (ablation, [(graph.edge_name(e), float(s)) for e, s in zip(graph.edge_list, scores)])
         found = circuits.circuit(model, graph, clean, src, metric, scores, level=0.9)
-        assert torch.equal(found.edges, truth) and found.faithfulness == pytest.approx(1.0, abs=1e-4), ablation
+        # every true edge ranks first, so the circuit holds true edges only; under zero ablation a method's order can
+        # reach the level before the last true edge (eap_ig_activations: 3 of detect_pattern's 7 keep all of it)
+        assert not (found.edges & ~truth).any() and found.faithfulness >= 0.9, ablation
+        if method == "patching":
+            assert torch.equal(found.edges, truth) and found.faithfulness == pytest.approx(1.0, abs=1e-4), ablation

@@ -84,7 +84,7 @@ def test_each_edge_is_imported_in_one_place():
 # What the top of mechsynth/ holds (docs/layout.md): the package's face, the CLI and what every part shares (config
 # fields, errors, hook names, the registries and their plugins); everything else lives in a folder by purpose.
 TOP_MODULES = {"__init__.py", "cli.py", "config.py", "errors.py", "hooks.py", "plugins.py", "registry.py"}
-PACKAGES = {"analysis", "circuits", "configs", "models", "optimizers", "runs", "sweep", "tasks", "training", "yours"}
+PACKAGES = {"analysis", "benchmark", "circuits", "configs", "models", "optimizers", "runs", "sweep", "tasks", "training", "yours"}
 
 
 def test_the_top_level_stays_small():

@@ -9,6 +9,7 @@ import ast
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -20,15 +21,24 @@ TUTORIALS = ROOT / "docs" / "tutorials"
 
 
 def script(markdown: str) -> str:
-    """The page as one Python program: python blocks as they are, shell lines as subprocess calls."""
-    out = ["import shlex, subprocess, sys"]
-    for lang, body in re.findall(r"```(python|bash)\n(.*?)```", markdown, flags=re.S):
-        if lang == "python":
+    """The page as one Python program: python blocks as they are, except a block titled with a file name
+    (```python title="x.py"), which is written to that file; shell lines as subprocess calls, each a mechsynth
+    command with environment variables before it if it likes (`MECHSYNTH_PLUGINS=x.py mechsynth ...`)."""
+    out = ["import os, subprocess, sys"]
+    for lang, title, body in re.findall(r'```(python|bash)(?: title="([^"]+)")?\n(.*?)```', markdown, flags=re.S):
+        if title:
+            out.append(f"open({title!r}, 'w').write({body!r})")
+        elif lang == "python":
             out.append(body)
-            continue
-        for line in filter(None, (s.strip() for s in body.splitlines())):
-            assert line.startswith("mechsynth "), f"a tutorial's shell line is not a mechsynth command: {line}"
-            out.append(f"subprocess.run([sys.executable, '-m', 'mechsynth.cli', *shlex.split({line!r})[1:]], check=True)")
+        else:
+            for line in filter(None, (s.strip() for s in body.splitlines())):
+                words, env = shlex.split(line), {}
+                while words and re.match(r"[A-Za-z_]\w*=", words[0]):
+                    key, value = words.pop(0).split("=", 1)
+                    env[key] = value
+                assert words[:1] == ["mechsynth"], f"a tutorial's shell line is not a mechsynth command: {line}"
+                out.append(f"subprocess.run([sys.executable, '-m', 'mechsynth.cli', *{words[1:]!r}], check=True, "
+                           f"env={{**os.environ, **{env!r}}})")
     return "\n".join(out)
 
 
@@ -43,7 +53,8 @@ def run_tutorial(name: str, cwd: Path) -> str:
 
 
 def test_the_tutorials_are_the_pages_under_docs():
-    assert sorted(p.name for p in TUTORIALS.glob("*.md")) == ["bring_checkpoints.md", "own_training_loop.md"]
+    assert sorted(p.name for p in TUTORIALS.glob("*.md")) == ["benchmark_your_method.md", "bring_checkpoints.md",
+                                                             "own_training_loop.md"]
 
 
 @pytest.mark.smoke
@@ -67,6 +78,21 @@ def test_bring_checkpoints(tmp_path):
     assert max(last, key=last.get) == "L1H0"
     assert (tmp_path / "runs" / "imported" / "report.html").exists() and (tmp_path / "runs" / "held" / "report.html").exists()
     assert "loss falls fastest" in out or "loss never falls" in out
+
+
+@pytest.mark.smoke
+def test_benchmark_your_method(tmp_path):
+    """A method in a plugin file outside the repository is benchmarked by one command and has its rows beside the
+    built-in methods' on every zoo case."""
+    out = run_tutorial("benchmark_your_method.md", tmp_path)
+    results = json.loads((tmp_path / "bench" / "bench_circuits.json").read_text())
+    assert results["methods"] == ["patching", "eap", "eap_ig", "node_patching"]
+    table = (tmp_path / "bench" / "leaderboard.md").read_text()
+    for case in results["cases"]:
+        assert all(f"| {m} | {case} |" in table for m in results["methods"]), case
+    rows = {(r["method"], r["case"]): r for r in results["leaderboard"]}
+    assert rows[("node_patching", "planted_induction_3h")]["auroc"] is not None and "node_patching" in out
+    assert (tmp_path / "bench" / "bench_circuits.html").stat().st_size > 10_000
 
 
 DOCS = ROOT / "docs"

@@ -1,11 +1,8 @@
-"""Scoring every edge (or node) of a model's graph by how much the patch metric depends on it.
+"""What every circuit-discovery method measures against: the task's patch metric, what a patched edge
+carries (`source`), and the metric with any sets of edges patched (`metric_of`), many sets per forward.
 
-Each method estimates, per edge, m(clean) - m(edge patched): how far the metric falls when that one
-receiver reads that one sender from the source run instead. Exact activation patching runs it; EAP
-(attribution patching) takes its first-order estimate from one forward and one backward pass;
-EAP-IG averages the gradients along a straight path of inputs from the source to the clean input; ACDC
-prunes greedily, keeping an edge when removing it from what is left costs at least `threshold` of the
-clean-vs-ablated metric gap.
+A method scores each edge by (an estimate of) m(clean) - m(that edge patched): how far the metric falls when
+that one receiver reads that one sender from the source run instead.
 """
 
 from __future__ import annotations
@@ -24,7 +21,6 @@ from mechsynth.tasks.base import Batch
 
 Metric = Callable[[Float[Tensor, "copy batch pos d_vocab_out"]], Float[Tensor, "copy"]]
 ABLATIONS = ("resample", "mean", "zero")
-METHODS = ("patching", "eap", "eap_ig", "acdc")
 BUDGET = 2**27  # bytes of residual-stream activations per batched forward
 
 
@@ -65,8 +61,9 @@ def source(model: Any, graph: Graph, clean: Int[Tensor, "batch pos"], corrupted:
     raise ValueError(f"ablation: {ablation!r}; allowed: {', '.join(ABLATIONS)}")
 
 
-def as_patch(graph: Graph, patched: Bool[Tensor, "copy edge"]) -> Float[Tensor, "copy sender receiver"]:
-    """Edge masks over `graph.edge_list` as the [copy, sender, receiver] patch weights `forward.run` takes."""
+def as_patch(graph: Graph, patched: Bool[Tensor, "copy edge"] | Float[Tensor, "copy edge"]) -> Float[Tensor, "copy sender receiver"]:
+    """Edge masks (or weights: 0 not patched ... 1 fully) over `graph.edge_list` as the [copy, sender, receiver]
+    patch weights `forward.run` takes."""
     out = torch.zeros(patched.shape[0], len(graph.senders), len(graph.receivers))
     s, r = torch.tensor(graph.edge_list).T
     out[:, s, r] = patched.float()
@@ -93,71 +90,6 @@ def ends(model: Any, graph: Graph, tokens: Int[Tensor, "batch pos"], src: Tensor
     both = metric_of(model, graph, tokens, src, metric, torch.stack([torch.zeros(n, dtype=torch.bool),
                                                                      torch.ones(n, dtype=torch.bool)]))
     return float(both[0]), float(both[1])
-
-
-def activation_patching(model: Any, graph: Graph, tokens: Int[Tensor, "batch pos"], src: Tensor, metric: Metric,
-                        level: Literal["edge", "node"] = "edge") -> Float[Tensor, "item"]:
-    """Exact: m(clean) - m(one edge patched) for every edge, or m(clean) - m(every edge out of a sender
-    patched) for every sender (`level="node"`)."""
-    n = len(graph.edge_list)
-    sets = torch.eye(n, dtype=torch.bool) if level == "edge" else torch.stack([graph.node_edges(s) for s in graph.senders])
-    clean = metric_of(model, graph, tokens, src, metric, torch.zeros(1, n, dtype=torch.bool))
-    return clean - metric_of(model, graph, tokens, src, metric, sets)
-
-
-def _gradients(model: Any, graph: Graph, tokens: Tensor, metric: Metric, override: Tensor | None,
-               record: dict[int, Tensor] | None = None) -> dict[int, Tensor]:
-    """d metric / d (each receiver's input) at the unpatched model, on `tokens` (the input node's output
-    replaced by `override`); `record` gets each sender's output on the way."""
-    with torch.enable_grad():
-        out = forward.run(model, graph, tokens, None, None, keep_inputs=True, input_override=override, record=record)
-        keys = sorted(out.inputs)
-        grads = torch.autograd.grad(metric(out.logits).sum(), [out.inputs[k] for k in keys])
-    return dict(zip(keys, grads))
-
-
-def attribution(model: Any, graph: Graph, tokens: Int[Tensor, "batch pos"], src: Tensor, metric: Metric,
-                steps: int = 1) -> Float[Tensor, "edge"]:
-    """EAP (`steps` = 1): (clean_u - source_u) · dm/dx_v at the clean input, for each edge (u, v). EAP-IG
-    (`steps` > 1): the gradient averaged over the inputs source + α (clean - source), α = 1/steps ... 1, the
-    input node's output moved along that line (Hanna et al. 2024's integrated gradients on the inputs)."""
-    if steps == 1:  # one forward and one backward: the senders' outputs are recorded on the way
-        seen: dict[int, Tensor] = {}
-        grads = _gradients(model, graph, tokens, metric, None, seen)
-        clean = torch.stack([seen[i].detach() for i in range(len(graph.senders))])
-    else:
-        clean = forward.sender_outputs(model, graph, tokens)
-        grads = {}
-        for k in range(1, steps + 1):
-            point = (src[0] + k / steps * (clean[0] - src[0])).detach()
-            for r, g in _gradients(model, graph, tokens, metric, point).items():
-                grads[r] = grads.get(r, 0) + g / steps
-    diff = clean - src  # [sender, batch, pos, d_model]
-    return torch.stack([(diff[s] * grads[r]).sum() for s, r in graph.edge_list]).detach()
-
-
-def acdc(model: Any, graph: Graph, tokens: Int[Tensor, "batch pos"], src: Tensor, metric: Metric,
-         threshold: float) -> Float[Tensor, "edge"]:
-    """Conmy et al.'s ACDC on the normalized metric: receivers from the logits back, each one's senders from
-    the latest back, an edge patched for good when patching it (with all edges pruned so far) lowers
-    (m - m_ablated) / (m_clean - m_ablated) by less than `threshold`. The score of an edge is that drop
-    when it was tried; the edges kept score ≥ threshold."""
-    n = len(graph.edge_list)
-    clean, ablated = ends(model, graph, tokens, src, metric)
-    if clean == ablated:
-        return torch.zeros(n)
-    order = sorted(range(n), key=lambda i: (-graph.edge_list[i][1], -graph.edge_list[i][0]))
-    patched = torch.zeros(n, dtype=torch.bool)
-    scores = torch.zeros(n)
-    now = 1.0
-    for i in order:
-        trial = patched.clone()
-        trial[i] = True
-        f = (float(metric_of(model, graph, tokens, src, metric, trial[None])[0]) - ablated) / (clean - ablated)
-        scores[i] = now - f
-        if now - f < threshold:
-            patched, now = trial, f
-    return scores
 
 
 def position_patching(model: Any, tokens: Int[Tensor, "batch pos"], metric: Metric) -> Float[Tensor, "pos"]:
