@@ -16,6 +16,7 @@ from mechsynth.models import TransformerConfig
 from mechsynth.models.tl_compat import TL_MAJOR, hooked_transformer
 from mechsynth.tasks.base import Batch
 
+from mechsynth.benchmark import zoo
 from mechsynth.benchmark.zoo import planted_induction, repeated
 
 
@@ -180,38 +181,15 @@ def test_models_circuit_discovery_cannot_read_are_named():
 # ---- tracr-compiled programs ---------------------------------------------------------------------------
 
 
-def _tracr():
-    """experiments/tracr_programs.py, for its loader: the compiled weights are committed (tests/data), so
-    no jax is needed here."""
-    import importlib.util
-    from pathlib import Path
-
-    spec = importlib.util.spec_from_file_location("tracr_programs", Path(__file__).parent.parent / "experiments" / "tracr_programs.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def tracr_case(name: str):
-    """(model, clean tokens, corrupted tokens, metric, {ablation: true edges}) of a tracr-compiled program: its
-    structural circuit (who writes what the other reads, on a path to the output) under zero ablation; under
-    resample ablation, without the edges that carry only what the counterfactual keeps (positions, BOS,
-    tracr's constant dimension), which then have no effect."""
-    tp = _tracr()
-    model, record, _ = tp.load(name)
-    clean, corrupted = torch.tensor(record["clean"]), torch.tensor(record["corrupted"])
-    mask = torch.tensor([[v is not None for v in row] for row in record["clean_outputs"]])
-    if record["output"] == "categorical":
-        ids = lambda rows: torch.tensor([[record["outputs"].index(v) if v is not None else 0 for v in row]  # noqa: E731
-                                         for row in rows])
-        metric = circuits.patch_metric("logit_diff", Batch(clean, ids(record["clean_outputs"]), mask),
-                                       Batch(corrupted, ids(record["corrupted_outputs"]), mask))
-    else:
-        values = lambda rows: torch.tensor([[v if v is not None else 0.0 for v in row] for row in rows])  # noqa: E731
-        metric = tp.numerical_metric(values(record["clean_outputs"]), values(record["corrupted_outputs"]), mask.float())
-    kept = lambda labels: any(not (l.startswith("indices:") or l in ("one", "tokens:compiler_bos")) for l in labels)  # noqa: E731, E741
-    return model, clean, corrupted, metric, {"zero": record["truth"],
-                                             "resample": [e for e in record["truth"] if kept(record["carries"][e])]}
+    """(model, clean tokens, corrupted tokens, metric, {ablation: true edges}) of a tracr-compiled program of the zoo:
+    its structural circuit less its inert edges (who writes what the other reads, on a path to the output) under
+    zero ablation; under resample ablation, also without the edges that carry only what the counterfactual keeps
+    (positions, BOS, tracr's constant dimension), which then have no effect."""
+    case = zoo.tracr_case(name)
+    _, record = zoo.tracr_model(name)
+    model = next(case.checkpoints())[1]
+    return model, case.clean, case.corrupted, case.metric, {"zero": record["informative"], "resample": case.truth}
 
 
 @pytest.mark.parametrize("name", ["frac_prevs", "detect_pattern"])

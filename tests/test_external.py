@@ -23,7 +23,7 @@ from mechsynth.tasks.base import masked_loss
 from mechsynth.yours import external, importing
 from tests.nanogpt_ref import GPT
 
-DATA = Path(__file__).parent / "data"
+TRACR = Path(__file__).parent.parent / "mechsynth" / "benchmark" / "tracr"  # the zoo's compiled programs
 ARCHITECTURES = [dict(attn_only=True), dict(d_mlp=32, act_fn="gelu"), dict(positional_embedding_type="rotary", attn_only=True),
                  dict(normalization_type=None, d_mlp=16), dict(normalization_type="LNPre", d_mlp=16, act_fn="gelu_new")]
 
@@ -138,13 +138,13 @@ def test_import_a_nanogpt_checkpoint(tmp_path):
 
 
 def test_import_a_tracr_program_and_probe_it(tmp_path):
-    info = json.loads((DATA / "tracr_detect_pattern.json").read_text())
-    run = load_run(importing.import_checkpoints(DATA / "tracr_detect_pattern.json", tmp_path / "run"))
+    info = json.loads((TRACR / "detect_pattern.json").read_text())
+    run = load_run(importing.import_checkpoints(TRACR / "detect_pattern.json", tmp_path / "run"))
     assert run.task.name == "random_tokens" and run.task.spec.d_vocab == info["V"]
     from mechsynth.models import TransformerConfig
     from mechsynth.runs.io import tensors_from_bytes
 
-    path = DATA / "tracr_detect_pattern.safetensors"
+    path = TRACR / "detect_pattern.safetensors"
     compiled = tl_compat.hooked_transformer(TransformerConfig(**info["config"], n_ctx=info["N"]), info["V"], info["V_out"],
                                             info["N"], tensors_from_bytes(path.read_bytes(), path))
     clean = torch.tensor(info["clean"])
@@ -190,8 +190,8 @@ def test_import_refuses_damaged_files_and_a_used_directory(tmp_path, capsys):
     assert "bad.pt" in capsys.readouterr().err
     (tmp_path / "used").mkdir()
     (tmp_path / "used" / "mine.txt").write_text("keep")
-    shutil.copy(DATA / "tracr_frac_prevs.json", tmp_path / "p.json")
-    shutil.copy(DATA / "tracr_frac_prevs.safetensors", tmp_path / "p.safetensors")
+    shutil.copy(TRACR / "frac_prevs.json", tmp_path / "p.json")
+    shutil.copy(TRACR / "frac_prevs.safetensors", tmp_path / "p.safetensors")
     assert main(["import", str(tmp_path / "p.json"), "--out", str(tmp_path / "used")]) == 2
     assert "not empty" in capsys.readouterr().err and (tmp_path / "used" / "mine.txt").read_text() == "keep"
     assert main(["import", str(tmp_path / "missing.pt"), "--out", str(tmp_path / "run")]) == 2

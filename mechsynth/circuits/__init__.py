@@ -2,7 +2,8 @@
 stream (`graph`), a forward pass with any set of edges patched (`forward`), what patching measures (`patching`),
 a registry of methods that score every edge (`method`; the built-in ones in `methods/`: exact patching, EAP,
 EAP-IG on inputs and on activations, clean-corrupted, ACDC), the circuit those scores give, its faithfulness,
-its AUC against a known circuit and MIB's faithfulness-curve areas (`score`).
+its AUC against a known circuit and MIB's faithfulness-curve areas (`score`), and circuits to and from the
+EAP-IG / MIB graph format (`exchange`).
 
     graph = circuits.Graph.of(model)
     metric = circuits.patch_metric(task.patch_metric, clean, corrupted)
@@ -18,8 +19,10 @@ package uses only hooks that behave alike on TL 3.9 and 4.x (see `forward`).
 
 from __future__ import annotations
 
+from mechsynth.circuits import exchange
 from mechsynth.circuits import methods as _builtin  # noqa: F401  (registers the built-in methods)
 from mechsynth.circuits.gradient import attribution
+from mechsynth.circuits.exchange import from_eap_json, from_eap_pt, to_eap_json, to_eap_pt
 from mechsynth.circuits.graph import Graph, why_not
 from mechsynth.circuits.method import METHODS, Method, discover, method_options, register_method, declared
 from mechsynth.circuits.methods.acdc import acdc
@@ -29,6 +32,6 @@ from mechsynth.circuits.score import (BUDGETS, Circuit, Curve, auc, circuit, cur
                                       top_edges)
 
 __all__ = ["ABLATIONS", "BUDGETS", "Circuit", "Curve", "Graph", "METHODS", "Method", "Metric", "activation_patching", "acdc",
-           "attribution", "auc", "circuit", "curve_areas", "declared", "discover", "ends", "faithfulness", "method_options",
+           "attribution", "auc", "circuit", "curve_areas", "declared", "discover", "ends", "exchange", "from_eap_json", "from_eap_pt", "faithfulness", "method_options",
            "metric_of", "mib_curve", "patch_metric", "position_patching", "register_method", "source",
-           "top_edges", "why_not"]
+           "to_eap_json", "to_eap_pt", "top_edges", "why_not"]
