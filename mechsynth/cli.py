@@ -16,6 +16,7 @@ from mechsynth.config import apply_override, describe, read_toml
 from mechsynth.errors import ConfigError, DivergedError, UserError
 from mechsynth.sweep.job import BACKENDS
 
+COMPUTES = ("train", "demo", "probe", "report", "import", "bench-circuits")  # torch's threads set first
 DIVERGED = 3  # exit code of a run whose loss stopped being finite (2: a user error; 130: Ctrl-C)
 
 
@@ -425,6 +426,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     # A warning here is for the user (an LLC chain that diverged): one line, not the source line it came from.
     warnings.formatwarning = lambda message, category, *rest, **kw: f"warning: {message}\n"
     try:
+        if args.command in COMPUTES:
+            from mechsynth.training import threads
+
+            threads.use()  # the CPUs free now, not the core count (a run's train.threads and --resume set their own)
         if args.command == "tasks":
             return _cmd_tasks(args)
         if args.command == "probes":

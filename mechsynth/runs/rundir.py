@@ -38,7 +38,7 @@ CONFIG, METRICS, LOCK = "config.json", "metrics.jsonl", ".lock"
 WEIGHTS, STATE, META = "model.safetensors", "state.pt", "meta.json"
 # Keys that may change when a run is continued: how long it trains, where, how often it is
 # evaluated and how it logs. Anything else would make the continued run a different experiment.
-RESUMABLE = ("train.steps", "train.device", "train.eval_every", "train.seed_passes", "wandb.")
+RESUMABLE = ("train.steps", "train.device", "train.eval_every", "train.seed_passes", "train.threads", "wandb.")
 # Keys config.json stores beside the run config: provenance (`stored_extras`), never compared or parsed as config.
 EXTRAS = ("versions", "plugins", "origin")  # origin: what made a run mechsynth did not train (Monitor, import)
 NOT_RECORDED = "not_recorded"  # origin's list of the config keys nobody gave (absent from the tables; see `unknown_keys`)

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mechsynth.sweep.job import JobFn, Resources, failed, run_job
+from mechsynth.training.threads import free_cpus
 
 
 def _init_worker(threads: int) -> None:
@@ -52,7 +53,7 @@ def run(tasks: list[tuple[Any, str]], on_result: Callable[[Any, dict], None], re
     with one worker, each run in turn in this process. `fn(run_dir, task.config, threads)` does the work
     (default: train the run; `mechsynth probe` passes its probing)."""
     workers = resources.workers
-    threads = resources.threads or max(1, cpu_count() // workers)
+    threads = resources.threads or max(1, free_cpus() // workers)
     if workers == 1:  # one at a time: in this process, saving a worker's start-up (imports) per sweep
         import torch
 

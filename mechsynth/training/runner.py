@@ -14,6 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Optional
 
+import torch
+
 from mechsynth import models, plugins
 from mechsynth.analysis.wandb_log import WandbLogger, resolve_mode
 from mechsynth.errors import ConfigError, CorruptFileError, DivergedError, one_line
@@ -44,6 +46,9 @@ def train_run(cfg: RunConfig, run_dir: Path | str, *, resume: bool = False, prog
     owned = list(dict.fromkeys([run_dir, *dirs]))  # (one seed: the run directory is its only member)
     made = [d for d in owned if not d.exists()]
     fresh = True  # nothing written yet: a failure undoes the directories this call made
+    threads = torch.get_num_threads()  # given back after: train.threads is this run's, not the process's
+    if cfg.train.threads is not None:
+        torch.set_num_threads(cfg.train.threads)
     try:
         for d in made:
             d.mkdir(parents=True)
@@ -57,7 +62,9 @@ def train_run(cfg: RunConfig, run_dir: Path | str, *, resume: bool = False, prog
             if resume:
                 start = resume_step(dirs)
             if start is not None:
-                wandb_ids = _load(trainer, dirs, start)
+                wandb_ids, recorded = _load(trainer, dirs, start)
+                if cfg.train.threads is None and recorded is not None:  # the numerics it trained with
+                    torch.set_num_threads(recorded)
             elif cfg.train.init_from:  # read only when used: a resumed fine-tuning run needs only its own checkpoints
                 weights, path = initial_weights(cfg.train.init_from)
                 check_fits(weights, trainer.module.state_dict(), set() if n == 1 else trainer.stacked, path)
@@ -80,6 +87,8 @@ def train_run(cfg: RunConfig, run_dir: Path | str, *, resume: bool = False, prog
             for d in reversed(made):
                 remove_if_empty(d)
         raise
+    finally:
+        torch.set_num_threads(threads)
     return run_dir
 
 
@@ -100,7 +109,8 @@ def _fit(trainer: Trainer, cfg: RunConfig, run_dir: Path, dirs: list[Path], cfgs
     def on_checkpoint(step: int, metrics: Any) -> None:
         for d, c, logger, w, m, s in zip(dirs, cfgs, loggers, trainer.seed_weights(), trainer.seed_records(metrics),
                                          trainer.seed_states()):
-            rundir.write_checkpoint(d, step, w, m, {**s, "wandb_id": logger.id}, before + time.perf_counter() - t0)
+            rundir.write_checkpoint(d, step, w, m, {**s, "wandb_id": logger.id, "threads": torch.get_num_threads()},
+                                    before + time.perf_counter() - t0)
             if c.wandb.log_checkpoints:
                 logger.checkpoint(rundir.ckpt_dir(d, step), step)
         last[0] = step
@@ -131,8 +141,9 @@ def _fit(trainer: Trainer, cfg: RunConfig, run_dir: Path, dirs: list[Path], cfgs
             logger.finish()
 
 
-def _load(trainer: Trainer, dirs: list[Path], step: int) -> list[Optional[str]]:
-    """Weights and resumable state of every member at `step` into `trainer`; returns their W&B run ids."""
+def _load(trainer: Trainer, dirs: list[Path], step: int) -> tuple[list[Optional[str]], Optional[int]]:
+    """Weights and resumable state of every member at `step` into `trainer`; returns their W&B run ids and the CPU
+    threads the run trained with (None in runs from before it was recorded)."""
     weights = [rundir.read_weights(d, step) for d in dirs]
     states = [rundir.read_state(d, step) for d in dirs]
     load_weights(trainer.module, weights[0] if len(dirs) == 1 else stack_weights(weights, trainer.stacked),
@@ -142,7 +153,7 @@ def _load(trainer: Trainer, dirs: list[Path], step: int) -> list[Optional[str]]:
     except (KeyError, ValueError, TypeError, RuntimeError, IndexError) as e:
         raise CorruptFileError(rundir.ckpt_dir(dirs[0], step) / rundir.STATE,
                                f"not the training state of this run ({one_line(e)})") from None
-    return [s.get("wandb_id") for s in states]
+    return [s.get("wandb_id") for s in states], states[0].get("threads")
 
 
 def initial_weights(source: str) -> tuple[dict[str, Any], Path]:

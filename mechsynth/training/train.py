@@ -81,6 +81,10 @@ class TrainConfig:
         "activations for its backward pass, else stacked", "auto")
     device: str = doc("'auto' (CUDA when available), 'cpu', 'cuda', 'cuda:N', or 'mps' (Apple GPUs); one this "
                       "machine lacks is refused when the config is parsed", "auto")
+    threads: Optional[int] = doc("torch's CPU threads while training; unset: what the command picks (mechsynth train "
+                                 "and demo: the CPUs free when it starts, or MECHSYNTH_THREADS), and on --resume the "
+                                 "count the run trained with, which keeps a resumed run bit-identical", None, lo=1,
+                                 hi=4096)
     init_from: Optional[str] = doc("fine-tuning: start from the weights of this run directory's last checkpoint, or "
                                    "of one checkpoint directory (RUN/checkpoints/step_N); the model must have the "
                                    "same shapes; unset: a fresh initialisation", None)

@@ -1,0 +1,89 @@
+"""The demo's training pace idle and beside busy processes, with the threads mechsynth picks against torch's default
+(every core, OpenMP spin-waiting), in one run:
+
+    python benchmarks/threads_under_load.py [--steps 300] [--busy 2] [--out assets]
+
+Each row trains the demo config for --steps steps with `mechsynth train` (a fresh process, as a user runs it) and
+reads the run's own training time. "busy": --busy processes spinning in plain Python for the whole row (what a
+second training job or a browser does to a laptop). "default": MECHSYNTH_THREADS and OMP_WAIT_POLICY set to what
+torch does without mechsynth (every core; ACTIVE); "mechsynth": neither set. Prints steps/s and, last, the share of
+its idle pace each keeps when busy, and writes OUT/threads_under_load.json (for docs/speed.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def spin(stop: float) -> None:
+    while time.time() < stop:
+        pass
+
+
+def pace(steps: int, env: dict[str, str], busy: int) -> tuple[float, int]:
+    """(steps/s of training, the threads it trained with) for one `mechsynth train` of the demo config."""
+    from mechsynth import load_run
+
+    workers = [mp.Process(target=spin, args=(time.time() + 3600,)) for _ in range(busy)]
+    for w in workers:
+        w.start()
+    try:
+        if busy:
+            time.sleep(20)  # the load average catches up with the busy processes, as on a machine already busy
+        with tempfile.TemporaryDirectory() as tmp:
+            run = Path(tmp) / "demo"
+            subprocess.run([str(Path(sys.executable).parent / "mechsynth"), "train",
+                            str(ROOT / "mechsynth" / "configs" / "demo.toml"), "--out", str(run), "--no-progress",
+                            "--set", f"train.steps={steps}", "--set", "wandb.mode=disabled"],
+                           check=True, capture_output=True, env=env)
+            r = load_run(run)
+            meta = r.meta(r.steps[-1])
+            return steps / meta["train_s"], r.state(r.steps[-1])["threads"]
+    finally:
+        for w in workers:
+            w.terminate()
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--busy", type=int, default=2)
+    p.add_argument("--out", type=Path, default=ROOT / "assets")
+    args = p.parse_args()
+    started = time.time()
+    base = {k: v for k, v in os.environ.items() if k not in ("MECHSYNTH_THREADS", "OMP_WAIT_POLICY")}
+    ways = {"default": {**base, "MECHSYNTH_THREADS": str(os.cpu_count()), "OMP_WAIT_POLICY": "ACTIVE"},
+            "mechsynth": base}
+    print(f"{os.cpu_count()} cores, load before {os.getloadavg()[0]:.1f}; demo config, {args.steps} steps")
+    result = {}
+    for name, env in ways.items():
+        for busy in (0, args.busy):
+            result[name, busy] = pace(args.steps, env, busy)
+            rate, n = result[name, busy]
+            print(f"{name:<10} {'busy' if busy else 'idle':<5} {rate:8.1f} steps/s  ({n} threads)", flush=True)
+    for name in ways:
+        print(f"{name}: busy keeps {result[name, args.busy][0] / result[name, 0][0]:.0%} of its idle pace")
+    sys.path.insert(0, str(ROOT / "experiments"))
+    import harness
+
+    record = {"steps": args.steps, "busy_processes": args.busy, "cores": os.cpu_count(),
+              "rows": [{"way": name, "busy": bool(busy), "steps_per_s": round(rate, 2), "threads": n}
+                       for (name, busy), (rate, n) in result.items()],
+              "device": harness.device_name("cpu"), "commit": harness.commit(), "versions": harness.versions(),
+              "wall_time_s": round(time.time() - started), "date": time.strftime("%Y-%m-%d")}
+    (args.out / "threads_under_load.json").write_text(json.dumps(record, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
