@@ -189,7 +189,7 @@ def tracr_case(name: str):
     case = zoo.tracr_case(name)
     _, record = zoo.tracr_model(name)
     model = next(case.checkpoints())[1]
-    return model, case.clean, case.corrupted, case.metric, {"zero": record["informative"], "resample": case.truth}
+    return model, case.clean, case.corrupted, case.metric, {"zero": case.truth, "resample": zoo.resample_truth(record)}
 
 
 @pytest.mark.parametrize("name", ["frac_prevs", "detect_pattern"])

@@ -1,7 +1,7 @@
 """Every registered circuit-discovery method on every zoo case at every checkpoint, scored against the case's truth.
 
-Per method and checkpoint (resample ablation; the circuit is the fewest top-|score| edges keeping `LEVEL` of the
-clean-vs-ablated gap):
+Per method and checkpoint (with the case's ablation; the circuit is the fewest top-|score| edges keeping `LEVEL` of
+the clean-vs-ablated gap):
 - `auroc`: ROC AUC of |score| separating the truth's edges from the others (`circuits.auc`); `auroc_task` against
   the task's own circuit, where it names one;
 - `cpr`, `cmd`: MIB's areas under the faithfulness curve over its edge budgets and between it and 1
@@ -51,7 +51,7 @@ def score_checkpoint(model: Any, case: Case, methods: Sequence[str], options: di
                      ) -> dict[str, Any]:
     """Every method on one checkpoint of `case`: its row per method, and what the truth was."""
     graph = circuits.Graph.of(model)
-    src = circuits.source(model, graph, case.clean, case.corrupted, "resample")
+    src = circuits.source(model, graph, case.clean, case.corrupted, case.ablation)
     clean_m, ablated_m = circuits.ends(model, graph, case.clean, src, case.metric)
     t0 = time.perf_counter()
     exact = circuits.discover(EXACT, model, graph, case.clean, src, case.metric)

@@ -4,8 +4,8 @@ are scored against stated.
 - planted: hand-set weights (an induction circuit: a previous-token head, K-composition, an induction head; the
   other heads reading at random and writing nothing). Truth: the planted edges.
 - compiled: RASP programs compiled by tracr into committed weights (`tracr/`, written by
-  experiments/tracr_programs.py). Truth: the structural edges that carry what the counterfactual changes, less
-  those whose removal changes nothing (`inert` in each program's record).
+  experiments/tracr_programs.py), patched under zero ablation. Truth: the structural edges (who writes what another
+  reads, on a path to the output) less those whose removal changes nothing (`informative` in each program's record).
 - trained: small runs of tasks whose circuit is known, at log-spaced checkpoints through their phase transition
   (markov_icl: the in-context bigram task, uniform -> unigram -> induction; sparse_boolean: a majority of 3 of 16
   bits). Truth: the exact-patching circuit at that checkpoint (the fewest edges by exact effect keeping `LEVEL` of
@@ -46,6 +46,7 @@ class Case:
     truth: Optional[list[str]] = None  # edge names, the same at every checkpoint; None: exact patching's at each
     task_truth: Optional[Callable[[], list[str]]] = None  # the task's own circuit, where it names edges
     notes: dict[str, Any] = field(default_factory=dict)
+    ablation: str = "resample"  # what a patched edge carries (`circuits.source`)
 
 
 # ---- planted ---------------------------------------------------------------------------------------------
@@ -147,7 +148,8 @@ def tracr_model(name: str) -> tuple[Any, dict[str, Any]]:
 
 def resample_truth(record: dict[str, Any]) -> list[str]:
     """A program's edges that matter under resample ablation: those carrying something the counterfactual changes
-    (not only positions, BOS or tracr's constant dimension, which both runs share), less the inert ones."""
+    (not only positions, BOS or tracr's constant dimension, which both runs share), less the inert ones. (Not every
+    one of them need change this batch's output: running_max's do not all; the zoo scores zero ablation.)"""
     shared = lambda label: label.startswith("indices:") or label in ("one", f"tokens:{record['bos']}")  # noqa: E731
     inert = set(record.get("inert", {}))
     return [e for e in record["truth"] if e not in inert and not all(shared(x) for x in record["carries"][e])]
@@ -165,9 +167,11 @@ def tracr_case(name: str) -> Case:
     else:
         values = lambda rows: torch.tensor([[v if v is not None else 0.0 for v in row] for row in rows])  # noqa: E731
         metric = numerical_metric(values(record["clean_outputs"]), values(record["corrupted_outputs"]), mask.float())
-    return Case(f"tracr_{name}", "compiled", "the compiled edges that carry what the counterfactual changes",
-                lambda: iter([(0, model)]), clean, corrupted, metric, resample_truth(record),
-                notes={"source": record["source"], "output": record["output"]})
+    # zero ablation: the truth is the compiled circuit itself, whatever the counterfactual changes
+    return Case(f"tracr_{name}", "compiled", "the compiled edges that carry information (structural, less the inert: "
+                "those whose removal changes no output), under zero ablation", lambda: iter([(0, model)]), clean,
+                corrupted, metric, record["informative"], notes={"source": record["source"], "output": record["output"]},
+                ablation="zero")
 
 
 # ---- trained -----------------------------------------------------------------------------------------------
