@@ -94,6 +94,7 @@ def test_benchmark_your_method(tmp_path):
     rows = {(r["method"], r["case"]): r for r in results["leaderboard"]}
     assert rows[("node_patching", "planted_induction_3h")]["auroc"] is not None and "node_patching" in out
     assert (tmp_path / "bench" / "bench_circuits.html").stat().st_size > 10_000
+    assert list((tmp_path / "bench" / "wandb").glob("offline-run-*/run-*.wandb"))
 
 
 DOCS = ROOT / "docs"

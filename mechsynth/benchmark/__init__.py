@@ -23,14 +23,15 @@ SIZES: dict[str, dict[str, Any]] = {
     # seconds: the planted case, two compiled programs, and markov_icl trained for a few steps
     "smoke": {"planted": [3], "tracr": ["frac_prevs", "detect_pattern"], "trained": {"markov_icl": 40},
               "checkpoints": 3, "batch": 16},
-    # minutes on 2 cores: the compiled programs but dyck2_prefix (1108 edges: ACDC alone tries each in turn), both
-    # trained tasks through their phase transition
+    # minutes on 2 cores: the compiled programs but dyck2_prefix (1108 edges: ACDC alone tries each in turn), the
+    # trained tasks through their phase transitions
     "cpu": {"planted": [1, 3], "tracr": ["count_so_far", "detect_pattern", "frac_prevs", "pair_balance", "prev_token",
                                          "running_max"],
-            "trained": {"markov_icl": None, "sparse_boolean": None},
+            "trained": {"markov_icl": None, "sparse_boolean": None, "causal_icl": None},
             "checkpoints": 10, "batch": 32},
     # a GPU's: every compiled program, longer runs, every checkpoint of 40
-    "full": {"planted": [1, 3], "tracr": None, "trained": {"markov_icl": 4000, "sparse_boolean": 6000},
+    "full": {"planted": [1, 3], "tracr": None,
+             "trained": {"markov_icl": 4000, "sparse_boolean": 6000, "causal_icl": 6000},
              "checkpoints": 40, "batch": 64},
 }
 RESULTS = "bench_circuits.json"

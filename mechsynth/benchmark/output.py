@@ -33,7 +33,8 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 
 
 LEGEND = ("AUROC: |score| separating the case's true edges from the others, mean over checkpoints. CPR, CMD: MIB's "
-          "areas under the faithfulness curve over its edge budgets and between it and 1. lag: checkpoints after exact "
+          "areas under the faithfulness curve over its edge budgets and between it and 1 (a circuit can keep more than "
+          "the whole model, faithfulness above 1, and CPR with it). lag: checkpoints after exact "
           "patching until the method's top K edges (K: the final exact circuit's size) keep the level for good. false "
           "(transient): the share of the method's circuit outside exact patching's, before exact patching detects the "
           "final circuit. ρ exact (transition): Spearman's ρ with exact patching's |effects| around that checkpoint. "

@@ -8,7 +8,7 @@ are scored against stated.
   reads, on a path to the output) less those whose removal changes nothing (`informative` in each program's record).
 - trained: small runs of tasks whose circuit is known, at log-spaced checkpoints through their phase transition
   (markov_icl: the in-context bigram task, uniform -> unigram -> induction; sparse_boolean: a majority of 3 of 16
-  bits). Truth: the exact-patching circuit at that checkpoint (the fewest edges by exact effect keeping `LEVEL` of
+  bits; causal_icl: a chain's next token, read from the query's parent). Truth: the exact-patching circuit at that checkpoint (the fewest edges by exact effect keeping `LEVEL` of
   the gap); markov_icl also names the task's own, the induction circuit through the heads the pattern probes
   name at the last checkpoint, scored as `auroc_task`.
 """
@@ -184,6 +184,12 @@ TRAINED: dict[str, dict[str, Any]] = {
     "sparse_boolean": {"task": {"name": "sparse_boolean", "length": 16, "s": 3, "function": "majority"},
                        "model": {"n_layers": 1, "n_heads": 1, "d_model": 64},
                        "train": {"steps": 1500, "batch_size": 64, "lr": 1e-3, "eval_every": 50, "checkpoints": 40}},
+    # a chain's next token from its parent's (Nichani et al. 2024): the answer reads the query's parent
+    "causal_icl": {"task": {"name": "causal_icl", "k": 10, "length": 20, "graph": "chain", "alpha": 0.1,
+                            "target": "query"},
+                   "model": {"n_layers": 2, "n_heads": 1, "d_model": 64, "attn_only": True},
+                   "train": {"steps": 1500, "batch_size": 128, "lr": 1e-3, "eval_every": 100, "eval_batch_size": 128,
+                             "checkpoints": 40}},
 }
 
 
