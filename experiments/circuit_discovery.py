@@ -196,14 +196,16 @@ def planted() -> tuple[dict[str, Any], dict[str, Any]]:
     import test_circuits as tc
     from planted import planted_majority_model
 
+    from mechsynth.benchmark import zoo
+
     task = tasks.make("sparse_boolean", {"length": 12, "s": 3, "function": "majority", "seed": 4})
     model, h = planted_majority_model(task)
     batch = task.sample(64, torch.Generator().manual_seed(0), split="eval")
     corrupted = task.counterfactual(batch, torch.Generator().manual_seed(1))
     cases = {"majority": (model, batch.tokens, corrupted.tokens, circuits.patch_metric("logit_diff", batch, corrupted),
                           {"resample": [f"input->L0H{h}.v", f"L0H{h}->logits"]})}
-    model, truth = tc.planted_circuit()
-    clean, corrupted = tc.repeated(1), tc.repeated(2)
+    model, truth = zoo.planted_induction()
+    clean, corrupted = zoo.repeated(1), zoo.repeated(2)
     cases["induction"] = (model, clean.tokens, corrupted.tokens, circuits.patch_metric("logit_diff", clean, corrupted),
                           {"resample": truth})
     for name in ("frac_prevs", "detect_pattern"):

@@ -82,7 +82,8 @@ def _parser() -> argparse.ArgumentParser:
     im = sub.add_parser("import", help="turn checkpoints from elsewhere (TransformerLens state dicts, nanoGPT, a tracr "
                                        "program) into a run directory that probe and report read")
     im.add_argument("checkpoints", nargs="+", help="checkpoint files, or directories of them; a file's step is the last "
-                                                   "number in its name (nanoGPT's: its iter_num)")
+                                                   "number in its name (nanoGPT's: its iter_num); tracr:NAME, a "
+                                                   "compiled program of the circuit zoo (tracr:detect_pattern)")
     im.add_argument("--out", required=True, help="the new run directory")
     im.add_argument("--task", help="the task the model learned (default: random tokens of its vocabulary; a tracr "
                                    "program: its own vocabulary and length)")
@@ -358,10 +359,23 @@ def _import(args) -> int:
     if given.get("task") and not args.task:
         raise ConfigError("--set task", "task parameters need --task NAME")
     task = tasks.make(args.task, given.get("task", {})) if args.task else None
-    run_dir = importing.import_checkpoints(args.checkpoints, Path(args.out), task, given.get("model"), args.tl_config)
+    run_dir = importing.import_checkpoints([_zoo_program(c) for c in args.checkpoints], Path(args.out), task,
+                                           given.get("model"), args.tl_config)
     print("\n".join(importing.summary(run_dir)))  # what was inferred and guessed, before the path scripts read
     print(run_dir)
     return 0
+
+
+def _zoo_program(name: str) -> str:
+    """"tracr:NAME": the zoo's compiled program NAME (mechsynth/benchmark/tracr/NAME.json), installed or not."""
+    if not name.startswith("tracr:"):
+        return name
+    from mechsynth.benchmark import zoo
+
+    if name[6:] not in zoo.tracr_programs():
+        raise ConfigError("checkpoints", f"no tracr program {name[6:]!r} in the zoo; allowed: "
+                                         f"{', '.join('tracr:' + p for p in zoo.tracr_programs())}")
+    return str(zoo.TRACR / f"{name[6:]}.json")
 
 
 def _bench_circuits(args) -> int:

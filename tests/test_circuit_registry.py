@@ -138,3 +138,21 @@ def test_signed_selection_puts_edges_that_raise_the_metric_last():
     scores = torch.tensor([0.5, -3.0, 2.0, 0.0])
     assert circuits.top_edges(scores, 2).tolist() == [False, True, True, False]
     assert circuits.top_edges(scores, 2, absolute=False).tolist() == [True, False, True, False]
+
+
+def test_bench_circuits_refuses_a_bad_request_in_one_line_before_any_work(tmp_path, capsys):
+    from mechsynth.cli import main
+
+    (tmp_path / "file").write_text("mine")
+    for args, says in [(["--methods", "eap,nope"], "--methods: unknown circuit method 'nope'"),
+                       (["--methods", "eap_ig", "--set", "eap_ig.ig_steps=1"], "circuit.eap_ig.ig_steps"),
+                       (["--set", "acdc.threshold=0.1"], "--set acdc: options for method 'acdc', which is not run"),
+                       (["--set", "eap_ig"], "expected METHOD.OPTION=VALUE"),
+                       (["--size", "huge"], "--size: 'huge'; allowed: smoke, cpu, full"),
+                       (["--cases", "tracr_nope"], "no zoo case 'tracr_nope'"),
+                       (["--out", str(tmp_path / "file" / "sub")], "--out: cannot write")]:
+        out = str(tmp_path / "bench") if "--out" not in args else args[-1]
+        rc = main(["bench-circuits", "--methods", "eap", "--out", out, *args])
+        err = capsys.readouterr().err.strip()
+        assert rc == 2 and err.count("\n") == 0 and says in err, (args, err)
+    assert not (tmp_path / "bench").exists() and (tmp_path / "file").read_text() == "mine"

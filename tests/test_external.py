@@ -196,6 +196,8 @@ def test_import_refuses_damaged_files_and_a_used_directory(tmp_path, capsys):
     assert "not empty" in capsys.readouterr().err and (tmp_path / "used" / "mine.txt").read_text() == "keep"
     assert main(["import", str(tmp_path / "missing.pt"), "--out", str(tmp_path / "run")]) == 2
     assert "missing.pt" in capsys.readouterr().err
+    assert main(["import", "tracr:nope", "--out", str(tmp_path / "run")]) == 2
+    assert "no tracr program 'nope' in the zoo; allowed: tracr:count_so_far" in capsys.readouterr().err
     for out in (tmp_path / "p.json" / "sub", Path("/proc/mechsynth-run")):  # a file as parent; nowhere to write
         assert main(["import", str(tmp_path / "p.json"), "--out", str(out)]) == 2
         err = capsys.readouterr().err.strip()

@@ -43,9 +43,6 @@ def script(markdown: str) -> str:
 
 
 def run_tutorial(name: str, cwd: Path) -> str:
-    # the checkout's tracr programs where a page names them (mechsynth/benchmark/tracr/, without an __init__ beside)
-    (cwd / "mechsynth" / "benchmark").mkdir(parents=True)
-    (cwd / "mechsynth" / "benchmark" / "tracr").symlink_to(ROOT / "mechsynth" / "benchmark" / "tracr")
     env = {**os.environ, "WANDB_DIR": str(cwd)}  # (the suite's own WANDB_* directories are under tmp too)
     done = subprocess.run([sys.executable, "-c", script((TUTORIALS / name).read_text())], cwd=cwd, capture_output=True,
                           text=True, timeout=1500, env=env)

@@ -104,8 +104,11 @@ def run(out: Path | str, methods: Optional[Sequence[str]] = None, size: str = "c
     if size not in SIZES:
         raise ConfigError("--size", f"{size!r}; allowed: {', '.join(SIZES)}")
     options = dict(options or {})
+    from mechsynth.runs.rundir import check_writable
+
     chosen = methods_checked(methods, options)
     out = Path(out)
+    check_writable(out, "--out")
     zoo_cases = cases(size, out, case_names)
     out.mkdir(parents=True, exist_ok=True)
     started = time.time()
