@@ -10,15 +10,30 @@ _checkout = _Path(__file__).resolve().parent.parent
 if (_checkout / "probes" / "__init__.py").is_file() and not (_Path(__file__).resolve().parent / "probes").exists():
     __path__.append(str(_checkout))
 
-from mechsynth import tasks  # noqa: E402
-from mechsynth.models import build_model  # noqa: E402
-from mechsynth.models.tl_compat import hooked_model  # noqa: E402
-from mechsynth.runs.run import Run, load_run  # noqa: E402
-from mechsynth.runs.runconfig import RunConfig, parse_config  # noqa: E402
-from mechsynth.training.runner import train_run  # noqa: E402
-from mechsynth.yours.importing import import_checkpoints, import_models, probe_models  # noqa: E402
-from mechsynth.yours.saving import save_checkpoint  # noqa: E402
-from mechsynth.yours.monitor import Monitor  # noqa: E402
+# What `mechsynth.X` names, imported when first asked for: importing torch and TransformerLens takes seconds, and
+# `mechsynth --help` should not wait for them (tests/test_cli_imports.py).
+_LAZY = {"tasks": "mechsynth.tasks", "build_model": "mechsynth.models", "hooked_model": "mechsynth.models.tl_compat",
+         "Run": "mechsynth.runs.run", "load_run": "mechsynth.runs.run", "RunConfig": "mechsynth.runs.runconfig",
+         "parse_config": "mechsynth.runs.runconfig", "train_run": "mechsynth.training.runner",
+         "import_checkpoints": "mechsynth.yours.importing", "import_models": "mechsynth.yours.importing",
+         "probe_models": "mechsynth.yours.importing", "save_checkpoint": "mechsynth.yours.saving",
+         "Monitor": "mechsynth.yours.monitor"}
+
+
+def __getattr__(name: str) -> object:
+    import importlib
+
+    if name not in _LAZY:
+        raise AttributeError(f"module 'mechsynth' has no attribute {name!r}")
+    module = importlib.import_module(_LAZY[name])
+    value = module if name == "tasks" else getattr(module, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = ["Monitor", "Run", "RunConfig", "build_model", "hooked_model", "import_checkpoints", "import_models", "load_run",
            "offline_html", "parse_config", "probe_models", "save_checkpoint", "save_html", "tasks", "train_run"]

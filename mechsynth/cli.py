@@ -14,7 +14,10 @@ from typing import Any, Optional
 from mechsynth.analysis.wandb_log import MODES
 from mechsynth.config import apply_override, describe, read_toml
 from mechsynth.errors import ConfigError, DivergedError, UserError
-from mechsynth.sweep.job import BACKENDS
+
+# mechsynth.sweep.job.BACKENDS, spelled here: importing the sweep package imports torch, which --help need not wait
+# for (tests/test_cli_imports.py checks the two agree)
+BACKENDS = ("local", "ray")
 
 COMPUTES = ("train", "demo", "probe", "report", "import", "bench-circuits")  # torch's threads set first
 DIVERGED = 3  # exit code of a run whose loss stopped being finite (2: a user error; 130: Ctrl-C)
