@@ -91,18 +91,8 @@ def measure(device: str | torch.device, steps: int = 60, rounds: int = 3, compil
         compiled = Trainer(models.build(mcfg, task.spec), task, dataclasses.replace(tcfg, compile=True), device)
         contenders["mechsynth_compiled"] = compiled.train_step
 
-    bare = Bare(task.spec.d_vocab).to(device)
-    bare_opt = torch.optim.AdamW(bare.parameters(), lr=1e-3)
-    gen = torch.Generator(device=device).manual_seed(0)
-
-    def bare_step():
-        batch = task.sample(BATCH, gen, device)
-        loss = F.cross_entropy(bare(batch.tokens).flatten(0, 1), batch.targets.flatten())
-        bare_opt.zero_grad(set_to_none=True)
-        loss.backward()
-        bare_opt.step()
-
-    # A loop of your own over TransformerLens's model and over mechsynth's fused model: the same loop, the same batches.
+    # A plain loop (AdamW, fresh batches) over any model: bare PyTorch's, and a loop of your own over TransformerLens's
+    # model and over mechsynth's fused model, the same batches for each.
     def own_loop(model: nn.Module):
         model = model.to(device).train()
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -121,6 +111,7 @@ def measure(device: str | torch.device, steps: int = 60, rounds: int = 3, compil
                                                           d_vocab=task.spec.d_vocab, act_fn="relu", attn_only=True)),
            "own_loop_fused": own_loop(mechsynth.build_model(task, n_layers=N_LAYERS, n_heads=N_HEADS, d_model=D_MODEL,
                                                             attn_only=True))}
+    bare_step = own_loop(Bare(task.spec.d_vocab))
 
     # TL's helper runs whole epochs over a Dataset; give it exactly `steps` batches of pre-made sequences.
     if TL_MAJOR >= 4:
@@ -145,7 +136,7 @@ def measure(device: str | torch.device, steps: int = 60, rounds: int = 3, compil
         return len(data) // BATCH / (time.perf_counter() - t0)
 
     # Data generation's share of a mechsynth step (it samples `data_chunk` batches per call).
-    chunk = tcfg.data_chunk
+    chunk, gen = tcfg.data_chunk, torch.Generator(device=device).manual_seed(0)
     sample_rate = chunk * timed(lambda: task.sample(BATCH * chunk, gen, device), max(1, steps // chunk), device)
 
     rates: dict[str, list[float]] = {name: [] for name in [*contenders, "bare", "tl_helper", *own]}

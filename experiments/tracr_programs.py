@@ -95,7 +95,7 @@ and every informative edge more than 1e-3 under one at least (all edges of dyck2
 Metric: categorical, `circuits.patch_metric("logit_diff", clean, counterfactual)`; numerical, the share
 of the clean-vs-counterfactual output difference kept, sum((out - y_cf)(y_clean - y_cf)) /
 sum((y_clean - y_cf)^2) over the scored positions (linear in the output logit: 1 on the clean outputs,
-0 on the counterfactual's), as `numerical_metric` below builds it.
+0 on the counterfactual's), as `mechsynth.benchmark.zoo.numerical_metric` builds it.
 """
 
 from __future__ import annotations
@@ -555,48 +555,20 @@ def generate(names: list[str]) -> None:
 
 
 def load(name: str):
-    """(model, record, state dict) of a written program, through mechsynth's `hooked_transformer`."""
+    """(model, record, state dict) of a written program, as the zoo loads it (`mechsynth.benchmark.zoo`)."""
     from safetensors.torch import load_file
 
-    from mechsynth.models import TransformerConfig
-    from mechsynth.models.tl_compat import hooked_transformer
+    from mechsynth.benchmark.zoo import tracr_model
 
-    record = json.loads((DATA / f"{name}.json").read_text())
-    sd = load_file(str(DATA / f"{name}.safetensors"))
-    model = hooked_transformer(TransformerConfig(**record["config"]), record["V"], record["V_out"], record["N"], sd)
-    return model, record, sd
-
-
-def numerical_metric(clean_y, corrupted_y, mask):
-    """The share of the clean-vs-counterfactual output difference kept, over the scored positions:
-    sum((out - y_cf) * (y_clean - y_cf)) / sum((y_clean - y_cf)^2), out the one output logit."""
-    diff = (clean_y - corrupted_y) * mask
-
-    def metric(logits):  # [copy, batch, pos, 1]
-        return ((logits[..., 0] - corrupted_y) * diff).sum((1, 2)) / diff.pow(2).sum()
-    return metric
+    model, record = tracr_model(name)
+    return model, record, load_file(str(DATA / f"{name}.safetensors"))
 
 
 def patching_case(record: dict[str, Any]):
-    """(clean tokens, corrupted tokens, scored positions, the clean batch's RASP outputs as the logits give
-    them: the logit index for categorical, the value for numerical, metric): what `check` and
-    tests/test_tracr_zoo.py patch with."""
-    import torch
+    """What `check` and tests/test_tracr_zoo.py patch with: `mechsynth.benchmark.zoo.record_case`."""
+    from mechsynth.benchmark.zoo import record_case
 
-    from mechsynth import circuits
-    from mechsynth.tasks.base import Batch
-
-    clean, corrupted = torch.tensor(record["clean"]), torch.tensor(record["corrupted"])
-    mask = torch.tensor([[v is not None for v in row] for row in record["clean_outputs"]])
-    if record["output"] == "categorical":
-        ids = lambda rows: torch.tensor([[record["outputs"].index(v) if v is not None else 0 for v in row]  # noqa: E731
-                                         for row in rows])
-        targets, cf_targets = ids(record["clean_outputs"]), ids(record["corrupted_outputs"])
-        return clean, corrupted, mask, targets, circuits.patch_metric("logit_diff", Batch(clean, targets, mask),
-                                                                      Batch(corrupted, cf_targets, mask))
-    num = lambda rows: torch.tensor([[v if v is not None else 0.0 for v in row] for row in rows])  # noqa: E731
-    y, y_cf = num(record["clean_outputs"]), num(record["corrupted_outputs"])
-    return clean, corrupted, mask, y, numerical_metric(y, y_cf, mask.float())
+    return record_case(record)
 
 
 def check(names: list[str]) -> int:

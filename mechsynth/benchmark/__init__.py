@@ -9,8 +9,6 @@ an HTML page and a W&B table (`output`). `mechsynth bench-circuits` runs it; so 
 
 from __future__ import annotations
 
-import json
-import math
 import platform
 import time
 from collections.abc import Callable, Sequence
@@ -81,17 +79,6 @@ def provenance(started: float) -> str:
             f"TransformerLens {v['transformer_lens']}; CPU ({platform.machine()}); {time.time() - started:.0f} s")
 
 
-def _finite(x: Any) -> Any:
-    """JSON has no NaN: it becomes null."""
-    if isinstance(x, float):
-        return x if math.isfinite(x) else None
-    if isinstance(x, dict):
-        return {k: _finite(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_finite(v) for v in x]
-    return x
-
-
 def run(out: Path | str, methods: Optional[Sequence[str]] = None, size: str = "cpu",
         options: Optional[dict[str, dict[str, Any]]] = None, case_names: Optional[Sequence[str]] = None,
         log: Optional[Callable[[str], None]] = None) -> dict[str, Any]:
@@ -104,7 +91,8 @@ def run(out: Path | str, methods: Optional[Sequence[str]] = None, size: str = "c
     if size not in SIZES:
         raise ConfigError("--size", f"{size!r}; allowed: {', '.join(SIZES)}")
     options = dict(options or {})
-    from mechsynth.runs.rundir import check_writable
+    from mechsynth.runs.io import write_json
+    from mechsynth.runs.rundir import check_writable, json_safe
 
     chosen = methods_checked(methods, options)
     out = Path(out)
@@ -118,7 +106,7 @@ def run(out: Path | str, methods: Optional[Sequence[str]] = None, size: str = "c
         results["cases"][case.name] = bench.run_case(case, chosen, options, log)
     results["provenance"] = provenance(started)
     results["leaderboard"] = bench.leaderboard(results, chosen)
-    results = _finite(results)
-    (out / RESULTS).write_text(json.dumps(results, indent=1))
+    results = json_safe(results)
+    write_json(out / RESULTS, results)
     output.write(out, results, results["leaderboard"], chosen)
     return results

@@ -54,19 +54,22 @@ def score_checkpoint(model: Any, case: Case, methods: Sequence[str], options: di
     src = circuits.source(model, graph, case.clean, case.corrupted, case.ablation)
     clean_m, ablated_m = circuits.ends(model, graph, case.clean, src, case.metric)
     t0 = time.perf_counter()
-    exact = circuits.discover(EXACT, model, graph, case.clean, src, case.metric)
+    exact = circuits.discover(EXACT, model, graph, case.clean, src, case.metric).detach().cpu().float()
     exact_seconds = time.perf_counter() - t0
-    exact_circuit = circuits.circuit(model, graph, case.clean, src, case.metric, exact, LEVEL).edges
+    exact_found = circuits.circuit(model, graph, case.clean, src, case.metric, exact, LEVEL)
+    exact_circuit = exact_found.edges
     truth = graph.mask(case.truth) if case.truth is not None else exact_circuit
     task_truth = graph.mask(case.task_truth()) if case.task_truth is not None else None
     rows: dict[str, Any] = {}
     for name in methods:
-        t0 = time.perf_counter()
-        scores = exact if name == EXACT else circuits.discover(name, model, graph, case.clean, src, case.metric,
-                                                                 **options.get(name, {}))
-        seconds = exact_seconds if name == EXACT else time.perf_counter() - t0
-        scores = scores.detach().cpu().float()
-        found = circuits.circuit(model, graph, case.clean, src, case.metric, scores, LEVEL)
+        if name == EXACT:  # the reference, computed above
+            scores, seconds, found = exact, exact_seconds, exact_found
+        else:
+            t0 = time.perf_counter()
+            scores = circuits.discover(name, model, graph, case.clean, src, case.metric, **options.get(name, {}))
+            seconds = time.perf_counter() - t0
+            scores = scores.detach().cpu().float()
+            found = circuits.circuit(model, graph, case.clean, src, case.metric, scores, LEVEL)
         mib = circuits.mib_curve(model, graph, case.clean, src, case.metric, scores)
         rows[name] = {"auroc": circuits.auc(scores, truth),
                       "auroc_task": circuits.auc(scores, task_truth) if task_truth is not None else None,

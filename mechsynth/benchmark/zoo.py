@@ -15,6 +15,7 @@ are scored against stated.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Callable, Iterator
@@ -155,18 +156,25 @@ def resample_truth(record: dict[str, Any]) -> list[str]:
     return [e for e in record["truth"] if e not in inert and not all(shared(x) for x in record["carries"][e])]
 
 
-def tracr_case(name: str) -> Case:
-    model, record = tracr_model(name)
+def record_case(record: dict[str, Any]) -> tuple[Tensor, Tensor, Tensor, Tensor, Metric]:
+    """(clean tokens, corrupted tokens, scored positions, the clean batch's RASP outputs as the logits give them (the
+    logit index for categorical, the value for numerical), metric) of a program's record."""
     clean, corrupted = torch.tensor(record["clean"]), torch.tensor(record["corrupted"])
     mask = torch.tensor([[v is not None for v in row] for row in record["clean_outputs"]])
     if record["output"] == "categorical":
         ids = lambda rows: torch.tensor([[record["outputs"].index(v) if v is not None else 0 for v in row]  # noqa: E731
                                          for row in rows])
-        metric = patch_metric("logit_diff", Batch(clean, ids(record["clean_outputs"]), mask),
-                              Batch(corrupted, ids(record["corrupted_outputs"]), mask))
-    else:
-        values = lambda rows: torch.tensor([[v if v is not None else 0.0 for v in row] for row in rows])  # noqa: E731
-        metric = numerical_metric(values(record["clean_outputs"]), values(record["corrupted_outputs"]), mask.float())
+        targets, cf_targets = ids(record["clean_outputs"]), ids(record["corrupted_outputs"])
+        return clean, corrupted, mask, targets, patch_metric("logit_diff", Batch(clean, targets, mask),
+                                                             Batch(corrupted, cf_targets, mask))
+    values = lambda rows: torch.tensor([[v if v is not None else 0.0 for v in row] for row in rows])  # noqa: E731
+    y, y_cf = values(record["clean_outputs"]), values(record["corrupted_outputs"])
+    return clean, corrupted, mask, y, numerical_metric(y, y_cf, mask.float())
+
+
+def tracr_case(name: str) -> Case:
+    model, record = tracr_model(name)
+    clean, corrupted, _, _, metric = record_case(record)
     # zero ablation: the truth is the compiled circuit itself, whatever the counterfactual changes
     return Case(f"tracr_{name}", "compiled", "the compiled edges that carry information (structural, less the inert: "
                 "those whose removal changes no output), under zero ablation", lambda: iter([(0, model)]), clean,
@@ -215,7 +223,8 @@ def trained_case(name: str, run_dir: Path, checkpoints: int, batch: int, steps: 
     clean = task.sample(batch, torch.Generator().manual_seed(1234), "cpu", task.main_eval)
     corrupted = task.counterfactual(clean, torch.Generator().manual_seed(1234))
     metric = patch_metric(task.patch_metric, clean, corrupted)
-    task_truth = (lambda: _induction_circuit(run)) if name == "markov_icl" else None
+    # the same at every checkpoint: found once, when first asked for
+    task_truth = functools.cache(lambda: _induction_circuit(run)) if name == "markov_icl" else None
     return Case(f"trained_{name}", "trained", "the exact-patching circuit at each checkpoint (the fewest edges by "
                 f"exact effect keeping {LEVEL} of the gap)", lambda: run.models(visit), clean.tokens, corrupted.tokens,
                 metric, None, task_truth, notes={"run": str(run_dir), "steps": visit})

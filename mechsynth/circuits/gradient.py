@@ -40,11 +40,9 @@ def gradients(model: Any, graph: Graph, tokens: Tensor, metric: Metric, override
 
 
 def edge_scores(graph: Graph, diff: Float[Tensor, "sender batch pos d_model"],
-                grads: dict[int, Tensor]) -> Float[Tensor, "edge"]:
-    """(clean_u - source_u) · g_v for each edge (u, v), each receiver's gradient `grads[v]` summed over copies."""
-    B = diff.shape[1]
-    summed = {r: g.unflatten(0, (-1, B)).sum(0) for r, g in grads.items()}
-    return torch.stack([(diff[s] * summed[r]).sum() for s, r in graph.edge_list]).detach()
+                grads: dict[int, Float[Tensor, "batch pos d_model"]]) -> Float[Tensor, "edge"]:
+    """(clean_u - source_u) · g_v for each edge (u, v), `grads[v]` receiver v's gradient."""
+    return torch.stack([(diff[s] * grads[r]).sum() for s, r in graph.edge_list]).detach()
 
 
 def attribution(model: Any, graph: Graph, tokens: Int[Tensor, "batch pos"], src: Tensor, metric: Metric,

@@ -226,19 +226,19 @@ def truncate_metrics(run_dir: Path | str, step: Optional[int]) -> None:
     io.atomic_write(Path(run_dir) / METRICS, lambda p: p.write_text("".join(_record_line(r) for r in kept)))
 
 
-def _finite(x: Any) -> Any:
+def json_safe(x: Any) -> Any:
     """JSON has no NaN or infinity: they are written as null."""
     if isinstance(x, float) and not math.isfinite(x):
         return None
     if isinstance(x, dict):
-        return {k: _finite(v) for k, v in x.items()}
+        return {k: json_safe(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return [_finite(v) for v in x]
+        return [json_safe(v) for v in x]
     return x
 
 
 def _record_line(record: dict[str, Any]) -> str:
-    return json.dumps(_finite(record), allow_nan=False) + "\n"
+    return json.dumps(json_safe(record), allow_nan=False) + "\n"
 
 
 class MetricsWriter:
@@ -272,7 +272,7 @@ def write_checkpoint(run_dir: Path | str, step: int, weights: dict[str, Any], me
     """Weights, resumable state and meta.json (with both files' SHA-256) appear together or not at all.
     `train_s`: seconds spent training up to this step, over every resume (not the time between them)."""
     blobs = {WEIGHTS: io.tensors_bytes(weights), STATE: io.state_bytes(state)}
-    meta = {"step": step, "metrics": _finite(metrics), "time": time.time(),
+    meta = {"step": step, "metrics": json_safe(metrics), "time": time.time(),
             **({"train_s": round(train_s, 3)} if train_s is not None else {}),
             "sha256": {name: hashlib.sha256(b).hexdigest() for name, b in blobs.items()}}
 
