@@ -2,6 +2,7 @@
 and probe their checkpoints for the circuits the theory predicts."""
 
 from pathlib import Path as _Path
+from typing import TYPE_CHECKING
 
 # pyproject installs ./probes as mechsynth.probes. A source checkout imported through PYTHONPATH (a second clone
 # beside an editable install of the first) takes its own probes, found here before the install's finder would
@@ -18,6 +19,17 @@ _LAZY = {"tasks": "mechsynth.tasks", "build_model": "mechsynth.models", "hooked_
          "import_checkpoints": "mechsynth.yours.importing", "import_models": "mechsynth.yours.importing",
          "probe_models": "mechsynth.yours.importing", "save_checkpoint": "mechsynth.yours.saving",
          "Monitor": "mechsynth.yours.monitor"}
+
+if TYPE_CHECKING:  # the same names for type checkers and the API reference (mkdocstrings reads them statically)
+    from mechsynth import tasks
+    from mechsynth.models import build_model
+    from mechsynth.models.tl_compat import hooked_model
+    from mechsynth.runs.run import Run, load_run
+    from mechsynth.runs.runconfig import RunConfig, parse_config
+    from mechsynth.training.runner import train_run
+    from mechsynth.yours.importing import import_checkpoints, import_models, probe_models
+    from mechsynth.yours.monitor import Monitor
+    from mechsynth.yours.saving import save_checkpoint
 
 
 def __getattr__(name: str) -> object:

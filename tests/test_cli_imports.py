@@ -25,3 +25,17 @@ def test_the_package_still_names_everything_it_exports():
     assert BACKENDS == SWEEP_BACKENDS
     assert all(callable(getattr(mechsynth, name)) or name == "tasks" for name in mechsynth.__all__)
     assert set(mechsynth.__all__) <= set(dir(mechsynth))
+
+
+def test_type_checkers_and_the_api_reference_see_the_same_names_as_the_lazy_imports():
+    """The `if TYPE_CHECKING:` imports (what mkdocstrings and type checkers read) name each lazy name from its module."""
+    import ast
+    from pathlib import Path
+
+    import mechsynth
+
+    tree = ast.parse(Path(mechsynth.__file__).read_text())
+    block = next(node for node in tree.body if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING")
+    static = {alias.name: (node.module if node.module != "mechsynth" else f"mechsynth.{alias.name}")
+              for node in block.body for alias in node.names}
+    assert static == mechsynth._LAZY

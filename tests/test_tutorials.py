@@ -47,7 +47,7 @@ def run_tutorial(name: str, cwd: Path) -> str:
     done = subprocess.run([sys.executable, "-c", script((TUTORIALS / name).read_text())], cwd=cwd, capture_output=True,
                           text=True, timeout=1500, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
-    return done.stdout
+    return done.stdout + done.stderr  # (a warning, e.g. W&B's that it did not start, is then in an assertion's message)
 
 
 def test_the_tutorials_are_the_pages_under_docs():
@@ -63,7 +63,7 @@ def test_probe_your_own_training_loop(tmp_path):
     assert probed["probes"]["previous_token"]["options"]["offset"] == 2  # the second `mechsynth probe` kept its option
     assert any(step is not None for heads in probed["probes"].values() for step in heads["formation"].values())
     assert "formed at step" in out and (run / "report.html").stat().st_size > 100_000
-    assert list((tmp_path / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert list((tmp_path / "wandb").glob("offline-run-*/run-*.wandb")), out[-2000:]
 
 
 @pytest.mark.smoke
@@ -91,7 +91,7 @@ def test_benchmark_your_method(tmp_path):
     rows = {(r["method"], r["case"]): r for r in results["leaderboard"]}
     assert rows[("node_patching", "planted_induction_3h")]["auroc"] is not None and "node_patching" in out
     assert (tmp_path / "bench" / "bench_circuits.html").stat().st_size > 10_000
-    assert list((tmp_path / "bench" / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert list((tmp_path / "bench" / "wandb").glob("offline-run-*/run-*.wandb")), out[-2000:]
 
 
 DOCS = ROOT / "docs"

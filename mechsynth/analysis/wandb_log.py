@@ -31,7 +31,8 @@ class WandbConfig:
     log_checkpoints: bool = doc("also save every checkpoint as a W&B model artifact (copies its files into the W&B run)", False)
     init_timeout: float = doc(
         "seconds to wait for the W&B server when a run starts (mode online); when it expires: one warning, "
-        "and training goes on without W&B, its metrics still in metrics.jsonl", 5.0)
+        "and training goes on without W&B, its metrics still in metrics.jsonl (offline waits up to 90 s, W&B's default, "
+        "for its local service)", 5.0)
 
     def __post_init__(self) -> None:
         check(self.mode is None or (isinstance(self.mode, str) and self.mode in MODES), "mode",
@@ -100,9 +101,11 @@ class WandbLogger:
                                   # each logger owns its own run: seeds side by side log S runs at once
                                   reinit="create_new",
                                   # init_timeout bounds wandb.init's wait for the server (default
-                                  # 90 s); past it W&B raises, and the except below warns and goes on
-                                  settings=wandb.Settings(console="off", silent=True,
-                                                          init_timeout=float(cfg.init_timeout)))
+                                  # 90 s); past it W&B raises, and the except below warns and goes on.
+                                  # Offline there is no server, only W&B's own service process, which a
+                                  # busy machine can take more than the online default's 5 s to start.
+                                  settings=wandb.Settings(console="off", silent=True, init_timeout=float(
+                                      cfg.init_timeout if mode == "online" else max(cfg.init_timeout, 90))))
         except Exception as e:  # noqa: BLE001 - any failure to start must not stop training
             # one line: W&B's own text goes on with advice for wandb.init callers, not for our config
             why = (str(e).strip().splitlines() or [""])[0]
