@@ -180,13 +180,14 @@ def _listing(table: dict[str, dict[str, Any]], as_json: bool) -> int:
 def _train(data: dict, out: Optional[str], default_name: str, overrides: Sequence[str], wandb: Optional[str],
            progress: bool) -> Path:
     from mechsynth.runs.runconfig import parse_config
-    from mechsynth.training.runner import train_run
 
     for o in overrides:
         apply_override(data, o)
     if wandb:
         apply_override(data, f'wandb.mode="{wandb}"')
     cfg = parse_config(data)
+    from mechsynth.training.runner import train_run  # after the config: it imports TransformerLens (seconds)
+
     run_dir = Path(out) if out else Path("runs") / f"{default_name}-{time.strftime('%Y%m%d-%H%M%S')}"
     train_run(cfg, run_dir, progress=progress, log=_say)
     print(run_dir)

@@ -3,8 +3,8 @@ spells its name once. Lookups first import the plugins named in MECHSYNTH_PLUGIN
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Generic, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Generic, Optional, TypeVar
 
 from mechsynth import plugins
 
@@ -12,10 +12,18 @@ T = TypeVar("T")
 
 
 class Registry(Generic[T]):
-    def __init__(self, kind: str):
-        self.kind = kind
+    def __init__(self, kind: str, fill: Optional[Callable[[], None]] = None):
+        """`fill`: imports the modules that register the built-in names, called before the first lookup (the model
+        kinds import TransformerLens, which a config mistake elsewhere need not wait for)."""
+        self.kind, self._fill = kind, fill
         self._items: dict[str, T] = {}
         plugins.REGISTRIES[kind] = self  # so plugins can say where a name came from without importing each folder
+
+    def _load(self) -> None:
+        if self._fill is not None:
+            fill, self._fill = self._fill, None  # first: a module filling it may look a name up
+            fill()
+        plugins.load()
 
     def register(self, name: str):
         """Class/function decorator: `@TASKS.register("automata")`."""
@@ -31,7 +39,7 @@ class Registry(Generic[T]):
         return deco
 
     def get(self, name: str) -> T:
-        plugins.load()
+        self._load()
         if name not in self._items:
             from mechsynth.config import ConfigError
 
@@ -40,12 +48,12 @@ class Registry(Generic[T]):
         return self._items[name]
 
     def names(self) -> list[str]:
-        plugins.load()
+        self._load()
         return sorted(self._items)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())
 
     def __contains__(self, name: object) -> bool:
-        plugins.load()
+        self._load()
         return name in self._items

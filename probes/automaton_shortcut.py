@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 from jaxtyping import Float, Int
-from matplotlib.figure import Figure
 from torch import Tensor
 
 from mechsynth import hooks
@@ -26,6 +25,7 @@ from mechsynth.analysis.plots import mark_drop, new_figure, steps_axis
 from mechsynth.probes import ProbeResult, Section, View, head_metrics, register
 
 if TYPE_CHECKING:
+    from matplotlib.figure import Figure
     from mechsynth.analysis.timeline import Timeline
 
 

@@ -38,7 +38,6 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 from jaxtyping import Bool, Float, Int
-from matplotlib.figure import Figure
 from torch import Tensor
 
 from mechsynth import hooks
@@ -46,6 +45,7 @@ from mechsynth.analysis.plots import mark_drop, new_figure, steps_axis
 from mechsynth.probes import ProbeResult, Section, View, attention_hooks, register, render_heads
 
 if TYPE_CHECKING:
+    from matplotlib.figure import Figure
     from mechsynth.analysis.timeline import Timeline
 
 THRESHOLD = 0.9

@@ -32,10 +32,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import torch
-from matplotlib.figure import Figure
 from torch import Tensor
 
 from mechsynth import circuits
@@ -44,6 +43,9 @@ from mechsynth.config import check, check_fields, doc, validates_itself
 from mechsynth.probes import ProbeError, ProbeResult, Section, View, no_hooks, register
 from mechsynth.probes._landscape import finite, log_spaced
 from mechsynth.tasks.base import Batch
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 @validates_itself

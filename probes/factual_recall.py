@@ -39,7 +39,6 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 from jaxtyping import Float
-from matplotlib.figure import Figure
 from torch import Tensor
 
 from mechsynth.analysis.plots import mark_drop, new_figure, steps_axis
@@ -47,6 +46,7 @@ from mechsynth.probes import ProbeResult, Section, View, formation_step, no_hook
 from mechsynth.tasks.base import Batch, align
 
 if TYPE_CHECKING:
+    from matplotlib.figure import Figure
     from mechsynth.analysis.timeline import Timeline
 
 TRUTH = ("relation", "answer_set", "facts")

@@ -46,7 +46,6 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 from jaxtyping import Bool, Float, Int, Shaped
-from matplotlib.figure import Figure
 from torch import Tensor
 
 from mechsynth import hooks
@@ -54,6 +53,7 @@ from mechsynth.analysis.plots import mark_drop, new_figure, steps_axis
 from mechsynth.probes import ProbeError, ProbeResult, Section, View, formation_step, register
 
 if TYPE_CHECKING:
+    from matplotlib.figure import Figure
     from mechsynth.analysis.timeline import Timeline
 
 TRUTH = ("a", "b", "modulus", "in_train", "linear")

@@ -28,13 +28,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Optional
 
 from jaxtyping import Float
-from matplotlib.figure import Figure
 from torch import Tensor
 
 from mechsynth.analysis.plots import held_out_loss, mark_drop, new_figure, steps_axis
 from mechsynth.probes import ProbeResult, Section, View, formation_step, input_weights, no_hooks, register
 
 if TYPE_CHECKING:
+    from matplotlib.figure import Figure
     from mechsynth.analysis.timeline import Timeline
 
 

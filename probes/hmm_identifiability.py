@@ -43,19 +43,17 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
-import tensorly
 import torch
 from jaxtyping import Float
-from matplotlib.figure import Figure
 from scipy.optimize import linear_sum_assignment, nnls
-from tensorly.cp_tensor import CPTensor
-from tensorly.decomposition import non_negative_parafac_hals
 from torch import Tensor
 
 from mechsynth.analysis.plots import mark_drop, new_figure, steps_axis
 from mechsynth.probes import ProbeError, ProbeResult, Section, View, formation_step, no_hooks, register
 
 if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+    from tensorly.cp_tensor import CPTensor
     from mechsynth.analysis.timeline import Timeline
 
 TRUTH = ("emission", "hidden_transition", "hidden_stationary", "optimal")
@@ -105,6 +103,8 @@ def jennrich(W: np.ndarray, rank: int, seed: int = 0) -> Optional[CPTensor]:
         return None
     A, B = U @ Ea[:, np.argsort(ea.real)].real, V @ Eb[:, np.argsort(eb.real)].real
     C = np.linalg.lstsq(np.einsum("ir,jr->ijr", A, B).reshape(I * J, rank), W.reshape(I * J, K), rcond=None)[0].T
+    from tensorly.cp_tensor import CPTensor  # (tensorly is imported by the first decomposition: 0.3 s)
+
     return CPTensor((np.ones(rank), [A, B, C]))
 
 
@@ -116,6 +116,8 @@ def _non_negative(cp: Optional[CPTensor]) -> Optional[CPTensor]:
     for f in cp.factors:
         sign = np.where(f.sum(0) < 0, -1.0, 1.0)
         factors.append(np.clip(f * sign, 1e-6, None))
+    from tensorly.cp_tensor import CPTensor
+
     return CPTensor((np.ones(len(cp.weights)), factors))
 
 
@@ -127,6 +129,9 @@ def cp_decompose(W: Tensor, rank: int, restarts: int = RESTARTS,
     unconstrained best fit of a noisy tensor need not exist, and ALS then drifts to large components of opposite
     signs that cancel (CP degeneracy), which no column scaling turns into probabilities. Returns (weights,
     factors [dim, rank] per axis with columns summing to 1, relative residual ‖W − CP‖_F / ‖W‖_F)."""
+    import tensorly
+    from tensorly.decomposition import non_negative_parafac_hals
+
     X = W.double().cpu().numpy()
     norm = float(np.linalg.norm(X)) or 1.0
     starts = [_non_negative(jennrich(X, rank, seed + i)) for i in range(restarts)] if X.ndim == 3 else []

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Optional
 
-from matplotlib.figure import Figure
 
 from mechsynth.analysis.plots import mark_drop, new_figure, steps_axis
 from mechsynth.probes import ProbeResult, Section, View, no_hooks, register
 
 if TYPE_CHECKING:
+    from matplotlib.figure import Figure
     from mechsynth.analysis.timeline import Timeline
 
 # In this order: `stage` is an index into the ones the task provides, and the metrics keep it.

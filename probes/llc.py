@@ -19,11 +19,10 @@ import tempfile
 import warnings
 from unittest import mock
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 import tqdm
-from matplotlib.figure import Figure
 from torch import Tensor, nn
 
 from mechsynth.analysis.plots import new_figure, steps_axis
@@ -31,6 +30,9 @@ from mechsynth.config import check, check_fields, doc, validates_itself
 from mechsynth.probes import ProbeResult, Section, View, no_hooks, register
 from mechsynth.probes._landscape import device_of, finite, loss, loss_kind, training_batch
 from mechsynth.tasks.base import Batch, LossKind
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 TRACE_POINTS = 10  # each chain's loss trace is kept as the means of this many equal spans of its draws
 

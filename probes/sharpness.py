@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 from jaxtyping import Float
-from matplotlib.figure import Figure
 from torch import Tensor, nn
 from torch.func import functional_call, grad, jvp
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -25,6 +24,9 @@ from mechsynth.config import check, check_fields, doc, validates_itself
 from mechsynth.probes import ProbeResult, Section, View, no_hooks, register
 from mechsynth.probes._landscape import device_of, finite, loss, loss_kind, training_batch
 from mechsynth.tasks.base import Batch, LossKind
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 @validates_itself

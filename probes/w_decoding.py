@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 from jaxtyping import Float
-from matplotlib.figure import Figure
 from torch import Tensor
 
 from mechsynth import hooks
@@ -28,6 +27,7 @@ from mechsynth.analysis.plots import mark_drop, new_figure, steps_axis
 from mechsynth.probes import ProbeResult, Section, View, register
 
 if TYPE_CHECKING:
+    from matplotlib.figure import Figure
     from mechsynth.analysis.timeline import Timeline
 
 RIDGE = 1e-3  # λ per training row on standardized features: a guard against collinear features, not a prior

@@ -12,11 +12,10 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Optional
 
-from matplotlib.axes import Axes
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-
 if TYPE_CHECKING:  # annotations only: probe files import these helpers, and the timeline imports the probes
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
     from mechsynth.analysis.timeline import Timeline
 
 DROP = dict(color="0.35", linestyle=":", linewidth=1.2)
@@ -24,6 +23,11 @@ DROP = dict(color="0.35", linestyle=":", linewidth=1.2)
 
 def new_figure(rows: int, cols: int = 1, height: float = 2.6, width: float = 8.0, **kw) -> tuple[Figure, Any]:
     """A figure of rows x cols axes (always a 2-D array), on an Agg canvas of its own."""
+    # matplotlib is imported by the first figure: `mechsynth probes` lists the probes (which import these helpers)
+    # without it
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     fig = Figure(figsize=(width, height * rows), layout="constrained")
     FigureCanvasAgg(fig)
     return fig, fig.subplots(rows, cols, squeeze=False, **kw)

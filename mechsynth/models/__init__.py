@@ -5,9 +5,7 @@ probed as the network it linearizes, at its current weights."""
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 import torch.nn as nn
@@ -15,15 +13,27 @@ import torch.nn as nn
 from mechsynth.config import ConfigError
 from mechsynth.models.base import (DEFAULT_KIND, MODEL_KINDS, ModelKind, build, fields, names, parse, to_dict,
                                    validate)
-from mechsynth.models.fused import FusedTransformer
-from mechsynth.models.mlp import MLPBaseline, MLPConfig
-from mechsynth.models.tl_compat import TL_VERSION, load_weights
-from mechsynth.models.transformer import TransformerConfig
 
-# Import every sibling module so each kind registers itself.
-for _m in pkgutil.iter_modules(__path__):
-    if _m.name != "base":
-        importlib.import_module(f"{__name__}.{_m.name}")
+if TYPE_CHECKING:
+    from mechsynth.models.fused import FusedTransformer
+    from mechsynth.models.mlp import MLPBaseline, MLPConfig
+    from mechsynth.models.tl_compat import TL_VERSION, load_weights
+    from mechsynth.models.transformer import TransformerConfig
+
+# The kinds register themselves when MODEL_KINDS is first looked up (models/base.py); these names of theirs are
+# imported when first asked for, since they import TransformerLens.
+_LAZY = {"FusedTransformer": "fused", "MLPBaseline": "mlp", "MLPConfig": "mlp", "TL_VERSION": "tl_compat",
+         "load_weights": "tl_compat", "TransformerConfig": "transformer"}
+
+
+def __getattr__(name: str) -> object:
+    import importlib
+
+    if name not in _LAZY:
+        raise AttributeError(f"module 'mechsynth.models' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"mechsynth.models.{_LAZY[name]}"), name)
+    globals()[name] = value
+    return value
 
 
 def stored_table(table: Any) -> Any:

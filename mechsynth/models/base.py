@@ -103,7 +103,19 @@ class ModelKind:
         raise NotImplementedError
 
 
-MODEL_KINDS: Registry[type[ModelKind]] = Registry("model kind")
+def _import_kinds() -> None:
+    """Import every module of mechsynth/models, so each kind registers itself."""
+    import importlib
+    import pkgutil
+    from pathlib import Path
+
+    for m in pkgutil.iter_modules([str(Path(__file__).parent)]):
+        importlib.import_module(f"mechsynth.models.{m.name}")
+
+
+# Filled when a kind is first looked up: the kinds import TransformerLens (seconds), which checking a config's
+# other sections need not wait for.
+MODEL_KINDS: Registry[type[ModelKind]] = Registry("model kind", fill=_import_kinds)
 
 
 def names() -> list[str]:
