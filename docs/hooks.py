@@ -165,8 +165,40 @@ def experiment_page(out: dict[str, Any]) -> str:
     lines += ["## Commands", "", "```bash", f"{command}            # the size these results are from ({out.get('size', '')})",
               f"{command} --smoke    # seconds: the test suite runs each script at this size",
               f"{command} --full     # larger, longer, more seeds", "```", "",
-              "## Cost", "", md(results_table.when(out)), "", "## Made from", "", results_table.made_from(out), ""]
+              "## Cost", "", md(results_table.when(out)), "", full_cost(name), "", "## Made from", "",
+              results_table.made_from(out), ""]
     return "\n".join(lines)
+
+
+def _hours(h: float) -> str:
+    return f"{h * 60:.0f} min" if h < 1 else f"{h:.1f} h"
+
+
+def full_cost(name: str) -> str:
+    """What `--full` costs, from assets/full_cost.json (experiments/full_cost.py), on each device it was measured on."""
+    path = ASSETS / "full_cost.json"
+    measured = json.loads(path.read_text()) if path.exists() else {}
+    said = []
+    for kind, where in (("cpu", "one CPU core"), ("cuda", "one GPU")):
+        entry = measured.get(kind, {})
+        e = entry.get("experiments", {}).get(name)
+        if e is None:
+            continue
+        if e["hours"] is None:
+            said.append(f"on {where} ({md(entry['device'])}) it does not fit: {md(e['does_not_fit'])}")
+            continue
+        said.append(f"**{_hours(e['hours'])}** of training on {where} ({md(entry['device'])}; its longest run "
+                    f"{_hours(e['longest_run_hours'])}; {e['configs_timed']} configurations timed at their full size, "
+                    f"{entry['steps']} steps each after {entry['warmup']} of warm-up, at load {e['load_average']:.1f}, "
+                    f"commit {entry['commit']})")
+    if not said:
+        return f"`--full`: its cost is not measured yet (`python experiments/full_cost.py --only {name}`)."
+    first = measured.get("cpu", measured.get("cuda"))["experiments"][name]
+    gpu = "" if "cuda" in measured and name in measured["cuda"].get("experiments", {}) else (
+        " On a GPU: not measured yet; `python experiments/full_cost.py --device cuda` on one measures it.")
+    return (f"`--full` trains {first['runs']} runs in its first round ({first['model_steps']:,} model-steps): "
+            + "; ".join(said) + f", one run at a time, checkpoints and probing not counted.{gpu} Across several GPUs, "
+            f"a run on each (Ray): `python experiments/{name}.py --full --device cuda --backend ray --address auto`.")
 
 
 def experiments_list() -> str:
@@ -178,9 +210,27 @@ def experiments_list() -> str:
     return "\n".join(rows)
 
 
+def _cell(e: Any, absent: str) -> str:
+    return absent if e is None else "does not fit in memory" if e["hours"] is None else _hours(e["hours"])
+
+
+def full_cost_table() -> str:
+    path = ASSETS / "full_cost.json"
+    measured = json.loads(path.read_text()) if path.exists() else {}
+    cpu, cuda = (measured.get(k, {}).get("experiments", {}) for k in ("cpu", "cuda"))
+    if not cpu and not cuda:
+        return "Not measured yet: `python experiments/full_cost.py` measures it."
+    rows = ["| experiment | runs (first round) | training on one CPU core | on one GPU |", "|---|---|---|---|"]
+    for name in sorted(set(cpu) | set(cuda)):
+        e = cpu.get(name) or cuda[name]
+        rows.append(f"| [{name}]({name}.md) | {e['runs']} | {_cell(cpu.get(name), 'not measured')} "
+                    f"| {_cell(cuda.get(name), 'not measured yet')} |")
+    return "\n".join(rows)
+
+
 # Written pages carry these markers where generated text goes.
 MARKERS = {"<!-- generated: demo -->": lambda: results_table.demo(ASSETS),
-           "<!-- generated: experiments -->": experiments_list}
+           "<!-- generated: experiments -->": experiments_list, "<!-- generated: full_cost -->": full_cost_table}
 
 
 def on_config(config):

@@ -89,8 +89,9 @@ class Runs:
     """The runs of one sweep (or round) in the sweep directory `dir`, to load for analysis."""
 
     # (a plain class: the tests load this file without registering it as a module, which dataclasses need)
-    def __init__(self, dir: Path, plan: Plan):
+    def __init__(self, dir: Path, plan: Plan, diverged: Sequence[str] = ()):
         self.dir, self.plan = dir, plan
+        self.diverged = set(diverged)  # the job directories whose loss stopped being finite (`diverged_ok`)
 
     def jobs(self, **labels: Any) -> list[Job]:
         """The runs whose grid labels match, in plan order (points, then seeds); an axis is named by its key
@@ -117,6 +118,23 @@ class Runs:
     def all(self) -> list[Run]:
         return [self.load(j) for j in self.plan.jobs]
 
+    def finished(self, seed: int, **labels: Any) -> bool:
+        """Whether the run of this point and seed trained all its steps (False: it diverged, and its checkpoints
+        stop at the last finite one)."""
+        return not any(j.dir in self.diverged for j in self.jobs(**labels) if j.seed == seed)
+
+
+class Planned(Exception):
+    """What a script's first round of runs would be, raised in place of training it while `PLAN_ONLY` is set
+    (experiments/full_cost.py)."""
+
+    def __init__(self, plan: Plan):
+        super().__init__(plan.name)
+        self.plan = plan
+
+
+PLAN_ONLY = False
+
 
 class Session:
     """One invocation of an experiment: sets threads, trains runs, times the whole, writes the JSON."""
@@ -141,19 +159,24 @@ class Session:
                           self.args.wandb, resources=self.args.backend != "ray")
         return self._run(plan)
 
-    def train_runs(self, runs: Sequence[RunSpec], *, seed_keys: Sequence[str] = (), side_by_side: bool = True) -> Runs:
+    def train_runs(self, runs: Sequence[RunSpec], *, seed_keys: Sequence[str] = (), side_by_side: bool = True,
+                   diverged_ok: bool = False) -> Runs:
         """One round of explicit runs, trained as a sweep into --runs (with the runs of earlier rounds).
         The seed sets train.seed, model.init_seed and `seed_keys` (e.g. "task.seed": each seed its own
         task; such seeds train separately). A run already there is skipped when it has the steps asked
-        for (or more), else continued; a different config for it is an error, never overwritten."""
+        for (or more), else continued; a different config for it is an error, never overwritten.
+        `diverged_ok`: a run whose loss stops being finite is an outcome of the setup, not a failure to retry
+        (`Runs.finished` says which); any other failure still stops the script."""
         specs = [(labels, seed, {**config, "train": {**config.get("train", {}), "device": self.args.device},
                                  "wandb": {"project": "mechsynth-experiments", **config.get("wandb", {})}})
                  for labels, seed, config in runs]
         plan = plan_of_runs(self.name, specs, seed_keys=seed_keys, side_by_side=side_by_side,
                             wandb_mode=self.args.wandb, resources=self.args.backend != "ray")
-        return self._run(plan)
+        return self._run(plan, diverged_ok)
 
-    def _run(self, plan: Plan) -> Runs:
+    def _run(self, plan: Plan, diverged_ok: bool = False) -> Runs:
+        if PLAN_ONLY:
+            raise Planned(plan)
         sweep_dir = self.args.runs
         if self.args.backend == "ray":
             from mechsynth.sweep import ray_backend
@@ -169,14 +192,16 @@ class Session:
             if e.field != "--out":
                 raise
             raise ConfigError("--runs", str(e).split(": ", 1)[1]) from None
-        if outcome.failures:
-            first = outcome.failures[0]
-            raise UserError(f"{len(outcome.failures)} training job(s) failed, first {first['run']}: {first['error']} "
+        diverged = [f for f in outcome.failures if diverged_ok and f["error"].startswith("DivergedError")]
+        failures = [f for f in outcome.failures if f not in diverged]
+        if failures:
+            first = failures[0]
+            raise UserError(f"{len(failures)} training job(s) failed, first {first['run']}: {first['error']} "
                             f"(tracebacks in {sweep_dir / 'failures.json'}); run the command again to retry")
         c = outcome.counts
         self.trained += c["done"] + c["resumed"]
         self.reused += c["complete"] + c["skipped"]
-        self.used.append(Runs(sweep_dir.resolve(), plan))
+        self.used.append(Runs(sweep_dir.resolve(), plan, [d for f in diverged for d in f["runs"]]))
         return self.used[-1]
 
     def finish(self, config: dict[str, Any], results: dict[str, Any], figures: Sequence[Path]) -> Path:

@@ -13,6 +13,7 @@ import torch
 
 from mechsynth import load_run
 from mechsynth.config import ConfigError
+from mechsynth.errors import UserError
 from mechsynth.runs import io
 from mechsynth.sweep import load_plan
 
@@ -647,3 +648,19 @@ def test_circuit_discovery_smoke(tmp_path):
                 assert len(m["over_training"]) == size["checkpoints"] and set(m["circuit"]) <= set(m["scores"])
                 assert m["edges"] == len(m["circuit"]) >= 1
             assert (r["known_edges"] is not None) == (task_name == "markov_icl")
+
+
+@pytest.mark.smoke
+def test_a_round_may_keep_runs_that_diverge_as_an_outcome(tmp_path):
+    """`diverged_ok`: a run whose loss stops being finite is reported by `Runs.finished`, its checkpoints kept to the
+    last finite step; without it the round stops the script, and any other failure always does."""
+    harness = load("harness")
+    args = harness.parse_args("diverging", "", ["--smoke", "--runs", str(tmp_path / "runs"), "--workers", "1"])
+    s = harness.Session("diverging", args)
+    spec = [({"lr": "fine"}, 0, mlp(6, 10)), ({"lr": "huge"}, 0, {**mlp(6, 10, lr=1e30), "train": {
+        **mlp(6, 10, lr=1e30)["train"], "grad_clip": 0, "checkpoints": 11}})]
+    runs = s.train_runs(spec, seed_keys=("task.seed",), diverged_ok=True)
+    assert runs.finished(0, lr="fine") and not runs.finished(0, lr="huge")
+    assert runs.run(0, lr="huge").steps[-1] < 10 and runs.run(0, lr="fine").steps[-1] == 10
+    with pytest.raises(UserError, match="1 training job.* failed, first runs/lr=huge/seed_0: DivergedError"):
+        s.train_runs(spec, seed_keys=("task.seed",))
