@@ -8,10 +8,10 @@ from typing import Any
 
 import torch
 
-from mechsynth import tasks
+from mechsynth import models, tasks
 from mechsynth.analysis.wandb_log import WandbConfig
 from mechsynth.config import ConfigError, check, from_dict, key_name, show, to_dict
-from mechsynth.models.base import ModelKind
+from mechsynth.models import ModelKind
 from mechsynth.runs import rundir
 from mechsynth.tasks.base import Task, TaskSpec
 from mechsynth.training import budget
@@ -24,12 +24,12 @@ SECTIONS = ("task", "model", "train", "wandb")
 class RunConfig:
     task_name: str
     task_params: dict[str, Any]
-    model: ModelKind = field(default_factory=lambda: _models().parse({}))  # a registered kind's config
+    model: ModelKind = field(default_factory=lambda: models.parse({}))  # a registered kind's config
     train: TrainConfig = field(default_factory=TrainConfig)
     wandb: WandbConfig = field(default_factory=WandbConfig)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"task": {"name": self.task_name, **self.task_params}, "model": _models().to_dict(self.model),
+        return {"task": {"name": self.task_name, **self.task_params}, "model": models.to_dict(self.model),
                 "train": to_dict(self.train), "wandb": to_dict(self.wandb)}
 
     def build_task(self) -> Task:
@@ -40,13 +40,6 @@ class RunConfig:
         """The run config of a built task (its parameters as config.json stores them: lists, not tuples)."""
         return cls(task.name, {k: (list(v) if isinstance(v, tuple) else v) for k, v in to_dict(task.cfg).items()},
                    model, train, wandb)
-
-
-def _models():
-    """mechsynth.models, imported when a model kind is first needed."""
-    from mechsynth import models
-
-    return models
 
 
 def parse_config(data: dict[str, Any], *, resources: bool = True) -> RunConfig:
@@ -65,7 +58,7 @@ def parse_config(data: dict[str, Any], *, resources: bool = True) -> RunConfig:
     check(isinstance(name, str), "task.name", f"missing or not a string; allowed: {', '.join(tasks.names())}")
     task = tasks.make(name, task_table)
     train, wandb = from_dict(TrainConfig, data.get("train", {}), "train"), from_dict(WandbConfig, data.get("wandb", {}), "wandb")
-    models = _models()  # last: the model kinds import TransformerLens (seconds), which a mistake above need not wait for
+    # the model table last: its kinds import TransformerLens (seconds), which a mistake above need not wait for
     cfg = RunConfig.of(task, models.parse(data.get("model", {}), "model"), train, wandb)
     models.validate(cfg.model, task.spec)
     if cfg.train.params is not None:
@@ -88,9 +81,9 @@ def check_params(model: ModelKind, spec: TaskSpec, params: Sequence[str]) -> Non
     from the model built on the meta device, which allocates and initialises nothing."""
     try:
         with torch.device("meta"):
-            module = _models().build(model, spec)
+            module = models.build(model, spec)
     except Exception:  # a kind (a plugin's) that cannot be built on the meta device: built for real, once
-        module = _models().build(model, spec)
+        module = models.build(model, spec)
     freeze_unselected(module, params)
 
 
@@ -113,7 +106,7 @@ def complete(config: dict[str, Any]) -> dict[str, Any]:
     data = {k: v for k, v in config.items() if k not in rundir.EXTRAS}
     try:
         if isinstance(data.get("model"), dict):
-            data["model"] = _models().stored_table(data["model"])
+            data["model"] = models.stored_table(data["model"])
         return parse_config(data, resources=False).to_dict()
     except (ConfigError, TypeError, ValueError):
         return data
