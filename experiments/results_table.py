@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import rule_logic  # noqa: E402
 import verdicts  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,10 +56,12 @@ def experiments(assets: Path) -> list[dict[str, Any]]:
 
 def claims(out: dict[str, Any]) -> tuple[list[dict[str, Any]], bool]:
     """The JSON's judged claims, and whether its rules were committed before its runs. Claims the JSON was judged
-    by rules that have changed since (or by none) are judged now by the current rules: post hoc."""
+    by rules whose logic has changed since (experiments/rule_logic.py), or by none, are judged now by the current
+    rules: post hoc."""
     name, rules = out["experiment"], out.get("rules") or {}
     now = verdicts.rules_commit(name)
-    if "claims" in out and rules.get("commit") and (now is None or now == rules["commit"]):
+    if "claims" in out and rules.get("commit") and (now is None or now == rules["commit"]
+                                                     or rule_logic.unchanged_since(name, rules["commit"])):
         return out["claims"], bool(rules.get("before_runs"))
     return verdicts.judge_all(name, out["results"]), False
 
