@@ -240,6 +240,7 @@ def _probe_costly(run: Run, tl: Timeline, names: list[str], batch_size: int, see
     todo = [s for s in tl.steps if any(s in visit[n] for n in names)]
     todo = todo[-1:] + todo[:-1]
     last: dict[str, probes.ProbeResult] = {}
+    tl_model: Optional[nn.Module] = None  # one hooked model for every checkpoint, its weights reloaded (Run.models())
     bar = Progress(len(todo), 0, progress)
     for i, step in enumerate(todo, 1):
         here = [n for n in names if step in visit[n]]
@@ -248,7 +249,9 @@ def _probe_costly(run: Run, tl: Timeline, names: list[str], batch_size: int, see
             group = [n for n in here if probes.PROBES.get(n).hooked == hooked]
             if not group:
                 continue
-            results = probes.run_many(group, _seen(trained, hooked), run.task,
+            if hooked:
+                tl_model = models.hooked(trained) if tl_model is None else models.reload(tl_model, trained)
+            results = probes.run_many(group, tl_model if hooked else _seen(trained, False), run.task,
                                       batch_size=batch_size, seed=seed, options={n: opts[n] for n in group},
                                       train_set=train_set, train=train, last=last)[0]
             for n, result in results.items():
