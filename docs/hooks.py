@@ -196,9 +196,9 @@ def full_cost(name: str) -> str:
     first = measured.get("cpu", measured.get("cuda"))["experiments"][name]
     gpu = "" if "cuda" in measured and name in measured["cuda"].get("experiments", {}) else (
         " On a GPU: not measured yet; `python experiments/full_cost.py --device cuda` on one measures it.")
-    return (f"`--full` trains {first['runs']} runs in its first round ({first['model_steps']:,} model-steps): "
-            + "; ".join(said) + f", one run at a time, checkpoints and probing not counted.{gpu} Across several GPUs, "
-            f"a run on each (Ray): `python experiments/{name}.py --full --device cuda --backend ray --address auto`.")
+    return (f"`--full` trains {first['runs']} runs in its first round ({first['model_steps']:,} model-steps), one at a "
+            f"time, checkpoints and probing not counted: " + "; ".join(said) + f".{gpu} Across several GPUs, a run on "
+            f"each (Ray): `python experiments/{name}.py --full --device cuda --backend ray --address auto`.")
 
 
 def experiments_list() -> str:

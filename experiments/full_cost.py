@@ -24,6 +24,7 @@ import io as _io
 import json
 import math
 import os
+import re
 import resource
 import sys
 import tempfile
@@ -108,8 +109,10 @@ def measure(name: str, device: str, warmup: int, steps: int, size: str = "full",
                 if "alloc" not in str(e) and not isinstance(e, MemoryError):
                     raise
                 timed[key] = None
-                out["does_not_fit"] = (f"a run of {job.point} needs more memory than this machine lets one process "
-                                       f"have ({fmt_gib(memory_limit())}): {str(e).splitlines()[0][:200]}")
+                asked = re.search(r"allocate (\d+) bytes", str(e))
+                out["does_not_fit"] = (f"a run of {job.point} needs more memory than the {fmt_gib(memory_limit())} "
+                                       "this machine lets one process have"
+                                       + (f" (it asked for {int(asked.group(1)) / 2**30:.1f} GiB more)" if asked else ""))
         if timed[key] is not None:
             train = job.config["train"]
             evals = math.ceil(train["steps"] / train["eval_every"]) + 1
