@@ -187,17 +187,19 @@ def full_cost(name: str) -> str:
         if e["hours"] is None:
             said.append(f"on {where} ({md(entry['device'])}) it does not fit: {md(e['does_not_fit'])}")
             continue
+        scaled = (f"{e['configs_timed']} configurations" if e["configs_timed"] == e["configs"] else
+                  f"{e['configs_timed']} of its {e['configs']} configurations (the rest scaled by parameters × tokens)")
         said.append(f"**{_hours(e['hours'])}** of training on {where} ({md(entry['device'])}; its longest run "
-                    f"{_hours(e['longest_run_hours'])}; {e['configs_timed']} configurations timed at their full size, "
-                    f"{entry['steps']} steps each after {entry['warmup']} of warm-up, at load {e['load_average']:.1f}, "
-                    f"commit {entry['commit']})")
+                    f"{_hours(e['longest_run_hours'])}; {scaled} timed at their full size, {entry['steps']} steps each "
+                    f"after {entry['warmup']} of warm-up, at load {e['load_average']:.1f}, commit {entry['commit']})")
     if not said:
         return f"`--full`: its cost is not measured yet (`python experiments/full_cost.py --only {name}`)."
     first = measured.get("cpu", measured.get("cuda"))["experiments"][name]
     gpu = "" if "cuda" in measured and name in measured["cuda"].get("experiments", {}) else (
         " On a GPU: not measured yet; `python experiments/full_cost.py --device cuda` on one measures it.")
-    return (f"`--full` trains {first['runs']} runs in its first round ({first['model_steps']:,} model-steps), one at a "
-            f"time, checkpoints and probing not counted: " + "; ".join(said) + f".{gpu} Across several GPUs, a run on "
+    return (f"`--full` trains {first['runs']} runs in its first round ({first['model_steps']:,} model-steps; the largest "
+            f"needs about {first['peak_gib']:.1f} GiB by the memory estimate), one at a time, checkpoints and probing "
+            f"not counted: " + "; ".join(said) + f".{gpu} Across several GPUs, a run on "
             f"each (Ray): `python experiments/{name}.py --full --device cuda --backend ray --address auto`.")
 
 

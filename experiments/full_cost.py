@@ -6,7 +6,9 @@
 
 For each experiment it asks the script for its first round of `--full` runs without training them (harness.PLAN_ONLY),
 then, for each distinct run configuration (seeds aside), builds the model and data exactly as training would and times
-a few training steps after a warm-up, and one evaluation. A run's time is its steps at that pace plus its evaluations;
+a few training steps after a warm-up, and one evaluation (of at most 256 sequences, scaled to the run's evaluation
+batch: its cost is linear in it), the largest first; past --budget-s seconds the configurations left are scaled from
+the timed one nearest in size, by parameters × tokens. A run's time is its steps at that pace plus its evaluations;
 the experiment's, the sum over its runs (one device, one run at a time; the local pool or Ray divides it by the
 runs at a time). Checkpoint writes and probing are not counted. A script that plans later rounds from its first
 round's results trains more than is counted here.
@@ -41,6 +43,7 @@ from mechsynth import models  # noqa: E402
 from mechsynth.errors import UserError  # noqa: E402
 from mechsynth.runs import io  # noqa: E402
 from mechsynth.runs.runconfig import parse_config  # noqa: E402
+from mechsynth.training import budget  # noqa: E402
 from mechsynth.training.seeds import SeedsTrainer  # noqa: E402
 from mechsynth.training.train import Trainer, resolve_device  # noqa: E402
 
@@ -70,9 +73,23 @@ def cost_key(config: dict[str, Any]) -> str:
                        for section, table in config.items() if section != "wandb"}, sort_keys=True)
 
 
+EVAL_TIMED = 256  # sequences of an evaluation timed; its cost is linear in them, so a larger one is scaled
+
+
+def work(config: dict[str, Any]) -> dict[str, float]:
+    """What a run of `config` computes per training step and per evaluation, as parameters × tokens (to scale a timed
+    configuration's pace to an untimed one), and the memory it needs (training/budget.py's estimate)."""
+    cfg = parse_config(config)
+    task = cfg.build_task()
+    per_token = cfg.model.param_count(task.spec) * task.spec.n_ctx * cfg.train.seeds
+    return {"step": per_token * cfg.train.batch_size, "eval": per_token * cfg.train.eval_batch_size,
+            "bytes": budget.estimate(cfg.model, cfg.train, task).total}
+
+
 def pace(config: dict[str, Any], warmup: int, steps: int) -> dict[str, float]:
     """Seconds per training step and per evaluation of one run of `config`, as its trainer does them."""
-    cfg = parse_config(config)
+    eval_batch = config["train"]["eval_batch_size"]
+    cfg = parse_config({**config, "train": {**config["train"], "eval_batch_size": min(eval_batch, EVAL_TIMED)}})
     task, device, n = cfg.build_task(), resolve_device(cfg.train.device), cfg.train.seeds
     model = models.build(cfg.model, task.spec, n_models=None if n == 1 else n)
     trainer = Trainer(model, task, cfg.train, device) if n == 1 else SeedsTrainer(model, task, cfg.train, device)
@@ -90,37 +107,48 @@ def pace(config: dict[str, Any], warmup: int, steps: int) -> dict[str, float]:
     t0 = time.perf_counter()
     trainer.evaluate()
     sync()
-    return {"step_s": step_s, "eval_s": time.perf_counter() - t0}
+    return {"step_s": step_s, "eval_s": (time.perf_counter() - t0) * eval_batch / cfg.train.eval_batch_size}
 
 
-def measure(name: str, device: str, warmup: int, steps: int, size: str = "full", log=print) -> dict[str, Any]:
+def measure(name: str, device: str, warmup: int, steps: int, size: str = "full", budget_s: float = 120,
+            log=print) -> dict[str, Any]:
+    """The cost of `name`'s first round at `size`. The configurations are timed largest first until `budget_s` is
+    spent; the rest are scaled from the timed one nearest in size (by parameters × tokens)."""
     plan = first_round(name, device, size)
-    timed: dict[str, Optional[dict[str, float]]] = {}
-    hours: list[float] = []
     t0 = time.perf_counter()
+    configs = {cost_key(j.config): j for j in plan.jobs}
+    size_of = {k: work(j.config) for k, j in configs.items()}
     out: dict[str, Any] = {"runs": len(plan.jobs), "model_steps": sum(j.config["train"]["steps"] * j.config["train"].get("seeds", 1)
-                                                                     for j in plan.jobs)}
-    for job in plan.jobs:
-        key = cost_key(job.config)
-        if key not in timed:
-            try:
+                                                                     for j in plan.jobs),
+                           "peak_gib": round(max(w["bytes"] for w in size_of.values()) / 2**30, 2)}
+    timed: dict[str, dict[str, float]] = {}
+    cpu = not device.startswith("cuda")
+    for key in sorted(configs, key=lambda k: -size_of[k]["step"]):
+        job = configs[key]
+        try:
+            if cpu and size_of[key]["bytes"] > memory_limit():
+                raise MemoryError(f"its estimate is {size_of[key]['bytes'] / 2**30:.1f} GiB")
+            if not timed or time.perf_counter() - t0 < budget_s:
                 timed[key] = pace(job.config, warmup, steps)
-            except (MemoryError, RuntimeError) as e:  # RuntimeError: torch's "can't allocate memory"
-                if "alloc" not in str(e) and not isinstance(e, MemoryError):
-                    raise
-                timed[key] = None
-                asked = re.search(r"allocate (\d+) bytes", str(e))
-                out["does_not_fit"] = (f"a run of {job.point} needs more memory than the {fmt_gib(memory_limit())} "
-                                       "this machine lets one process have"
-                                       + (f" (it asked for {int(asked.group(1)) / 2**30:.1f} GiB more)" if asked else ""))
-        if timed[key] is not None:
-            train = job.config["train"]
-            evals = math.ceil(train["steps"] / train["eval_every"]) + 1
-            hours.append((train["steps"] * timed[key]["step_s"] + evals * timed[key]["eval_s"]) / 3600)
+        except (MemoryError, RuntimeError) as e:  # RuntimeError: torch's "can't allocate memory"
+            if "alloc" not in str(e) and not isinstance(e, MemoryError):
+                raise
+            asked = re.search(r"allocate (\d+) bytes", str(e))
+            why = f"it asked for {int(asked.group(1)) / 2**30:.1f} GiB more" if asked else str(e)
+            out["does_not_fit"] = (f"a run of {job.point} needs more memory than the {fmt_gib(memory_limit())} "
+                                   f"this machine lets one process have ({why})")
+    hours = []
+    for job in plan.jobs if "does_not_fit" not in out else []:
+        key = cost_key(job.config)
+        ref = key if key in timed else min(timed, key=lambda r: abs(math.log(size_of[r]["step"] / size_of[key]["step"])))
+        step_s = timed[ref]["step_s"] * size_of[key]["step"] / size_of[ref]["step"]
+        eval_s = timed[ref]["eval_s"] * size_of[key]["eval"] / size_of[ref]["eval"]
+        train = job.config["train"]
+        hours.append((train["steps"] * step_s + (math.ceil(train["steps"] / train["eval_every"]) + 1) * eval_s) / 3600)
     fits = "does_not_fit" not in out
-    out.update(configs_timed=len(timed), hours=sum(hours) if fits else None,
+    out.update(configs=len(configs), configs_timed=len(timed), hours=sum(hours) if fits else None,
                longest_run_hours=max(hours) if fits else None, measured_in_s=round(time.perf_counter() - t0, 1))
-    log(f"{name}: {out['runs']} runs, {len(timed)} configurations: "
+    log(f"{name}: {out['runs']} runs, {len(timed)} of {len(configs)} configurations timed: "
         + (f"{out['hours']:.2f} h on {device}" if fits else out["does_not_fit"])
         + f" (measured in {out['measured_in_s']:.0f} s)")
     return out
@@ -146,8 +174,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="experiments/full_cost.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
     p.add_argument("--only", help="comma-separated experiment names (default: every one with a --full size)")
-    p.add_argument("--warmup", type=int, default=2, help="untimed steps first")
-    p.add_argument("--steps", type=int, default=5, help="timed steps per configuration")
+    p.add_argument("--warmup", type=int, default=1, help="untimed steps first")
+    p.add_argument("--steps", type=int, default=3, help="timed steps per configuration")
+    p.add_argument("--budget-s", type=float, default=120,
+                   help="seconds per experiment for timing; the configurations left are scaled from the timed ones")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (the experiments train with 1)")
     p.add_argument("--size", choices=("full", "cpu", "smoke"), default="full",
                    help="the size to cost (default: full; the JSON holds one size, so another needs --out elsewhere)")
@@ -166,7 +196,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     stored = json.loads(path.read_text()) if path.exists() else {}
     entry = stored.get(kind, {"experiments": {}})
     for name in names:
-        entry["experiments"][name] = {**measure(name, args.device, args.warmup, args.steps, args.size),
+        entry["experiments"][name] = {**measure(name, args.device, args.warmup, args.steps, args.size, args.budget_s),
                                       "load_average": round(os.getloadavg()[0], 2)}
         entry.update(device=harness.device_name(args.device), commit=harness.commit(), versions=harness.versions(),
                      date=time.strftime("%Y-%m-%d"), size=args.size, threads=args.threads, warmup=args.warmup, steps=args.steps)

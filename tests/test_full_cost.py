@@ -27,6 +27,7 @@ def test_the_costed_runs_are_the_runs_the_script_trains(tmp_path, monkeypatch):
     assert costed["runs"] == len(plan.jobs) and costed["model_steps"] == sum(
         j.config["train"]["steps"] * j.config["train"].get("seeds", 1) for j in plan.jobs)
     assert 0 < costed["longest_run_hours"] <= costed["hours"] and entry["size"] == "smoke"
+    assert costed["configs_timed"] == costed["configs"] > 0 and costed["peak_gib"] > 0
     assert not list((tmp_path / "cost").glob("runs*"))  # planned, not trained
 
 
