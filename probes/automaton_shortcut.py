@@ -26,6 +26,7 @@ from mechsynth.probes import ProbeResult, Section, View, head_metrics, register
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+
     from mechsynth.analysis.timeline import Timeline
 
 

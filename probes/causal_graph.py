@@ -46,6 +46,7 @@ from mechsynth.probes import ProbeResult, Section, View, attention_hooks, regist
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+
     from mechsynth.analysis.timeline import Timeline
 
 THRESHOLD = 0.9

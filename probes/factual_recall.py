@@ -47,6 +47,7 @@ from mechsynth.tasks.base import Batch, align
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+
     from mechsynth.analysis.timeline import Timeline
 
 TRUTH = ("relation", "answer_set", "facts")

@@ -54,6 +54,7 @@ from mechsynth.probes import ProbeError, ProbeResult, Section, View, formation_s
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+
     from mechsynth.analysis.timeline import Timeline
 
 TRUTH = ("a", "b", "modulus", "in_train", "linear")

@@ -35,6 +35,7 @@ from mechsynth.probes import ProbeResult, Section, View, formation_step, input_w
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+
     from mechsynth.analysis.timeline import Timeline
 
 

@@ -54,6 +54,7 @@ from mechsynth.probes import ProbeError, ProbeResult, Section, View, formation_s
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
     from tensorly.cp_tensor import CPTensor
+
     from mechsynth.analysis.timeline import Timeline
 
 TRUTH = ("emission", "hidden_transition", "hidden_stationary", "optimal")

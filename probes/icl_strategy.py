@@ -21,6 +21,7 @@ from mechsynth.probes import ProbeResult, Section, View, no_hooks, register
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+
     from mechsynth.analysis.timeline import Timeline
 
 # In this order: `stage` is an index into the ones the task provides, and the metrics keep it.

@@ -23,6 +23,7 @@ from mechsynth.probes import ProbeResult, Section, View, no_hooks, register
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+
     from mechsynth.analysis.timeline import Timeline
 
 # In this order: `stage` and `nearest/<i>` index the ones the task provides, and the metrics keep it.

@@ -28,6 +28,7 @@ from mechsynth.probes import ProbeResult, Section, View, register
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+
     from mechsynth.analysis.timeline import Timeline
 
 RIDGE = 1e-3  # λ per training row on standardized features: a guard against collinear features, not a prior
