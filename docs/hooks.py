@@ -171,7 +171,7 @@ def experiment_page(out: dict[str, Any]) -> str:
 
 
 def _hours(h: float) -> str:
-    return f"{h * 60:.0f} min" if h < 1 else f"{h:.1f} h"
+    return f"{h * 60:.0f} min" if h < 1 else f"{h:.1f} h" if h < 100 else f"{h:,.0f} h"
 
 
 def full_cost(name: str) -> str:
