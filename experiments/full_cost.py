@@ -50,7 +50,7 @@ from mechsynth.training.train import Trainer, resolve_device  # noqa: E402
 EXPERIMENTS = Path(__file__).resolve().parent
 # Fields that change neither a step's nor an evaluation's cost: one timing serves every run that differs only here.
 FREE = {("train", "steps"), ("train", "checkpoints"), ("train", "seed"), ("train", "lr"), ("train", "eval_every"),
-        ("model", "init_seed"), ("task", "seed"), ("train", "warmup"), ("train", "decay"), ("train", "set_seed")}
+        ("model", "init_seed"), ("task", "seed"), ("train", "warmup_steps"), ("train", "set_seed")}
 
 
 def first_round(name: str, device: str, size: str = "full") -> harness.Plan:
