@@ -174,10 +174,15 @@ def _hours(h: float) -> str:
     return f"{h * 60:.0f} min" if h < 1 else f"{h:.1f} h" if h < 100 else f"{h:,.0f} h"
 
 
-def full_cost(name: str) -> str:
-    """What `--full` costs, from assets/full_cost.json (experiments/full_cost.py), on each device it was measured on."""
+def _measured() -> dict[str, Any]:
+    """assets/full_cost.json (experiments/full_cost.py): per device kind, what each experiment's --full costs."""
     path = ASSETS / "full_cost.json"
-    measured = json.loads(path.read_text()) if path.exists() else {}
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def full_cost(name: str) -> str:
+    """What `--full` costs, on each device it was measured on."""
+    measured = _measured()
     said = []
     for kind, where in (("cpu", "one CPU core"), ("cuda", "one GPU")):
         entry = measured.get(kind, {})
@@ -217,8 +222,7 @@ def _cell(e: Any, absent: str) -> str:
 
 
 def full_cost_table() -> str:
-    path = ASSETS / "full_cost.json"
-    measured = json.loads(path.read_text()) if path.exists() else {}
+    measured = _measured()
     cpu, cuda = (measured.get(k, {}).get("experiments", {}) for k in ("cpu", "cuda"))
     if not cpu and not cuda:
         return "Not measured yet: `python experiments/full_cost.py` measures it."
