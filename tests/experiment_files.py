@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Iterator, Optional, Union
+from typing import Any, Callable, Iterator, Optional, Union
 
 import torch
 
@@ -53,3 +53,19 @@ def judged(rules: Union[str, ModuleType], cid: str, results: Any) -> dict:
     out = verdicts.judged(claim(rules, cid), results)
     assert "\n" not in out["why"] and "None" not in out["why"] and "lack" not in out["why"], out["why"]
     return out
+
+
+def rules_repo(root: Path, verdicts_source: str) -> Callable[..., str]:
+    """A git repository at `root` with experiments/verdicts.py committed and experiments/rules/ made, as the
+    provenance checks see a checkout; returns `git(*args)`, which runs there and gives its output."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=root, check=True, capture_output=True, text=True).stdout.strip()
+
+    (root / "experiments/rules").mkdir(parents=True)
+    git("init", "-q")
+    git("config", "user.email", "t@t")
+    git("config", "user.name", "t")
+    (root / "experiments/verdicts.py").write_text(verdicts_source)
+    return git

@@ -3,9 +3,7 @@ Reformatting, comments, docstrings, import paths and code the rules never reach 
 
 from __future__ import annotations
 
-import subprocess
-
-import experiment_files  # noqa: F401  (puts experiments/ on sys.path)
+from experiment_files import rules_repo  # (puts experiments/ on sys.path)
 import rule_logic
 import results_table
 import verdicts
@@ -50,14 +48,7 @@ def test_any_change_of_what_the_rules_do_shows():
 
 
 def test_a_json_keeps_its_verdicts_through_a_reformat_but_not_a_new_threshold(tmp_path, monkeypatch):
-    def git(*args):
-        return subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True, text=True).stdout.strip()
-
-    (tmp_path / "experiments/rules").mkdir(parents=True)
-    git("init", "-q")
-    git("config", "user.email", "t@t")
-    git("config", "user.name", "t")
-    (tmp_path / "experiments/verdicts.py").write_text(VERDICTS)
+    git = rules_repo(tmp_path, VERDICTS)
     rules = tmp_path / "experiments/rules/toy.py"
     rules.write_text(RULES)
     git("add", ".")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from experiment_files import EXPERIMENTS  # (puts experiments/ on sys.path)
+from experiment_files import EXPERIMENTS, rules_repo  # (puts experiments/ on sys.path)
 import results_table  # noqa: E402
 import verdicts  # noqa: E402
 
@@ -115,16 +115,7 @@ def test_interval_covers_the_mean():
 
 
 def test_provenance_says_whether_the_rules_came_before_the_runs(tmp_path, monkeypatch):
-    import subprocess
-
-    def git(*args):
-        return subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True, text=True).stdout.strip()
-
-    (tmp_path / "experiments/rules").mkdir(parents=True)
-    git("init", "-q")
-    git("config", "user.email", "t@t")
-    git("config", "user.name", "t")
-    (tmp_path / "experiments/verdicts.py").write_text("# framework\n")
+    git = rules_repo(tmp_path, "# framework\n")
     (tmp_path / "README.md").write_text("x\n")
     git("add", ".")
     git("commit", "-qm", "framework")
