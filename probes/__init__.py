@@ -38,7 +38,7 @@ for _m in pkgutil.iter_modules(__path__):
     if not _m.name.startswith("_"):  # _base, _inputs, _run: the machinery, not probes
         importlib.import_module(f"{__name__}.{_m.name}")
 
-__all__ = ["PROBES", "FormationOptions", "ModelHooks", "Probe", "ProbeError", "ProbeResult", "Section", "View", "attention_hooks",
-           "can_run", "check_known", "dims", "draw", "formation_step", "formation_threshold", "head_metrics", "threshold_field",
-           "uniform_attention", "input_weights", "log_spaced", "names", "no_hooks", "options", "register", "render_heads", "run",
-           "run_many", "why_not"]
+__all__ = ["PROBES", "FormationOptions", "ModelHooks", "Probe", "ProbeError", "ProbeResult", "Section", "View",
+           "attention_hooks", "can_run", "check_known", "dims", "draw", "formation_step", "formation_threshold",
+           "head_metrics", "threshold_field", "uniform_attention", "input_weights", "log_spaced", "names", "no_hooks",
+           "options", "register", "render_heads", "resolve", "run", "run_many", "why_not"]

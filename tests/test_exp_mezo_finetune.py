@@ -45,9 +45,9 @@ def results(seeds, mezo_steps=10_000):
 
 def test_rules_on_planted_results():
     close = [seed(1.0, 0.5, 0.6, 0.6) for _ in range(3)]  # MeZO's fall 0.4 of Adam's 0.5: 0.8 (0.4 at 1k steps)
-    for claim in ("inference_memory", "forward_passes_fine_tune", "comparable_to_backprop"):
-        out = judged(NAME, claim, results(close))
-        assert out["verdict"] == "matches" and out["control"]["verdict"] != "matches", (claim, out)
+    for cid in ("inference_memory", "forward_passes_fine_tune", "comparable_to_backprop"):
+        out = judged(NAME, cid, results(close))
+        assert out["verdict"] == "matches" and out["control"]["verdict"] != "matches", (cid, out)
     assert judged(NAME, "inference_memory", results(close[:2] + [seed(1.0, 0.5, 0.6, 0.65, peaks=(1.3, 1.6, 1.7))]))["verdict"] == "partly"
     some = [seed(1.0, 0.5, 0.6, 0.85, at_1k=1.0) for _ in range(3)]  # 0.15 / 0.5 = 0.3, nothing at 1k steps
     assert judged(NAME, "comparable_to_backprop", results(some))["verdict"] == "partly"

@@ -5,7 +5,6 @@ slow loop), and on a tiny run through the CLI, where the options are recorded in
 from __future__ import annotations
 
 import json
-import math
 
 import pytest
 import torch

@@ -254,7 +254,7 @@ class HMMMasked(Task):
         """The sequences of slots `x` shown where `visible` (else MASK), then the question(s); `answers` are the
         targets at the answer positions (mlm: the slots themselves, scored where masked)."""
         cfg = self.cfg
-        B, L, P = x.shape[0], cfg.length, cfg.n_answers
+        B, P = x.shape[0], cfg.n_answers
         slots = torch.where(visible, x, self.mask_token)
         tokens = torch.cat([slots, torch.full((B, P), self.query_token, dtype=x.dtype, device=x.device)], 1)
         targets = torch.cat([torch.zeros_like(slots), answers], 1)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-import torch
 
 from mechsynth.analysis.plots import mark_drop, new_figure, steps_axis
 from mechsynth.probes import ProbeResult, Section, View, attention_hooks, register, render_heads
