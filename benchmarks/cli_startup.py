@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
 import os
 import statistics
 import subprocess
@@ -20,12 +19,11 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parent.parent / "experiments")]
+import harness  # noqa: E402
+from threads_under_load import busy_processes  # noqa: E402
+
 BAD = '[task]\nname = "markov_icl"\nk = 0\n'  # task.k must be ≥ 2
-
-
-def spin(stop: float) -> None:
-    while time.time() < stop:
-        pass
 
 
 def seconds(argv: list[str], repeats: int, expect: int) -> float:
@@ -52,23 +50,15 @@ def main() -> int:
         commands = {"python -c 'import torch'": ([sys.executable, "-c", "import torch"], 0),
                     "mechsynth --help": ([*cli, "--help"], 0), "mechsynth tasks": ([*cli, "tasks"], 0),
                     "mechsynth probes": ([*cli, "probes"], 0), "mechsynth train BAD.toml": ([*cli, "train", str(bad)], 2)}
-        workers = [mp.Process(target=spin, args=(time.time() + 3600,)) for _ in range(args.busy)]
-        for w in workers:
-            w.start()
-        try:
-            if args.busy:
-                time.sleep(20)  # the load average catches up, as on a machine already busy
+        with busy_processes(args.busy):
             load = os.getloadavg()[0]
             rows = {name: seconds(argv, args.repeats, expect) for name, (argv, expect) in commands.items()}
-        finally:
-            for w in workers:
-                w.terminate()
     torch_s = rows["python -c 'import torch'"]
     for name, s in rows.items():
         print(f"{name:28s} {s:6.2f} s  {s / torch_s:5.2f}× import torch")
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    out = {"commit": commit or None, "busy": args.busy, "repeats": args.repeats, "load_average": round(load, 2), "cpus": os.cpu_count(),
-           "python": sys.version.split()[0], "seconds": {k: round(v, 3) for k, v in rows.items()}}
+    out = {"commit": harness.commit(), "device": harness.device_name("cpu"), "versions": harness.versions(),
+           "busy": args.busy, "repeats": args.repeats, "load_average": round(load, 2),
+           "seconds": {k: round(v, 3) for k, v in rows.items()}}
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / ("cli_startup.json" if not args.busy else f"cli_startup_busy{args.busy}.json")
     path.write_text(json.dumps(out, indent=1) + "\n")

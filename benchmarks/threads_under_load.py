@@ -13,6 +13,7 @@ its idle pace each keeps when busy, and writes OUT/threads_under_load.json (for 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing as mp
 import os
@@ -20,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,28 +32,35 @@ def spin(stop: float) -> None:
         pass
 
 
+@contextlib.contextmanager
+def busy_processes(n: int) -> Iterator[None]:
+    """`n` processes spinning in plain Python while the block runs (what a second training job or a browser does to
+    a laptop); with n > 0 the block starts after the load average has caught up with them."""
+    workers = [mp.Process(target=spin, args=(time.time() + 3600,)) for _ in range(n)]
+    for w in workers:
+        w.start()
+    try:
+        if n:
+            time.sleep(20)
+        yield
+    finally:
+        for w in workers:
+            w.terminate()
+
+
 def pace(steps: int, env: dict[str, str], busy: int) -> tuple[float, int]:
     """(steps/s of training, the threads it trained with) for one `mechsynth train` of the demo config."""
     from mechsynth import load_run
 
-    workers = [mp.Process(target=spin, args=(time.time() + 3600,)) for _ in range(busy)]
-    for w in workers:
-        w.start()
-    try:
-        if busy:
-            time.sleep(20)  # the load average catches up with the busy processes, as on a machine already busy
-        with tempfile.TemporaryDirectory() as tmp:
-            run = Path(tmp) / "demo"
-            subprocess.run([str(Path(sys.executable).parent / "mechsynth"), "train",
-                            str(ROOT / "mechsynth" / "configs" / "demo.toml"), "--out", str(run), "--no-progress",
-                            "--set", f"train.steps={steps}", "--set", "wandb.mode=disabled"],
-                           check=True, capture_output=True, env=env)
-            r = load_run(run)
-            meta = r.meta(r.steps[-1])
-            return steps / meta["train_s"], r.state(r.steps[-1])["threads"]
-    finally:
-        for w in workers:
-            w.terminate()
+    with busy_processes(busy), tempfile.TemporaryDirectory() as tmp:
+        run = Path(tmp) / "demo"
+        subprocess.run([str(Path(sys.executable).parent / "mechsynth"), "train",
+                        str(ROOT / "mechsynth" / "configs" / "demo.toml"), "--out", str(run), "--no-progress",
+                        "--set", f"train.steps={steps}", "--set", "wandb.mode=disabled"],
+                       check=True, capture_output=True, env=env)
+        r = load_run(run)
+        meta = r.meta(r.steps[-1])
+        return steps / meta["train_s"], r.state(r.steps[-1])["threads"]
 
 
 def main() -> int:
