@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import subprocess
-from pathlib import Path
 from typing import Optional
 
-ROOT = Path(__file__).resolve().parent.parent
-RULES, VERDICTS = "experiments/rules/{name}.py", "experiments/verdicts.py"
+import verdicts
+
 ENTRY = ("judge_all",)  # what the harness and the results table call to judge
 
 
@@ -78,24 +76,16 @@ def logic_hash(rules_source: str, verdicts_source: str) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
-def _git_show(commit: str, path: str) -> Optional[str]:
-    try:
-        out = subprocess.run(["git", "show", f"{commit}:{path}"], cwd=ROOT, capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout if out.returncode == 0 else None
-
-
 def at_commit(name: str, commit: str) -> Optional[str]:
     """The rules' logic hash at `commit` (None: git cannot show the files there)."""
-    rules, verdicts = _git_show(commit, RULES.format(name=name)), _git_show(commit, VERDICTS)
-    return None if rules is None or verdicts is None else logic_hash(rules, verdicts)
+    sources = [verdicts._git("show", f"{commit}:{f}") for f in verdicts.rule_files(name)]
+    return None if None in sources else logic_hash(*sources)
 
 
 def now(name: str) -> Optional[str]:
     """The rules' logic hash in the working tree (None: the experiment has no rules file)."""
-    rules = ROOT / RULES.format(name=name)
-    return logic_hash(rules.read_text(), (ROOT / VERDICTS).read_text()) if rules.exists() else None
+    paths = [verdicts.RULES.parent.parent / f for f in verdicts.rule_files(name)]
+    return logic_hash(*(p.read_text() for p in paths)) if paths[0].exists() else None
 
 
 def unchanged_since(name: str, commit: str) -> bool:

@@ -55,7 +55,6 @@ def test_a_json_keeps_its_verdicts_through_a_reformat_but_not_a_new_threshold(tm
     git("commit", "-qm", "rules")
     made = git("rev-parse", "--short=12", "HEAD")
     monkeypatch.setattr(verdicts, "RULES", tmp_path / "experiments/rules")
-    monkeypatch.setattr(rule_logic, "ROOT", tmp_path)
     stored = [{"id": "toy", "verdict": "matches"}]
     out = {"experiment": "toy", "claims": stored, "results": {"x": 1}, "rules": {"commit": made, "before_runs": True}}
 
