@@ -79,7 +79,7 @@ EVAL_TIMED = 256  # sequences of an evaluation timed; its cost is linear in them
 def work(config: dict[str, Any]) -> dict[str, float]:
     """What a run of `config` computes per training step and per evaluation, as parameters × tokens (to scale a timed
     configuration's pace to an untimed one), and the memory it needs (training/budget.py's estimate)."""
-    cfg = parse_config(config)
+    cfg = parse_config(config, resources=False)  # (memory is measure's to judge: a run too large is reported)
     task = cfg.build_task()
     per_token = cfg.model.param_count(task.spec) * task.spec.n_ctx * cfg.train.seeds
     return {"step": per_token * cfg.train.batch_size, "eval": per_token * cfg.train.eval_batch_size,
@@ -89,7 +89,8 @@ def work(config: dict[str, Any]) -> dict[str, float]:
 def pace(config: dict[str, Any], warmup: int, steps: int) -> dict[str, float]:
     """Seconds per training step and per evaluation of one run of `config`, as its trainer does them."""
     eval_batch = config["train"]["eval_batch_size"]
-    cfg = parse_config({**config, "train": {**config["train"], "eval_batch_size": min(eval_batch, EVAL_TIMED)}})
+    cfg = parse_config({**config, "train": {**config["train"], "eval_batch_size": min(eval_batch, EVAL_TIMED)}},
+                       resources=False)
     task, device, n = cfg.build_task(), resolve_device(cfg.train.device), cfg.train.seeds
     model = models.build(cfg.model, task.spec, n_models=None if n == 1 else n)
     trainer = Trainer(model, task, cfg.train, device) if n == 1 else SeedsTrainer(model, task, cfg.train, device)

@@ -149,6 +149,12 @@ class Session:
         self.trained, self.reused = 0, 0  # training jobs over every round (a run continued twice counts twice)
         self.used: list[Runs] = []
 
+    @property
+    def _resources(self) -> bool:
+        """Whether planned runs are checked against this machine's devices and memory: not where Ray places them,
+        nor while only planning them (PLAN_ONLY: their cost is measured, and a run too large here is reported)."""
+        return self.args.backend != "ray" and not PLAN_ONLY
+
     def sweep_file(self) -> Path:
         """experiments/<name>.toml at the CPU size, experiments/<name>_<size>.toml otherwise."""
         return EXPERIMENTS / (f"{self.name}.toml" if self.args.size == "cpu" else f"{self.name}_{self.args.size}.toml")
@@ -156,7 +162,7 @@ class Session:
     def sweep(self, overrides: Sequence[str] = (), file: Optional[Path] = None) -> Runs:
         """Train the experiment's sweep file (`sweep_file()`, or `file`) into --runs and return its runs."""
         plan = load_sweep(file or self.sweep_file(), (*overrides, f'train.device="{self.args.device}"'),
-                          self.args.wandb, resources=self.args.backend != "ray")
+                          self.args.wandb, resources=self._resources)
         return self._run(plan)
 
     def train_runs(self, runs: Sequence[RunSpec], *, seed_keys: Sequence[str] = (), side_by_side: bool = True,
@@ -171,7 +177,7 @@ class Session:
                                  "wandb": {"project": "mechsynth-experiments", **config.get("wandb", {})}})
                  for labels, seed, config in runs]
         plan = plan_of_runs(self.name, specs, seed_keys=seed_keys, side_by_side=side_by_side,
-                            wandb_mode=self.args.wandb, resources=self.args.backend != "ray")
+                            wandb_mode=self.args.wandb, resources=self._resources)
         return self._run(plan, diverged_ok)
 
     def _run(self, plan: Plan, diverged_ok: bool = False) -> Runs:

@@ -37,3 +37,11 @@ def test_every_script_with_a_full_size_is_costed():
     assert all((EXPERIMENTS / "rules" / f"{n}.py").exists() for n in names)
     with pytest.raises(SystemExit):
         full_cost.main(["--only", "no_such_experiment"])
+
+
+def test_a_run_too_large_for_the_machine_is_reported_not_run(monkeypatch):
+    monkeypatch.setattr(full_cost, "memory_limit", lambda: 1)
+    monkeypatch.setattr(full_cost, "pace", lambda *a: pytest.fail("a run over the limit was started"))
+    costed = full_cost.measure("dyck_balance", "cpu", 1, 1, size="smoke", log=lambda line: None)
+    assert costed["hours"] is None and "needs more memory than" in costed["does_not_fit"]
+    assert costed["configs_timed"] == 0 and costed["peak_gib"] > 0
