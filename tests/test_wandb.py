@@ -271,3 +271,32 @@ def test_a_monitor_runs_wandb_files_go_to_wandb_dir_and_mechsynths_own_runs_stay
     assert main(["probe", str(tmp_path / "loop"), "--probes", "previous_token", "--wandb", "offline"]) == 0
     assert list((tmp_path / "mine" / "wandb").glob("offline-run-*/run-*.wandb")), "W&B's files are under WANDB_DIR"
     assert not (tmp_path / "loop" / "wandb").exists()
+
+
+PARENT_WITH_A_SERVICE = """
+import os, subprocess, sys, wandb
+run = wandb.init(mode="offline", dir=sys.argv[1], settings=wandb.Settings(silent=True))
+run.finish()  # W&B's service lives on, and WANDB_SERVICE (which children inherit) names it
+assert os.environ.get("WANDB_SERVICE")
+os.chdir(sys.argv[2])
+subprocess.run([sys.executable, "-m", "mechsynth.cli", "train", "tiny.toml", "--out", "run", "--wandb", "offline",
+                "--no-progress"], check=True)
+"""
+
+
+def test_a_run_started_under_another_processs_wandb_service_keeps_its_files_in_the_run(tmp_path):
+    """A notebook or a test that ran wandb.init leaves WANDB_SERVICE set, and a mechsynth command it starts
+    logs through that process's W&B service, whose working directory is not the command's: a relative --out
+    must still put the W&B files in the run."""
+    import os
+
+    (tmp_path / "here").mkdir()
+    (tmp_path / "here" / "tiny.toml").write_text(
+        '[task]\nname = "sparse_parity"\nn = 6\nk = 2\n[model]\nn_layers = 1\nn_heads = 1\nd_model = 16\n'
+        '[train]\nsteps = 10\nbatch_size = 16\neval_every = 5\neval_batch_size = 64\ncheckpoints = 3\ndevice = "cpu"\n')
+    env = {k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"}
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
+    subprocess.run([sys.executable, "-c", PARENT_WITH_A_SERVICE, str(tmp_path), str(tmp_path / "here")], env=env,
+                   cwd=tmp_path, check=True, timeout=300, capture_output=True)
+    files = list((tmp_path / "here" / "run" / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(files) == 1 and inspect(files[0])["state"] == "finished"

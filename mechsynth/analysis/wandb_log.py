@@ -64,7 +64,9 @@ def wandb_dir(run_dir: Path, yours: bool) -> Path:
     its checkpoints). A Monitor's run logs into your W&B run (its id is in the run), which W&B put under
     WANDB_DIR when you started it: resumed later (`mechsynth probe/report --wandb ...`), it goes there too."""
     env = os.environ.get("WANDB_DIR", "").strip()
-    return Path(env) if yours and env else Path(run_dir)
+    # absolute: W&B's service process may be another's (a parent that set WANDB_SERVICE, e.g. a notebook that
+    # ran wandb.init), and it would read a relative path from its own working directory
+    return (Path(env) if yours and env else Path(run_dir)).resolve()
 
 
 def _missing(v: Any) -> bool:
