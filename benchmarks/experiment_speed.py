@@ -29,10 +29,10 @@ import torch  # noqa: E402
 
 from mechsynth.runs import rundir  # noqa: E402
 from mechsynth.runs.runconfig import parse_config  # noqa: E402
+from mechsynth.runs.runner import train_run  # noqa: E402
 from mechsynth.sweep import load_sweep, run_sweep  # noqa: E402
 from mechsynth.sweep.local_pool import cpu_count  # noqa: E402
 from mechsynth.sweep.units import plan_units  # noqa: E402
-from mechsynth.training.runner import train_run  # noqa: E402
 
 EXPERIMENTS = Path(__file__).resolve().parent.parent / "experiments"
 

@@ -94,9 +94,9 @@ def models_page() -> str:
 
 def optimizers_page() -> str:
     from mechsynth import cli, optimizers
-    from mechsynth.analysis.wandb_log import WandbConfig
     from mechsynth.config import describe
     from mechsynth.optimizers.base import Hyper
+    from mechsynth.runs.wandb_log import WandbConfig
     from mechsynth.training.train import TrainConfig
 
     train = describe(TrainConfig)

@@ -9,7 +9,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from mechsynth.analysis import browser, report
+from mechsynth.analysis import report
+from mechsynth.util import browser
 
 
 def main(run_dir: str, out: str = "assets", figures_only: bool = False) -> None:

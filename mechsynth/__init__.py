@@ -15,7 +15,7 @@ if (_checkout / "probes" / "__init__.py").is_file() and not (_Path(__file__).res
 # `mechsynth --help` should not wait for them (tests/test_cli_imports.py).
 _LAZY = {"tasks": "mechsynth.tasks", "build_model": "mechsynth.models", "hooked_model": "mechsynth.models.tl_compat",
          "Run": "mechsynth.runs.run", "load_run": "mechsynth.runs.run", "RunConfig": "mechsynth.runs.runconfig",
-         "parse_config": "mechsynth.runs.runconfig", "train_run": "mechsynth.training.runner",
+         "parse_config": "mechsynth.runs.runconfig", "train_run": "mechsynth.runs.runner",
          "import_checkpoints": "mechsynth.yours.importing", "import_models": "mechsynth.yours.importing",
          "probe_models": "mechsynth.yours.importing", "save_checkpoint": "mechsynth.yours.saving",
          "Monitor": "mechsynth.yours.monitor"}
@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # the same names for type checkers and the API reference (mkd
     from mechsynth.models.tl_compat import hooked_model
     from mechsynth.runs.run import Run, load_run
     from mechsynth.runs.runconfig import RunConfig, parse_config
-    from mechsynth.training.runner import train_run
+    from mechsynth.runs.runner import train_run
     from mechsynth.yours.importing import import_checkpoints, import_models, probe_models
     from mechsynth.yours.monitor import Monitor
     from mechsynth.yours.saving import save_checkpoint

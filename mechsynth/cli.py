@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
 
-from mechsynth.analysis.wandb_log import MODES
 from mechsynth.config import apply_override, describe, read_toml
 from mechsynth.errors import ConfigError, DivergedError, UserError
+from mechsynth.runs.wandb_log import MODES
 
 # mechsynth.sweep.job.BACKENDS, spelled here: importing the sweep package imports torch, which --help need not wait
 # for (tests/test_cli_imports.py checks the two agree)
@@ -186,7 +186,7 @@ def _train(data: dict, out: Optional[str], default_name: str, overrides: Sequenc
     if wandb:
         apply_override(data, f'wandb.mode="{wandb}"')
     cfg = parse_config(data)
-    from mechsynth.training.runner import train_run  # after the config: it imports TransformerLens (seconds)
+    from mechsynth.runs.runner import train_run  # after the config: it imports TransformerLens (seconds)
 
     run_dir = Path(out) if out else Path("runs") / f"{default_name}-{time.strftime('%Y%m%d-%H%M%S')}"
     train_run(cfg, run_dir, progress=progress, log=_say)
@@ -197,7 +197,7 @@ def _train(data: dict, out: Optional[str], default_name: str, overrides: Sequenc
 def _resume(args) -> int:
     from mechsynth.runs.run import parse_stored
     from mechsynth.runs.runconfig import parse_config
-    from mechsynth.training.runner import train_run
+    from mechsynth.runs.runner import train_run
 
     run_dir = Path(args.resume)
     data = parse_stored(run_dir).to_dict()
@@ -220,9 +220,9 @@ def _probe(run_dir: Path, probe_names: Optional[str], steps: Optional[str], batc
 
     from mechsynth import probes
     from mechsynth.analysis import timeline
-    from mechsynth.analysis.wandb_log import WandbLogger, resolve_mode
     from mechsynth.runs import rundir
     from mechsynth.runs.run import load_run
+    from mechsynth.runs.wandb_log import WandbLogger, resolve_mode
 
     run = load_run(run_dir)
     if not run.steps:
@@ -269,7 +269,7 @@ def _probe(run_dir: Path, probe_names: Optional[str], steps: Optional[str], batc
         timeline.log_to_wandb(tl, logger)
         logger.finish()
     if as_json:
-        print(json.dumps(tl.to_json()))
+        print(json.dumps(timeline.as_json(tl)))
     else:
         print("\n".join(timeline.summary(tl, run.task)))
         print(f"table: {run.path / timeline.CSV}")
@@ -311,8 +311,8 @@ def _sweep(args) -> int:
 
 def _sweep_report(args) -> int:
     from mechsynth.runs import rundir
-    from mechsynth.sweep import report as sweep_report
     from mechsynth.sweep import load_plan
+    from mechsynth.sweep import report as sweep_report
 
     if args.acc is not None and not 0 < args.acc <= 1:
         raise ConfigError("--acc", f"must be in (0, 1], got {args.acc}")
@@ -401,8 +401,8 @@ def _bench_circuits(args) -> int:
     split = lambda text: [x.strip() for x in text.split(",") if x.strip()] if text else None  # noqa: E731
     results = benchmark.run(Path(args.out), split(args.methods), args.size, options, split(args.cases), log=_say)
     if args.wandb and args.wandb != "disabled":
-        from mechsynth.analysis.wandb_log import WandbConfig, WandbLogger
         from mechsynth.benchmark import output
+        from mechsynth.runs.wandb_log import WandbConfig, WandbLogger
 
         logger = WandbLogger(WandbConfig(mode=args.wandb, name="bench-circuits"), Path(args.out),
                              {"methods": results["methods"], "size": args.size, "options": options})
@@ -418,8 +418,8 @@ def _report(run_dir: Path, batch_size: int, wandb: Optional[str]) -> int:
 
     from mechsynth.analysis import report
     from mechsynth.analysis.timeline import log_to_wandb
-    from mechsynth.analysis.wandb_log import WandbLogger, resolve_mode
     from mechsynth.runs.run import load_run
+    from mechsynth.runs.wandb_log import WandbLogger, resolve_mode
 
     if batch_size < 1:
         raise ConfigError("--batch-size", f"must be ≥ 1, got {batch_size}")

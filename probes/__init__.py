@@ -17,7 +17,7 @@ of checkpoints (`register(costly=True)`).
 
 Layout: `_base` (Probe, register, View, ProbeResult), `_inputs` (drawing the inputs), `_run` (checking
 and running), `_landscape` (what the landscape probes share), `_formation` (when a head forms: threshold
-and chance, and the options that set them); every module without a leading underscore
+and chance, and the options that set them), `_timeline` (a run's results over its checkpoints); every module without a leading underscore
 is a probe and is imported here.
 """
 
@@ -26,19 +26,34 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from mechsynth.probes._base import (PROBES, ModelHooks, Probe, ProbeError, ProbeResult, Section, View,
-                                    attention_hooks, formation_step, head_metrics, input_weights, no_hooks, register,
-                                    render_heads, resolve)
+from mechsynth.probes._base import (
+    PROBES,
+    ModelHooks,
+    Probe,
+    ProbeError,
+    ProbeResult,
+    Section,
+    View,
+    attention_hooks,
+    formation_step,
+    head_metrics,
+    input_weights,
+    no_hooks,
+    register,
+    render_heads,
+    resolve,
+)
 from mechsynth.probes._formation import FormationOptions, threshold_field, uniform_attention
 from mechsynth.probes._inputs import dims, draw
 from mechsynth.probes._landscape import log_spaced
 from mechsynth.probes._run import can_run, check_known, formation_threshold, names, options, run, run_many, why_not
+from mechsynth.probes._timeline import Timeline, variant_key
 
 for _m in pkgutil.iter_modules(__path__):
     if not _m.name.startswith("_"):  # _base, _inputs, _run: the machinery, not probes
         importlib.import_module(f"{__name__}.{_m.name}")
 
-__all__ = ["PROBES", "FormationOptions", "ModelHooks", "Probe", "ProbeError", "ProbeResult", "Section", "View",
+__all__ = ["PROBES", "FormationOptions", "ModelHooks", "Probe", "ProbeError", "ProbeResult", "Section", "Timeline", "View",
            "attention_hooks", "can_run", "check_known", "dims", "draw", "formation_step", "formation_threshold",
            "head_metrics", "threshold_field", "uniform_attention", "input_weights", "log_spaced", "names", "no_hooks",
-           "options", "register", "render_heads", "resolve", "run", "run_many", "why_not"]
+           "options", "register", "render_heads", "resolve", "run", "run_many", "variant_key", "why_not"]

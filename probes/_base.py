@@ -11,17 +11,17 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 from jaxtyping import Float, Int
+from mechsynth.probes._formation import FormationOptions
 from torch import Tensor
 
 from mechsynth import hooks
-from mechsynth.probes._formation import FormationOptions
 from mechsynth.registry import Registry
 from mechsynth.tasks.base import Batch
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-# A mechsynth.analysis.timeline.Timeline: the timeline imports the probes, never the other way round.
+# A mechsynth.probes.Timeline (_timeline.py, which imports this module through _run).
 Timeline = Any
 
 

@@ -11,14 +11,14 @@ from numbers import Integral
 from typing import Any, Optional
 
 import torch
+from mechsynth.probes._base import PROBES, Probe, ProbeError, ProbeResult, View, hook_names, input_weights, resolve
+from mechsynth.probes._formation import FormationOptions, raised
+from mechsynth.probes._inputs import dims, draw, vector_width
 from torch import Tensor
 
 from mechsynth import hooks
 from mechsynth.config import check, from_dict, show
 from mechsynth.errors import ConfigError
-from mechsynth.probes._base import PROBES, Probe, ProbeError, ProbeResult, View, hook_names, input_weights, resolve
-from mechsynth.probes._formation import FormationOptions, raised
-from mechsynth.probes._inputs import dims, draw, vector_width
 
 
 def names() -> list[str]:
@@ -48,7 +48,7 @@ def problem(probe: Probe, model: Any, task: Any, init: Any) -> Optional[str]:
                 return (f"probe {probe.name!r} reads split {split!r}, which task {task.name!r} does not have "
                         f"(splits: {', '.join(task.splits)})")
     if task is not None and not getattr(model, "n_models", None):
-        from mechsynth.yours.external import misfit  # (here: `mechsynth probes` lists without TransformerLens)
+        from mechsynth.models.external import misfit  # (here: `mechsynth probes` lists without TransformerLens)
 
         why = misfit(model, task.spec, task.name)  # sizes first: every later check assumes they fit
         if why is not None:
@@ -173,8 +173,8 @@ def run_many(probe_names: Sequence[str], model: Any, task: Any = None, *, batch_
             model.train()
 
     facing = input_weights(model)
+    from mechsynth.models.external import trainable
     from mechsynth.models.tl_compat import is_hooked_transformer
-    from mechsynth.yours.external import trainable
 
     # The landscape probes differentiate the plain model: a TransformerLens one is converted (external.trainable).
     plain = (trainable(model, task) if any(p.costly and not p.hooked for p in chosen) and is_hooked_transformer(model)

@@ -18,16 +18,15 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 from jaxtyping import Float, Int
+from mechsynth.probes import ProbeResult, Section, View, head_metrics, register
 from torch import Tensor
 
 from mechsynth import hooks
-from mechsynth.analysis.plots import mark_drop, new_figure, steps_axis
-from mechsynth.probes import ProbeResult, Section, View, head_metrics, register
+from mechsynth.util.figures import mark_drop, new_figure, steps_axis
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
-
-    from mechsynth.analysis.timeline import Timeline
+    from mechsynth.probes import Timeline
 
 
 def resid_hooks(n_layers: int) -> list[str]:

@@ -38,16 +38,15 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 from jaxtyping import Bool, Float, Int
+from mechsynth.probes import ProbeResult, Section, View, attention_hooks, register, render_heads
 from torch import Tensor
 
 from mechsynth import hooks
-from mechsynth.analysis.plots import mark_drop, new_figure, steps_axis
-from mechsynth.probes import ProbeResult, Section, View, attention_hooks, register, render_heads
+from mechsynth.util.figures import mark_drop, new_figure, steps_axis
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
-
-    from mechsynth.analysis.timeline import Timeline
+    from mechsynth.probes import Timeline
 
 THRESHOLD = 0.9
 TIE = 1e-6  # attention values this close count as tied (uniform rows are equal only up to rounding)

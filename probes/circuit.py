@@ -35,14 +35,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
 import torch
+from mechsynth.probes import ProbeError, ProbeResult, Section, View, no_hooks, register
+from mechsynth.probes._landscape import finite, log_spaced
 from torch import Tensor
 
 from mechsynth import circuits
-from mechsynth.analysis.plots import mark_drop, new_figure, steps_axis
 from mechsynth.config import check, check_fields, doc, validates_itself
-from mechsynth.probes import ProbeError, ProbeResult, Section, View, no_hooks, register
-from mechsynth.probes._landscape import finite, log_spaced
 from mechsynth.tasks.base import Batch
+from mechsynth.util.figures import mark_drop, new_figure, steps_axis
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -39,16 +39,15 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 from jaxtyping import Float
+from mechsynth.probes import ProbeResult, Section, View, formation_step, no_hooks, register
 from torch import Tensor
 
-from mechsynth.analysis.plots import mark_drop, new_figure, steps_axis
-from mechsynth.probes import ProbeResult, Section, View, formation_step, no_hooks, register
 from mechsynth.tasks.base import Batch, align
+from mechsynth.util.figures import mark_drop, new_figure, steps_axis
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
-
-    from mechsynth.analysis.timeline import Timeline
+    from mechsynth.probes import Timeline
 
 TRUTH = ("relation", "answer_set", "facts")
 KNOWN = 0.9  # the type (or the facts) count as learned once type_acc (acc) stays at or above this

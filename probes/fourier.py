@@ -46,16 +46,15 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 from jaxtyping import Bool, Float, Int, Shaped
+from mechsynth.probes import ProbeError, ProbeResult, Section, View, formation_step, register
 from torch import Tensor
 
 from mechsynth import hooks
-from mechsynth.analysis.plots import mark_drop, new_figure, steps_axis
-from mechsynth.probes import ProbeError, ProbeResult, Section, View, formation_step, register
+from mechsynth.util.figures import mark_drop, new_figure, steps_axis
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
-
-    from mechsynth.analysis.timeline import Timeline
+    from mechsynth.probes import Timeline
 
 TRUTH = ("a", "b", "modulus", "in_train", "linear")
 WEIGHTS = ("W_E", "W_Q", "W_K", "W_V", "W_O", "W_in", "W_out", "W_U")  # what `weight_norm_sq` sums

@@ -28,15 +28,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Optional
 
 from jaxtyping import Float
+from mechsynth.probes import ProbeResult, Section, View, formation_step, input_weights, no_hooks, register
 from torch import Tensor
 
-from mechsynth.analysis.plots import held_out_loss, mark_drop, new_figure, steps_axis
-from mechsynth.probes import ProbeResult, Section, View, formation_step, input_weights, no_hooks, register
+from mechsynth.util.figures import held_out_loss, mark_drop, new_figure, steps_axis
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
-
-    from mechsynth.analysis.timeline import Timeline
+    from mechsynth.probes import Timeline
 
 
 def row_drift(view: View) -> Float[Tensor, "bit"]:
@@ -95,7 +94,7 @@ def figure(tl: "Timeline", task: Any) -> Optional[Figure]:
         ax_ratio.plot(tl.steps, m["topk_drift_ratio"], color="tab:blue", label="top-k / other drift (no S)")
     ax_ratio.set_ylabel("drift ratio")
     loss_ax = ax_ratio.twinx()
-    loss_ax.plot(tl.steps, held_out_loss(tl), color="black", alpha=0.6, label="held-out loss")
+    loss_ax.plot(tl.steps, held_out_loss(tl.loss), color="black", alpha=0.6, label="held-out loss")
     loss_ax.set_ylabel("held-out loss")
     recovered = formation_step(tl.steps, m["support_recovered"], 1.0) if "support_recovered" in m else None
     for ax in (ax_drift, ax_ratio):

@@ -45,17 +45,16 @@ from typing import TYPE_CHECKING, Any, Optional
 import numpy as np
 import torch
 from jaxtyping import Float
+from mechsynth.probes import ProbeError, ProbeResult, Section, View, formation_step, no_hooks, register
 from scipy.optimize import linear_sum_assignment, nnls
 from torch import Tensor
 
-from mechsynth.analysis.plots import mark_drop, new_figure, steps_axis
-from mechsynth.probes import ProbeError, ProbeResult, Section, View, formation_step, no_hooks, register
+from mechsynth.util.figures import mark_drop, new_figure, steps_axis
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+    from mechsynth.probes import Timeline
     from tensorly.cp_tensor import CPTensor
-
-    from mechsynth.analysis.timeline import Timeline
 
 TRUTH = ("emission", "hidden_transition", "hidden_stationary", "optimal")
 RESTARTS = 2  # Jennrich starts and random starts, besides the SVD start

@@ -15,14 +15,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Optional
 
-
-from mechsynth.analysis.plots import mark_drop, new_figure, steps_axis
 from mechsynth.probes import ProbeResult, Section, View, no_hooks, register
+
+from mechsynth.util.figures import mark_drop, new_figure, steps_axis
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
-
-    from mechsynth.analysis.timeline import Timeline
+    from mechsynth.probes import Timeline
 
 # In this order: `stage` is an index into the ones the task provides, and the metrics keep it.
 STRATEGIES = ("uniform", "unigram", "ngram", "bayes")

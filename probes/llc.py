@@ -17,19 +17,19 @@ import functools
 import math
 import tempfile
 import warnings
-from unittest import mock
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
+from unittest import mock
 
 import torch
 import tqdm
-from torch import Tensor, nn
-
-from mechsynth.analysis.plots import new_figure, steps_axis
-from mechsynth.config import check, check_fields, doc, validates_itself
 from mechsynth.probes import ProbeResult, Section, View, no_hooks, register
 from mechsynth.probes._landscape import device_of, finite, loss, loss_kind, training_batch
+from torch import Tensor, nn
+
+from mechsynth.config import check, check_fields, doc, validates_itself
 from mechsynth.tasks.base import Batch, LossKind
+from mechsynth.util.figures import new_figure, steps_axis
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -17,14 +17,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Optional
 
 import torch
-
-from mechsynth.analysis.plots import mark_drop, new_figure, steps_axis
 from mechsynth.probes import ProbeResult, Section, View, no_hooks, register
+
+from mechsynth.util.figures import mark_drop, new_figure, steps_axis
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
-
-    from mechsynth.analysis.timeline import Timeline
+    from mechsynth.probes import Timeline
 
 # In this order: `stage` and `nearest/<i>` index the ones the task provides, and the metrics keep it.
 STRATEGIES = ("least_squares", "ridge", "averaging", "nearest_neighbours", "dmmse")

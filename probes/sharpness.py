@@ -15,15 +15,15 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 from jaxtyping import Float
+from mechsynth.probes import ProbeResult, Section, View, no_hooks, register
+from mechsynth.probes._landscape import device_of, finite, loss, loss_kind, training_batch
 from torch import Tensor, nn
 from torch.func import functional_call, grad, jvp
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from mechsynth.analysis.plots import new_figure, steps_axis
 from mechsynth.config import check, check_fields, doc, validates_itself
-from mechsynth.probes import ProbeResult, Section, View, no_hooks, register
-from mechsynth.probes._landscape import device_of, finite, loss, loss_kind, training_batch
 from mechsynth.tasks.base import Batch, LossKind
+from mechsynth.util.figures import new_figure, steps_axis
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

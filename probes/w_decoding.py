@@ -20,16 +20,15 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 from jaxtyping import Float
+from mechsynth.probes import ProbeResult, Section, View, register
 from torch import Tensor
 
 from mechsynth import hooks
-from mechsynth.analysis.plots import mark_drop, new_figure, steps_axis
-from mechsynth.probes import ProbeResult, Section, View, register
+from mechsynth.util.figures import mark_drop, new_figure, steps_axis
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
-
-    from mechsynth.analysis.timeline import Timeline
+    from mechsynth.probes import Timeline
 
 RIDGE = 1e-3  # λ per training row on standardized features: a guard against collinear features, not a prior
 

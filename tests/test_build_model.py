@@ -13,8 +13,8 @@ import torch
 import mechsynth
 from mechsynth import configs, models, tasks
 from mechsynth.errors import ConfigError
+from mechsynth.models import external
 from mechsynth.tasks.base import masked_loss
-from mechsynth.yours import external
 
 TASK = tasks.make("markov_icl", {"k": 3, "order": 2, "length": 16})
 FIELDS = dict(n_layers=2, d_model=16, n_heads=1, attn_only=True)

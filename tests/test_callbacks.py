@@ -14,9 +14,10 @@ import mechsynth
 from mechsynth import load_run, tasks
 from mechsynth.cli import main
 from mechsynth.errors import ConfigError
+from mechsynth.models import external
 from mechsynth.runs import rundir
 from mechsynth.tasks.base import Batch, masked_loss
-from mechsynth.yours import callbacks, external
+from mechsynth.yours import callbacks
 
 STEPS = 40
 

@@ -10,9 +10,10 @@ import math
 import pytest
 
 from mechsynth import probes
-from mechsynth.analysis import browser, report, timeline
+from mechsynth.analysis import report, timeline
 from mechsynth.cli import main
 from mechsynth.runs.run import load_run
+from mechsynth.util import browser
 
 SMALL = ["--set", "circuit.checkpoints=4", "--set", "circuit.method=eap", "--batch-size", "16"]
 

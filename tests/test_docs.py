@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from mechsynth import models, optimizers, probes, tasks
-from mechsynth.analysis import browser
 from mechsynth.config import describe
+from mechsynth.util import browser
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "experiments"))

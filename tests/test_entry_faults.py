@@ -23,7 +23,8 @@ from mechsynth import probes, tasks
 from mechsynth.cli import main
 from mechsynth.config import show
 from mechsynth.errors import UserError, one_line
-from mechsynth.yours import callbacks, external, importing
+from mechsynth.models import external
+from mechsynth.yours import callbacks, importing
 
 TASK = tasks.make("markov_icl", {"k": 3, "order": 2, "length": 8})
 

@@ -18,9 +18,9 @@ from mechsynth import load_run, parse_config, probes, tasks, train_run
 from mechsynth.analysis import timeline
 from mechsynth.cli import main
 from mechsynth.errors import ConfigError, UserError
-from mechsynth.models import tl_compat
+from mechsynth.models import external, tl_compat
 from mechsynth.tasks.base import masked_loss
-from mechsynth.yours import external, importing
+from mechsynth.yours import importing
 from tests.nanogpt_ref import GPT
 
 TRACR = Path(__file__).parent.parent / "mechsynth" / "benchmark" / "tracr"  # the zoo's compiled programs

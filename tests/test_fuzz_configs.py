@@ -32,12 +32,12 @@ import pytest
 import torch
 
 from mechsynth import models, tasks
-from mechsynth.analysis.wandb_log import WandbConfig
 from mechsynth.cli import main
 from mechsynth.config import ConfigError, describe, read_toml
 from mechsynth.models import MLPConfig, TransformerConfig
 from mechsynth.models.tl_compat import TL_MAJOR
 from mechsynth.runs.runconfig import parse_config
+from mechsynth.runs.wandb_log import WandbConfig
 from mechsynth.training import budget
 from mechsynth.training.seeds import saved_activation_bytes
 from mechsynth.training.train import TrainConfig, resolve_device

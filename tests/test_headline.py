@@ -109,7 +109,7 @@ def test_a_monitor_run_headline_points_where_its_change_points_are(tmp_path):
     exit, fastest = loss_transition(tl.steps, tl.loss)
     assert exit in found and fastest == tl.loss_drop_step and fastest >= exit, (line, found)
     assert line.startswith(f"loss falls fastest at step {fastest}, after leaving its plateau at step {exit}"), line
-    assert timeline.load(tmp_path / "run").to_json()["plateau_exit"] == exit
+    assert timeline.as_json(timeline.load(tmp_path / "run"))["plateau_exit"] == exit
 
 
 def test_a_run_without_a_plateau_says_so(tmp_path, tiny):

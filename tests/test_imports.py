@@ -1,5 +1,6 @@
-"""The module graph: no import cycles (lazy imports inside functions count too), and each outside edge
-(wandb, ray, circuitsvis, TransformerLens model classes) imported in one place."""
+"""The module graph: layers that only point down and no import cycles (lazy imports inside functions and imports
+for type checkers count too), and each outside edge (wandb, ray, circuitsvis, TransformerLens model classes)
+imported in one place."""
 
 from __future__ import annotations
 
@@ -41,6 +42,30 @@ def imports(path: Path, name: str, known: set[str]) -> set[str]:
     return {m for m in found if m in known and m != name}
 
 
+# The layers, lowest first (docs/layout.md): a package imports its own layer and those below, never one above.
+LAYERS = [("errors", "config", "registry", "plugins", "hooks", "util", "configs"), ("tasks",), ("models",),
+          ("optimizers", "circuits"), ("training",), ("runs",), ("probes",), ("analysis",), ("yours", "benchmark"),
+          ("sweep",), ("cli",)]
+LAYER = {package: i for i, layer in enumerate(LAYERS) for package in layer}
+
+
+def package_of(module: str) -> str:
+    """mechsynth.runs.rundir -> runs; mechsynth.cli -> cli; mechsynth (the package's face) -> mechsynth."""
+    return (module.split(".") + ["mechsynth"])[1] if module != "mechsynth" else "mechsynth"
+
+
+def test_layers_only_point_down():
+    mods = modules()
+    assert {package_of(m) for m in mods} - {"mechsynth"} == set(LAYER), "a package docs/layout.md gives no layer"
+    up = sorted(f"{name} -> {target} ({package_of(name)} is below {package_of(target)})"
+                for name, path in mods.items() if name != "mechsynth"
+                for target in imports(path, name, set(mods))
+                if target == "mechsynth" or LAYER[package_of(target)] > LAYER[package_of(name)])
+    assert not up, "imports that point up a layer (docs/layout.md):\n" + "\n".join(up)
+    layout = (REPO / "docs" / "layout.md").read_text()
+    assert " → ".join(" ".join(layer) for layer in LAYERS) in layout, "docs/layout.md names the layers as LAYERS has them"
+
+
 def test_no_import_cycles():
     mods = modules()
     graph = {name: imports(path, name, set(mods)) for name, path in mods.items()}
@@ -66,7 +91,7 @@ def test_no_import_cycles():
 
 
 def test_each_edge_is_imported_in_one_place():
-    owners = {"wandb": "mechsynth.analysis.wandb_log", "ray": "mechsynth.sweep.ray_backend",
+    owners = {"wandb": "mechsynth.runs.wandb_log", "ray": "mechsynth.sweep.ray_backend",
               "circuitsvis": "mechsynth.analysis.views", "transformer_lens": "mechsynth.models.tl_compat",
               "transformers": "mechsynth.yours.callbacks", "lightning": "mechsynth.yours.callbacks",
               "pytorch_lightning": "mechsynth.yours.callbacks", "devinterp": "mechsynth.probes.llc"}
@@ -84,7 +109,8 @@ def test_each_edge_is_imported_in_one_place():
 # What the top of mechsynth/ holds (docs/layout.md): the package's face, the CLI and what every part shares (config
 # fields, errors, hook names, the registries and their plugins); everything else lives in a folder by purpose.
 TOP_MODULES = {"__init__.py", "cli.py", "config.py", "errors.py", "hooks.py", "plugins.py", "registry.py"}
-PACKAGES = {"analysis", "benchmark", "circuits", "configs", "models", "optimizers", "runs", "sweep", "tasks", "training", "yours"}
+PACKAGES = {"analysis", "benchmark", "circuits", "configs", "models", "optimizers", "runs", "sweep", "tasks", "training",
+            "util", "yours"}
 
 
 def test_the_top_level_stays_small():

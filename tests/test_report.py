@@ -8,13 +8,13 @@ import re
 
 import pytest
 import torch
+from test_views import props_of
 
 from mechsynth import hooks, load_run, parse_config, probes, train_run
-from mechsynth.analysis import browser, report
+from mechsynth.analysis import report
 from mechsynth.analysis.timeline import Timeline
 from mechsynth.cli import main
-
-from test_views import props_of
+from mechsynth.util import browser
 
 
 def train(tmp_path_factory, name: str, task: dict, model: dict, steps: int = 40, wandb: str = "disabled"):

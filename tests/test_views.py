@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from mechsynth import tasks
-from mechsynth.analysis import browser, views
+from mechsynth.analysis import views
+from mechsynth.util import browser
 
 
 def view(n: int = 2, labels=("a", "b", "c")) -> views.AttentionView:

@@ -98,9 +98,9 @@ MODE_TABLE = [  # (flag, file, WANDB_MODE, resolved)
 @pytest.mark.parametrize("flag,file_mode,env,expected", MODE_TABLE)
 def test_mode_precedence_flag_file_environment_offline(tmp_path, monkeypatch, flag, file_mode, env, expected):
     """Through the real CLI (argument parsing, the config file, --wandb), stopping where training would start."""
-    from mechsynth.analysis.wandb_log import resolve_mode
+    import mechsynth.runs.runner
     from mechsynth.cli import main
-    import mechsynth.training.runner
+    from mechsynth.runs.wandb_log import resolve_mode
 
     lines = ['[task]\nname = "sparse_parity"\nn = 6\nk = 2\n[train]\nsteps = 4\ndevice = "cpu"\n']
     if file_mode is not None:
@@ -108,7 +108,7 @@ def test_mode_precedence_flag_file_environment_offline(tmp_path, monkeypatch, fl
     config = tmp_path / "c.toml"
     config.write_text("".join(lines))
     seen = []
-    monkeypatch.setattr(mechsynth.training.runner, "train_run", lambda cfg, run_dir, **kw: seen.append(cfg))  # cli's import
+    monkeypatch.setattr(mechsynth.runs.runner, "train_run", lambda cfg, run_dir, **kw: seen.append(cfg))  # cli's import
     if env is None:
         monkeypatch.delenv("WANDB_MODE", raising=False)
     else:
@@ -121,8 +121,8 @@ def test_mode_precedence_flag_file_environment_offline(tmp_path, monkeypatch, fl
 
 @pytest.mark.parametrize("bad", ["bogus", "shared", "true", "0"])
 def test_bad_wandb_mode_in_the_environment_is_a_config_error_naming_it(tmp_path, monkeypatch, bad):
-    from mechsynth.analysis.wandb_log import WandbConfig, WandbLogger, resolve_mode
     from mechsynth.errors import ConfigError
+    from mechsynth.runs.wandb_log import WandbConfig, WandbLogger, resolve_mode
 
     monkeypatch.setenv("WANDB_MODE", bad)
     with pytest.raises(ConfigError) as err:
@@ -136,9 +136,9 @@ def test_bad_wandb_mode_in_the_environment_is_a_config_error_naming_it(tmp_path,
 
 
 def test_wandb_config_validation():
-    from mechsynth.analysis.wandb_log import WandbConfig
     from mechsynth.config import from_dict
     from mechsynth.errors import ConfigError
+    from mechsynth.runs.wandb_log import WandbConfig
 
     assert WandbConfig().mode is None and 0 < WandbConfig().init_timeout <= 10
     for kwargs, field in [({"mode": "bogus"}, "mode"), ({"init_timeout": 0}, "init_timeout"),
@@ -158,7 +158,7 @@ def test_wandb_config_validation():
 
 
 def test_log_drops_nan_inf_none_and_non_scalars(tmp_path):
-    from mechsynth.analysis.wandb_log import WandbConfig, WandbLogger
+    from mechsynth.runs.wandb_log import WandbConfig, WandbLogger
 
     class FakeRun:
         def __init__(self):
@@ -257,8 +257,8 @@ def test_online_without_a_reachable_server_waits_init_timeout_then_trains(tmp_pa
 
 def test_a_monitor_runs_wandb_files_go_to_wandb_dir_and_mechsynths_own_runs_stay_in_theirs(tmp_path, monkeypatch):
     import mechsynth
-    from mechsynth.analysis.wandb_log import wandb_dir
     from mechsynth.cli import main
+    from mechsynth.runs.wandb_log import wandb_dir
 
     monkeypatch.setenv("WANDB_DIR", str(tmp_path / "mine"))
     monkeypatch.setenv("WANDB_MODE", "offline")

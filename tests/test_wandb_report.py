@@ -11,11 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_wandb import inspect
 
 from mechsynth import load_run, parse_config, train_run
 from mechsynth.cli import main
-
-from test_wandb import inspect
 
 
 def records(wandb_file: Path) -> list[dict]:
@@ -110,7 +109,7 @@ def test_checkpoints_become_model_artifacts_only_when_asked(tmp_path):
 def test_a_table_past_the_run_row_limit_goes_to_an_artifact(tmp_path, monkeypatch):
     import wandb
 
-    from mechsynth.analysis.wandb_log import WandbConfig, WandbLogger
+    from mechsynth.runs.wandb_log import WandbConfig, WandbLogger
 
     monkeypatch.setattr(wandb.Table, "MAX_ROWS", 2)
     logger = WandbLogger(WandbConfig(mode="offline"), tmp_path, {})

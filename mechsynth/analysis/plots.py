@@ -1,66 +1,19 @@
-"""Figures of a run and its probe timeline, drawn with matplotlib's object API (Agg canvas, no pyplot
-state): they save to PNG for the report and display as they are in a notebook.
-
-Here: the loss curves, every probe's per-head timelines, and the helpers every figure shares. A probe's
-own figure (strategy KL, linear probes, hidden progress) lives in the probe's file and uses these helpers."""
+"""Figures of a run and its probe timeline: the loss curves, every probe's per-head timelines, the stages. A probe's
+own figure (strategy KL, linear probes, hidden progress) lives in the probe's file; the helpers every figure shares
+are in mechsynth/util/figures.py."""
 
 from __future__ import annotations
 
-import base64
-import io
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Optional
 
-if TYPE_CHECKING:  # annotations only: probe files import these helpers, and the timeline imports the probes
-    from matplotlib.axes import Axes
+from mechsynth.util.figures import held_out_loss, mark_drop, new_figure, steps_axis
+
+if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from mechsynth.analysis.timeline import Timeline
-
-DROP = dict(color="0.35", linestyle=":", linewidth=1.2)
-
-
-def new_figure(rows: int, cols: int = 1, height: float = 2.6, width: float = 8.0, **kw) -> tuple[Figure, Any]:
-    """A figure of rows x cols axes (always a 2-D array), on an Agg canvas of its own."""
-    # matplotlib is imported by the first figure: `mechsynth probes` lists the probes (which import these helpers)
-    # without it
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height * rows), layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig, fig.subplots(rows, cols, squeeze=False, **kw)
-
-
-def steps_axis(ax: Axes, label: bool = True, log: bool = True) -> None:
-    """Training step on the x axis."""
-    # Checkpoints are log-spaced early, where circuits form; symlog keeps step 0 on the axis.
-    if log:
-        ax.set_xscale("symlog", linthresh=1, linscale=0.3)
-    ax.set_xlim(left=0)
-    ax.grid(alpha=0.25)
-    if label:
-        ax.set_xlabel("training step")
-
-
-def mark_drop(ax: Axes, step: Optional[int], label: bool = False) -> None:
-    """The step where the held-out loss falls fastest, dotted."""
-    if step is not None:
-        ax.axvline(step, **DROP, label=f"loss falls fastest (step {step})" if label else None)
-
-
-def held_out_loss(tl: "Timeline") -> list[float]:
-    """The timeline's held-out loss, NaN where a checkpoint recorded none (a gap in the line)."""
-    return [math.nan if v is None else v for v in tl.loss]
-
-
-def png_base64(fig: Figure, dpi: int = 110) -> str:
-    """The figure as a base64 PNG, for a data: URL."""
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi)
-    return base64.b64encode(buf.getvalue()).decode("ascii")
-
+    from mechsynth.probes import Timeline
 
 def curves(records: Sequence[dict[str, Any]], loss_drop_step: Optional[int] = None,
            formed: Sequence[tuple[str, str, int]] = ()) -> Figure:
@@ -102,7 +55,7 @@ def head_timelines(tl: "Timeline", thresholds: dict[str, float]) -> Optional[Fig
         return None
     fig, axes = new_figure(len(probes) + 1, height=2.3, sharex=True)
     ax = axes[0, 0]
-    ax.plot(tl.steps, held_out_loss(tl), color="black")
+    ax.plot(tl.steps, held_out_loss(tl.loss), color="black")
     ax.set_ylabel("held-out loss")
     mark_drop(ax, tl.loss_drop_step, label=True)
     if tl.loss_drop_step is not None:  # (a run cut short may have no drop to mark)

@@ -23,6 +23,7 @@ from mechsynth.analysis import plots, stages, timeline, views
 from mechsynth.analysis.timeline import Timeline, applicable, probe_run, summary
 from mechsynth.runs import io, rundir
 from mechsynth.runs.run import Run, load_run
+from mechsynth.util.figures import png_base64
 
 STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", "DejaVu Sans", sans-serif; margin: 0 auto; max-width: 1100px;
@@ -149,7 +150,7 @@ def _formed(tl: Timeline, probe: str, head: str) -> int | str:
 
 
 def _img(fig: Optional[Figure], alt: str) -> str:
-    return "" if fig is None else f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{plots.png_base64(fig)}">'
+    return "" if fig is None else f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{png_base64(fig)}">'
 
 
 def _section(anchor: str, title: str, body: str) -> tuple[str, str, str]:

@@ -10,7 +10,7 @@ from typing import Any, Optional
 
 from matplotlib.figure import Figure
 
-from mechsynth.analysis.plots import new_figure, png_base64
+from mechsynth.util.figures import new_figure, png_base64
 
 COLUMNS = [("method", "method", ""), ("case", "zoo case", ""), ("checkpoints", "checkpoints", "d"),
            ("auroc", "AUROC", ".2f"), ("cpr", "CPR ↑", ".3f"), ("cmd", "CMD ↓", ".3f"), ("lag", "lag", "+.1f"),

@@ -207,7 +207,7 @@ def trained_case(name: str, run_dir: Path, checkpoints: int, batch: int, steps: 
     from mechsynth.probes import log_spaced
     from mechsynth.runs.run import load_run
     from mechsynth.runs.runconfig import parse_config
-    from mechsynth.training.runner import train_run
+    from mechsynth.runs.runner import train_run
 
     table = json.loads(json.dumps(TRAINED[name]))
     if steps is not None:

@@ -9,10 +9,10 @@ from typing import Any
 import torch
 
 from mechsynth import models, tasks
-from mechsynth.analysis.wandb_log import WandbConfig
 from mechsynth.config import ConfigError, check, from_dict, key_name, show, to_dict
 from mechsynth.models import ModelKind
 from mechsynth.runs import rundir
+from mechsynth.runs.wandb_log import WandbConfig
 from mechsynth.tasks.base import Task, TaskSpec
 from mechsynth.training import budget
 from mechsynth.training.train import TrainConfig, freeze_unselected, resolve_device

@@ -78,8 +78,8 @@ def run_job(run_dir: str, config: dict[str, Any], threads: int = 1) -> dict[str,
     from mechsynth.errors import ConfigError, DivergedError, UserError
     from mechsynth.runs import rundir
     from mechsynth.runs.runconfig import parse_config
+    from mechsynth.runs.runner import train_run
     from mechsynth.sweep import units as sweep_units
-    from mechsynth.training.runner import train_run
 
     torch.set_num_threads(max(1, threads))
     path, t0, out = Path(run_dir), time.time(), {}

@@ -29,10 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from mechsynth.analysis.wandb_log import resolve_mode
 from mechsynth.config import ConfigError, apply_override, check, key_path, parse_value, read_toml, show
 from mechsynth.runs import rundir
 from mechsynth.runs.runconfig import SECTIONS, parse_config
+from mechsynth.runs.wandb_log import resolve_mode
 
 SWEEP_KEYS = ("name", "seeds", "seed_keys", "side_by_side", "grid", "num_cpus", "num_gpus")
 # Seeds are the sweep's own axis; a grid over them would collide with `seeds`.
@@ -319,7 +319,7 @@ def make_job(name: str, point: str, labels: dict[str, str], seed: int, config: d
     wandb = config.setdefault("wandb", {})
     check(isinstance(wandb, dict), "wandb", "must be a table")
     wandb.setdefault("group", name)  # every run of a sweep lands in one W&B group
-    # `<base>-seed_<s>`: the name seeds side by side give each seed (mechsynth.training.seeds.seed_config), so a
+    # `<base>-seed_<s>`: the name seeds side by side give each seed (mechsynth.runs.runner.seed_config), so a
     # seed's config is the same whichever way it trained.
     wandb["name"] = f"{wandb.get('name') or f'{name}/{point}'}-seed_{seed}"
     for dotted in (*SEED_KEYS, *seed_keys):

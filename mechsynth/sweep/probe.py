@@ -242,7 +242,7 @@ def _log_to_wandb(run: Any, tl: Any, mode: Optional[str]) -> None:
     from dataclasses import replace
 
     from mechsynth.analysis import timeline
-    from mechsynth.analysis.wandb_log import WandbLogger, resolve_mode
+    from mechsynth.runs.wandb_log import WandbLogger, resolve_mode
 
     cfg = run.config.wandb if mode is None else replace(run.config.wandb, mode=mode)
     if resolve_mode(cfg) != "disabled":

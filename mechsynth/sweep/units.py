@@ -117,7 +117,7 @@ def why_not_on_disk(point_dir: Path, config: dict[str, Any]) -> Optional[str]:
         fixed = [k for k in rundir.changed_keys(complete(stored), complete(config)) if not rundir.may_change_on_resume(k)]
         if fixed:
             return f"its batch has another {fixed[0]}"
-        from mechsynth.training.runner import resume_step
+        from mechsynth.runs.runner import resume_step
 
         try:
             resume_step(rundir.members(point_dir, n))

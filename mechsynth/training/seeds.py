@@ -30,7 +30,6 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from typing import Any, TypeVar
 
 import torch
@@ -39,10 +38,16 @@ import torch.nn.functional as F
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from mechsynth.runs.runconfig import RunConfig
 from mechsynth.tasks.base import Batch, LossKind, real_loss
-from mechsynth.training.train import (DataSource, Trainer, TrainConfig, held_out_batches, held_out_metrics, lr_at,
-                                      masked_loss)
+from mechsynth.training.train import (
+    DataSource,
+    TrainConfig,
+    Trainer,
+    held_out_batches,
+    held_out_metrics,
+    lr_at,
+    masked_loss,
+)
 
 # Sequences per evaluation forward, summed over seeds: bounds memory when S * eval_batch_size is large.
 # A CPU wants activations near cache size (there 8192 measured 1.5x slower than 1024).
@@ -51,15 +56,6 @@ EVAL_SEQUENCES = {"cpu": 1024, "other": 8192}
 PER_SEED_FROM_BYTES = 4 * 2**20
 
 T = TypeVar("T")
-
-
-def seed_config(cfg: RunConfig, i: int, name: str) -> RunConfig:
-    """Seed i of a batched run as a run of its own. Its W&B run is named after the batch and grouped with
-    the other seeds (under `wandb.group`, or else the batch's name)."""
-    base = cfg.wandb.name or name
-    return replace(cfg, model=replace(cfg.model, init_seed=cfg.model.init_seed + i),
-                   train=replace(cfg.train, seed=cfg.train.seed + i, seeds=1),
-                   wandb=replace(cfg.wandb, name=f"{base}-seed_{i}", group=cfg.wandb.group or base))
 
 
 def per_model_loss(logits: Float[Tensor, "n_models batch out_pos d_vocab_out"],
@@ -314,4 +310,4 @@ class SeedsTrainer(Trainer):
             self._chunk = self._sample_chunk()
 
 
-__all__ = ["SeedsTrainer", "clip_per_model_", "per_model_loss", "seed_config"]
+__all__ = ["SeedsTrainer", "clip_per_model_", "per_model_loss"]

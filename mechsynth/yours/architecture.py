@@ -17,9 +17,9 @@ from torch import Tensor
 
 from mechsynth.config import check, show
 from mechsynth.errors import ConfigError, CorruptFileError, RunFileError
+from mechsynth.models import external
 from mechsynth.models.tl_compat import BUFFERS, from_bridge_layout
 from mechsynth.runs import io
-from mechsynth.yours import external
 
 FIELD = "checkpoints"  # how errors name the sources
 

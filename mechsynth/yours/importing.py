@@ -42,15 +42,25 @@ from torch import Tensor
 from mechsynth import models, tasks
 from mechsynth.config import check, from_dict, show, to_dict
 from mechsynth.errors import ConfigError, CorruptFileError, RunFileError, one_line
-from mechsynth.models import ModelKind, TransformerConfig
-from mechsynth.analysis.wandb_log import WandbConfig
+from mechsynth.models import ModelKind, TransformerConfig, external
 from mechsynth.runs import io, rundir
 from mechsynth.runs.runconfig import RunConfig
+from mechsynth.runs.wandb_log import WandbConfig
 from mechsynth.tasks.base import Task, TaskSpec
 from mechsynth.training.train import TrainConfig, held_out_batches, held_out_metrics
-from mechsynth.yours import external
-from mechsynth.yours.architecture import (FIELD, GIVEN, SAVED, TL_CONFIG, Found, _shape, architecture, bridge_heads,
-                                          hooked_layout, read_tl_config, tl_fields)
+from mechsynth.yours.architecture import (
+    FIELD,
+    GIVEN,
+    SAVED,
+    TL_CONFIG,
+    Found,
+    _shape,
+    architecture,
+    bridge_heads,
+    hooked_layout,
+    read_tl_config,
+    tl_fields,
+)
 from mechsynth.yours.monitor import as_dir, check_int, check_new, probe_names, random_tokens, resolve_task, start_run
 from mechsynth.yours.saving import ENTRY, verify_saved
 

@@ -37,17 +37,16 @@ import torch.nn as nn
 from torch import Tensor
 
 from mechsynth import hooks, optimizers, probes, tasks
-from mechsynth.analysis.wandb_log import WandbConfig, WandbLogger
 from mechsynth.config import check, show
 from mechsynth.errors import ConfigError
-from mechsynth.models import ModelKind
+from mechsynth.models import ModelKind, external
 from mechsynth.runs import io, rundir
 from mechsynth.runs.runconfig import RunConfig
+from mechsynth.runs.runner import remove_if_empty
+from mechsynth.runs.wandb_log import WandbConfig, WandbLogger
 from mechsynth.tasks.base import Task
-from mechsynth.training.runner import remove_if_empty
-from mechsynth.training.train import (DEVICE, Progress, TrainConfig, checkpoint_steps, held_out_batches,
-                                      held_out_metrics)
-from mechsynth.yours import external
+from mechsynth.training.train import DEVICE, TrainConfig, checkpoint_steps, held_out_batches, held_out_metrics
+from mechsynth.util.progress import Progress
 
 PER_DECADE = 20  # checkpoints per factor of 10 in steps when the total is not known
 

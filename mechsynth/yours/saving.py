@@ -22,10 +22,8 @@ from torch import Tensor
 from mechsynth import models
 from mechsynth.config import check, show, to_dict
 from mechsynth.errors import ConfigError
-from mechsynth.models import ModelKind, TransformerConfig
-from mechsynth.models import tl_compat
+from mechsynth.models import ModelKind, TransformerConfig, external, tl_compat
 from mechsynth.tasks.base import Task
-from mechsynth.yours import external
 from mechsynth.yours.architecture import FIELD
 from mechsynth.yours.monitor import check_int
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-
-from mechsynth.analysis.plots import mark_drop, new_figure, steps_axis
 from mechsynth.probes import ProbeResult, Section, View, attention_hooks, register, render_heads
+
+from mechsynth.util.figures import mark_drop, new_figure, steps_axis
 
 
 def summary(tl, task: Any) -> list[str]:

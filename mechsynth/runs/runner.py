@@ -11,19 +11,29 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
 
 import torch
 
 from mechsynth import models, plugins
-from mechsynth.analysis.wandb_log import WandbLogger, resolve_mode
 from mechsynth.errors import ConfigError, CorruptFileError, DivergedError, one_line
 from mechsynth.runs import io, rundir
 from mechsynth.runs.run import load_weights, parse_stored
 from mechsynth.runs.runconfig import RunConfig, complete
-from mechsynth.training.seeds import SeedsTrainer, seed_config, stack_weights
+from mechsynth.runs.wandb_log import WandbLogger, resolve_mode
+from mechsynth.training.seeds import SeedsTrainer, stack_weights
 from mechsynth.training.train import Trainer, checkpoint_steps, resolve_device
+
+
+def seed_config(cfg: RunConfig, i: int, name: str) -> RunConfig:
+    """Seed i of a batched run as a run of its own. Its W&B run is named after the batch and grouped with
+    the other seeds (under `wandb.group`, or else the batch's name)."""
+    base = cfg.wandb.name or name
+    return replace(cfg, model=replace(cfg.model, init_seed=cfg.model.init_seed + i),
+                   train=replace(cfg.train, seed=cfg.train.seed + i, seeds=1),
+                   wandb=replace(cfg.wandb, name=f"{base}-seed_{i}", group=cfg.wandb.group or base))
 
 
 def train_run(cfg: RunConfig, run_dir: Path | str, *, resume: bool = False, progress: bool = True,

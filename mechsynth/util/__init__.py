@@ -1,0 +1,1 @@
+"""Small helpers every layer may use: figures, progress bars, the headless browser."""
