@@ -4,13 +4,6 @@ and probe their checkpoints for the circuits the theory predicts."""
 from pathlib import Path as _Path
 from typing import TYPE_CHECKING
 
-# pyproject installs ./probes as mechsynth.probes. A source checkout imported through PYTHONPATH (a second clone
-# beside an editable install of the first) takes its own probes, found here before the install's finder would
-# point at the first clone's: the commit a result names is the code that made it.
-_checkout = _Path(__file__).resolve().parent.parent
-if (_checkout / "probes" / "__init__.py").is_file() and not (_Path(__file__).resolve().parent / "probes").exists():
-    __path__.append(str(_checkout))
-
 # What `mechsynth.X` names, imported when first asked for: importing torch and TransformerLens takes seconds, and
 # `mechsynth --help` should not wait for them (tests/test_cli_imports.py).
 _LAZY = {"tasks": "mechsynth.tasks", "build_model": "mechsynth.models", "hooked_model": "mechsynth.models.tl_compat",

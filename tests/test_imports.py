@@ -5,6 +5,8 @@ imported in one place."""
 from __future__ import annotations
 
 import ast
+import os
+import re
 from pathlib import Path
 
 import pytest
@@ -136,20 +138,52 @@ def test_every_package_ships():
     assert listed == found, f"missing from pyproject.toml: {sorted(found - listed)}; not in the tree: {sorted(listed - found)}"
 
 
+def test_packaging_alone_maps_the_probes():
+    """pyproject's package-dir installs ./probes as mechsynth.probes; no module of the package edits sys.path or
+    its own __path__ to find them."""
+    edits = re.compile(r"\bsys\.path\.(insert|append|extend)|__path__\s*(\.append|\.extend|\+?=)")
+    touched = [name for name, path in modules().items() if edits.search(path.read_text())]
+    assert not touched, touched
+
+
+WHEEL_CHECK = """
+import pathlib, sys
+import mechsynth, mechsynth.probes
+site = pathlib.Path(sys.argv[1]).resolve()
+for module in (mechsynth, mechsynth.probes):
+    assert pathlib.Path(module.__file__).resolve().is_relative_to(site), module.__file__
+assert len(mechsynth.probes.names()) > 20 and pathlib.Path(mechsynth.probes.__file__).parent.name == "probes"
+"""
+
+
 @pytest.mark.smoke
-def test_a_second_checkout_on_pythonpath_imports_its_own_probes(tmp_path):
-    """An experiment run from a clean clone (PYTHONPATH=clone) beside the editable install of this checkout: every
-    module, the probes too, comes from the clone, so the clone's commit is the code that ran."""
+def test_a_wheel_install_passes_the_import_and_contract_tests(tmp_path):
+    """The wheel (not an editable install) holds every module, the probes as mechsynth.probes, the shipped configs
+    and the zoo's compiled programs: built from a copy of the tree, installed into a folder of its own, and the
+    contract and CLI-import tests run from a copy of the suite against it (the checkout itself is on no path)."""
     import shutil
     import subprocess
     import sys
 
-    clone = tmp_path / "clone"
-    for src in ("mechsynth", "probes"):
-        shutil.copytree(REPO / src, clone / src, ignore=shutil.ignore_patterns("__pycache__"))
-    out = subprocess.run([sys.executable, "-c", "import mechsynth.probes, mechsynth.tasks; "
-                          "print(mechsynth.probes.__file__); print(mechsynth.tasks.__file__)"],
-                         cwd=tmp_path, env={"PYTHONPATH": str(clone), "PATH": "/usr/bin:/bin"},
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    assert all(line.startswith(str(clone)) for line in out.stdout.split()), out.stdout
+    src, site, work = tmp_path / "src", tmp_path / "site", tmp_path / "work"
+    for name in ("mechsynth", "probes"):
+        shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, src / name)
+    for name in ("tests", "experiments"):  # (the contract tests read the experiments' configs)
+        shutil.copytree(REPO / name, work / name, ignore=shutil.ignore_patterns("__pycache__", "runs"))
+    shutil.copy(REPO / "pyproject.toml", work / "pyproject.toml")  # pytest's options and markers
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "dist"), str(src)],
+                   check=True, capture_output=True, timeout=300)
+    wheel = next((tmp_path / "dist").glob("mechsynth-*.whl"))
+    subprocess.run([*pip, "install", "--no-deps", "--target", str(site), str(wheel)], check=True, capture_output=True,
+                   timeout=300)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"PYTHONPATH": str(site)}
+    done = subprocess.run([sys.executable, "-c", WHEEL_CHECK, str(site)], cwd=work, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow and not smoke",
+                           "tests/test_contracts.py", "tests/test_cli_imports.py"], cwd=work, env=env, capture_output=True,
+                          text=True, timeout=1200)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
