@@ -41,8 +41,12 @@ from mechsynth.circuits.gradient import sender_groups  # noqa: E402
 
 IG_STEPS = 8
 # forward-and-backward passes each gradient method takes by its definition (its cost is measured against that many)
-POINTS = {"eap": lambda groups: 1, "eap_ig": lambda groups: IG_STEPS, "clean_corrupted": lambda groups: 2,
-          "eap_ig_activations": lambda groups: IG_STEPS * groups}
+POINTS = {
+    "eap": lambda groups: 1,
+    "eap_ig": lambda groups: IG_STEPS,
+    "clean_corrupted": lambda groups: 2,
+    "eap_ig_activations": lambda groups: IG_STEPS * groups,
+}
 
 
 def timed(fn, repeats: int = 5) -> tuple[float, object]:
@@ -60,15 +64,18 @@ def timed(fn, repeats: int = 5) -> tuple[float, object]:
     return statistics.median(times), out
 
 
-def measure(device: str = "cpu", batch: int = 64, steps: int = 600, repeats: int = 3,
-            eval_batch_size: Optional[int] = None) -> dict[str, Any]:
+def measure(
+    device: str = "cpu", batch: int = 64, steps: int = 600, repeats: int = 3, eval_batch_size: Optional[int] = None
+) -> dict[str, Any]:
     """Each way's seconds per checkpoint, as a multiple of one forward, and each method's agreement with exact
     patching (Spearman of |score|), as rows (name, seconds, agreement or None); also what benchmarks/gpu_check.py
     records. `repeats`: timed calls of each method (a forward and a backward: 5 at the least); `eval_batch_size`:
     the demo run's held-out sequences, if not its 512 (their Bayes predictor takes seconds on a CPU)."""
     with tempfile.TemporaryDirectory() as tmp:
         cfg = configs.load("demo")
-        train = {**cfg["train"], "steps": steps, "device": device} | ({"eval_batch_size": eval_batch_size} if eval_batch_size else {})
+        train = {**cfg["train"], "steps": steps, "device": device} | (
+            {"eval_batch_size": eval_batch_size} if eval_batch_size else {}
+        )
         cfg = {**cfg, "train": train, "wandb": {"mode": "disabled"}}
         run = load_run(train_run(parse_config(cfg), Path(tmp) / "demo", progress=False))
         last = run.steps[-1]
@@ -86,23 +93,41 @@ def measure(device: str = "cpu", batch: int = 64, steps: int = 600, repeats: int
     def forward_backward():
         model.zero_grad()
         metric(model(clean.tokens)[None]).sum().backward()
+
     backward, _ = timed(forward_backward, max(5, repeats))
-    rows = [("forward", "one forward", forward, None, None),
-            ("forward_backward", "forward + backward of the metric", backward, None, None)]
+    rows = [
+        ("forward", "one forward", forward, None, None),
+        ("forward_backward", "forward + backward of the metric", backward, None, None),
+    ]
     exact_t, exact = timed(lambda: circuits.discover("patching", model, graph, clean.tokens, src, metric), repeats)
     rows.append(("patching", f"exact edge patching ({len(graph.edge_list)} edges)", exact_t, 1.0, None))
     groups = len(sender_groups(graph))
     for method in [m for m in circuits.METHODS if m != "patching"]:
         opts = circuits.declared(method, {"ig_steps": IG_STEPS})
         t, scores = timed(lambda: circuits.discover(method, model, graph, clean.tokens, src, metric, **opts), repeats)
-        rows.append((method, method + (f" ({IG_STEPS} steps)" if opts else ""), t,
-                     harness.spearman(exact.abs().tolist(), scores.abs().tolist()), POINTS.get(method, lambda g: None)(groups)))
-    ours_t, _ = timed(lambda: circuits.activation_patching(model, graph, clean.tokens, src, metric, level="node"), repeats)
+        rows.append(
+            (
+                method,
+                method + (f" ({IG_STEPS} steps)" if opts else ""),
+                t,
+                harness.spearman(exact.abs().tolist(), scores.abs().tolist()),
+                POINTS.get(method, lambda g: None)(groups),
+            )
+        )
+    ours_t, _ = timed(
+        lambda: circuits.activation_patching(model, graph, clean.tokens, src, metric, level="node"), repeats
+    )
     _, corrupted_cache = model.run_with_cache(corrupted.tokens)
-    theirs_t, _ = timed(lambda: patching.get_act_patch_attn_head_out_all_pos(
-        model, clean.tokens, corrupted_cache, lambda lg: metric(lg[None])[0]), repeats)
-    rows += [("node_patching", "node patching, every node: mechsynth", ours_t, None, None),
-             ("tl_head_patching", "head patching, every head: TransformerLens's patching helper", theirs_t, None, None)]
+    theirs_t, _ = timed(
+        lambda: patching.get_act_patch_attn_head_out_all_pos(
+            model, clean.tokens, corrupted_cache, lambda lg: metric(lg[None])[0]
+        ),
+        repeats,
+    )
+    rows += [
+        ("node_patching", "node patching, every node: mechsynth", ours_t, None, None),
+        ("tl_head_patching", "head patching, every head: TransformerLens's patching helper", theirs_t, None, None),
+    ]
     return {"trained_steps": last, "batch": batch, "edges": len(graph.edge_list), "rows": rows}
 
 
@@ -114,8 +139,10 @@ def main() -> int:
     args = p.parse_args()
     out = measure(args.device, args.batch, args.steps)
     forward, backward = out["rows"][0][2], out["rows"][1][2]
-    print(f"device {args.device} ({harness.device_name(args.device)}), torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads; demo model after {out['trained_steps']} steps, batch {args.batch}")
+    print(
+        f"device {args.device} ({harness.device_name(args.device)}), torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads; demo model after {out['trained_steps']} steps, batch {args.batch}"
+    )
     print(f"{'':<62}{'seconds':>10}{'× forward':>11}{'× its passes':>14}{'  agreement with exact':>23}")
     for _, name, t, rho, points in out["rows"]:
         agree = "" if rho is None else f"{rho:.3f}"

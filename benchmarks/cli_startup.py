@@ -47,18 +47,28 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         bad = Path(tmp) / "bad.toml"
         bad.write_text(BAD)
-        commands = {"python -c 'import torch'": ([sys.executable, "-c", "import torch"], 0),
-                    "mechsynth --help": ([*cli, "--help"], 0), "mechsynth tasks": ([*cli, "tasks"], 0),
-                    "mechsynth probes": ([*cli, "probes"], 0), "mechsynth train BAD.toml": ([*cli, "train", str(bad)], 2)}
+        commands = {
+            "python -c 'import torch'": ([sys.executable, "-c", "import torch"], 0),
+            "mechsynth --help": ([*cli, "--help"], 0),
+            "mechsynth tasks": ([*cli, "tasks"], 0),
+            "mechsynth probes": ([*cli, "probes"], 0),
+            "mechsynth train BAD.toml": ([*cli, "train", str(bad)], 2),
+        }
         with busy_processes(args.busy):
             load = os.getloadavg()[0]
             rows = {name: seconds(argv, args.repeats, expect) for name, (argv, expect) in commands.items()}
     torch_s = rows["python -c 'import torch'"]
     for name, s in rows.items():
         print(f"{name:28s} {s:6.2f} s  {s / torch_s:5.2f}× import torch")
-    out = {"commit": harness.commit(), "device": harness.device_name("cpu"), "versions": harness.versions(),
-           "busy": args.busy, "repeats": args.repeats, "load_average": round(load, 2),
-           "seconds": {k: round(v, 3) for k, v in rows.items()}}
+    out = {
+        "commit": harness.commit(),
+        "device": harness.device_name("cpu"),
+        "versions": harness.versions(),
+        "busy": args.busy,
+        "repeats": args.repeats,
+        "load_average": round(load, 2),
+        "seconds": {k: round(v, 3) for k, v in rows.items()},
+    }
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / ("cli_startup.json" if not args.busy else f"cli_startup_busy{args.busy}.json")
     path.write_text(json.dumps(out, indent=1) + "\n")

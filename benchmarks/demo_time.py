@@ -49,8 +49,9 @@ def main() -> int:
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
         t0 = time.perf_counter()
-        out = subprocess.run([str(mechsynth), "demo", "--out", str(run_dir)], cwd=tmp, env=env,
-                             capture_output=True, text=True)
+        out = subprocess.run(
+            [str(mechsynth), "demo", "--out", str(run_dir)], cwd=tmp, env=env, capture_output=True, text=True
+        )
         wall = time.perf_counter() - t0
         done.set()
         if out.returncode != 0:
@@ -59,26 +60,43 @@ def main() -> int:
         run = load_run(run_dir)
         last = run.meta(run.steps[-1])
     record = {
-        "command": "mechsynth demo", "wall_time_s": round(wall, 1), "train_time_s": round(last["train_s"], 1),
-        "steps": last["step"], "steps_per_s": round(last["step"] / last["train_s"], 1),
-        "load_average": {"before": round(before, 2), "mean_while": round(statistics.fmean(loads or [before]), 2),
-                         "max_while": round(max(loads or [before]), 2)},
-        "device": harness.device_name("cpu"), "torch_threads": _threads(mechsynth),
-        "date": time.strftime("%Y-%m-%d"), "commit": harness.commit(), "versions": rundir.libraries(),
+        "command": "mechsynth demo",
+        "wall_time_s": round(wall, 1),
+        "train_time_s": round(last["train_s"], 1),
+        "steps": last["step"],
+        "steps_per_s": round(last["step"] / last["train_s"], 1),
+        "load_average": {
+            "before": round(before, 2),
+            "mean_while": round(statistics.fmean(loads or [before]), 2),
+            "max_while": round(max(loads or [before]), 2),
+        },
+        "device": harness.device_name("cpu"),
+        "torch_threads": _threads(mechsynth),
+        "date": time.strftime("%Y-%m-%d"),
+        "commit": harness.commit(),
+        "versions": rundir.libraries(),
         "printed": [line.replace(str(run_dir), "<run>") for line in out.stdout.splitlines()],
     }
     path = args.out / "demo.json"
     io.write_json(path, record)
-    print(f"{path}: mechsynth demo took {wall:.0f} s ({last['train_s']:.0f} s training, {record['steps_per_s']} "
-          f"steps/s) at load {record['load_average']['mean_while']} on {record['device']}")
+    print(
+        f"{path}: mechsynth demo took {wall:.0f} s ({last['train_s']:.0f} s training, {record['steps_per_s']} "
+        f"steps/s) at load {record['load_average']['mean_while']} on {record['device']}"
+    )
     return 0
 
 
 def _threads(mechsynth: Path) -> int:
     """The torch threads the demo's process gets (torch's default: one per core it may use)."""
     python = mechsynth.parent / "python"
-    return int(subprocess.run([str(python), "-c", "import torch; print(torch.get_num_threads())"],
-                              capture_output=True, text=True, check=True).stdout)
+    return int(
+        subprocess.run(
+            [str(python), "-c", "import torch; print(torch.get_num_threads())"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
 
 
 if __name__ == "__main__":

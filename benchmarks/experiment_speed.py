@@ -62,22 +62,28 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--smoke", action="store_true", help="the experiment's smoke size (seconds): checks this script")
     ap.add_argument("--workers", type=int, default=None, help="local pool workers of 'after' (default: the CPU count)")
-    ap.add_argument("--keep", default=None, help="train into DIR/before and DIR/after and keep them (default: temporary)")
+    ap.add_argument(
+        "--keep", default=None, help="train into DIR/before and DIR/after and keep them (default: temporary)"
+    )
     args = ap.parse_args()
     file = EXPERIMENTS / ("statistical_induction_smoke.toml" if args.smoke else "statistical_induction.toml")
     plan = load_sweep(file, ('train.device="cpu"',), "disabled")
     with tempfile.TemporaryDirectory(prefix="experiment_speed-") as tmp:
         root = Path(args.keep or tmp)
         units = plan_units(plan, root / "after")
-        print(f"{file.name}: {len(plan.jobs)} runs ({len(plan.points())} conditions × {len(plan.seeds)} seeds), "
-              f"{sum(j.config['train']['steps'] for j in plan.jobs)} model-steps; torch {torch.__version__}, "
-              f"{cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
+        print(
+            f"{file.name}: {len(plan.jobs)} runs ({len(plan.points())} conditions × {len(plan.seeds)} seeds), "
+            f"{sum(j.config['train']['steps'] for j in plan.jobs)} model-steps; torch {torch.__version__}, "
+            f"{cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}"
+        )
         t_before = before(plan, root / "before")
         print(f"  before  {t_before:7.1f} s  one model at a time, one process, 1 thread")
         t_after = after(plan, root / "after", args.workers)
         workers = args.workers or min(cpu_count(), len(units))
-        print(f"  after   {t_after:7.1f} s  sweep: {len(units)} jobs ({sum(u.side_by_side for u in units)} of seeds side "
-              f"by side), local pool of {workers} worker(s)")
+        print(
+            f"  after   {t_after:7.1f} s  sweep: {len(units)} jobs ({sum(u.side_by_side for u in units)} of seeds side "
+            f"by side), local pool of {workers} worker(s)"
+        )
         print(f"  after is {t_before / t_after:.2f}x as fast as before")
         done = [rundir.is_complete(root / d / j.dir) for d in ("before", "after") for j in plan.jobs]
         if not all(done):

@@ -58,11 +58,15 @@ SEEDS = (1, 8, 32)
 KIND_TABLES = {"linearized": {"base": {"n_layers": 2, "n_heads": 1, "d_model": 16, "attn_only": True}}}
 MARKOV = {"name": "markov_icl", "k": 3, "length": 16}  # also of the circuit probe's and the sweep's runs
 FIRST_TASK = {"linearized": MARKOV}
-CANDIDATE_TASKS = ({"name": "sparse_parity", "n": 6, "k": 2}, MARKOV,
-                   {"name": "single_index", "d": 6, "k_star": 2})
+CANDIDATE_TASKS = ({"name": "sparse_parity", "n": 6, "k": 2}, MARKOV, {"name": "single_index", "d": 6, "k_star": 2})
 # Task parameters that keep every probe's inputs small (modular arithmetic's probes read all p² pairs).
-SMALL_TASKS = {"associative_memory": {"inputs": 16}, "modular_arithmetic": {"p": 7}, "causal_icl": {"length": 8},
-               "factual_recall": {"subjects": 8}, "markov_icl": {"k": 3, "length": 16}}
+SMALL_TASKS = {
+    "associative_memory": {"inputs": 16},
+    "modular_arithmetic": {"p": 7},
+    "causal_icl": {"length": 8},
+    "factual_recall": {"subjects": 8},
+    "markov_icl": {"k": 3, "length": 16},
+}
 # Seed i side by side and model i alone differ by float rounding (amplified a little by Adam over the steps);
 # a seed mixed up with another differs by the init scale (~0.02) or more.
 SEED_TOLERANCE = 1e-3
@@ -70,14 +74,14 @@ SEED_TOLERANCE = 1e-3
 
 @dataclass(frozen=True)
 class Size:
-    transformer: dict[str, Any]   # the transformer's model table (train, probes, sweep)
-    train: dict[str, Any]         # [train] of every run of train, probes and sweep
+    transformer: dict[str, Any]  # the transformer's model table (train, probes, sweep)
+    train: dict[str, Any]  # [train] of every run of train, probes and sweep
     probe_batch: int
     costly: dict[str, dict[str, Any]]  # options of the costly probes in the probes section (on the last checkpoint)
-    seeds: dict[str, Any]         # seeds_speed.measure: steps, rounds, eval_batch_size, stacked
-    circuits: dict[str, Any]      # circuit_speed.measure: batch, steps, repeats, eval_batch_size
-    bench_train: dict[str, int]   # train_speed.measure: steps, rounds
-    bench_probe: dict[str, Any]   # probe_speed: the demo run's steps, checkpoints, eval_batch_size; rounds, batch
+    seeds: dict[str, Any]  # seeds_speed.measure: steps, rounds, eval_batch_size, stacked
+    circuits: dict[str, Any]  # circuit_speed.measure: batch, steps, repeats, eval_batch_size
+    bench_train: dict[str, int]  # train_speed.measure: steps, rounds
+    bench_probe: dict[str, Any]  # probe_speed: the demo run's steps, checkpoints, eval_batch_size; rounds, batch
     bench_landscape: dict[str, Any]  # landscape_speed.measure: checkpoints, steps, options
 
 
@@ -86,26 +90,39 @@ SIZES = {
         transformer={"n_layers": 2, "n_heads": 2, "d_model": 64},
         train={"steps": 150, "batch_size": 64, "eval_every": 50, "eval_batch_size": 256, "checkpoints": 6},
         probe_batch=64,
-        costly={"llc": {"chains": 2, "draws": 20, "pool": 64, "batch": 32}, "sharpness": {"batch": 64, "iterations": 8},
-                "circuit": {}},
+        costly={
+            "llc": {"chains": 2, "draws": 20, "pool": 64, "batch": 32},
+            "sharpness": {"batch": 64, "iterations": 8},
+            "circuit": {},
+        },
         # 128 held-out sequences a seed, not 512: markov_icl's Bayes predictor for each of 82 seeds' would take a minute
         seeds={"steps": 16, "rounds": 3, "eval_batch_size": 128},
         circuits={"batch": 64, "steps": 600, "repeats": 3},
         bench_train={"steps": 60, "rounds": 3},
         bench_probe={"steps": 2000, "checkpoints": 100, "eval_batch_size": None, "rounds": 3, "batch": 64},
-        bench_landscape={"checkpoints": 3, "steps": 300}),
+        bench_landscape={"checkpoints": 3, "steps": 300},
+    ),
     "quick": Size(
         transformer={"n_layers": 2, "n_heads": 1, "d_model": 16},
         train={"steps": 8, "batch_size": 16, "eval_every": 4, "eval_batch_size": 64, "checkpoints": 3},
         probe_batch=16,
-        costly={"llc": {"chains": 1, "draws": 10, "pool": 16, "batch": 8}, "sharpness": {"batch": 8, "iterations": 4},
-                "circuit": {"method": "eap"}},
+        costly={
+            "llc": {"chains": 1, "draws": 10, "pool": 16, "batch": 8},
+            "sharpness": {"batch": 8, "iterations": 4},
+            "circuit": {"method": "eap"},
+        },
         seeds={"steps": 2, "rounds": 1, "eval_batch_size": 4, "stacked": False},
         circuits={"batch": 16, "steps": 30, "repeats": 1, "eval_batch_size": 16},
         bench_train={"steps": 4, "rounds": 1},
         bench_probe={"steps": 40, "checkpoints": 5, "eval_batch_size": 16, "rounds": 1, "batch": 16},
-        bench_landscape={"checkpoints": 1, "steps": 20, "llc_options": {"chains": 1, "draws": 10, "pool": 16, "batch": 8},
-                         "sharpness_options": {"batch": 8, "iterations": 4}, "eval_batch_size": 16}),
+        bench_landscape={
+            "checkpoints": 1,
+            "steps": 20,
+            "llc_options": {"chains": 1, "draws": 10, "pool": 16, "batch": 8},
+            "sharpness_options": {"batch": 8, "iterations": 4},
+            "eval_batch_size": 16,
+        },
+    ),
 }
 
 
@@ -135,8 +152,12 @@ class Check:
         self.ratios.update({f"{prefix}/{k}{suffix}": v for k, v in values.items()})
 
     def config(self, task: dict[str, Any], model: dict[str, Any]) -> dict[str, Any]:
-        return {"task": task, "model": model, "train": {**self.size.train, "device": self.device},
-                "wandb": {"mode": "disabled"}}
+        return {
+            "task": task,
+            "model": model,
+            "train": {**self.size.train, "device": self.device},
+            "wandb": {"mode": "disabled"},
+        }
 
 
 def sync(device: str) -> None:
@@ -146,8 +167,13 @@ def sync(device: str) -> None:
 
 def failure(section: str, item: Optional[str], e: BaseException) -> dict[str, Any]:
     lines = str(e).strip().splitlines()
-    return {"section": section, "item": item, "error": type(e).__name__, "message": lines[0] if lines else "",
-            "traceback": "".join(traceback.format_exception(type(e), e, e.__traceback__)[-12:])}
+    return {
+        "section": section,
+        "item": item,
+        "error": type(e).__name__,
+        "message": lines[0] if lines else "",
+        "traceback": "".join(traceback.format_exception(type(e), e, e.__traceback__)[-12:]),
+    }
 
 
 # ---- the sections -----------------------------------------------------------------------------------
@@ -159,8 +185,10 @@ def kind_task(kind: str) -> dict[str, Any]:
 
     for task in ([FIRST_TASK[kind]] if kind in FIRST_TASK else []) + list(CANDIDATE_TASKS):
         try:
-            models.validate(models.parse({"kind": kind, **KIND_TABLES.get(kind, {})}),
-                            tasks.make(task["name"], {k: v for k, v in task.items() if k != "name"}).spec)
+            models.validate(
+                models.parse({"kind": kind, **KIND_TABLES.get(kind, {})}),
+                tasks.make(task["name"], {k: v for k, v in task.items() if k != "name"}).spec,
+            )
             return task
         except ConfigError:
             continue
@@ -176,10 +204,13 @@ def train(check: Check) -> dict[str, Any]:
             task = check.attempt("train", kind, lambda: kind_task(kind))
             if task is not None:
                 plan[f"{kind}/{task['name']}"] = check.config(task, {"kind": kind, **KIND_TABLES.get(kind, {})})
-    plan |= {f"transformer/{name}": check.config({"name": name, **SMALL_TASKS.get(name, {})}, dict(check.size.transformer))
-             for name in tasks.names()}
+    plan |= {
+        f"transformer/{name}": check.config({"name": name, **SMALL_TASKS.get(name, {})}, dict(check.size.transformer))
+        for name in tasks.names()
+    }
     runs: dict[str, Any] = {}
     for label, data in plan.items():
+
         def one() -> dict[str, Any]:
             t0 = time.perf_counter()
             run = load_run(train_run(parse_config(data), check.tmp / "train" / label.replace("/", "-"), progress=False))
@@ -190,10 +221,14 @@ def train(check: Check) -> dict[str, Any]:
             check.runs[label] = run.path
             check.ratios[f"train/{label}/steps_per_s"] = run.steps[-1] / seconds
             return {"seconds": seconds, "checkpoints": len(run.steps), "loss": loss}
+
         runs[label] = check.attempt("train", label, one)
     kinds = {label.split("/")[0] for label in check.runs}
-    return {"runs": runs, "summary": f"{len(check.runs)}/{len(plan)} runs, {len(kinds)}/{len(models.names())} kinds, "
-                                     f"{statistics.median([v for k, v in check.ratios.items() if k.startswith('train/')] or [0]):.0f} steps/s (median)"}
+    return {
+        "runs": runs,
+        "summary": f"{len(check.runs)}/{len(plan)} runs, {len(kinds)}/{len(models.names())} kinds, "
+        f"{statistics.median([v for k, v in check.ratios.items() if k.startswith('train/')] or [0]):.0f} steps/s (median)",
+    }
 
 
 def seeds(check: Check) -> dict[str, Any]:
@@ -201,6 +236,7 @@ def seeds(check: Check) -> dict[str, Any]:
 
     out: dict[str, Any] = {}
     for s in SEEDS:
+
         def one() -> None:
             out[f"S={s}"] = m = seeds_speed.measure(check.device, s, **check.size.seeds)
             for way, ratio in m["vs_sequential"].items():
@@ -209,10 +245,15 @@ def seeds(check: Check) -> dict[str, Any]:
                 check.ratios[f"seeds/S={s}/{way}_model_steps_per_s"] = m["model_steps_per_s"][way]
             check.ratios[f"seeds/S={s}/eval_vs_sequential"] = m["eval_vs_sequential"]["batched"]
             if not m["max_weight_difference"] <= SEED_TOLERANCE:  # NaN too
-                raise ValueError(f"seed i side by side and model i alone differ by {m['max_weight_difference']:.3g} "
-                                 f"(> {SEED_TOLERANCE}) after the same steps")
+                raise ValueError(
+                    f"seed i side by side and model i alone differ by {m['max_weight_difference']:.3g} "
+                    f"(> {SEED_TOLERANCE}) after the same steps"
+                )
+
         check.attempt("seeds", f"S={s}", one)
-    ratios = ", ".join(f"S={s} {check.ratios[k]:.2f}x" for s in SEEDS if (k := f"seeds/S={s}/batched_vs_sequential") in check.ratios)
+    ratios = ", ".join(
+        f"S={s} {check.ratios[k]:.2f}x" for s in SEEDS if (k := f"seeds/S={s}/batched_vs_sequential") in check.ratios
+    )
     return {**out, "summary": f"side by side vs sequential: {ratios}"}
 
 
@@ -223,29 +264,44 @@ def probe(check: Check) -> dict[str, Any]:
     covered: set[str] = set()
     out: dict[str, Any] = {}
     for label, path in check.runs.items():
+
         def one() -> dict[str, Any]:
             run = load_run(path)
             names = timeline.applicable(run, costly=True)
             costly = [n for n in names if probes.PROBES.get(n).costly]
             t0 = time.perf_counter()
             for group, steps, options in (
-                    ([n for n in names if n not in costly], run.steps, {}),
-                    (costly, run.steps[-1:], {n: check.size.costly.get(n, {}) for n in costly})):
+                ([n for n in names if n not in costly], run.steps, {}),
+                (costly, run.steps[-1:], {n: check.size.costly.get(n, {}) for n in costly}),
+            ):
                 if not group:
                     continue
-                tl = timeline.probe_run(run, group, steps, batch_size=check.size.probe_batch, device=check.device, options=options)
+                tl = timeline.probe_run(
+                    run, group, steps, batch_size=check.size.probe_batch, device=check.device, options=options
+                )
                 empty = [n for n in group if not tl.per_head[n] and not tl.metrics[n]]
                 if empty:
                     raise ValueError(f"probes {', '.join(empty)} gave no values")
             covered.update(names)
             return {"probes": names, "checkpoints": len(run.steps), "seconds": time.perf_counter() - t0}
+
         out[label] = check.attempt("probes", label, one)
     missing = sorted(set(probes.names()) - covered)
     if missing:
-        check.failures.append({"section": "probes", "item": None, "error": "NotCovered",
-                               "message": f"never ran: {', '.join(missing)}", "traceback": ""})
-    return {"runs": out, "covered": sorted(covered),
-            "summary": f"{len(covered)}/{len(probes.names())} probes over {sum(v is not None for v in out.values())}/{len(out)} runs"}
+        check.failures.append(
+            {
+                "section": "probes",
+                "item": None,
+                "error": "NotCovered",
+                "message": f"never ran: {', '.join(missing)}",
+                "traceback": "",
+            }
+        )
+    return {
+        "runs": out,
+        "covered": sorted(covered),
+        "summary": f"{len(covered)}/{len(probes.names())} probes over {sum(v is not None for v in out.values())}/{len(out)} runs",
+    }
 
 
 def circuits(check: Check) -> dict[str, Any]:
@@ -264,27 +320,42 @@ def circuits(check: Check) -> dict[str, Any]:
             if agreement is not None and key != "patching":
                 check.ratios[f"circuits/{key}/agreement"] = agreement
         return m["rows"]
+
     out["benchmark"] = check.attempt("circuits", "benchmark", bench)
 
     # The circuit probe, as `mechsynth probe --probes circuit` runs it, with every method and every ablation (on the
     # last checkpoint: the probes section runs it on every run), on the train section's run of markov_icl.
     data = check.config(dict(MARKOV), dict(check.size.transformer))
     path = check.runs.get("transformer/markov_icl") or check.attempt(
-        "circuits", "train", lambda: train_run(parse_config(data), check.tmp / "circuit", progress=False))
+        "circuits", "train", lambda: train_run(parse_config(data), check.tmp / "circuit", progress=False)
+    )
     run = None if path is None else load_run(path)
-    for method, ablation in [(m, "resample") for m in circ.METHODS] + [("eap", a) for a in circ.ABLATIONS if a != "resample"]:
+    for method, ablation in [(m, "resample") for m in circ.METHODS] + [
+        ("eap", a) for a in circ.ABLATIONS if a != "resample"
+    ]:
+
         def one() -> dict[str, Any]:
             opts = {"method": method, "ablation": ablation}
-            m = timeline.probe_run(run, ["circuit"], run.steps[-1:], batch_size=check.size.probe_batch, device=check.device,
-                                   options={"circuit": opts}).metrics["circuit"]
+            m = timeline.probe_run(
+                run,
+                ["circuit"],
+                run.steps[-1:],
+                batch_size=check.size.probe_batch,
+                device=check.device,
+                options={"circuit": opts},
+            ).metrics["circuit"]
             last = {k: m[k][-1] for k in ("edges", "faithfulness", "gap")}
             if not math.isfinite(last["edges"]) or last["edges"] < 1:
                 raise ValueError(f"the circuit at the last checkpoint has {last['edges']} edges")
             return last
+
         if run is not None:
             out[f"probe/{method}/{ablation}"] = check.attempt("circuits", f"probe {method} {ablation}", one)
-    shown = ", ".join(f"{k} {check.ratios[f'circuits/{k}/x_forward']:.1f}x" for k in circ.METHODS
-                      if f"circuits/{k}/x_forward" in check.ratios)
+    shown = ", ".join(
+        f"{k} {check.ratios[f'circuits/{k}/x_forward']:.1f}x"
+        for k in circ.METHODS
+        if f"circuits/{k}/x_forward" in check.ratios
+    )
     return {**out, "summary": f"x one forward: {shown}"}
 
 
@@ -294,8 +365,12 @@ def sweep(check: Check) -> dict[str, Any]:
 
     steps = check.size.train["steps"]
     base = check.config(dict(MARKOV), dict(check.size.transformer))
-    plan = plan_of_runs("gpu_check", [({"lr": lr}, 0, {**base, "train": {**base["train"], "lr": lr}}) for lr in (1e-3, 3e-3)],
-                        side_by_side=False, wandb_mode="disabled")
+    plan = plan_of_runs(
+        "gpu_check",
+        [({"lr": lr}, 0, {**base, "train": {**base["train"], "lr": lr}}) for lr in (1e-3, 3e-3)],
+        side_by_side=False,
+        wandb_mode="disabled",
+    )
     log: list[str] = []
     t0 = time.perf_counter()
     outcome = run_sweep(plan, check.tmp / "sweep", workers=2, log=log.append)  # two worker processes, one device
@@ -306,8 +381,12 @@ def sweep(check: Check) -> dict[str, Any]:
     if incomplete:
         raise RuntimeError(f"runs not complete: {', '.join(incomplete)}")
     check.ratios["sweep/model_steps_per_s"] = len(plan.jobs) * steps / seconds
-    return {"seconds": seconds, "jobs": len(plan.jobs), "log": log,
-            "summary": f"{len(plan.jobs)} jobs on 2 workers, {seconds:.1f} s (worker start-up included)"}
+    return {
+        "seconds": seconds,
+        "jobs": len(plan.jobs),
+        "log": log,
+        "summary": f"{len(plan.jobs)} jobs on 2 workers, {seconds:.1f} s (worker start-up included)",
+    }
 
 
 def bench_train(check: Check) -> dict[str, Any]:
@@ -318,22 +397,32 @@ def bench_train(check: Check) -> dict[str, Any]:
     check.record("bench_train", m["ratios"])
     check.ratios["bench_train/data_generation_share"] = m["data_generation_share"]
     r = m["ratios"]
-    return {**m, "summary": f"{m['steps_per_s']['mechsynth']:.0f} steps/s; {r['mechsynth/bare']:.2f}x bare, "
-                            f"{r['mechsynth/tl_helper']:.2f}x TL helper"}
+    return {
+        **m,
+        "summary": f"{m['steps_per_s']['mechsynth']:.0f} steps/s; {r['mechsynth/bare']:.2f}x bare, "
+        f"{r['mechsynth/tl_helper']:.2f}x TL helper",
+    }
 
 
 def bench_probe(check: Check) -> dict[str, Any]:
     import probe_speed
 
     s = check.size.bench_probe
-    m = probe_speed.measure(probe_speed.demo_run(check.device, s["steps"], s["checkpoints"], s["eval_batch_size"]), check.device,
-                            rounds=s["rounds"], batch=s["batch"])
+    m = probe_speed.measure(
+        probe_speed.demo_run(check.device, s["steps"], s["checkpoints"], s["eval_batch_size"]),
+        check.device,
+        rounds=s["rounds"],
+        batch=s["batch"],
+    )
     check.record("bench_probe", m["ratios"])
     check.ratios["bench_probe/mechsynth_seconds_per_checkpoint"] = m["seconds"]["mechsynth"] / m["checkpoints"]
     rest = {k: v for k, v in m.items() if k != "seconds"}  # the section's own "seconds" is its wall time
-    return {**rest, "seconds_each": m["seconds"],
-            "summary": f"{m['checkpoints']} checkpoints: {m['ratios']['mechsynth/bare']:.2f}x bare forwards, "
-                            f"per-checkpoint TL {m['ratios']['per_checkpoint_tl/mechsynth']:.2f}x as long"}
+    return {
+        **rest,
+        "seconds_each": m["seconds"],
+        "summary": f"{m['checkpoints']} checkpoints: {m['ratios']['mechsynth/bare']:.2f}x bare forwards, "
+        f"per-checkpoint TL {m['ratios']['per_checkpoint_tl/mechsynth']:.2f}x as long",
+    }
 
 
 def bench_landscape(check: Check) -> dict[str, Any]:
@@ -343,12 +432,22 @@ def bench_landscape(check: Check) -> dict[str, Any]:
     check.record("bench_landscape", m["ratios"])
     check.record("bench_landscape", m["seconds_per_checkpoint"], "_seconds_per_checkpoint")
     r = m["ratios"]
-    return {**m, "summary": f"llc {r['llc/bare_sgld']:.2f}x bare SGLD, sharpness {r['sharpness/double_backward']:.2f}x double backward"}
+    return {
+        **m,
+        "summary": f"llc {r['llc/bare_sgld']:.2f}x bare SGLD, sharpness {r['sharpness/double_backward']:.2f}x double backward",
+    }
 
 
 SECTIONS: dict[str, Callable[[Check], dict[str, Any]]] = {
-    "train": train, "seeds": seeds, "probes": probe, "circuits": circuits, "sweep": sweep,
-    "bench_train": bench_train, "bench_probe": bench_probe, "bench_landscape": bench_landscape}
+    "train": train,
+    "seeds": seeds,
+    "probes": probe,
+    "circuits": circuits,
+    "sweep": sweep,
+    "bench_train": bench_train,
+    "bench_probe": bench_probe,
+    "bench_landscape": bench_landscape,
+}
 
 
 # ---- the record ------------------------------------------------------------------------------------
@@ -375,11 +474,18 @@ def checkout_metadata(tmp: Path) -> bool:
 def device_info(device: str) -> dict[str, Any]:
     import harness
 
-    info: dict[str, Any] = {"type": device, "name": harness.device_name(device), "torch_threads": torch.get_num_threads()}
+    info: dict[str, Any] = {
+        "type": device,
+        "name": harness.device_name(device),
+        "torch_threads": torch.get_num_threads(),
+    }
     if device == "cuda":
         p = torch.cuda.get_device_properties(0)
-        info |= {"count": torch.cuda.device_count(), "capability": f"{p.major}.{p.minor}",
-                 "memory_gib": round(p.total_memory / 2**30, 1)}
+        info |= {
+            "count": torch.cuda.device_count(),
+            "capability": f"{p.major}.{p.minor}",
+            "memory_gib": round(p.total_memory / 2**30, 1),
+        }
     return info
 
 
@@ -393,10 +499,12 @@ def save(out: dict[str, Any], path: Path) -> None:
 
 
 def table(out: dict[str, Any]) -> str:
-    lines = [f"{out['device']['name']} ({out['device']['type']}), torch {out['versions']['torch']}"
-             f"{f' (CUDA {c})' if (c := out['versions'].get('cuda')) else ''}, TransformerLens "
-             f"{out['versions'].get('transformer_lens')}, size {out['size']}, {out['seconds']:.0f} s in all",
-             f"{'section':<16}{'status':<8}{'seconds':>8}  result"]
+    lines = [
+        f"{out['device']['name']} ({out['device']['type']}), torch {out['versions']['torch']}"
+        f"{f' (CUDA {c})' if (c := out['versions'].get('cuda')) else ''}, TransformerLens "
+        f"{out['versions'].get('transformer_lens')}, size {out['size']}, {out['seconds']:.0f} s in all",
+        f"{'section':<16}{'status':<8}{'seconds':>8}  result",
+    ]
     for name, s in out["sections"].items():
         lines.append(f"{name:<16}{'ok' if s['ok'] else 'FAILED':<8}{s['seconds']:>8.1f}  {s.get('summary', '')}")
     for f in out["failures"]:
@@ -408,10 +516,15 @@ def table(out: dict[str, Any]) -> str:
 def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="benchmarks/gpu_check.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--size", choices=tuple(SIZES), default="full", help="full: the GPU's; quick: checks the script on a CPU")
+    p.add_argument(
+        "--size", choices=tuple(SIZES), default="full", help="full: the GPU's; quick: checks the script on a CPU"
+    )
     p.add_argument("--out", type=Path, default=ROOT / "assets" / "gpu_check.json")
-    p.add_argument("--commit", default=None, help="the commit to record where the checkout is a copy without .git "
-                                                   "(default: the checkout's)")
+    p.add_argument(
+        "--commit",
+        default=None,
+        help="the commit to record where the checkout is a copy without .git (default: the checkout's)",
+    )
     p.add_argument("--only", default=None, help=f"comma-separated sections (probes trains too): {', '.join(SECTIONS)}")
     args = p.parse_args(argv)
     chosen = list(SECTIONS) if args.only is None else [s.strip() for s in args.only.split(",")]
@@ -431,13 +544,25 @@ def main(argv: Optional[list[str]] = None) -> int:
 
         from mechsynth.runs import rundir
 
-        versions = {**harness.versions(), "cuda": torch.version.cuda,
-                    "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None}
+        versions = {
+            **harness.versions(),
+            "cuda": torch.version.cuda,
+            "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        }
         check = Check(args.device, SIZES[args.size], tmp)
-        out: dict[str, Any] = {"device": device_info(args.device), "size": args.size, "versions": versions,
-                               "commit": args.commit or rundir.code_commit(ROOT), "installed": installed,
-                               "started": datetime.now(timezone.utc).isoformat(timespec="seconds"), "complete": False,
-                               "seconds": 0.0, "sections": {}, "ratios": check.ratios, "failures": check.failures}
+        out: dict[str, Any] = {
+            "device": device_info(args.device),
+            "size": args.size,
+            "versions": versions,
+            "commit": args.commit or rundir.code_commit(ROOT),
+            "installed": installed,
+            "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "complete": False,
+            "seconds": 0.0,
+            "sections": {},
+            "ratios": check.ratios,
+            "failures": check.failures,
+        }
         t_start = time.perf_counter()
         for name in (s for s in SECTIONS if s in chosen):
             print(f"gpu_check: {name} ...", file=sys.stderr, flush=True)

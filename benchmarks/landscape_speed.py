@@ -42,7 +42,9 @@ def bare_sgld(model: torch.nn.Module, data, o: llc.LLCOptions) -> None:
             loss(model, type(data)(data.tokens[rows], data.targets[rows], data.mask[rows])).backward()
             with torch.no_grad():
                 for p, p0 in zip(model.parameters(), start):
-                    p.add_(-o.lr / 2 * (o.n_beta * p.grad + o.localization * (p - p0)) + o.lr ** 0.5 * torch.randn_like(p))
+                    p.add_(
+                        -o.lr / 2 * (o.n_beta * p.grad + o.localization * (p - p0)) + o.lr**0.5 * torch.randn_like(p)
+                    )
 
 
 def double_backward_lanczos(model: torch.nn.Module, batch, iterations: int) -> float:
@@ -66,15 +68,23 @@ def timed(fn) -> float:
     return time.perf_counter() - t0
 
 
-def measure(device: str = "cpu", checkpoints: int = 3, steps: int = 300, llc_options: Optional[dict[str, Any]] = None,
-            sharpness_options: Optional[dict[str, Any]] = None, eval_batch_size: Optional[int] = None) -> dict[str, Any]:
+def measure(
+    device: str = "cpu",
+    checkpoints: int = 3,
+    steps: int = 300,
+    llc_options: Optional[dict[str, Any]] = None,
+    sharpness_options: Optional[dict[str, Any]] = None,
+    eval_batch_size: Optional[int] = None,
+) -> dict[str, Any]:
     """Mean seconds per checkpoint of each probe and its bare version on the last `checkpoints` checkpoints of the
     demo model after `steps` steps, and their ratios (also what benchmarks/gpu_check.py records). The options
     override the probes' defaults (smaller ones to check the script, not to measure); `eval_batch_size`: the demo
     run's held-out sequences, if not its 512 (their Bayes predictor takes seconds on a CPU)."""
     warnings.filterwarnings("ignore", message="llc: ")
     data = configs.load("demo")
-    data["train"] |= {"steps": steps, "checkpoints": 10, "device": device} | ({"eval_batch_size": eval_batch_size} if eval_batch_size else {})
+    data["train"] |= {"steps": steps, "checkpoints": 10, "device": device} | (
+        {"eval_batch_size": eval_batch_size} if eval_batch_size else {}
+    )
     data["wandb"] = {"mode": "disabled"}
     run = load_run(train_run(parse_config(data), Path(tempfile.mkdtemp()) / "run", progress=False))
     lo, so = probes.options("llc", llc_options), probes.options("sharpness", sharpness_options)
@@ -89,10 +99,16 @@ def measure(device: str = "cpu", checkpoints: int = 3, steps: int = 300, llc_opt
         batch = training_batch(view, so.batch, so.seed).to(device)
         rows["sharpness_bare"].append(timed(lambda: double_backward_lanczos(model, batch, so.iterations)))
     mean = {k: sum(v) / len(v) for k, v in rows.items()}
-    return {"checkpoints": len(rows["llc"]), "llc_options": {"chains": lo.chains, "draws": lo.draws, "batch": lo.batch},
-            "sharpness_options": {"iterations": so.iterations, "batch": so.batch}, "seconds_per_checkpoint": mean,
-            "ratios": {"llc/bare_sgld": mean["llc"] / mean["llc_bare"],
-                       "sharpness/double_backward": mean["sharpness"] / mean["sharpness_bare"]}}
+    return {
+        "checkpoints": len(rows["llc"]),
+        "llc_options": {"chains": lo.chains, "draws": lo.draws, "batch": lo.batch},
+        "sharpness_options": {"iterations": so.iterations, "batch": so.batch},
+        "seconds_per_checkpoint": mean,
+        "ratios": {
+            "llc/bare_sgld": mean["llc"] / mean["llc_bare"],
+            "sharpness/double_backward": mean["sharpness"] / mean["sharpness_bare"],
+        },
+    }
 
 
 def main() -> None:
@@ -102,12 +118,18 @@ def main() -> None:
     args = p.parse_args()
     out = measure(args.device, args.checkpoints)
     mean, lo, so = out["seconds_per_checkpoint"], out["llc_options"], out["sharpness_options"]
-    print(f"device {args.device}, {out['checkpoints']} checkpoints of the demo model, default options "
-          f"(llc: {lo['chains']} chains × {lo['draws']} draws of {lo['batch']}; sharpness: {so['iterations']} HVPs on {so['batch']})")
-    print(f"llc        mechsynth (devinterp) {mean['llc']:.2f} s/checkpoint · bare SGLD loop {mean['llc_bare']:.2f} s · "
-          f"ratio {out['ratios']['llc/bare_sgld']:.2f}")
-    print(f"sharpness  mechsynth (torch.func) {mean['sharpness']:.2f} s/checkpoint · double backward {mean['sharpness_bare']:.2f} s · "
-          f"ratio {out['ratios']['sharpness/double_backward']:.2f}")
+    print(
+        f"device {args.device}, {out['checkpoints']} checkpoints of the demo model, default options "
+        f"(llc: {lo['chains']} chains × {lo['draws']} draws of {lo['batch']}; sharpness: {so['iterations']} HVPs on {so['batch']})"
+    )
+    print(
+        f"llc        mechsynth (devinterp) {mean['llc']:.2f} s/checkpoint · bare SGLD loop {mean['llc_bare']:.2f} s · "
+        f"ratio {out['ratios']['llc/bare_sgld']:.2f}"
+    )
+    print(
+        f"sharpness  mechsynth (torch.func) {mean['sharpness']:.2f} s/checkpoint · double backward {mean['sharpness_bare']:.2f} s · "
+        f"ratio {out['ratios']['sharpness/double_backward']:.2f}"
+    )
 
 
 if __name__ == "__main__":

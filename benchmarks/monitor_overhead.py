@@ -49,10 +49,23 @@ def main() -> int:
 
     def fresh():
         torch.manual_seed(0)
-        return mechsynth.hooked_model(n_layers=m.n_layers, d_model=m.d_model, n_heads=m.n_heads, d_head=m.head_dim,
-                                      n_ctx=task.spec.n_ctx, d_vocab=task.spec.d_vocab, act_fn=m.act_fn, attn_only=True)
+        return mechsynth.hooked_model(
+            n_layers=m.n_layers,
+            d_model=m.d_model,
+            n_heads=m.n_heads,
+            d_head=m.head_dim,
+            n_ctx=task.spec.n_ctx,
+            d_vocab=task.spec.d_vocab,
+            act_fn=m.act_fn,
+            attn_only=True,
+        )
 
-    times: dict[str, list[float]] = {"bare loop": [], "loop + Monitor": [], "probing at the end": [], "mechsynth train": []}
+    times: dict[str, list[float]] = {
+        "bare loop": [],
+        "loop + Monitor": [],
+        "probing at the end": [],
+        "mechsynth train": [],
+    }
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.repeats):
             model = fresh()
@@ -62,8 +75,9 @@ def main() -> int:
 
             model = fresh()
             t0 = time.perf_counter()
-            monitor = mechsynth.Monitor(model, Path(tmp) / f"monitored{r}", task, steps=args.steps,
-                                        checkpoints=cfg.train.checkpoints)
+            monitor = mechsynth.Monitor(
+                model, Path(tmp) / f"monitored{r}", task, steps=args.steps, checkpoints=cfg.train.checkpoints
+            )
             loop(model, task, args.steps, monitor)
             t1 = time.perf_counter()
             monitor.finish()
@@ -74,12 +88,16 @@ def main() -> int:
             train_run(cfg, Path(tmp) / f"trained{r}", progress=False)
             times["mechsynth train"].append(time.perf_counter() - t0)
     med = {k: statistics.median(v) for k, v in times.items()}
-    print(f"{args.steps} steps of the demo's model ({mechsynth.models.describe(m)}, {task.name}), torch "
-          f"{torch.__version__}, {torch.get_num_threads()} threads, TransformerLens {mechsynth.models.TL_VERSION}")
+    print(
+        f"{args.steps} steps of the demo's model ({mechsynth.models.describe(m)}, {task.name}), torch "
+        f"{torch.__version__}, {torch.get_num_threads()} threads, TransformerLens {mechsynth.models.TL_VERSION}"
+    )
     for k, v in med.items():
         print(f"  {k:<20} {v:7.2f} s   {v / med['bare loop']:.3f} × bare loop")
-    print(f"Monitor overhead: {100 * (med['loop + Monitor'] / med['bare loop'] - 1):.1f}% of the loop "
-          "(probing deferred to the end)")
+    print(
+        f"Monitor overhead: {100 * (med['loop + Monitor'] / med['bare loop'] - 1):.1f}% of the loop "
+        "(probing deferred to the end)"
+    )
     return 0
 
 

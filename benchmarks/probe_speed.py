@@ -30,12 +30,17 @@ from mechsynth.analysis.timeline import applicable, probe_run
 BATCH = 64
 
 
-def demo_run(device: str, steps: Optional[int] = None, checkpoints: int = 100, eval_batch_size: Optional[int] = None) -> Path:
+def demo_run(
+    device: str, steps: Optional[int] = None, checkpoints: int = 100, eval_batch_size: Optional[int] = None
+) -> Path:
     """The demo configuration (its steps, or `steps`) with `checkpoints` checkpoints, trained on `device`;
     `eval_batch_size`: fewer held-out sequences than its 512 (their Bayes predictor takes seconds on a CPU)."""
     data = configs.load("demo")
-    data["train"] |= {"checkpoints": checkpoints, "device": device} | ({"steps": steps} if steps else {}) \
+    data["train"] |= (
+        {"checkpoints": checkpoints, "device": device}
+        | ({"steps": steps} if steps else {})
         | ({"eval_batch_size": eval_batch_size} if eval_batch_size else {})
+    )
     data["wandb"] = {"mode": "disabled"}
     return train_run(parse_config(data), Path(tempfile.mkdtemp()) / "run", progress=False)
 
@@ -79,16 +84,26 @@ def measure(run_dir: Path, device: str | torch.device = "cpu", rounds: int = 3, 
             sync(device)
             times[name].append(time.perf_counter() - t0)
     med = {k: statistics.median(v) for k, v in times.items()}
-    return {"checkpoints": len(steps), "probes": names, "inputs": sorted(inputs), "batch": batch, "seconds": med,
-            "ratios": {"mechsynth/bare": med["mechsynth"] / med["bare"],
-                       "per_checkpoint_tl/mechsynth": med["per-checkpoint TL"] / med["mechsynth"]}}
+    return {
+        "checkpoints": len(steps),
+        "probes": names,
+        "inputs": sorted(inputs),
+        "batch": batch,
+        "seconds": med,
+        "ratios": {
+            "mechsynth/bare": med["mechsynth"] / med["bare"],
+            "per_checkpoint_tl/mechsynth": med["per-checkpoint TL"] / med["mechsynth"],
+        },
+    }
 
 
 def main() -> None:
     run_dir = Path(sys.argv[1]) if len(sys.argv) > 1 else demo_run("cpu")
     out = measure(run_dir)
-    print(f"{out['checkpoints']} checkpoints; probes: {', '.join(out['probes'])}; inputs: {', '.join(out['inputs'])} "
-          f"({BATCH} sequences each); torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(
+        f"{out['checkpoints']} checkpoints; probes: {', '.join(out['probes'])}; inputs: {', '.join(out['inputs'])} "
+        f"({BATCH} sequences each); torch {torch.__version__}, {torch.get_num_threads()} threads"
+    )
     for k, v in out["seconds"].items():
         print(f"  {k:<18} {v:7.2f} s")
     print(f"mechsynth / bare forwards = {out['ratios']['mechsynth/bare']:.2f}x  (target <= 2)")

@@ -52,12 +52,22 @@ def max_seed_difference(batched: SeedsTrainer, sequential: list[Trainer]) -> flo
     same steps: float rounding (tests/test_seeds.py checks it on a CPU), not a different model. Key biases are
     left out: they get no gradient in exact arithmetic, so Adam scales float noise up to ±lr steps."""
     stacked = dict(batched.module.named_parameters())
-    return max(float((stacked[k][i] - p).detach().abs().max()) for i, one in enumerate(sequential)
-               for k, p in one.module.named_parameters() if not k.endswith("b_K"))
+    return max(
+        float((stacked[k][i] - p).detach().abs().max())
+        for i, one in enumerate(sequential)
+        for k, p in one.module.named_parameters()
+        if not k.endswith("b_K")
+    )
 
 
-def measure(device: str | torch.device, n_seeds: int = 32, steps: int = 16, rounds: int = 5,
-            eval_batch_size: int = 512, stacked: bool = True) -> dict[str, Any]:
+def measure(
+    device: str | torch.device,
+    n_seeds: int = 32,
+    steps: int = 16,
+    rounds: int = 5,
+    eval_batch_size: int = 512,
+    stacked: bool = True,
+) -> dict[str, Any]:
     """Model-steps/s of each way (median over `rounds` interleaved rounds of `steps` steps each), each way's
     median ratio to sequential, evaluation times, and how far seed i side by side ends from model i alone
     (also what benchmarks/gpu_check.py records). `eval_batch_size`: each seed's held-out sequences (drawing
@@ -75,8 +85,10 @@ def measure(device: str | torch.device, n_seeds: int = 32, steps: int = 16, roun
     trainers: dict[str, Any] = {"batched": side_by_side("auto")}
     if device.type == "cpu" and stacked:
         trainers["stacked"] = side_by_side("stacked")
-    trainers["sequential"] = [Trainer(models.build(replace(mcfg, init_seed=i), task.spec), task, replace(tcfg, seed=i), device)
-                              for i in range(n_seeds)]
+    trainers["sequential"] = [
+        Trainer(models.build(replace(mcfg, init_seed=i), task.spec), task, replace(tcfg, seed=i), device)
+        for i in range(n_seeds)
+    ]
 
     def each(t: Any) -> list[Any]:
         return t if isinstance(t, list) else [t]
@@ -102,12 +114,16 @@ def measure(device: str | torch.device, n_seeds: int = 32, steps: int = 16, roun
         for k, t in trainers.items():
             rates[k].append(n_seeds * steps / timed(lambda: train(t), device))
             evals[k].append(timed(lambda: evaluate(t), device))
-    return {"seed_passes_auto": "stacked" if trainers["batched"].stacked_passes else "per_seed",
-            "model_steps_per_s": {k: statistics.median(v) for k, v in rates.items()},
-            "vs_sequential": {k: statistics.median(r / s for r, s in zip(rates[k], rates["sequential"])) for k in trainers},
-            "eval_s": {k: statistics.median(v) for k, v in evals.items()},
-            "eval_vs_sequential": {k: statistics.median(s / e for e, s in zip(evals[k], evals["sequential"])) for k in trainers},
-            "max_weight_difference": max_seed_difference(trainers["batched"], trainers["sequential"])}
+    return {
+        "seed_passes_auto": "stacked" if trainers["batched"].stacked_passes else "per_seed",
+        "model_steps_per_s": {k: statistics.median(v) for k, v in rates.items()},
+        "vs_sequential": {k: statistics.median(r / s for r, s in zip(rates[k], rates["sequential"])) for k in trainers},
+        "eval_s": {k: statistics.median(v) for k, v in evals.items()},
+        "eval_vs_sequential": {
+            k: statistics.median(s / e for e, s in zip(evals[k], evals["sequential"])) for k in trainers
+        },
+        "max_weight_difference": max_seed_difference(trainers["batched"], trainers["sequential"]),
+    }
 
 
 def main() -> None:
@@ -121,13 +137,17 @@ def main() -> None:
     out = measure(device, args.seeds, args.steps, args.rounds)
     print(f"seed_passes = 'auto' chose {out['seed_passes_auto']} passes")
     print(f"device {device}, torch {torch.__version__}, threads {torch.get_num_threads()}")
-    print(f"demo-size model: markov_icl k=3 order 2 length 64; 2 layers attention-only, d_model 32, 1 head; "
-          f"batch 64, AdamW, grad clip 1.0; {args.seeds} seeds; {args.rounds} rounds of {args.steps} steps each")
+    print(
+        f"demo-size model: markov_icl k=3 order 2 length 64; 2 layers attention-only, d_model 32, 1 head; "
+        f"batch 64, AdamW, grad clip 1.0; {args.seeds} seeds; {args.rounds} rounds of {args.steps} steps each"
+    )
     target = 8 if device.type == "cuda" else 1.5
     for k, rate in out["model_steps_per_s"].items():
-        print(f"  {k:<10} {rate:8.1f} model-steps/s (median)  {out['vs_sequential'][k]:5.2f}x sequential"
-              f"{f' (target >= {target})' if k == 'batched' else ''}; "
-              f"evaluating all seeds {out['eval_s'][k]:.2f} s ({out['eval_vs_sequential'][k]:.2f}x)")
+        print(
+            f"  {k:<10} {rate:8.1f} model-steps/s (median)  {out['vs_sequential'][k]:5.2f}x sequential"
+            f"{f' (target >= {target})' if k == 'batched' else ''}; "
+            f"evaluating all seeds {out['eval_s'][k]:.2f} s ({out['eval_vs_sequential'][k]:.2f}x)"
+        )
     print(f"seed i side by side vs model i alone: weights differ by at most {out['max_weight_difference']:.2g}")
 
 

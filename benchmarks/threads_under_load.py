@@ -54,10 +54,23 @@ def pace(steps: int, env: dict[str, str], busy: int) -> tuple[float, int]:
 
     with busy_processes(busy), tempfile.TemporaryDirectory() as tmp:
         run = Path(tmp) / "demo"
-        subprocess.run([str(Path(sys.executable).parent / "mechsynth"), "train",
-                        str(ROOT / "mechsynth" / "configs" / "demo.toml"), "--out", str(run), "--no-progress",
-                        "--set", f"train.steps={steps}", "--set", "wandb.mode=disabled"],
-                       check=True, capture_output=True, env=env)
+        subprocess.run(
+            [
+                str(Path(sys.executable).parent / "mechsynth"),
+                "train",
+                str(ROOT / "mechsynth" / "configs" / "demo.toml"),
+                "--out",
+                str(run),
+                "--no-progress",
+                "--set",
+                f"train.steps={steps}",
+                "--set",
+                "wandb.mode=disabled",
+            ],
+            check=True,
+            capture_output=True,
+            env=env,
+        )
         r = load_run(run)
         meta = r.meta(r.steps[-1])
         return steps / meta["train_s"], r.state(r.steps[-1])["threads"]
@@ -71,8 +84,10 @@ def main() -> int:
     args = p.parse_args()
     started = time.time()
     base = {k: v for k, v in os.environ.items() if k not in ("MECHSYNTH_THREADS", "OMP_WAIT_POLICY")}
-    ways = {"default": {**base, "MECHSYNTH_THREADS": str(os.cpu_count()), "OMP_WAIT_POLICY": "ACTIVE"},
-            "mechsynth": base}
+    ways = {
+        "default": {**base, "MECHSYNTH_THREADS": str(os.cpu_count()), "OMP_WAIT_POLICY": "ACTIVE"},
+        "mechsynth": base,
+    }
     print(f"{os.cpu_count()} cores, load before {os.getloadavg()[0]:.1f}; demo config, {args.steps} steps")
     result = {}
     for name, env in ways.items():
@@ -85,11 +100,20 @@ def main() -> int:
     sys.path.insert(0, str(ROOT / "experiments"))
     import harness
 
-    record = {"steps": args.steps, "busy_processes": args.busy, "cores": os.cpu_count(),
-              "rows": [{"way": name, "busy": bool(busy), "steps_per_s": round(rate, 2), "threads": n}
-                       for (name, busy), (rate, n) in result.items()],
-              "device": harness.device_name("cpu"), "commit": harness.commit(), "versions": harness.versions(),
-              "wall_time_s": round(time.time() - started), "date": time.strftime("%Y-%m-%d")}
+    record = {
+        "steps": args.steps,
+        "busy_processes": args.busy,
+        "cores": os.cpu_count(),
+        "rows": [
+            {"way": name, "busy": bool(busy), "steps_per_s": round(rate, 2), "threads": n}
+            for (name, busy), (rate, n) in result.items()
+        ],
+        "device": harness.device_name("cpu"),
+        "commit": harness.commit(),
+        "versions": harness.versions(),
+        "wall_time_s": round(time.time() - started),
+        "date": time.strftime("%Y-%m-%d"),
+    }
     (args.out / "threads_under_load.json").write_text(json.dumps(record, indent=1) + "\n")
     return 0
 

@@ -104,13 +104,26 @@ def measure(device: str | torch.device, steps: int = 60, rounds: int = 3, compil
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
+
         return step
 
-    own = {"own_loop_tl": own_loop(mechsynth.hooked_model(n_layers=N_LAYERS, d_model=D_MODEL, n_heads=N_HEADS,
-                                                          d_head=D_MODEL // N_HEADS, n_ctx=task.spec.n_ctx,
-                                                          d_vocab=task.spec.d_vocab, act_fn="relu", attn_only=True)),
-           "own_loop_fused": own_loop(mechsynth.build_model(task, n_layers=N_LAYERS, n_heads=N_HEADS, d_model=D_MODEL,
-                                                            attn_only=True))}
+    own = {
+        "own_loop_tl": own_loop(
+            mechsynth.hooked_model(
+                n_layers=N_LAYERS,
+                d_model=D_MODEL,
+                n_heads=N_HEADS,
+                d_head=D_MODEL // N_HEADS,
+                n_ctx=task.spec.n_ctx,
+                d_vocab=task.spec.d_vocab,
+                act_fn="relu",
+                attn_only=True,
+            )
+        ),
+        "own_loop_fused": own_loop(
+            mechsynth.build_model(task, n_layers=N_LAYERS, n_heads=N_HEADS, d_model=D_MODEL, attn_only=True)
+        ),
+    }
     bare_step = own_loop(Bare(task.spec.d_vocab))
 
     # TL's helper runs whole epochs over a Dataset; give it exactly `steps` batches of pre-made sequences.
@@ -123,8 +136,15 @@ def measure(device: str | torch.device, steps: int = 60, rounds: int = 3, compil
     g = torch.Generator().manual_seed(1)
     seqs = [task.sample(BATCH, g) for _ in range(steps + 3)]
     data = [{"tokens": torch.cat([b.tokens, b.targets[:, -1:]], 1)[i]} for b in seqs for i in range(BATCH)]
-    tl_cfg = TLTrainConfig(num_epochs=1, batch_size=BATCH, lr=1e-3, optimizer_name="AdamW", weight_decay=0.01,
-                           device=str(device), print_every=None)
+    tl_cfg = TLTrainConfig(
+        num_epochs=1,
+        batch_size=BATCH,
+        lr=1e-3,
+        optimizer_name="AdamW",
+        weight_decay=0.01,
+        device=str(device),
+        print_every=None,
+    )
 
     def tl_run() -> float:
         if device.type == "cuda":
@@ -149,8 +169,12 @@ def measure(device: str | torch.device, steps: int = 60, rounds: int = 3, compil
             rates[name].append(timed(step, steps, device))
     med = {k: statistics.median(v) for k, v in rates.items()}
     ratios = {f"{ours}/{other}": med[ours] / med[other] for ours in contenders for other in ("bare", "tl_helper")}
-    ratios["own_loop_fused/own_loop_tl"] = med["own_loop_fused"] / med["own_loop_tl"]  # what the fused model saves your loop
-    ratios["mechsynth/own_loop_tl"] = med["mechsynth"] / med["own_loop_tl"]  # `mechsynth train` against your loop over TL
+    ratios["own_loop_fused/own_loop_tl"] = (
+        med["own_loop_fused"] / med["own_loop_tl"]
+    )  # what the fused model saves your loop
+    ratios["mechsynth/own_loop_tl"] = (
+        med["mechsynth"] / med["own_loop_tl"]
+    )  # `mechsynth train` against your loop over TL
     return {"steps_per_s": med, "ratios": ratios, "data_generation_share": med["mechsynth"] / sample_rate}
 
 
@@ -163,7 +187,9 @@ def main() -> None:
     args = ap.parse_args()
     out = measure(args.device, args.steps, args.rounds, args.compile)
     med, ratios = out["steps_per_s"], out["ratios"]
-    print(f"device {args.device}, torch {torch.__version__}, TransformerLens {TL_VERSION}, threads {torch.get_num_threads()}")
+    print(
+        f"device {args.device}, torch {torch.__version__}, TransformerLens {TL_VERSION}, threads {torch.get_num_threads()}"
+    )
     print(f"model: {N_LAYERS} layers attention-only, d_model {D_MODEL}, {N_HEADS} heads; batch {BATCH} x {T} tokens")
     for k, v in med.items():
         print(f"  {k:<14} {v:8.1f} steps/s")
@@ -174,8 +200,10 @@ def main() -> None:
         print(f"compiled / tl_helper  = {ratios['mechsynth_compiled/tl_helper']:.2f}x")
     print(f"data generation       = {100 * out['data_generation_share']:.1f}% of a mechsynth step (target < 10%)")
     bridge = "TransformerBridge" if TL_MAJOR >= 4 else "HookedTransformer"
-    print(f"your own loop: fused model / {bridge} = {ratios['own_loop_fused/own_loop_tl']:.2f}x;  "
-          f"mechsynth train / your loop over {bridge} = {ratios['mechsynth/own_loop_tl']:.2f}x")
+    print(
+        f"your own loop: fused model / {bridge} = {ratios['own_loop_fused/own_loop_tl']:.2f}x;  "
+        f"mechsynth train / your loop over {bridge} = {ratios['mechsynth/own_loop_tl']:.2f}x"
+    )
 
 
 if __name__ == "__main__":

@@ -61,21 +61,39 @@ def listing(command: str) -> dict[str, dict[str, Any]]:
 
 
 def tasks_page() -> str:
-    lines = ["# Tasks", "", "Generated from the task registry: what `mechsynth tasks` prints. Set them under `[task]` "
-             "(`name` and the fields below) or with `--set task.FIELD=VALUE`.", ""]
+    lines = [
+        "# Tasks",
+        "",
+        "Generated from the task registry: what `mechsynth tasks` prints. Set them under `[task]` "
+        "(`name` and the fields below) or with `--set task.FIELD=VALUE`.",
+        "",
+    ]
     for name, info in listing("tasks").items():
         lines += [f"## `{name}`", "", md(info["doc"]), "", fields(info["params"]), ""]
     return "\n".join(lines)
 
 
 def probes_page() -> str:
-    lines = ["# Probes", "", "Generated from the probe registry: what `mechsynth probes` prints. Options are set with "
-             "`mechsynth probe RUN --set PROBE.OPTION=VALUE`.", ""]
+    lines = [
+        "# Probes",
+        "",
+        "Generated from the probe registry: what `mechsynth probes` prints. Options are set with "
+        "`mechsynth probe RUN --set PROBE.OPTION=VALUE`.",
+        "",
+    ]
     for name, info in listing("probes").items():
         truth = ", ".join(f"`{t}`" for t in info["truth"]) or "none"
-        lines += [f"## `{name}`", "", md(info["doc"]), "", f"- task truth it reads: {truth}",
-                  f"- runs: {'only when named (`--probes`)' if info['costly'] else 'on every checkpoint, wherever it applies'}",
-                  "", fields(info["params"]), ""]
+        lines += [
+            f"## `{name}`",
+            "",
+            md(info["doc"]),
+            "",
+            f"- task truth it reads: {truth}",
+            f"- runs: {'only when named (`--probes`)' if info['costly'] else 'on every checkpoint, wherever it applies'}",
+            "",
+            fields(info["params"]),
+            "",
+        ]
     return "\n".join(lines)
 
 
@@ -83,9 +101,14 @@ def models_page() -> str:
     from mechsynth import cli, models
     from mechsynth.config import describe
 
-    lines = ["# Model kinds", "", f"Generated from the model registry. `[model] kind` picks one (default "
-             f"`{models.DEFAULT_KIND}`); each kind accepts only its own fields. Vocabulary, context and output sizes "
-             "come from the task.", ""]
+    lines = [
+        "# Model kinds",
+        "",
+        f"Generated from the model registry. `[model] kind` picks one (default "
+        f"`{models.DEFAULT_KIND}`); each kind accepts only its own fields. Vocabulary, context and output sizes "
+        "come from the task.",
+        "",
+    ]
     for name in models.names():
         kind = models.MODEL_KINDS.get(name)
         lines += [f"## `{name}`", "", md(cli._first_line(kind)), "", fields(describe(kind)), ""]
@@ -100,13 +123,34 @@ def optimizers_page() -> str:
     from mechsynth.training.train import TrainConfig
 
     train = describe(TrainConfig)
-    lines = ["# Optimizers and training", "", "Generated from the optimizer registry and the `[train]` and `[wandb]` "
-             "configs. `[train] optimizer` names an optimizer; an elementwise one is required for `train.seeds` > 1.", "",
-             "| optimizer | elementwise | what |", "|---|---|---|"]
-    lines += [f"| `{n}` | {'yes' if optimizers.get(n).elementwise else 'no'} | {md(cli._first_line(optimizers.get(n)))} |"
-              for n in optimizers.names()]
-    lines += ["", "## The `[train]` fields an optimizer reads", "", fields([p for p in train if p["name"] in Hyper.__annotations__]),
-              "", "## `[train]`", "", fields(train), "", "## `[wandb]`", "", fields(describe(WandbConfig)), ""]
+    lines = [
+        "# Optimizers and training",
+        "",
+        "Generated from the optimizer registry and the `[train]` and `[wandb]` "
+        "configs. `[train] optimizer` names an optimizer; an elementwise one is required for `train.seeds` > 1.",
+        "",
+        "| optimizer | elementwise | what |",
+        "|---|---|---|",
+    ]
+    lines += [
+        f"| `{n}` | {'yes' if optimizers.get(n).elementwise else 'no'} | {md(cli._first_line(optimizers.get(n)))} |"
+        for n in optimizers.names()
+    ]
+    lines += [
+        "",
+        "## The `[train]` fields an optimizer reads",
+        "",
+        fields([p for p in train if p["name"] in Hyper.__annotations__]),
+        "",
+        "## `[train]`",
+        "",
+        fields(train),
+        "",
+        "## `[wandb]`",
+        "",
+        fields(describe(WandbConfig)),
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -128,8 +172,10 @@ def value(out: dict[str, Any], path: str) -> str:
         try:
             at = at[int(key)] if isinstance(at, list) else at[key]
         except (KeyError, IndexError, ValueError, TypeError):
-            raise ValueError(f"docs/experiments/differences/{out['experiment']}.md: {{{{ {path} }}}} is not in "
-                             f"assets/{out['experiment']}.json") from None
+            raise ValueError(
+                f"docs/experiments/differences/{out['experiment']}.md: {{{{ {path} }}}} is not in "
+                f"assets/{out['experiment']}.json"
+            ) from None
     if isinstance(at, list) and all(isinstance(x, (int, float)) for x in at):
         return verdicts.span(at)
     return verdicts.num(at) if isinstance(at, (int, float)) and not isinstance(at, bool) else str(at)
@@ -142,19 +188,41 @@ def filled(text: str, out: dict[str, Any]) -> str:
 def experiment_page(out: dict[str, Any]) -> str:
     name = out["experiment"]
     judged, _ = results_table.claims(out)
-    lines = [f"# {name}", "", "## Setup", "", "What the script runs (its docstring); the paper's setting is beside each claim "
-             "below.", "", "```text", setup(name), "```", ""]
+    lines = [
+        f"# {name}",
+        "",
+        "## Setup",
+        "",
+        "What the script runs (its docstring); the paper's setting is beside each claim below.",
+        "",
+        "```text",
+        setup(name),
+        "```",
+        "",
+    ]
     written = DIFFERENCES / f"{name}.md"
     if written.exists():
         lines += ["## Where we differ from the paper", "", filled(written.read_text().strip(), out), ""]
     lines += ["## Claims and the rules that judge them", ""]
     for c in judged:
         control = c.get("control") or {}
-        lines += [f"- **{md(c['claim'])}**  ", f"  Paper: {md(c['paper'])}  ", f"  Rule: {md(c['rule'])}  ",
-                  f"  Negative control: {md(control.get('note') or 'none')}  ", f"  Verdict: **{c['verdict']}**"]
-    lines += ["", "## Results", "", "Generated from `assets/" + name + ".json` by `experiments/results_table.py`, which "
-              "writes the README's shorter table from the same JSON; \"ours\" is the line the rule wrote from the data.", "",
-              results_table.table([out]), ""]
+        lines += [
+            f"- **{md(c['claim'])}**  ",
+            f"  Paper: {md(c['paper'])}  ",
+            f"  Rule: {md(c['rule'])}  ",
+            f"  Negative control: {md(control.get('note') or 'none')}  ",
+            f"  Verdict: **{c['verdict']}**",
+        ]
+    lines += [
+        "",
+        "## Results",
+        "",
+        "Generated from `assets/" + name + ".json` by `experiments/results_table.py`, which "
+        'writes the README\'s shorter table from the same JSON; "ours" is the line the rule wrote from the data.',
+        "",
+        results_table.table([out]),
+        "",
+    ]
     module = verdicts.rules_of(name)
     if hasattr(module, "tables"):
         lines += [module.tables(out["results"]), ""]
@@ -162,11 +230,26 @@ def experiment_page(out: dict[str, Any]) -> str:
     if figures:
         lines += ["## Figures", ""] + [f"![{f}](../assets/{f})\n" for f in figures]
     command = out["command"]
-    lines += ["## Commands", "", "```bash", f"{command}            # the size these results are from ({out.get('size', '')})",
-              f"{command} --smoke    # seconds: the test suite runs each script at this size",
-              f"{command} --full     # larger, longer, more seeds", "```", "",
-              "## Cost", "", md(results_table.when(out)), "", full_cost(name), "", "## Made from", "",
-              results_table.made_from(out), ""]
+    lines += [
+        "## Commands",
+        "",
+        "```bash",
+        f"{command}            # the size these results are from ({out.get('size', '')})",
+        f"{command} --smoke    # seconds: the test suite runs each script at this size",
+        f"{command} --full     # larger, longer, more seeds",
+        "```",
+        "",
+        "## Cost",
+        "",
+        md(results_table.when(out)),
+        "",
+        full_cost(name),
+        "",
+        "## Made from",
+        "",
+        results_table.made_from(out),
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -192,27 +275,39 @@ def full_cost(name: str) -> str:
         if e["hours"] is None:
             said.append(f"on {where} ({md(entry['device'])}) it does not fit: {md(e['does_not_fit'])}")
             continue
-        scaled = (f"{e['configs_timed']} configurations" if e["configs_timed"] == e["configs"] else
-                  f"{e['configs_timed']} of its {e['configs']} configurations (the rest scaled by parameters × tokens)")
-        said.append(f"**{_hours(e['hours'])}** of training on {where} ({md(entry['device'])}; its longest run "
-                    f"{_hours(e['longest_run_hours'])}; {scaled} timed at their full size, {entry['steps']} steps each "
-                    f"after {entry['warmup']} of warm-up, at load {e['load_average']:.1f}, commit {entry['commit']})")
+        scaled = (
+            f"{e['configs_timed']} configurations"
+            if e["configs_timed"] == e["configs"]
+            else f"{e['configs_timed']} of its {e['configs']} configurations (the rest scaled by parameters × tokens)"
+        )
+        said.append(
+            f"**{_hours(e['hours'])}** of training on {where} ({md(entry['device'])}; its longest run "
+            f"{_hours(e['longest_run_hours'])}; {scaled} timed at their full size, {entry['steps']} steps each "
+            f"after {entry['warmup']} of warm-up, at load {e['load_average']:.1f}, commit {entry['commit']})"
+        )
     if not said:
         return f"`--full`: its cost is not measured yet (`python experiments/full_cost.py --only {name}`)."
     first = measured.get("cpu", measured.get("cuda"))["experiments"][name]
-    gpu = "" if "cuda" in measured and name in measured["cuda"].get("experiments", {}) else (
-        " On a GPU: not measured yet; `python experiments/full_cost.py --device cuda` on one measures it.")
-    return (f"`--full` trains {first['runs']} runs in its first round ({first['model_steps']:,} model-steps; the largest "
-            f"needs about {first['peak_gib']:.1f} GiB by the memory estimate), one at a time, checkpoints and probing "
-            f"not counted: " + "; ".join(said) + f".{gpu} Across several GPUs, a run on "
-            f"each (Ray): `python experiments/{name}.py --full --device cuda --backend ray --address auto`.")
+    gpu = (
+        ""
+        if "cuda" in measured and name in measured["cuda"].get("experiments", {})
+        else (" On a GPU: not measured yet; `python experiments/full_cost.py --device cuda` on one measures it.")
+    )
+    return (
+        f"`--full` trains {first['runs']} runs in its first round ({first['model_steps']:,} model-steps; the largest "
+        f"needs about {first['peak_gib']:.1f} GiB by the memory estimate), one at a time, checkpoints and probing "
+        f"not counted: " + "; ".join(said) + f".{gpu} Across several GPUs, a run on "
+        f"each (Ray): `python experiments/{name}.py --full --device cuda --backend ray --address auto`."
+    )
 
 
 def experiments_list() -> str:
     rows = ["| experiment | claims | verdicts |", "|---|---|---|"]
     for out in EXPERIMENTS:
         judged, before = results_table.claims(out)
-        said = ", ".join(f"{n} {v}" for v, n in verdicts.counts(judged).items() if n) + ("" if before else " (post hoc)")
+        said = ", ".join(f"{n} {v}" for v, n in verdicts.counts(judged).items() if n) + (
+            "" if before else " (post hoc)"
+        )
         rows.append(f"| [{out['experiment']}]({out['experiment']}.md) | {len(judged)} | {said} |")
     return "\n".join(rows)
 
@@ -229,28 +324,38 @@ def full_cost_table() -> str:
     rows = ["| experiment | runs (first round) | training on one CPU core | on one GPU |", "|---|---|---|---|"]
     for name in sorted(set(cpu) | set(cuda)):
         e = cpu.get(name) or cuda[name]
-        rows.append(f"| [{name}]({name}.md) | {e['runs']} | {_cell(cpu.get(name), 'not measured')} "
-                    f"| {_cell(cuda.get(name), 'not measured yet')} |")
+        rows.append(
+            f"| [{name}]({name}.md) | {e['runs']} | {_cell(cpu.get(name), 'not measured')} "
+            f"| {_cell(cuda.get(name), 'not measured yet')} |"
+        )
     return "\n".join(rows)
 
 
 # Written pages carry these markers where generated text goes.
-MARKERS = {"<!-- generated: demo -->": lambda: results_table.demo(ASSETS),
-           "<!-- generated: experiments -->": experiments_list, "<!-- generated: full_cost -->": full_cost_table}
+MARKERS = {
+    "<!-- generated: demo -->": lambda: results_table.demo(ASSETS),
+    "<!-- generated: experiments -->": experiments_list,
+    "<!-- generated: full_cost -->": full_cost_table,
+}
 
 
 def on_config(config):
     EXPERIMENTS[:] = results_table.experiments(ASSETS)
     for entry in config.nav or []:
         if isinstance(entry, dict) and "Experiments" in entry:
-            entry["Experiments"] = entry["Experiments"][:1] + [{o["experiment"]: f"experiments/{o['experiment']}.md"}
-                                                              for o in EXPERIMENTS]
+            entry["Experiments"] = entry["Experiments"][:1] + [
+                {o["experiment"]: f"experiments/{o['experiment']}.md"} for o in EXPERIMENTS
+            ]
     return config
 
 
 def on_files(files, config):
-    pages = {"reference/tasks.md": tasks_page(), "reference/probes.md": probes_page(),
-             "reference/models.md": models_page(), "reference/optimizers.md": optimizers_page()}
+    pages = {
+        "reference/tasks.md": tasks_page(),
+        "reference/probes.md": probes_page(),
+        "reference/models.md": models_page(),
+        "reference/optimizers.md": optimizers_page(),
+    }
     pages.update({f"experiments/{o['experiment']}.md": experiment_page(o) for o in EXPERIMENTS})
     for src, text in pages.items():
         files.append(File.generated(config, src, content=text))

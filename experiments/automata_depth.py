@@ -58,12 +58,30 @@ DEFINITIONS = ("abs90", "abs99", "rel90")
 # control_seeds: the alphabet audit's negative control, Liu et al.'s alphabet against itself with these seeds
 # (as many as the sweep's, none of them its).
 SIZES: dict[str, dict[str, Any]] = {
-    "smoke": {"probe_batch": 32, "alphabet_groups": ["S5"], "alphabet_depths": [1],
-              "length_groups": ["C2", "D8"], "length_depth": 1, "control_seeds": [10, 11]},
-    "cpu": {"probe_batch": 256, "alphabet_groups": ["Q8", "A5", "S5"], "alphabet_depths": [1, 2],
-            "length_groups": ["Dyck", "Grid9", "C2", "D8"], "length_depth": 4, "control_seeds": [303, 304, 305]},
-    "full": {"probe_batch": 512, "alphabet_groups": ["Q8", "A5", "S5"], "alphabet_depths": [1, 2],
-             "length_groups": ["Dyck", "Grid9", "C2", "D8"], "length_depth": 4, "control_seeds": [303, 304, 305]},
+    "smoke": {
+        "probe_batch": 32,
+        "alphabet_groups": ["S5"],
+        "alphabet_depths": [1],
+        "length_groups": ["C2", "D8"],
+        "length_depth": 1,
+        "control_seeds": [10, 11],
+    },
+    "cpu": {
+        "probe_batch": 256,
+        "alphabet_groups": ["Q8", "A5", "S5"],
+        "alphabet_depths": [1, 2],
+        "length_groups": ["Dyck", "Grid9", "C2", "D8"],
+        "length_depth": 4,
+        "control_seeds": [303, 304, 305],
+    },
+    "full": {
+        "probe_batch": 512,
+        "alphabet_groups": ["Q8", "A5", "S5"],
+        "alphabet_depths": [1, 2],
+        "length_groups": ["Dyck", "Grid9", "C2", "D8"],
+        "length_depth": 4,
+        "control_seeds": [303, 304, 305],
+    },
 }
 PAPER_SEQUENCES = (600_000, 5_000_000)  # the fewest and most sequences Liu et al. trained on
 LENGTH_FACTORS = (2, 4)  # evaluated at 2T and 4T
@@ -73,10 +91,20 @@ def grid(runs: harness.Runs, size: str) -> dict[str, Any]:
     """What the analysis needs to know of the sweep: rows, depths, seeds and the shared settings."""
     axes = {a.key: a.labels for a in runs.plan.axes}
     one = runs.plan.jobs[0].config
-    c = {**SIZES[size], "groups": list(axes["group"]), "depths": [int(d) for d in axes["model.n_layers"]],
-         "seeds": list(runs.plan.seeds), "length": one["task"]["length"], "alphabet": one["task"]["alphabet"],
-         "positional": one["model"]["positional"], "d_model": one["model"]["d_model"], "n_heads": one["model"]["n_heads"],
-         **{k: one["train"][k] for k in ("steps", "batch_size", "lr", "weight_decay", "warmup_steps", "eval_batch_size")}}
+    c = {
+        **SIZES[size],
+        "groups": list(axes["group"]),
+        "depths": [int(d) for d in axes["model.n_layers"]],
+        "seeds": list(runs.plan.seeds),
+        "length": one["task"]["length"],
+        "alphabet": one["task"]["alphabet"],
+        "positional": one["model"]["positional"],
+        "d_model": one["model"]["d_model"],
+        "n_heads": one["model"]["n_heads"],
+        **{
+            k: one["train"][k] for k in ("steps", "batch_size", "lr", "weight_decay", "warmup_steps", "eval_batch_size")
+        },
+    }
     for key in ("alphabet_groups", "length_groups"):
         missing = [g for g in c[key] if g not in c["groups"]]
         if missing:
@@ -89,7 +117,9 @@ def chance(runs: harness.Runs, group: str, n_seqs: int = 2048) -> dict[str, floa
     and at the last: the floor every cell is read against."""
     task = runs.load(runs.jobs(group=group)[0]).task
     targets = task.sample(n_seqs, torch.Generator().manual_seed(99), split="eval").targets
-    freq = torch.stack([torch.bincount(targets[:, t], minlength=task.spec.d_vocab_out) for t in range(targets.shape[1])])
+    freq = torch.stack(
+        [torch.bincount(targets[:, t], minlength=task.spec.d_vocab_out) for t in range(targets.shape[1])]
+    )
     best = freq.max(-1).values.double() / n_seqs
     return {"all": 100 * float(best.mean()), "last": 100 * float(best[-1])}
 
@@ -99,15 +129,31 @@ def one(runs: harness.Runs, c: dict[str, Any], group: str, depth: int, seed: int
     last = run.metrics[-1]
     m = probes.run("automaton_shortcut", run.trainable(), run.task, batch_size=c["probe_batch"]).metrics
     # the deepest models' decoding from their untrained weights: linear_decoding's negative control
-    init = (per_layer(probes.run("automaton_shortcut", run.trainable(0), run.task, batch_size=c["probe_batch"]).metrics,
-                      "linear", depth) if depth == max(c["depths"]) else None)
-    out = {"group": group, "depth": depth, "seed": seed, "acc": last["eval/acc"], "acc_last": last["eval/acc_last"], "loss": last["eval/loss"],
-           "acc_by_position": last["eval/acc_by_position"],
-           "linear": per_layer(m, "linear", depth),
-           **({"linear_init": init} if init is not None else {}),
-           "entropy_per_head": {k.split("/", 1)[1]: v for k, v in m.items() if k.startswith("entropy/")}}
-    harness.log(f"{group} L={depth} seed={seed}: acc {out['acc']:.3f}, last {out['acc_last']:.3f}, "
-                f"state decoding per layer {[round(a, 2) for a in out['linear']['state']]}")
+    init = (
+        per_layer(
+            probes.run("automaton_shortcut", run.trainable(0), run.task, batch_size=c["probe_batch"]).metrics,
+            "linear",
+            depth,
+        )
+        if depth == max(c["depths"])
+        else None
+    )
+    out = {
+        "group": group,
+        "depth": depth,
+        "seed": seed,
+        "acc": last["eval/acc"],
+        "acc_last": last["eval/acc_last"],
+        "loss": last["eval/loss"],
+        "acc_by_position": last["eval/acc_by_position"],
+        "linear": per_layer(m, "linear", depth),
+        **({"linear_init": init} if init is not None else {}),
+        "entropy_per_head": {k.split("/", 1)[1]: v for k, v in m.items() if k.startswith("entropy/")},
+    }
+    harness.log(
+        f"{group} L={depth} seed={seed}: acc {out['acc']:.3f}, last {out['acc_last']:.3f}, "
+        f"state decoding per layer {[round(a, 2) for a in out['linear']['state']]}"
+    )
     return out
 
 
@@ -163,21 +209,30 @@ def summarize(runs: harness.Runs, c: dict[str, Any], rows: list[dict[str, Any]])
         for d in c["depths"]:
             here = [r for r in rows if r["group"] == g and r["depth"] == d]
             by_position = [statistics.fmean(v) for v in zip(*(r["acc_by_position"] for r in here))]
-            table[g][str(d)] = {"all": cell([r["acc"] for r in here]), "last": cell([r["acc_last"] for r in here]),
-                                "by_position_mean": [round(100 * v, 2) for v in by_position],
-                                "paper_T100": PAPER[g].get(d)}
-        first[g] = {measure: first_depths({d: table[g][str(d)][measure]["mean"] for d in c["depths"]},
-                                          floors[g][measure]) for measure in ("all", "last")}
+            table[g][str(d)] = {
+                "all": cell([r["acc"] for r in here]),
+                "last": cell([r["acc_last"] for r in here]),
+                "by_position_mean": [round(100 * v, 2) for v in by_position],
+                "paper_T100": PAPER[g].get(d),
+            }
+        first[g] = {
+            measure: first_depths({d: table[g][str(d)][measure]["mean"] for d in c["depths"]}, floors[g][measure])
+            for measure in ("all", "last")
+        }
         # the paper at our depths, so that the two are read on the same grid; and at all of its depths
-        paper_first[g] = {"our_depths": first_depths({d: PAPER[g][d] for d in c["depths"] if d in PAPER[g]}, floors[g]["all"]),
-                          "all_depths": first_depths(PAPER[g], floors[g]["all"])}
+        paper_first[g] = {
+            "our_depths": first_depths({d: PAPER[g][d] for d in c["depths"] if d in PAPER[g]}, floors[g]["all"]),
+            "all_depths": first_depths(PAPER[g], floors[g]["all"]),
+        }
     agreement = {}
     for d in DEFINITIONS:  # rank agreement of the rows' first solving depth (never solved = after the deepest)
         never = max(c["depths"]) + 1
         ours = [first[g]["all"][d]["depth"] or never for g in c["groups"]]
         paper = [paper_first[g]["our_depths"][d]["depth"] or never for g in c["groups"]]
-        agreement[d] = {"spearman": harness.spearman(ours, paper),
-                        "same_first_depth": [g for g, a, b in zip(c["groups"], ours, paper) if a == b]}
+        agreement[d] = {
+            "spearman": harness.spearman(ours, paper),
+            "same_first_depth": [g for g, a, b in zip(c["groups"], ours, paper) if a == b],
+        }
     # Where few cells reach any threshold, the ordering is still there to compare: at each depth, the rank
     # correlation over rows of our accuracy with the paper's, raw and as the fraction of the way from chance.
     by_depth = {}
@@ -187,10 +242,19 @@ def summarize(runs: harness.Runs, c: dict[str, Any], rows: list[dict[str, Any]])
         paper = [PAPER[g][d] for g in known]
         rel = [from_chance(a, floors[g]["all"]) for a, g in zip(ours, known)]
         rel_paper = [from_chance(a, floors[g]["all"]) for a, g in zip(paper, known)]
-        by_depth[str(d)] = {"rows": known, "spearman": harness.spearman(ours, paper),
-                            "spearman_above_chance": harness.spearman(rel, rel_paper)}
-    return {"table": table, "chance": floors, "first_depth": first, "paper_first_depth": paper_first,
-            "ordering_agreement": agreement, "rank_agreement_by_depth": by_depth}
+        by_depth[str(d)] = {
+            "rows": known,
+            "spearman": harness.spearman(ours, paper),
+            "spearman_above_chance": harness.spearman(rel, rel_paper),
+        }
+    return {
+        "table": table,
+        "chance": floors,
+        "first_depth": first,
+        "paper_first_depth": paper_first,
+        "ordering_agreement": agreement,
+        "rank_agreement_by_depth": by_depth,
+    }
 
 
 def alphabet_runs(s: harness.Session, runs: harness.Runs, c: dict[str, Any]) -> harness.Runs:
@@ -217,21 +281,35 @@ def alphabet_table(runs: harness.Runs, extra: harness.Runs, c: dict[str, Any]) -
             gen = [extra.run(seed, alphabet="generators", group=g, n_layers=d).metrics[-1] for seed in c["seeds"]]
             other = [extra.run(seed, alphabet="liu", group=g, n_layers=d).metrics[-1] for seed in c["control_seeds"]]
             task = extra.run(c["seeds"][0], alphabet="generators", group=g, n_layers=d).task
-            out[g][str(d)] = {"liu": {"all": cell([m["eval/acc"] for m in liu]), "last": cell([m["eval/acc_last"] for m in liu]),
-                                      "chance": chance(runs, g)},
-                              "generators": {"all": cell([m["eval/acc"] for m in gen]),
-                                             "last": cell([m["eval/acc_last"] for m in gen]),
-                                             "chance": chance(extra, g), "symbols": list(task.spec.token_names)},
-                              "liu_other_seeds": {"all": cell([m["eval/acc"] for m in other]),
-                                                  "last": cell([m["eval/acc_last"] for m in other]),
-                                                  "chance": chance(runs, g), "seeds": c["control_seeds"]}}
+            out[g][str(d)] = {
+                "liu": {
+                    "all": cell([m["eval/acc"] for m in liu]),
+                    "last": cell([m["eval/acc_last"] for m in liu]),
+                    "chance": chance(runs, g),
+                },
+                "generators": {
+                    "all": cell([m["eval/acc"] for m in gen]),
+                    "last": cell([m["eval/acc_last"] for m in gen]),
+                    "chance": chance(extra, g),
+                    "symbols": list(task.spec.token_names),
+                },
+                "liu_other_seeds": {
+                    "all": cell([m["eval/acc"] for m in other]),
+                    "last": cell([m["eval/acc_last"] for m in other]),
+                    "chance": chance(runs, g),
+                    "seeds": c["control_seeds"],
+                },
+            }
     return out
 
 
 # the length runs' arms: (label, positional encoding, training length in T)
-LENGTH_ARMS = (("standard", "standard", 1), ("rotary", "rotary", 1),
-               # the control: rotary trained to 2T, where the positions T..2T are not beyond the training length
-               ("rotary_2T", "rotary", 2))
+LENGTH_ARMS = (
+    ("standard", "standard", 1),
+    ("rotary", "rotary", 1),
+    # the control: rotary trained to 2T, where the positions T..2T are not beyond the training length
+    ("rotary_2T", "rotary", 2),
+)
 
 
 def length_runs(s: harness.Session, runs: harness.Runs, c: dict[str, Any]) -> harness.Runs:
@@ -242,11 +320,17 @@ def length_runs(s: harness.Session, runs: harness.Runs, c: dict[str, Any]) -> ha
     for arm, positional, trained in LENGTH_ARMS:
         for g in c["length_groups"]:
             base = runs.jobs(group=g, n_layers=c["length_depth"])[0].config
-            config = _with(base, {"model": {"positional": positional},
-                                  "task": {"length": trained * c["length"], "eval_length": max(LENGTH_FACTORS) * c["length"]},
-                                  "train": {"eval_every": base["train"]["steps"]}})
-            specs += [({"positional": arm, "group": g, "n_layers": c["length_depth"]}, seed, config)
-                      for seed in c["seeds"]]
+            config = _with(
+                base,
+                {
+                    "model": {"positional": positional},
+                    "task": {"length": trained * c["length"], "eval_length": max(LENGTH_FACTORS) * c["length"]},
+                    "train": {"eval_every": base["train"]["steps"]},
+                },
+            )
+            specs += [
+                ({"positional": arm, "group": g, "n_layers": c["length_depth"]}, seed, config) for seed in c["seeds"]
+            ]
     return s.train_runs(specs)
 
 
@@ -259,17 +343,26 @@ def length_table(extra: harness.Runs, c: dict[str, Any]) -> tuple[dict[str, Any]
             for seed in c["seeds"]:
                 run = extra.run(seed, positional=positional, group=g, n_layers=c["length_depth"])
                 model, cfg = run.trainable(), run.task.cfg
-                row = {"positional": positional, "group": g, "seed": seed,
-                       "acc_by_position_4T": run.metrics[-1]["eval_long/acc_by_position"]}
+                row = {
+                    "positional": positional,
+                    "group": g,
+                    "seed": seed,
+                    "acc_by_position_4T": run.metrics[-1]["eval_long/acc_by_position"],
+                }
                 for f in LENGTH_FACTORS:
                     # read within T and beyond T (whatever length the model was trained on)
                     task = tasks.make("automata", {**dataclasses.asdict(cfg), "length": T, "eval_length": f * T})
                     m = probes.run("automaton_shortcut", model, task, batch_size=c["probe_batch"]).metrics
-                    row[f"{f}T"] = {"acc_within_T": m["acc"], "acc_beyond_T": m["acc_beyond_train_length"],
-                                    "linear_beyond_T": per_layer(m, "linear_beyond", c["length_depth"])}
+                    row[f"{f}T"] = {
+                        "acc_within_T": m["acc"],
+                        "acc_beyond_T": m["acc_beyond_train_length"],
+                        "linear_beyond_T": per_layer(m, "linear_beyond", c["length_depth"]),
+                    }
                 row["linear_within_T"] = per_layer(m, "linear", c["length_depth"])  # the same at either length
-                harness.log(f"length: {g} {positional} seed={seed}: within T {row['2T']['acc_within_T']:.3f}, "
-                            f"beyond T at 2T {row['2T']['acc_beyond_T']:.3f}, at 4T {row['4T']['acc_beyond_T']:.3f}")
+                harness.log(
+                    f"length: {g} {positional} seed={seed}: within T {row['2T']['acc_within_T']:.3f}, "
+                    f"beyond T at 2T {row['2T']['acc_beyond_T']:.3f}, at 4T {row['4T']['acc_beyond_T']:.3f}"
+                )
                 rows.append(row)
     table: dict[str, Any] = {}
     for g in c["length_groups"]:
@@ -296,19 +389,35 @@ def plot(s: harness.Session, c: dict[str, Any], data: dict[str, Any]) -> list[Pa
     groups, depths, table = c["groups"], c["depths"], data["table"]
     ours = np.array([[table[g][str(d)]["all"]["mean"] for d in depths] for g in groups])
     last = np.array([[table[g][str(d)]["last"]["mean"] for d in depths] for g in groups])
-    paper = np.array([[np.nan if PAPER[g][d] is None else PAPER[g][d] for d in PAPER_DEPTHS] for g in groups], dtype=float)
-    fig, axes = plt.subplots(1, 3, figsize=(15, 0.45 * len(groups) + 1.8), layout="constrained",
-                             gridspec_kw={"width_ratios": [len(depths) + 1, len(depths) + 1, len(PAPER_DEPTHS) + 1]})
+    paper = np.array(
+        [[np.nan if PAPER[g][d] is None else PAPER[g][d] for d in PAPER_DEPTHS] for g in groups], dtype=float
+    )
+    fig, axes = plt.subplots(
+        1,
+        3,
+        figsize=(15, 0.45 * len(groups) + 1.8),
+        layout="constrained",
+        gridspec_kw={"width_ratios": [len(depths) + 1, len(depths) + 1, len(PAPER_DEPTHS) + 1]},
+    )
     seeds = f"mean of {len(c['seeds'])} seeds"
-    for ax, values, cols, title in ((axes[0], ours, depths, f"ours, T = {c['length']}: all positions\n{seeds}"),
-                                    (axes[1], last, depths, f"ours, T = {c['length']}: last position\n{seeds}"),
-                                    (axes[2], paper, PAPER_DEPTHS, "Liu et al. 2023, T = 100\n(the seed talk's table)")):
+    for ax, values, cols, title in (
+        (axes[0], ours, depths, f"ours, T = {c['length']}: all positions\n{seeds}"),
+        (axes[1], last, depths, f"ours, T = {c['length']}: last position\n{seeds}"),
+        (axes[2], paper, PAPER_DEPTHS, "Liu et al. 2023, T = 100\n(the seed talk's table)"),
+    ):
         im = ax.imshow(values, vmin=0, vmax=100, cmap="viridis", aspect="auto")
         for i in range(len(groups)):
             for j in range(len(cols)):
                 v = values[i, j]
-                ax.text(j, i, "–" if np.isnan(v) else f"{v:.0f}", ha="center", va="center",
-                        color="gray" if np.isnan(v) else "white" if v < 60 else "black", fontsize=8)
+                ax.text(
+                    j,
+                    i,
+                    "–" if np.isnan(v) else f"{v:.0f}",
+                    ha="center",
+                    va="center",
+                    color="gray" if np.isnan(v) else "white" if v < 60 else "black",
+                    fontsize=8,
+                )
         ax.set_xticks(range(len(cols)), [str(d) for d in cols])
         ax.set_yticks(range(len(groups)), groups)
         ax.set_xlabel("layers L")
@@ -326,7 +435,7 @@ def plot(s: harness.Session, c: dict[str, Any], data: dict[str, Any]) -> list[Pa
         ax.axhline(data["chance"][g]["all"], color="gray", ls=":", lw=0.8)
         ax.set_title(g, fontsize=9)
         ax.set_ylim(0, 102)
-    for ax in axes.flat[len(groups):]:
+    for ax in axes.flat[len(groups) :]:
         ax.axis("off")
     axes[0, 0].legend(fontsize=6)
     fig.supxlabel("position t (accuracy of the state after t symbols; dotted: best constant guess)", fontsize=9)
@@ -349,9 +458,17 @@ def plot(s: harness.Session, c: dict[str, Any], data: dict[str, Any]) -> list[Pa
     fig, axes = plt.subplots(1, len(groups_l), figsize=(4 * len(groups_l), 3.2), sharey=True, squeeze=False)
     for ax, g in zip(axes[0], groups_l):
         for positional, colour in (("standard", "tab:blue"), ("rotary", "tab:red")):
-            curves = [r["acc_by_position_4T"] for r in data["length_runs"] if r["group"] == g and r["positional"] == positional]
-            ax.plot(range(1, len(curves[0]) + 1), np.mean(np.array(curves), 0) * 100, color=colour,
-                    label="learned absolute" if positional == "standard" else "rotary")
+            curves = [
+                r["acc_by_position_4T"]
+                for r in data["length_runs"]
+                if r["group"] == g and r["positional"] == positional
+            ]
+            ax.plot(
+                range(1, len(curves[0]) + 1),
+                np.mean(np.array(curves), 0) * 100,
+                color=colour,
+                label="learned absolute" if positional == "standard" else "rotary",
+            )
         for f in (1,) + LENGTH_FACTORS[:-1]:
             ax.axvline(f * c["length"] + 0.5, color="gray", ls="--", lw=0.8)
         ax.set_title(f"{g}, L = {c['length_depth']}", fontsize=9)
@@ -384,10 +501,15 @@ def main(argv: list[str] | None = None) -> int:
     results["length"] = {g: {k: v for k, v in e.items() if k != "rotary_2T"} for g, e in length.items()}
     results["length_control"] = {g: {"rotary": e["rotary_2T"]} for g, e in length.items()}
     sequences = c["steps"] * c["batch_size"]
-    results["budget"] = {"sequences": sequences, "paper_sequences": list(PAPER_SEQUENCES),
-                         "of_paper": [sequences / p for p in PAPER_SEQUENCES]}
-    results["train_time_s"] = {part: harness.provenance(r.all())["train_time_s"]
-                               for part, r in (("depth_table", runs), ("alphabets", by_alphabet), ("length", by_length))}
+    results["budget"] = {
+        "sequences": sequences,
+        "paper_sequences": list(PAPER_SEQUENCES),
+        "of_paper": [sequences / p for p in PAPER_SEQUENCES],
+    }
+    results["train_time_s"] = {
+        part: harness.provenance(r.all())["train_time_s"]
+        for part, r in (("depth_table", runs), ("alphabets", by_alphabet), ("length", by_length))
+    }
     results["paper_T100"] = {g: {str(d): v for d, v in PAPER[g].items()} for g in c["groups"]}
     s.finish(c, results, plot(s, c, results))
     print("paper · ours all positions, mean (min–max over seeds) / last position mean")

@@ -59,26 +59,52 @@ MIN_SEEDS = 3
 # checkpoints: log-spaced probed steps; at 16 (a factor ~1.7 apart over 2000 steps) the step a circuit forms is
 # resolved finely enough for the timing rule's 2× window (at 8, ~3× apart, it mostly was not)
 SIZES: dict[str, dict[str, Any]] = {
-    "smoke": dict(seeds=1, checkpoints=4, batch=16, markov_steps=40, boolean_steps=40,
-                  causal_steps=40, causal_batch=32),
-    "cpu": dict(seeds=list(range(300, 300 + MIN_SEEDS)), checkpoints=16, batch=64, markov_steps=2000, boolean_steps=3000,
-                causal_steps=3000, causal_batch=256),
+    "smoke": dict(
+        seeds=1, checkpoints=4, batch=16, markov_steps=40, boolean_steps=40, causal_steps=40, causal_batch=32
+    ),
+    "cpu": dict(
+        seeds=list(range(300, 300 + MIN_SEEDS)),
+        checkpoints=16,
+        batch=64,
+        markov_steps=2000,
+        boolean_steps=3000,
+        causal_steps=3000,
+        causal_batch=256,
+    ),
 }
 
 
 def run_configs(size: dict[str, Any]) -> dict[str, dict[str, Any]]:
     demo = configs.load("demo")
     return {
-        "markov_icl": {**demo, "train": {**demo["train"], "steps": size["markov_steps"]}, "wandb": {"mode": "disabled"}},
-        "sparse_boolean": {"task": {"name": "sparse_boolean", "length": 16, "s": 3, "function": "majority"},
-                           "model": {"n_layers": 1, "n_heads": 1, "d_model": 64},
-                           "train": {"steps": size["boolean_steps"], "batch_size": 64, "lr": 1e-3, "eval_every": 50,
-                                     "checkpoints": 60}},
-        "causal_icl": {"task": {"name": "causal_icl", "k": 10, "length": 20, "graph": "chain", "alpha": 0.1,
-                                "target": "query"},
-                       "model": {"n_layers": 2, "n_heads": 1, "d_model": 64, "attn_only": True},
-                       "train": {"steps": size["causal_steps"], "batch_size": size["causal_batch"], "lr": 1e-3,
-                                 "eval_every": 100, "eval_batch_size": size["causal_batch"], "checkpoints": 60}},
+        "markov_icl": {
+            **demo,
+            "train": {**demo["train"], "steps": size["markov_steps"]},
+            "wandb": {"mode": "disabled"},
+        },
+        "sparse_boolean": {
+            "task": {"name": "sparse_boolean", "length": 16, "s": 3, "function": "majority"},
+            "model": {"n_layers": 1, "n_heads": 1, "d_model": 64},
+            "train": {
+                "steps": size["boolean_steps"],
+                "batch_size": 64,
+                "lr": 1e-3,
+                "eval_every": 50,
+                "checkpoints": 60,
+            },
+        },
+        "causal_icl": {
+            "task": {"name": "causal_icl", "k": 10, "length": 20, "graph": "chain", "alpha": 0.1, "target": "query"},
+            "model": {"n_layers": 2, "n_heads": 1, "d_model": 64, "attn_only": True},
+            "train": {
+                "steps": size["causal_steps"],
+                "batch_size": size["causal_batch"],
+                "lr": 1e-3,
+                "eval_every": 100,
+                "eval_batch_size": size["causal_batch"],
+                "checkpoints": 60,
+            },
+        },
     }
 
 
@@ -89,8 +115,10 @@ def known_edges(task_name: str, tl: timeline.Timeline) -> Optional[list[str]]:
     """markov_icl: the induction circuit through the heads the pattern probes score highest at the end."""
     if task_name != "markov_icl":
         return None
-    last = lambda probe, layer: max((h for h in tl.per_head[probe] if h.startswith(f"L{layer}")),  # noqa: E731
-                                    key=lambda h: tl.per_head[probe][h][-1])
+    last = lambda probe, layer: max(
+        (h for h in tl.per_head[probe] if h.startswith(f"L{layer}")),  # noqa: E731
+        key=lambda h: tl.per_head[probe][h][-1],
+    )
     p, i = last("previous_token", 0), last("induction", 1)
     return [f"input->{p}.v", f"{p}->{i}.k", f"input->{i}.q", f"input->{i}.v", f"{i}->logits"]
 
@@ -111,39 +139,65 @@ def probe_at(model: Any, task: Any, method: str, batch: int, last: Any = None) -
 def analyse(task_name: str, run: Run, size: dict[str, Any]) -> dict[str, Any]:
     # The timing rule was fixed when a pattern formed at the induction probe's bare 0.5 threshold; the probe
     # now also asks for a score clearly above chance (over_chance), which over_chance = 1 turns off.
-    pattern = timeline.probe_run(run, timeline.applicable(run), batch_size=size["batch"],
-                                 options={"induction": {"over_chance": 1.0}})
+    pattern = timeline.probe_run(
+        run, timeline.applicable(run), batch_size=size["batch"], options={"induction": {"over_chance": 1.0}}
+    )
     final = models.hooked(run.trainable(run.steps[-1]))
     known = known_edges(task_name, pattern)
     visit = probes.log_spaced(run.steps, size["checkpoints"])
-    out: dict[str, Any] = {"learned": learned(task_name, run), "known_edges": known, "steps": visit,
-                           "loss_drop": pattern.loss_drop_step, "pattern_formation": pattern.formation,
-                           "methods": {}, "methods_init": {}}
+    out: dict[str, Any] = {
+        "learned": learned(task_name, run),
+        "known_edges": known,
+        "steps": visit,
+        "loss_drop": pattern.loss_drop_step,
+        "pattern_formation": pattern.formation,
+        "methods": {},
+        "methods_init": {},
+    }
     untrained = models.hooked(run.trainable(0))
     for method in METHODS:
         result, seconds = probe_at(final, run.task, method, size["batch"])
         m = result.metrics
-        entry = {"seconds_final": round(seconds, 3), "edges": m["edges"], "faithfulness": m["faithfulness"],
-                 "gap": m["gap"], "auc_positions": m.get("auc_positions"), "control": m.get("control"),
-                 "circuit": [e for e, k in zip(result.render["edges"], result.render["circuit"]) if k],
-                 "scores": dict(zip(result.render["edges"], result.render["scores"].tolist()))}
+        entry = {
+            "seconds_final": round(seconds, 3),
+            "edges": m["edges"],
+            "faithfulness": m["faithfulness"],
+            "gap": m["gap"],
+            "auc_positions": m.get("auc_positions"),
+            "control": m.get("control"),
+            "circuit": [e for e, k in zip(result.render["edges"], result.render["circuit"]) if k],
+            "scores": dict(zip(result.render["edges"], result.render["scores"].tolist())),
+        }
         if known is not None:
             graph = circuits.Graph.of(final)
             entry["auc_known"] = circuits.auc(result.render["scores"], graph.mask(known))
         # the negative control: the same method on the untrained (step-0) model, scored against the same truth
         r0, _ = probe_at(untrained, run.task, method, size["batch"])
-        init = {"edges": r0.metrics["edges"], "faithfulness": r0.metrics["faithfulness"], "gap": r0.metrics["gap"],
-                "auc_positions": r0.metrics.get("auc_positions"), "control": r0.metrics.get("control"),
-                "circuit": [e for e, k in zip(r0.render["edges"], r0.render["circuit"]) if k],
-                "scores": dict(zip(r0.render["edges"], r0.render["scores"].tolist()))}
+        init = {
+            "edges": r0.metrics["edges"],
+            "faithfulness": r0.metrics["faithfulness"],
+            "gap": r0.metrics["gap"],
+            "auc_positions": r0.metrics.get("auc_positions"),
+            "control": r0.metrics.get("control"),
+            "circuit": [e for e, k in zip(r0.render["edges"], r0.render["circuit"]) if k],
+            "scores": dict(zip(r0.render["edges"], r0.render["scores"].tolist())),
+        }
         if known is not None:
             init["auc_known"] = circuits.auc(r0.render["scores"], circuits.Graph.of(untrained).mask(known))
         out["methods_init"][method] = init
         series = []
         for step in visit:
             r, s = probe_at(models.hooked(run.trainable(step)), run.task, method, size["batch"], last=result)
-            series.append({"step": step, "final_faithfulness": r.metrics["final_faithfulness"], "gap": r.metrics["gap"],
-                           "faithfulness": r.metrics["faithfulness"], "edges": r.metrics["edges"], "seconds": round(s, 3)})
+            series.append(
+                {
+                    "step": step,
+                    "final_faithfulness": r.metrics["final_faithfulness"],
+                    "gap": r.metrics["gap"],
+                    "faithfulness": r.metrics["faithfulness"],
+                    "edges": r.metrics["edges"],
+                    "seconds": round(s, 3),
+                }
+            )
         entry["over_training"] = series
         entry["formed"] = formed(series)
         out["methods"][method] = entry
@@ -154,7 +208,11 @@ def formed(series: list[dict[str, Any]]) -> Optional[int]:
     """The first probed step after which the final circuit keeps ≥ LEVEL of a gap ≥ half its final value."""
     at, final_gap = None, series[-1]["gap"]
     for point in series:
-        ok = point["final_faithfulness"] is not None and point["final_faithfulness"] >= LEVEL and point["gap"] >= 0.5 * final_gap > 0
+        ok = (
+            point["final_faithfulness"] is not None
+            and point["final_faithfulness"] >= LEVEL
+            and point["gap"] >= 0.5 * final_gap > 0
+        )
         at = (point["step"] if at is None else at) if ok else None
     return at
 
@@ -202,12 +260,24 @@ def planted() -> tuple[dict[str, Any], dict[str, Any]]:
     model, h = planted_majority_model(task)
     batch = task.sample(64, torch.Generator().manual_seed(0), split="eval")
     corrupted = task.counterfactual(batch, torch.Generator().manual_seed(1))
-    cases = {"majority": (model, batch.tokens, corrupted.tokens, circuits.patch_metric("logit_diff", batch, corrupted),
-                          {"resample": [f"input->L0H{h}.v", f"L0H{h}->logits"]})}
+    cases = {
+        "majority": (
+            model,
+            batch.tokens,
+            corrupted.tokens,
+            circuits.patch_metric("logit_diff", batch, corrupted),
+            {"resample": [f"input->L0H{h}.v", f"L0H{h}->logits"]},
+        )
+    }
     model, truth = zoo.planted_induction()
     clean, corrupted = zoo.repeated(1), zoo.repeated(2)
-    cases["induction"] = (model, clean.tokens, corrupted.tokens, circuits.patch_metric("logit_diff", clean, corrupted),
-                          {"resample": truth})
+    cases["induction"] = (
+        model,
+        clean.tokens,
+        corrupted.tokens,
+        circuits.patch_metric("logit_diff", clean, corrupted),
+        {"resample": truth},
+    )
     for name in ("frac_prevs", "detect_pattern"):
         cases[f"tracr_{name}"] = tc.tracr_case(name)
     out: dict[str, Any] = {}
@@ -221,8 +291,11 @@ def planted() -> tuple[dict[str, Any], dict[str, Any]]:
                     scores = circuits.discover(method, model, graph, clean, src, metric)
                     found = circuits.circuit(model, graph, clean, src, metric, scores, LEVEL)
                     into.setdefault(f"{name}/{ablation}", {})[method] = {
-                        "auc": circuits.auc(scores, graph.mask(truth)), "exact": bool(torch.equal(found.edges, graph.mask(truth))),
-                        "edges": len(graph.edge_list), "truth": len(truth)}
+                        "auc": circuits.auc(scores, graph.mask(truth)),
+                        "exact": bool(torch.equal(found.edges, graph.mask(truth))),
+                        "edges": len(graph.edge_list),
+                        "truth": len(truth),
+                    }
     return out, control
 
 
@@ -235,8 +308,11 @@ def summary(results: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     positions = {}
     for task_name in ("sparse_boolean", "causal_icl"):
         rs = [r for r in results[task_name] if r["learned"]]
-        positions[task_name] = {"learned": len(rs), "of": len(results[task_name]),
-                                "aucs": [r["methods"]["patching"]["auc_positions"] for r in rs]}
+        positions[task_name] = {
+            "learned": len(rs),
+            "of": len(results[task_name]),
+            "aucs": [r["methods"]["patching"]["auc_positions"] for r in rs],
+        }
     out["positions"] = positions
 
     timing = []
@@ -244,9 +320,15 @@ def summary(results: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         i = known_edges_heads(r)
         event = r["pattern_formation"].get("induction", {}).get(i)
         causal = r["methods"]["patching"]["formed"]
-        timing.append({"causal": causal, "induction_pattern": event, "loss_drop": r["loss_drop"],
-                       "within_2x": within(causal, event),
-                       "chance": chance_within(event, r["steps"][1], r["steps"][-1]) if event else None})
+        timing.append(
+            {
+                "causal": causal,
+                "induction_pattern": event,
+                "loss_drop": r["loss_drop"],
+                "within_2x": within(causal, event),
+                "chance": chance_within(event, r["steps"][1], r["steps"][-1]) if event else None,
+            }
+        )
     out["timing"] = {"seeds": timing}
 
     agreement = {}
@@ -256,14 +338,22 @@ def summary(results: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
             for r in rs:
                 exact, other = r["methods"]["patching"], r["methods"][method]
                 keys = list(exact["scores"])
-                rho.append(harness.spearman([abs(exact["scores"][k]) for k in keys], [abs(other["scores"][k]) for k in keys]))
+                rho.append(
+                    harness.spearman([abs(exact["scores"][k]) for k in keys], [abs(other["scores"][k]) for k in keys])
+                )
                 a, b = set(exact["circuit"]), set(other["circuit"])
                 jac.append(len(a & b) / len(a | b) if a | b else 1.0)
-        agreement[method] = {"spearman_median": statistics.median([x for x in rho if x is not None] or [math.nan]),
-                             "jaccard_median": statistics.median(jac)}
+        agreement[method] = {
+            "spearman_median": statistics.median([x for x in rho if x is not None] or [math.nan]),
+            "jaccard_median": statistics.median(jac),
+        }
     out["agreement"] = agreement
-    out["cost_s_per_checkpoint"] = {m: statistics.median([p["seconds"] for rs in results.values() for r in rs
-                                                          for p in r["methods"][m]["over_training"]]) for m in METHODS}
+    out["cost_s_per_checkpoint"] = {
+        m: statistics.median(
+            [p["seconds"] for rs in results.values() for r in rs for p in r["methods"][m]["over_training"]]
+        )
+        for m in METHODS
+    }
     return out
 
 
@@ -279,8 +369,14 @@ def plot(results: dict[str, list[dict[str, Any]]], path: Path) -> Path:
         for method, colour in zip(METHODS, ("black", "tab:blue", "tab:orange", "tab:green")):
             for j, r in enumerate(rs):
                 series = r["methods"][method]["over_training"]
-                ax.plot([max(p["step"], 1) for p in series], [p["final_faithfulness"] for p in series], color=colour,
-                        alpha=0.8, linewidth=1, label=method if j == 0 else None)
+                ax.plot(
+                    [max(p["step"], 1) for p in series],
+                    [p["final_faithfulness"] for p in series],
+                    color=colour,
+                    alpha=0.8,
+                    linewidth=1,
+                    label=method if j == 0 else None,
+                )
         for r in rs:
             if r["loss_drop"]:
                 ax.axvline(r["loss_drop"], color="0.5", linestyle=":", linewidth=1)
@@ -306,13 +402,25 @@ def main(argv: Optional[list[str]] = None) -> int:
         for job in runs.plan.jobs:
             r = {"seed": job.seed, "run": str(args.runs / job.dir), **analyse(task_name, runs.load(job), size)}
             results[task_name].append(r)
-            harness.log(f"{task_name} seed {job.seed}: " + ", ".join(
-                f"{m} {r['methods'][m]['edges']:.0f} edges, formed {r['methods'][m]['formed']}" for m in METHODS))
+            harness.log(
+                f"{task_name} seed {job.seed}: "
+                + ", ".join(
+                    f"{m} {r['methods'][m]['edges']:.0f} edges, formed {r['methods'][m]['formed']}" for m in METHODS
+                )
+            )
     figures = [plot(results, args.out / f"{NAME}.png")]
     cases, control = planted()
-    session.finish({"size": size, "seeds": harness.seeds(size["seeds"]), "runs": cfgs, "level": LEVEL, "min_seeds": MIN_SEEDS},
-                   {"seeds": harness.seeds(size["seeds"]), "planted": cases, "planted_control": control, "summary": summary(results), "results": results},
-                   figures)
+    session.finish(
+        {"size": size, "seeds": harness.seeds(size["seeds"]), "runs": cfgs, "level": LEVEL, "min_seeds": MIN_SEEDS},
+        {
+            "seeds": harness.seeds(size["seeds"]),
+            "planted": cases,
+            "planted_control": control,
+            "summary": summary(results),
+            "results": results,
+        },
+        figures,
+    )
     return 0
 
 

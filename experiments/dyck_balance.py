@@ -38,25 +38,47 @@ from mechsynth.runs.run import Run  # noqa: E402
 from mechsynth.tasks.bounded_dyck import close_correct, open_positions  # noqa: E402
 
 NAME = "dyck_balance"
-GROUPS = {"nope": {"positional": "none"}, "rotary": {"positional": "rotary"},
-          "attn_only": {"positional": "none", "attn_only": True}}
+GROUPS = {
+    "nope": {"positional": "none"},
+    "rotary": {"positional": "rotary"},
+    "attn_only": {"positional": "none", "attn_only": True},
+}
 TEST_SEED = 4242  # the held-out sequences: the same for every run
 PAPER_STEPS = 1440
 
 SIZES: dict[str, dict[str, Any]] = {
     "smoke": dict(seeds=2, steps=20, long=48, d_model=16, test=64, long_test=16, probe_batch=32),
-    "cpu": dict(seeds=list(range(300, 306)), steps=1440, long=400, d_model=50, test=1024, long_test=256, probe_batch=256),
-    "full": dict(seeds=list(range(300, 320)), steps=1440, long=500, d_model=50, test=4096, long_test=1024,
-                 probe_batch=512),
+    "cpu": dict(
+        seeds=list(range(300, 306)), steps=1440, long=400, d_model=50, test=1024, long_test=256, probe_batch=256
+    ),
+    "full": dict(
+        seeds=list(range(300, 320)), steps=1440, long=500, d_model=50, test=4096, long_test=1024, probe_batch=512
+    ),
 }
 
 
 def run_config(c: dict[str, Any], group: str) -> dict[str, Any]:
-    return {"task": {"name": "bounded_dyck", "k": 2, "depth": 4, "length": 28, "eval_long_length": c["long"],
-                     "loss_on": "closes"},
-            "model": {"n_layers": 2, "n_heads": 1, "d_model": c["d_model"], **GROUPS[group]},
-            "train": {"steps": c["steps"], "batch_size": 100, "optimizer": "adamw", "lr": 3e-3, "schedule": "cosine",
-                      "eval_every": max(c["steps"] // 24, 1), "eval_batch_size": 128, "checkpoints": 12}}
+    return {
+        "task": {
+            "name": "bounded_dyck",
+            "k": 2,
+            "depth": 4,
+            "length": 28,
+            "eval_long_length": c["long"],
+            "loss_on": "closes",
+        },
+        "model": {"n_layers": 2, "n_heads": 1, "d_model": c["d_model"], **GROUPS[group]},
+        "train": {
+            "steps": c["steps"],
+            "batch_size": 100,
+            "optimizer": "adamw",
+            "lr": 3e-3,
+            "schedule": "cosine",
+            "eval_every": max(c["steps"] // 24, 1),
+            "eval_batch_size": 128,
+            "checkpoints": 12,
+        },
+    }
 
 
 @torch.no_grad()
@@ -80,11 +102,20 @@ def balance(run: Run, step: int, c: dict[str, Any]) -> dict[str, float]:
 def analyse(run: Run, group: str, seed: int, c: dict[str, Any]) -> dict[str, Any]:
     model, init = run.trainable(run.steps[-1]), run.trainable(0)
     end, start = balance(run, run.steps[-1], c), balance(run, 0, c)
-    return {"group": group, "seed": seed, "eval": close_acc(model, run.task, "eval", c["test"]),
-            "long": close_acc(model, run.task, "eval_long", c["long_test"]),
-            "bv": end["bv"], "bv_init": start["bv"], "bv_first": end["bv_first"], "bv_first_init": start["bv_first"],
-            "match_mass": end["match_mass"], "eval_init": close_acc(init, run.task, "eval", c["test"]),
-            "match_mass_init": start["match_mass"], "train_time_s": round(harness.train_seconds(run), 1)}
+    return {
+        "group": group,
+        "seed": seed,
+        "eval": close_acc(model, run.task, "eval", c["test"]),
+        "long": close_acc(model, run.task, "eval_long", c["long_test"]),
+        "bv": end["bv"],
+        "bv_init": start["bv"],
+        "bv_first": end["bv_first"],
+        "bv_first_init": start["bv_first"],
+        "match_mass": end["match_mass"],
+        "eval_init": close_acc(init, run.task, "eval", c["test"]),
+        "match_mass_init": start["match_mass"],
+        "train_time_s": round(harness.train_seconds(run), 1),
+    }
 
 
 def plot(c: dict[str, Any], rows: list[dict[str, Any]], path: Path) -> Path:
@@ -94,10 +125,17 @@ def plot(c: dict[str, Any], rows: list[dict[str, Any]], path: Path) -> Path:
     for gi, group in enumerate(GROUPS):
         mine = [r for r in rows if r["group"] == group]
         solved = [r["eval"] >= 0.99 for r in mine]
-        for ax, x, xl in ((axes[0], "bv", "last layer's balance violation (end)"),
-                          (axes[1], "match_mass", "best head's attention on the matching open")):
-            ax.scatter([r[x] for r in mine], [r["long"] for r in mine], color=f"C{gi}", s=[30 if s else 10 for s in solved],
-                       label=group)
+        for ax, x, xl in (
+            (axes[0], "bv", "last layer's balance violation (end)"),
+            (axes[1], "match_mass", "best head's attention on the matching open"),
+        ):
+            ax.scatter(
+                [r[x] for r in mine],
+                [r["long"] for r in mine],
+                color=f"C{gi}",
+                s=[30 if s else 10 for s in solved],
+                label=group,
+            )
             ax.set_xlabel(xl)
             ax.set_ylabel(f"close_acc at {c['long']} brackets")
         axes[2].scatter([r["bv_init"] for r in mine], [r["bv"] for r in mine], color=f"C{gi}", s=20, label=group)
@@ -110,8 +148,10 @@ def plot(c: dict[str, Any], rows: list[dict[str, Any]], path: Path) -> Path:
     axes[2].set_ylabel("at the end")
     for ax in axes:
         ax.legend(fontsize=7)
-    fig.suptitle(f"Dyck(2, 4): trained on 28 brackets, {c['steps']} steps; large markers solve the training length "
-                 f"(close_acc ≥ 0.99)")
+    fig.suptitle(
+        f"Dyck(2, 4): trained on 28 brackets, {c['steps']} steps; large markers solve the training length "
+        f"(close_acc ≥ 0.99)"
+    )
     return harness.save_figure(fig, path)
 
 
@@ -123,8 +163,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     runs = session.train_runs([({"group": g}, seed, run_config(c, g)) for g in GROUPS for seed in seeds])
     rows = [analyse(runs.run(seed, group=g), g, seed, c) for g in GROUPS for seed in seeds]
     for r in rows:
-        harness.log(f"{r['group']} seed {r['seed']}: close_acc {r['eval']:.3f} (at {c['long']}: {r['long']:.3f}); "
-                    f"balance violation {r['bv_init']:.3g} → {r['bv']:.3g}; stack head {r['match_mass']:.2f}")
+        harness.log(
+            f"{r['group']} seed {r['seed']}: close_acc {r['eval']:.3f} (at {c['long']}: {r['long']:.3f}); "
+            f"balance violation {r['bv_init']:.3g} → {r['bv']:.3g}; stack head {r['match_mass']:.2f}"
+        )
     results = {"runs": rows, "steps": c["steps"], "paper_steps": PAPER_STEPS, "long_length": c["long"]}
     figures = [plot(c, rows, args.out / f"{NAME}.png")]
     session.finish({"size": c, "runs": {g: run_config(c, g) for g in GROUPS}}, results, figures)

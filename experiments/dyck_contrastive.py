@@ -36,26 +36,52 @@ PAPER_STEPS = 360
 
 SIZES: dict[str, dict[str, Any]] = {
     "smoke": dict(seeds=2, steps=20, long=48, d_model=16, test=64, long_test=16, probe_batch=32),
-    "cpu": dict(seeds=list(range(300, 310)), steps=360, long=400, d_model=50, test=1024, long_test=256, probe_batch=256),
-    "full": dict(seeds=list(range(300, 340)), steps=360, long=500, d_model=50, test=4096, long_test=1024,
-                 probe_batch=512),
+    "cpu": dict(
+        seeds=list(range(300, 310)), steps=360, long=400, d_model=50, test=1024, long_test=256, probe_batch=256
+    ),
+    "full": dict(
+        seeds=list(range(300, 340)), steps=360, long=500, d_model=50, test=4096, long_test=1024, probe_batch=512
+    ),
 }
 
 
 def run_config(c: dict[str, Any], group: str) -> dict[str, Any]:
-    return {"task": {"name": "bounded_dyck", "k": 2, "depth": 4, "length": 28, "eval_long_length": c["long"],
-                     "loss_on": "closes", "contrastive": GROUPS[group]},
-            "model": {"n_layers": 1, "n_heads": 1, "d_model": c["d_model"], "positional": "none", "attn_only": True},
-            "train": {"steps": c["steps"], "batch_size": 100, "optimizer": "adam", "lr": 1e-2, "schedule": "cosine",
-                      "eval_every": max(c["steps"] // 12, 1), "eval_batch_size": 128, "checkpoints": 6}}
+    return {
+        "task": {
+            "name": "bounded_dyck",
+            "k": 2,
+            "depth": 4,
+            "length": 28,
+            "eval_long_length": c["long"],
+            "loss_on": "closes",
+            "contrastive": GROUPS[group],
+        },
+        "model": {"n_layers": 1, "n_heads": 1, "d_model": c["d_model"], "positional": "none", "attn_only": True},
+        "train": {
+            "steps": c["steps"],
+            "batch_size": 100,
+            "optimizer": "adam",
+            "lr": 1e-2,
+            "schedule": "cosine",
+            "eval_every": max(c["steps"] // 12, 1),
+            "eval_batch_size": 128,
+            "checkpoints": 6,
+        },
+    }
 
 
 def analyse(run: Run, group: str, seed: int, c: dict[str, Any]) -> dict[str, Any]:
     model = run.trainable(run.steps[-1])
     end = balance(run, run.steps[-1], c)
-    return {"group": group, "seed": seed, "eval": close_acc(model, run.task, "eval", c["test"]),
-            "long": close_acc(model, run.task, "eval_long", c["long_test"]), "bv": end["bv"],
-            "match_mass": end["match_mass"], "train_time_s": round(harness.train_seconds(run), 1)}
+    return {
+        "group": group,
+        "seed": seed,
+        "eval": close_acc(model, run.task, "eval", c["test"]),
+        "long": close_acc(model, run.task, "eval_long", c["long_test"]),
+        "bv": end["bv"],
+        "match_mass": end["match_mass"],
+        "train_time_s": round(harness.train_seconds(run), 1),
+    }
 
 
 def plot(c: dict[str, Any], rows: list[dict[str, Any]], path: Path) -> Path:
@@ -64,8 +90,13 @@ def plot(c: dict[str, Any], rows: list[dict[str, Any]], path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     for gi, group in enumerate(GROUPS):
         mine = [r for r in rows if r["group"] == group]
-        ax.scatter([r["bv"] for r in mine], [r["long"] for r in mine], color=f"C{gi}", s=24,
-                   label=f"{group} (weight {GROUPS[group]:g})")
+        ax.scatter(
+            [r["bv"] for r in mine],
+            [r["long"] for r in mine],
+            color=f"C{gi}",
+            s=24,
+            label=f"{group} (weight {GROUPS[group]:g})",
+        )
     ax.set_xscale("log")
     ax.set_xlabel("the layer's balance violation (end)")
     ax.set_ylabel(f"close_acc at {c['long']} brackets")
@@ -82,8 +113,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     runs = session.train_runs([({"group": g}, seed, run_config(c, g)) for g in GROUPS for seed in seeds])
     rows = [analyse(runs.run(seed, group=g), g, seed, c) for g in GROUPS for seed in seeds]
     for r in rows:
-        harness.log(f"{r['group']} seed {r['seed']}: close_acc {r['eval']:.3f} (at {c['long']}: {r['long']:.3f}); "
-                    f"balance violation {r['bv']:.3g}")
+        harness.log(
+            f"{r['group']} seed {r['seed']}: close_acc {r['eval']:.3f} (at {c['long']}: {r['long']:.3f}); "
+            f"balance violation {r['bv']:.3g}"
+        )
     results = {"runs": rows, "steps": c["steps"], "paper_steps": PAPER_STEPS, "long_length": c["long"]}
     figures = [plot(c, rows, args.out / f"{NAME}.png")]
     session.finish({"size": c, "runs": {g: run_config(c, g) for g in GROUPS}}, results, figures)

@@ -35,12 +35,27 @@ NAME = "edge_of_stability"
 RULES = verdicts.rules_of(NAME)
 # seeds: a count from 0, or a list (from 300: fresh seeds for the rule of issue 46; earlier runs used 0-2, 100-102)
 SIZES: dict[str, dict[str, Any]] = {
-    "smoke": dict(seeds=3, lrs=(0.05, 0.1), steps=30, eval_every=2, checkpoints=8, n_train=16, length=8,
-                  d_model=8),
-    "cpu": dict(seeds=list(range(300, 303)), lrs=(0.02, 0.05, 0.1), steps=1500, eval_every=5, checkpoints=60, n_train=256,
-                length=32, d_model=32),
-    "full": dict(seeds=list(range(300, 305)), lrs=(0.02, 0.05, 0.1, 0.2), steps=6000, eval_every=5, checkpoints=120,
-                 n_train=1024, length=32, d_model=64),
+    "smoke": dict(seeds=3, lrs=(0.05, 0.1), steps=30, eval_every=2, checkpoints=8, n_train=16, length=8, d_model=8),
+    "cpu": dict(
+        seeds=list(range(300, 303)),
+        lrs=(0.02, 0.05, 0.1),
+        steps=1500,
+        eval_every=5,
+        checkpoints=60,
+        n_train=256,
+        length=32,
+        d_model=32,
+    ),
+    "full": dict(
+        seeds=list(range(300, 305)),
+        lrs=(0.02, 0.05, 0.1, 0.2),
+        steps=6000,
+        eval_every=5,
+        checkpoints=120,
+        n_train=1024,
+        length=32,
+        d_model=64,
+    ),
 }
 # "at the edge": λ_max within this fraction of 2/η (two readings); "reaches": first ≥ (1 - fraction) × 2/η
 # from its lowest point on (sharpening towards the edge, not the initial sharpness)
@@ -48,11 +63,24 @@ NEAR = RULES.BANDS
 
 
 def run_config(size: dict[str, Any], lr: float) -> dict[str, Any]:
-    return {"task": {"name": "markov_icl", "k": 3, "length": size["length"]},
-            "model": {"n_layers": 2, "n_heads": 1, "d_model": size["d_model"], "attn_only": True},
-            "train": {"steps": size["steps"], "data": "fixed", "n_train": size["n_train"], "batch_size": size["n_train"],
-                      "optimizer": "sgd", "lr": lr, "momentum": 0.0, "weight_decay": 0.0, "grad_clip": 0,
-                      "eval_every": size["eval_every"], "eval_batch_size": 64, "checkpoints": size["checkpoints"]}}
+    return {
+        "task": {"name": "markov_icl", "k": 3, "length": size["length"]},
+        "model": {"n_layers": 2, "n_heads": 1, "d_model": size["d_model"], "attn_only": True},
+        "train": {
+            "steps": size["steps"],
+            "data": "fixed",
+            "n_train": size["n_train"],
+            "batch_size": size["n_train"],
+            "optimizer": "sgd",
+            "lr": lr,
+            "momentum": 0.0,
+            "weight_decay": 0.0,
+            "grad_clip": 0,
+            "eval_every": size["eval_every"],
+            "eval_batch_size": 64,
+            "checkpoints": size["checkpoints"],
+        },
+    }
 
 
 def sharpness(run: Run) -> timeline.Timeline:
@@ -75,32 +103,48 @@ def analyse(run: Run) -> dict[str, Any]:
     low = min(range(len(top)), key=top.__getitem__)
     records = [r for r in run.metrics if "train_set/loss" in r]
     loss_steps, loss = [r["step"] for r in records], [r["train_set/loss"] for r in records]
-    out: dict[str, Any] = {"steps": steps, "lambda_max": top, "limit": limit, "loss_steps": loss_steps, "loss": loss,
-                           "initial": top[0], "min": top[low], "min_step": steps[low], "max_after_min": max(top[low:]),
-                           "sharpening": max(top[low:]) / top[low]}
+    out: dict[str, Any] = {
+        "steps": steps,
+        "lambda_max": top,
+        "limit": limit,
+        "loss_steps": loss_steps,
+        "loss": loss,
+        "initial": top[0],
+        "min": top[low],
+        "min_step": steps[low],
+        "max_after_min": max(top[low:]),
+        "sharpening": max(top[low:]) / top[low],
+    }
     # "approach" and the per-band numbers, as the rule's negative control recomputes them against another 2/η
     out.update({k: v for k, v in RULES.edge_numbers(steps, top, loss_steps, loss, limit).items() if k != "limit"})
     out["final_loss"] = loss[-1]
     return out
+
 
 def summary(res: dict[str, list[dict[str, Any]]], lrs: tuple[float, ...]) -> dict[str, Any]:
     """Each step size's spreads over seeds (no verdict: experiments/rules/edge_of_stability.py gives it)."""
     out: dict[str, Any] = {}
     for lr in lrs:
         seeds = res[str(lr)]
-        c: dict[str, Any] = {"limit": seeds[0]["limit"], "initial_sharpness": harness.spread([r["initial"] for r in seeds]),
-                             "approach": [r["approach"] for r in seeds],
-                             "sharpening_factor": harness.spread([r["sharpening"] for r in seeds]),
-                             "max_over_limit": harness.spread([r["max_after_min"] / r["limit"] for r in seeds])}
+        c: dict[str, Any] = {
+            "limit": seeds[0]["limit"],
+            "initial_sharpness": harness.spread([r["initial"] for r in seeds]),
+            "approach": [r["approach"] for r in seeds],
+            "sharpening_factor": harness.spread([r["sharpening"] for r in seeds]),
+            "max_over_limit": harness.spread([r["max_after_min"] / r["limit"] for r in seeds]),
+        }
         for near in NEAR:
             k = f"near{near}"
-            c[k] = {"reached": sum(r[k]["reached_step"] is not None for r in seeds), "of": len(seeds),
-                    "reached_step": harness.spread([r[k]["reached_step"] for r in seeds]),
-                    "median_ratio_after": harness.spread([r[k]["median_ratio_after"] for r in seeds]),
-                    "fraction_within_after": harness.spread([r[k]["fraction_within_after"] for r in seeds]),
-                    "loss_increases_before": [r[k]["loss_increases_before"] for r in seeds],
-                    "loss_increases_after": [r[k]["loss_increases_after"] for r in seeds],
-                    "evals_after": [r[k]["evals_after"] for r in seeds]}
+            c[k] = {
+                "reached": sum(r[k]["reached_step"] is not None for r in seeds),
+                "of": len(seeds),
+                "reached_step": harness.spread([r[k]["reached_step"] for r in seeds]),
+                "median_ratio_after": harness.spread([r[k]["median_ratio_after"] for r in seeds]),
+                "fraction_within_after": harness.spread([r[k]["fraction_within_after"] for r in seeds]),
+                "loss_increases_before": [r[k]["loss_increases_before"] for r in seeds],
+                "loss_increases_after": [r[k]["loss_increases_after"] for r in seeds],
+                "evals_after": [r[k]["evals_after"] for r in seeds],
+            }
         out[str(lr)] = c
     return out
 
@@ -136,12 +180,23 @@ def main(argv: Optional[list[str]] = None) -> int:
         for job in runs.jobs(lr=lr):
             r = {"seed": job.seed, "run": str(args.runs / job.dir), **analyse(runs.load(job))}
             res[str(lr)].append(r)
-            print(f"η = {lr} seed {job.seed}: λ_max {r['initial']:.1f} → min {r['min']:.1f} → max {r['max_after_min']:.1f}; "
-                  f"2/η = {r['limit']:.1f}", file=sys.stderr)
+            print(
+                f"η = {lr} seed {job.seed}: λ_max {r['initial']:.1f} → min {r['min']:.1f} → max {r['max_after_min']:.1f}; "
+                f"2/η = {r['limit']:.1f}",
+                file=sys.stderr,
+            )
     figures = [plot(res, size["lrs"], args.out / f"{NAME}.png")]
-    config = {"size": size, "seeds": harness.seeds(size["seeds"]), "runs": {str(lr): run_config(size, lr) for lr in size["lrs"]},
-              "near": NEAR}
-    session.finish(config, {"seeds": harness.seeds(size["seeds"]), "summary": summary(res, size["lrs"]), "step_sizes": res}, figures)
+    config = {
+        "size": size,
+        "seeds": harness.seeds(size["seeds"]),
+        "runs": {str(lr): run_config(size, lr) for lr in size["lrs"]},
+        "near": NEAR,
+    }
+    session.finish(
+        config,
+        {"seeds": harness.seeds(size["seeds"]), "summary": summary(res, size["lrs"]), "step_sizes": res},
+        figures,
+    )
     return 0
 
 

@@ -41,22 +41,47 @@ FAMILIES = ("linear_memory", "mlp_memory", "attention", "mlp")
 DEFINITIONS = {"all_seeds_0.99": (min, 0.99), "median_0.99": ("median", 0.99), "median_0.9": ("median", 0.9)}
 
 SIZES: dict[str, dict[str, Any]] = {
-    "smoke": dict(seeds=2, rounds=2, ladders={"linear_memory": [4, 8], "mlp_memory": [8], "attention": [1], "mlp": [8]},
-                  memory=dict(d_mlp=8, steps=200), transformer=dict(d_model=16, d_head=4, length=8, steps=60, batch=64),
-                  relations=2, answers=4),
+    "smoke": dict(
+        seeds=2,
+        rounds=2,
+        ladders={"linear_memory": [4, 8], "mlp_memory": [8], "attention": [1], "mlp": [8]},
+        memory=dict(d_mlp=8, steps=200),
+        transformer=dict(d_model=16, d_head=4, length=8, steps=60, batch=64),
+        relations=2,
+        answers=4,
+    ),
     # seeds 300-: the rules (experiments/rules/factual_capacity.py) were revised (issue 46) after seeds 0-2 and
     # 100-102 had been seen
-    "cpu": dict(seeds=[300, 301, 302], rounds=7,
-                ladders={"linear_memory": [8, 12, 16, 24, 32, 48], "mlp_memory": [16, 32, 64, 128], "attention": [1, 2, 4, 8],
-                         "mlp": [16, 32, 64, 128]},
-                memory=dict(d_mlp=16, steps=2000), transformer=dict(d_model=32, d_head=8, length=8, steps=6000, batch=128),
-                relations=4, answers=8),
-    "full": dict(seeds=[300, 301, 302, 303, 304], rounds=8,
-                 ladders={"linear_memory": [8, 16, 32, 64, 128], "mlp_memory": [16, 32, 64, 128, 256],
-                          "attention": [2, 4, 8, 16, 32], "mlp": [16, 32, 64, 128, 256]},
-                 memory=dict(d_mlp=32, steps=4000), transformer=dict(d_model=64, d_head=8, length=32, steps=8000, batch=512),
-                 relations=8, answers=16),
+    "cpu": dict(
+        seeds=[300, 301, 302],
+        rounds=7,
+        ladders={
+            "linear_memory": [8, 12, 16, 24, 32, 48],
+            "mlp_memory": [16, 32, 64, 128],
+            "attention": [1, 2, 4, 8],
+            "mlp": [16, 32, 64, 128],
+        },
+        memory=dict(d_mlp=16, steps=2000),
+        transformer=dict(d_model=32, d_head=8, length=8, steps=6000, batch=128),
+        relations=4,
+        answers=8,
+    ),
+    "full": dict(
+        seeds=[300, 301, 302, 303, 304],
+        rounds=8,
+        ladders={
+            "linear_memory": [8, 16, 32, 64, 128],
+            "mlp_memory": [16, 32, 64, 128, 256],
+            "attention": [2, 4, 8, 16, 32],
+            "mlp": [16, 32, 64, 128, 256],
+        },
+        memory=dict(d_mlp=32, steps=4000),
+        transformer=dict(d_model=64, d_head=8, length=32, steps=8000, batch=512),
+        relations=8,
+        answers=16,
+    ),
 }
+
 
 def params(family: str, size: int, c: dict[str, Any]) -> int:
     """The paper's parameter count of the trained memory (embeddings are fixed and not counted)."""
@@ -86,23 +111,56 @@ def snap(family: str, n: float, c: dict[str, Any]) -> int:
 def config(family: str, size: int, n: int, c: dict[str, Any]) -> dict[str, Any]:
     if "memory" in family:
         m = c["memory"]
-        model = {"kind": family, "d": size} if family == "linear_memory" else {"kind": family, "d": m["d_mlp"], "m": size}
+        model = (
+            {"kind": family, "d": size} if family == "linear_memory" else {"kind": family, "d": m["d_mlp"], "m": size}
+        )
         # their training: full batch over all N inputs, Adam, no decay or clipping
-        return {"task": {"name": "associative_memory", "inputs": n}, "model": model,
-                "train": {"steps": m["steps"], "data": "fixed", "batch_size": n, "optimizer": "adam",
-                          "lr": 0.1 if family == "linear_memory" else 0.03, "grad_clip": 0, "eval_every": m["steps"] // 10,
-                          "checkpoints": 2}}
+        return {
+            "task": {"name": "associative_memory", "inputs": n},
+            "model": model,
+            "train": {
+                "steps": m["steps"],
+                "data": "fixed",
+                "batch_size": n,
+                "optimizer": "adam",
+                "lr": 0.1 if family == "linear_memory" else 0.03,
+                "grad_clip": 0,
+                "eval_every": m["steps"] // 10,
+                "checkpoints": 2,
+            },
+        }
     t = c["transformer"]
     # their TF_one_layer: frozen N(0, 1/d) embeddings and unembedding, no LayerNorm
-    model = {"n_layers": 1, "d_model": t["d_model"], "d_head": t["d_head"], "normalization": "none",
-             "freeze_embeddings": True, "init_range": round(t["d_model"] ** -0.5, 6)}
+    model = {
+        "n_layers": 1,
+        "d_model": t["d_model"],
+        "d_head": t["d_head"],
+        "normalization": "none",
+        "freeze_embeddings": True,
+        "init_range": round(t["d_model"] ** -0.5, 6),
+    }
     model |= {"n_heads": size, "attn_only": True} if family == "attention" else {"n_heads": 1, "d_mlp": size}
-    return {"task": {"name": "factual_recall", "subjects": n // c["relations"], "relations": c["relations"],
-                     "answers": c["answers"], "length": t["length"]},
-            "model": model,
-            # cosine decay: the accuracy at the end of the budget, not a noisy step of constant-lr Adam
-            "train": {"steps": t["steps"], "batch_size": t["batch"], "optimizer": "adam", "lr": 1e-2, "schedule": "cosine",
-                      "eval_every": t["steps"] // 10, "eval_batch_size": 1024, "checkpoints": 2}}
+    return {
+        "task": {
+            "name": "factual_recall",
+            "subjects": n // c["relations"],
+            "relations": c["relations"],
+            "answers": c["answers"],
+            "length": t["length"],
+        },
+        "model": model,
+        # cosine decay: the accuracy at the end of the budget, not a noisy step of constant-lr Adam
+        "train": {
+            "steps": t["steps"],
+            "batch_size": t["batch"],
+            "optimizer": "adam",
+            "lr": 1e-2,
+            "schedule": "cosine",
+            "eval_every": t["steps"] // 10,
+            "eval_batch_size": 1024,
+            "checkpoints": 2,
+        },
+    }
 
 
 def final_acc(run: Run) -> float:
@@ -119,8 +177,11 @@ def search(session: harness.Session, c: dict[str, Any]) -> dict[tuple[str, int],
         if not todo:
             break
         harness.log(f"round {r + 1}: {len(todo)} sizes")
-        specs = [({"family": f, "size": s, "n": n}, seed, config(f, s, n, c))
-                 for (f, s), n in todo.items() for seed in harness.seeds(c["seeds"])]
+        specs = [
+            ({"family": f, "size": s, "n": n}, seed, config(f, s, n, c))
+            for (f, s), n in todo.items()
+            for seed in harness.seeds(c["seeds"])
+        ]
         runs = session.train_runs(specs)
         for (f, s), n in todo.items():
             tried[(f, s)][n] = [final_acc(runs.run(seed, family=f, size=s, n=n)) for seed in harness.seeds(c["seeds"])]
@@ -148,7 +209,7 @@ def next_n(family: str, tried: dict[int, list[float]], c: dict[str, Any]) -> Opt
         return snap(family, 2 * lo, c)
     hi = min(above)
     mid = snap(family, math.sqrt(lo * hi), c)
-    return mid if hi / lo > 2 ** 0.25 * 1.02 and lo < mid < hi else None
+    return mid if hi / lo > 2**0.25 * 1.02 and lo < mid < hi else None
 
 
 def capacity(tried: dict[int, list[float]], definition: str) -> Optional[int]:
@@ -158,7 +219,9 @@ def capacity(tried: dict[int, list[float]], definition: str) -> Optional[int]:
 
 
 def summarise(tried: dict[tuple[str, int], dict[int, list[float]]], c: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {"seeds": harness.seeds(c["seeds"])}  # each "tried" list: these seeds' accuracies, in this order
+    out: dict[str, Any] = {
+        "seeds": harness.seeds(c["seeds"])
+    }  # each "tried" list: these seeds' accuracies, in this order
     for f in FAMILIES:
         rows = []
         for s in c["ladders"][f]:
@@ -167,18 +230,28 @@ def summarise(tried: dict[tuple[str, int], dict[int, list[float]]], c: dict[str,
             p = params(f, s, c)
             # the mlp family's MLP share of its parameters (the rest: its one head's attention)
             part = {"mlp_params": 2 * s * c["transformer"]["d_model"]} if f == "mlp" else {}
-            rows.append({"size": s, "params": p, **part, "capacity": caps,
-                         "facts_per_param": {d: (v / p if v else None) for d, v in caps.items()},
-                         "bracketed": any(not stored(a, "median_0.99") for a in t.values()),
-                         "tried": {str(n): [round(a, 4) for a in accs] for n, accs in sorted(t.items())}})
+            rows.append(
+                {
+                    "size": s,
+                    "params": p,
+                    **part,
+                    "capacity": caps,
+                    "facts_per_param": {d: (v / p if v else None) for d, v in caps.items()},
+                    "bracketed": any(not stored(a, "median_0.99") for a in t.values()),
+                    "tried": {str(n): [round(a, 4) for a in accs] for n, accs in sorted(t.items())},
+                }
+            )
         fits = {}
         for d in DEFINITIONS:
             pts = [(r["params"], r["capacity"][d]) for r in rows if r["capacity"][d]]
             fits[d] = harness.power_fit(*zip(*pts)) if len({p for p, _ in pts}) >= 2 else None
         # their linear-memory law, N log N ∝ d²: the exponent of N·ln N against parameters
         pts = [(r["params"], r["capacity"]["median_0.99"]) for r in rows if (r["capacity"]["median_0.99"] or 0) > 1]
-        fits["median_0.99_NlnN"] = (harness.power_fit([p for p, _ in pts], [n * math.log(n) for _, n in pts])
-                                    if len({p for p, _ in pts}) >= 2 else None)
+        fits["median_0.99_NlnN"] = (
+            harness.power_fit([p for p, _ in pts], [n * math.log(n) for _, n in pts])
+            if len({p for p, _ in pts}) >= 2
+            else None
+        )
         out[f] = {"sizes": rows, "fit": fits}
     return out
 
@@ -213,11 +286,21 @@ def main(argv: Optional[list[str]] = None) -> int:
     for f in FAMILIES:
         caps = [(r["params"], r["capacity"]["median_0.99"]) for r in res[f]["sizes"]]
         fit = res[f]["fit"]["median_0.99"]
-        print(f"{f:14s} (params, facts) {caps}" + (f"  exponent {fit['exponent']:.2f} (R² {fit['r2']:.2f})" if fit else ""))
+        print(
+            f"{f:14s} (params, facts) {caps}"
+            + (f"  exponent {fit['exponent']:.2f} (R² {fit['r2']:.2f})" if fit else "")
+        )
     figures = [plot(res, args.out / f"{NAME}.png")]
     examples = {f: config(f, c["ladders"][f][0], first_guess(f, c["ladders"][f][0], c), c) for f in FAMILIES}
-    session.finish({"sizes": c, "definitions": {k: [v[0] if isinstance(v[0], str) else "min", v[1]] for k, v in DEFINITIONS.items()},
-                    "examples": examples}, res, figures)
+    session.finish(
+        {
+            "sizes": c,
+            "definitions": {k: [v[0] if isinstance(v[0], str) else "min", v[1]] for k, v in DEFINITIONS.items()},
+            "examples": examples,
+        },
+        res,
+        figures,
+    )
     return 0
 
 

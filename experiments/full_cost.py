@@ -49,8 +49,17 @@ from mechsynth.training.train import Trainer, resolve_device  # noqa: E402
 
 EXPERIMENTS = Path(__file__).resolve().parent
 # Fields that change neither a step's nor an evaluation's cost: one timing serves every run that differs only here.
-FREE = {("train", "steps"), ("train", "checkpoints"), ("train", "seed"), ("train", "lr"), ("train", "eval_every"),
-        ("model", "init_seed"), ("task", "seed"), ("train", "warmup_steps"), ("train", "set_seed")}
+FREE = {
+    ("train", "steps"),
+    ("train", "checkpoints"),
+    ("train", "seed"),
+    ("train", "lr"),
+    ("train", "eval_every"),
+    ("model", "init_seed"),
+    ("task", "seed"),
+    ("train", "warmup_steps"),
+    ("train", "set_seed"),
+}
 
 
 def first_round(name: str, device: str, size: str = "full") -> harness.Plan:
@@ -69,8 +78,14 @@ def first_round(name: str, device: str, size: str = "full") -> harness.Plan:
 
 
 def cost_key(config: dict[str, Any]) -> str:
-    return json.dumps({section: {k: v for k, v in table.items() if (section, k) not in FREE}
-                       for section, table in config.items() if section != "wandb"}, sort_keys=True)
+    return json.dumps(
+        {
+            section: {k: v for k, v in table.items() if (section, k) not in FREE}
+            for section, table in config.items()
+            if section != "wandb"
+        },
+        sort_keys=True,
+    )
 
 
 EVAL_TIMED = 256  # sequences of an evaluation timed; its cost is linear in them, so a larger one is scaled
@@ -82,15 +97,19 @@ def work(config: dict[str, Any]) -> dict[str, float]:
     cfg = parse_config(config, resources=False)  # (memory is measure's to judge: a run too large is reported)
     task = cfg.build_task()
     per_token = cfg.model.param_count(task.spec) * task.spec.n_ctx * cfg.train.seeds
-    return {"step": per_token * cfg.train.batch_size, "eval": per_token * cfg.train.eval_batch_size,
-            "bytes": budget.estimate(cfg.model, cfg.train, task).total}
+    return {
+        "step": per_token * cfg.train.batch_size,
+        "eval": per_token * cfg.train.eval_batch_size,
+        "bytes": budget.estimate(cfg.model, cfg.train, task).total,
+    }
 
 
 def pace(config: dict[str, Any], warmup: int, steps: int) -> dict[str, float]:
     """Seconds per training step and per evaluation of one run of `config`, as its trainer does them."""
     eval_batch = config["train"]["eval_batch_size"]
-    cfg = parse_config({**config, "train": {**config["train"], "eval_batch_size": min(eval_batch, EVAL_TIMED)}},
-                       resources=False)
+    cfg = parse_config(
+        {**config, "train": {**config["train"], "eval_batch_size": min(eval_batch, EVAL_TIMED)}}, resources=False
+    )
     task, device, n = cfg.build_task(), resolve_device(cfg.train.device), cfg.train.seeds
     model = models.build(cfg.model, task.spec, n_models=None if n == 1 else n)
     trainer = Trainer(model, task, cfg.train, device) if n == 1 else SeedsTrainer(model, task, cfg.train, device)
@@ -111,17 +130,20 @@ def pace(config: dict[str, Any], warmup: int, steps: int) -> dict[str, float]:
     return {"step_s": step_s, "eval_s": (time.perf_counter() - t0) * eval_batch / cfg.train.eval_batch_size}
 
 
-def measure(name: str, device: str, warmup: int, steps: int, size: str = "full", budget_s: float = 120,
-            log=print) -> dict[str, Any]:
+def measure(
+    name: str, device: str, warmup: int, steps: int, size: str = "full", budget_s: float = 120, log=print
+) -> dict[str, Any]:
     """The cost of `name`'s first round at `size`. The configurations are timed largest first until `budget_s` is
     spent; the rest are scaled from the timed one nearest in size (by parameters × tokens)."""
     plan = first_round(name, device, size)
     t0 = time.perf_counter()
     configs = {cost_key(j.config): j for j in plan.jobs}
     size_of = {k: work(j.config) for k, j in configs.items()}
-    out: dict[str, Any] = {"runs": len(plan.jobs), "model_steps": sum(j.config["train"]["steps"] * j.config["train"].get("seeds", 1)
-                                                                     for j in plan.jobs),
-                           "peak_gib": round(max(w["bytes"] for w in size_of.values()) / 2**30, 2)}
+    out: dict[str, Any] = {
+        "runs": len(plan.jobs),
+        "model_steps": sum(j.config["train"]["steps"] * j.config["train"].get("seeds", 1) for j in plan.jobs),
+        "peak_gib": round(max(w["bytes"] for w in size_of.values()) / 2**30, 2),
+    }
     timed: dict[str, dict[str, float]] = {}
     cpu = not device.startswith("cuda")
     for key in sorted(configs, key=lambda k: -size_of[k]["step"]):
@@ -136,22 +158,33 @@ def measure(name: str, device: str, warmup: int, steps: int, size: str = "full",
                 raise
             asked = re.search(r"allocate (\d+) bytes", str(e))
             why = f"it asked for {int(asked.group(1)) / 2**30:.1f} GiB more" if asked else str(e)
-            out["does_not_fit"] = (f"a run of {job.point} needs more memory than the {fmt_gib(memory_limit())} "
-                                   f"this machine lets one process have ({why})")
+            out["does_not_fit"] = (
+                f"a run of {job.point} needs more memory than the {fmt_gib(memory_limit())} "
+                f"this machine lets one process have ({why})"
+            )
     hours = []
     for job in plan.jobs if "does_not_fit" not in out else []:
         key = cost_key(job.config)
-        ref = key if key in timed else min(timed, key=lambda r: abs(math.log(size_of[r]["step"] / size_of[key]["step"])))
+        ref = (
+            key if key in timed else min(timed, key=lambda r: abs(math.log(size_of[r]["step"] / size_of[key]["step"])))
+        )
         step_s = timed[ref]["step_s"] * size_of[key]["step"] / size_of[ref]["step"]
         eval_s = timed[ref]["eval_s"] * size_of[key]["eval"] / size_of[ref]["eval"]
         train = job.config["train"]
         hours.append((train["steps"] * step_s + (math.ceil(train["steps"] / train["eval_every"]) + 1) * eval_s) / 3600)
     fits = "does_not_fit" not in out
-    out.update(configs=len(configs), configs_timed=len(timed), hours=sum(hours) if fits else None,
-               longest_run_hours=max(hours) if fits else None, measured_in_s=round(time.perf_counter() - t0, 1))
-    log(f"{name}: {out['runs']} runs, {len(timed)} of {len(configs)} configurations timed: "
+    out.update(
+        configs=len(configs),
+        configs_timed=len(timed),
+        hours=sum(hours) if fits else None,
+        longest_run_hours=max(hours) if fits else None,
+        measured_in_s=round(time.perf_counter() - t0, 1),
+    )
+    log(
+        f"{name}: {out['runs']} runs, {len(timed)} of {len(configs)} configurations timed: "
         + (f"{out['hours']:.2f} h on {device}" if fits else out["does_not_fit"])
-        + f" (measured in {out['measured_in_s']:.0f} s)")
+        + f" (measured in {out['measured_in_s']:.0f} s)"
+    )
     return out
 
 
@@ -167,8 +200,11 @@ def fmt_gib(n: int) -> str:
 
 def with_full_size() -> list[str]:
     """The experiment scripts that have a --full size."""
-    return sorted(p.stem for p in EXPERIMENTS.glob("*.py")
-                  if (EXPERIMENTS / "rules" / p.name).exists() and '"full"' in p.read_text())
+    return sorted(
+        p.stem
+        for p in EXPERIMENTS.glob("*.py")
+        if (EXPERIMENTS / "rules" / p.name).exists() and '"full"' in p.read_text()
+    )
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -177,11 +213,19 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--only", help="comma-separated experiment names (default: every one with a --full size)")
     p.add_argument("--warmup", type=int, default=1, help="untimed steps first")
     p.add_argument("--steps", type=int, default=3, help="timed steps per configuration")
-    p.add_argument("--budget-s", type=float, default=120,
-                   help="seconds per experiment for timing; the configurations left are scaled from the timed ones")
+    p.add_argument(
+        "--budget-s",
+        type=float,
+        default=120,
+        help="seconds per experiment for timing; the configurations left are scaled from the timed ones",
+    )
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (the experiments train with 1)")
-    p.add_argument("--size", choices=("full", "cpu", "smoke"), default="full",
-                   help="the size to cost (default: full; the JSON holds one size, so another needs --out elsewhere)")
+    p.add_argument(
+        "--size",
+        choices=("full", "cpu", "smoke"),
+        default="full",
+        help="the size to cost (default: full; the JSON holds one size, so another needs --out elsewhere)",
+    )
     p.add_argument("--out", type=Path, default=EXPERIMENTS.parent / "assets")
     args = p.parse_args(argv)
     known = with_full_size()
@@ -197,10 +241,20 @@ def main(argv: Optional[list[str]] = None) -> int:
     stored = json.loads(path.read_text()) if path.exists() else {}
     entry = stored.get(kind, {"experiments": {}})
     for name in names:
-        entry["experiments"][name] = {**measure(name, args.device, args.warmup, args.steps, args.size, args.budget_s),
-                                      "load_average": round(os.getloadavg()[0], 2)}
-        entry.update(device=harness.device_name(args.device), commit=harness.commit(), versions=harness.versions(),
-                     date=time.strftime("%Y-%m-%d"), size=args.size, threads=args.threads, warmup=args.warmup, steps=args.steps)
+        entry["experiments"][name] = {
+            **measure(name, args.device, args.warmup, args.steps, args.size, args.budget_s),
+            "load_average": round(os.getloadavg()[0], 2),
+        }
+        entry.update(
+            device=harness.device_name(args.device),
+            commit=harness.commit(),
+            versions=harness.versions(),
+            date=time.strftime("%Y-%m-%d"),
+            size=args.size,
+            threads=args.threads,
+            warmup=args.warmup,
+            steps=args.steps,
+        )
         stored[kind] = entry
         io.write_json(path, stored)  # after each: a run cut short keeps what it measured
     print(f"written: {path}")

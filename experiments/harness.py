@@ -52,23 +52,48 @@ RunSpec = tuple[Mapping[str, Any], int, Mapping[str, Any]]
 
 
 def parse_args(name: str, doc: str, argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog=f"experiments/{name}.py", description=doc,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog=f"experiments/{name}.py", description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     size = p.add_mutually_exclusive_group()
-    size.add_argument("--full", action="store_const", dest="size", const="full",
-                      help="the paper-size configuration (hours on a CPU; see the experiment's docs page)")
-    size.add_argument("--smoke", action="store_const", dest="size", const="smoke",
-                      help="a tiny configuration that only checks the pipeline (seconds)")
-    p.add_argument("--out", default=None, help="where the results JSON and figures go (default: assets; for --smoke, RUNS/assets)")
+    size.add_argument(
+        "--full",
+        action="store_const",
+        dest="size",
+        const="full",
+        help="the paper-size configuration (hours on a CPU; see the experiment's docs page)",
+    )
+    size.add_argument(
+        "--smoke",
+        action="store_const",
+        dest="size",
+        const="smoke",
+        help="a tiny configuration that only checks the pipeline (seconds)",
+    )
+    p.add_argument(
+        "--out", default=None, help="where the results JSON and figures go (default: assets; for --smoke, RUNS/assets)"
+    )
     p.add_argument("--runs", default=None, help=f"the sweep directory the runs go to (default: runs/{name}-<size>)")
-    p.add_argument("--wandb", choices=MODES, default="disabled",
-                   help="W&B mode of the training runs (default: disabled; offline writes a W&B run per training run)")
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch CPU threads of each training job and of the analysis (default 1: these models are so "
-                        "small that more threads mostly wait on each other)")
+    p.add_argument(
+        "--wandb",
+        choices=MODES,
+        default="disabled",
+        help="W&B mode of the training runs (default: disabled; offline writes a W&B run per training run)",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch CPU threads of each training job and of the analysis (default 1: these models are so "
+        "small that more threads mostly wait on each other)",
+    )
     p.add_argument("--device", default="cpu", help="training device: cpu, cuda, auto (default: cpu)")
-    p.add_argument("--backend", choices=BACKENDS, default="local",
-                   help="where the runs train: a local process pool (default) or Ray (see `mechsynth sweep`)")
+    p.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="local",
+        help="where the runs train: a local process pool (default) or Ray (see `mechsynth sweep`)",
+    )
     p.add_argument("--workers", type=int, default=None, help="local backend: jobs at a time (default: the CPU count)")
     p.add_argument("--address", default=None, help="ray backend: an existing cluster (default: a local Ray instance)")
     args = p.parse_args(argv)
@@ -161,23 +186,48 @@ class Session:
 
     def sweep(self, overrides: Sequence[str] = (), file: Optional[Path] = None) -> Runs:
         """Train the experiment's sweep file (`sweep_file()`, or `file`) into --runs and return its runs."""
-        plan = load_sweep(file or self.sweep_file(), (*overrides, f'train.device="{self.args.device}"'),
-                          self.args.wandb, resources=self._resources)
+        plan = load_sweep(
+            file or self.sweep_file(),
+            (*overrides, f'train.device="{self.args.device}"'),
+            self.args.wandb,
+            resources=self._resources,
+        )
         return self._run(plan)
 
-    def train_runs(self, runs: Sequence[RunSpec], *, seed_keys: Sequence[str] = (), side_by_side: bool = True,
-                   diverged_ok: bool = False) -> Runs:
+    def train_runs(
+        self,
+        runs: Sequence[RunSpec],
+        *,
+        seed_keys: Sequence[str] = (),
+        side_by_side: bool = True,
+        diverged_ok: bool = False,
+    ) -> Runs:
         """One round of explicit runs, trained as a sweep into --runs (with the runs of earlier rounds).
         The seed sets train.seed, model.init_seed and `seed_keys` (e.g. "task.seed": each seed its own
         task; such seeds train separately). A run already there is skipped when it has the steps asked
         for (or more), else continued; a different config for it is an error, never overwritten.
         `diverged_ok`: a run whose loss stops being finite is an outcome of the setup, not a failure to retry
         (`Runs.finished` says which); any other failure still stops the script."""
-        specs = [(labels, seed, {**config, "train": {**config.get("train", {}), "device": self.args.device},
-                                 "wandb": {"project": "mechsynth-experiments", **config.get("wandb", {})}})
-                 for labels, seed, config in runs]
-        plan = plan_of_runs(self.name, specs, seed_keys=seed_keys, side_by_side=side_by_side,
-                            wandb_mode=self.args.wandb, resources=self._resources)
+        specs = [
+            (
+                labels,
+                seed,
+                {
+                    **config,
+                    "train": {**config.get("train", {}), "device": self.args.device},
+                    "wandb": {"project": "mechsynth-experiments", **config.get("wandb", {})},
+                },
+            )
+            for labels, seed, config in runs
+        ]
+        plan = plan_of_runs(
+            self.name,
+            specs,
+            seed_keys=seed_keys,
+            side_by_side=side_by_side,
+            wandb_mode=self.args.wandb,
+            resources=self._resources,
+        )
         return self._run(plan, diverged_ok)
 
     def _run(self, plan: Plan, diverged_ok: bool = False) -> Runs:
@@ -189,11 +239,22 @@ class Session:
 
             ray_backend.require()
         if sweep_dir.is_dir() and not (sweep_dir / "sweep.json").exists() and any(sweep_dir.iterdir()):
-            raise ConfigError("--runs", f"{sweep_dir} holds files but no sweep.json (runs of an earlier version of this "
-                                        "script, one directory per run?); move it away or choose another --runs")
+            raise ConfigError(
+                "--runs",
+                f"{sweep_dir} holds files but no sweep.json (runs of an earlier version of this "
+                "script, one directory per run?); move it away or choose another --runs",
+            )
         try:
-            outcome = run_sweep(plan, sweep_dir, backend=self.args.backend, workers=self.args.workers,
-                                address=self.args.address, threads=self.args.threads, extend=True, log=log)
+            outcome = run_sweep(
+                plan,
+                sweep_dir,
+                backend=self.args.backend,
+                workers=self.args.workers,
+                address=self.args.address,
+                threads=self.args.threads,
+                extend=True,
+                log=log,
+            )
         except ConfigError as e:
             if e.field != "--out":
                 raise
@@ -202,8 +263,10 @@ class Session:
         failures = [f for f in outcome.failures if f not in diverged]
         if failures:
             first = failures[0]
-            raise UserError(f"{len(failures)} training job(s) failed, first {first['run']}: {first['error']} "
-                            f"(tracebacks in {sweep_dir / 'failures.json'}); run the command again to retry")
+            raise UserError(
+                f"{len(failures)} training job(s) failed, first {first['run']}: {first['error']} "
+                f"(tracebacks in {sweep_dir / 'failures.json'}); run the command again to retry"
+            )
         c = outcome.counts
         self.trained += c["done"] + c["resumed"]
         self.reused += c["complete"] + c["skipped"]
@@ -218,15 +281,27 @@ class Session:
         runs = list({run.path: run for runs in self.used for run in runs.all()}.values())
         made = provenance(runs, self.started)
         trained = made.pop("trained_here")
-        out = {"experiment": self.name, "size": self.args.size, "command": command(self.name, self.args),
-               "wall_time_s": round(wall, 1), "date": time.strftime("%Y-%m-%d"),
-               "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
-               "device": device_name(self.args.device), "threads": self.args.threads,
-               "runs_trained": trained, "runs_reused": made["count"] - trained,
-               "jobs_trained": self.trained, "runs": made, "commit": commit(), "versions": versions(),
-               "claims": verdicts.judge_all(self.name, results),
-               "rules": verdicts.provenance(self.name, list(made["commits"])),
-               "config": config, "results": results, "figures": [Path(f).name for f in figures]}
+        out = {
+            "experiment": self.name,
+            "size": self.args.size,
+            "command": command(self.name, self.args),
+            "wall_time_s": round(wall, 1),
+            "date": time.strftime("%Y-%m-%d"),
+            "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+            "device": device_name(self.args.device),
+            "threads": self.args.threads,
+            "runs_trained": trained,
+            "runs_reused": made["count"] - trained,
+            "jobs_trained": self.trained,
+            "runs": made,
+            "commit": commit(),
+            "versions": versions(),
+            "claims": verdicts.judge_all(self.name, results),
+            "rules": verdicts.provenance(self.name, list(made["commits"])),
+            "config": config,
+            "results": results,
+            "figures": [Path(f).name for f in figures],
+        }
         path = self.args.out / f"{self.name}.json"
         io.write_json(path, _finite(out))
         print(f"{path} ({wall:.0f} s)")
@@ -294,13 +369,19 @@ def provenance(runs: Sequence[Run], started: float = math.inf) -> dict[str, Any]
         return time.strftime("%Y-%m-%d %H:%M", time.localtime(pick(times))) if times else None
 
     train_s = sum(_train_s(ms) / seeds_of(run) for run, ms in zip(runs, metas))
-    return {"count": len(runs), "trained_here": sum(max(m["time"] for m in ms) >= started for ms in metas if ms),
-            "seeds": sorted({c.get("train", {}).get("seed", 0) for c in configs}),
-            "commits": count("commit"), "torch": count("torch"),
-            "transformer_lens": count("transformer_lens"), "trained_from": stamp(min), "trained_until": stamp(max),
-            "train_time_s": round(train_s, 1),
-            # runs made before checkpoints recorded their training time: estimated from checkpoint times
-            "train_time_estimated": sum("train_s" not in ms[-1] for ms in metas)}
+    return {
+        "count": len(runs),
+        "trained_here": sum(max(m["time"] for m in ms) >= started for ms in metas if ms),
+        "seeds": sorted({c.get("train", {}).get("seed", 0) for c in configs}),
+        "commits": count("commit"),
+        "torch": count("torch"),
+        "transformer_lens": count("transformer_lens"),
+        "trained_from": stamp(min),
+        "trained_until": stamp(max),
+        "train_time_s": round(train_s, 1),
+        # runs made before checkpoints recorded their training time: estimated from checkpoint times
+        "train_time_estimated": sum("train_s" not in ms[-1] for ms in metas),
+    }
 
 
 def _train_s_from_times(metas: list[dict[str, Any]]) -> float:
@@ -319,8 +400,11 @@ def device_name(device: str) -> str:
         return torch.cuda.get_device_name()
     model = platform.processor() or platform.machine()
     try:
-        model = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                     if line.startswith("model name"))
+        model = next(
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        )
     except (OSError, StopIteration):
         pass
     return f"CPU: {model}, {os.cpu_count()} cores visible"
@@ -349,8 +433,13 @@ def _finite(x: Any) -> Any:
 def spread(values: Sequence[Optional[float]]) -> dict[str, Any]:
     """Median, min, max and count of the values that exist (None = did not happen)."""
     xs = [float(v) for v in values if v is not None]
-    return {"median": statistics.median(xs) if xs else None, "min": min(xs) if xs else None,
-            "max": max(xs) if xs else None, "n": len(xs), "of": len(values)}
+    return {
+        "median": statistics.median(xs) if xs else None,
+        "min": min(xs) if xs else None,
+        "max": max(xs) if xs else None,
+        "n": len(xs),
+        "of": len(values),
+    }
 
 
 def power_fit(x: Sequence[float], y: Sequence[float]) -> dict[str, float]:
@@ -374,8 +463,12 @@ def linear_fit(x: Sequence[float], y: Sequence[float]) -> Optional[dict[str, flo
     a = my - b * mx
     ss_res = sum((v - a - b * u) ** 2 for u, v in zip(x, y))
     ss_tot = sum((v - my) ** 2 for v in y)
-    return {"intercept": a, "slope": b, "r2": 1 - ss_res / ss_tot if ss_tot > 0 else 1.0,
-            "rms_residual": math.sqrt(ss_res / len(x))}
+    return {
+        "intercept": a,
+        "slope": b,
+        "r2": 1 - ss_res / ss_tot if ss_tot > 0 else 1.0,
+        "rms_residual": math.sqrt(ss_res / len(x)),
+    }
 
 
 def pearson(x: Sequence[float], y: Sequence[float]) -> Optional[float]:

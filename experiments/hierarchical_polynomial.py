@@ -66,15 +66,26 @@ SIZES: dict[str, dict[str, Any]] = {
 def stage1(zero: dict[str, Any], rate: float, init_from: str) -> dict[str, Any]:
     """Stage 1 from a stage-0 run: one full-batch step on W_hidden, on the same training set."""
     lr = rate / (zero["model"]["width"] * zero["model"]["init_range"] ** 4)
-    return {**zero, "train": {**zero["train"], "params": ["W_hidden"], "lr": lr, "weight_decay": 1 / lr,
-                              "init_from": init_from}}
+    return {
+        **zero,
+        "train": {**zero["train"], "params": ["W_hidden"], "lr": lr, "weight_decay": 1 / lr, "init_from": init_from},
+    }
 
 
 def stage2(zero: dict[str, Any], arm: str, lr: float, steps: int, seed: int, init_from: str) -> dict[str, Any]:
     """Stage 2: the last layer by Adam on a fresh training set (set_seed 10000 + seed, the same for both arms), from
     stage 1 (layerwise) or from a default initialisation (random features)."""
-    train = {**zero["train"], "params": ["W_out", "b_out"], "optimizer": "adam", "lr": lr, "steps": steps,
-             "set_seed": 10_000 + seed, "weight_decay": 0.0, "eval_every": max(steps // 4, 1), "checkpoints": 3}
+    train = {
+        **zero["train"],
+        "params": ["W_out", "b_out"],
+        "optimizer": "adam",
+        "lr": lr,
+        "steps": steps,
+        "set_seed": 10_000 + seed,
+        "weight_decay": 0.0,
+        "eval_every": max(steps // 4, 1),
+        "checkpoints": 3,
+    }
     if arm == "layerwise":
         return {**zero, "train": {**train, "init_from": init_from}}
     return {**zero, "model": {**zero["model"], "init_range": None}, "train": train}
@@ -111,8 +122,13 @@ def fit(dims: list[int], samples: dict[int, list[Optional[float]]], draws: int =
         if all(m is not None for m in ms):
             slopes.append(harness.power_fit(dims, ms)["exponent"])
     interval = [float(np.quantile(slopes, 0.025)), float(np.quantile(slopes, 0.975))] if slopes else None
-    return {"slope": f["exponent"], "prefactor": f["prefactor"], "r2": f["r2"], "interval": interval,
-            "draws_with_every_median": len(slopes)}
+    return {
+        "slope": f["exponent"],
+        "prefactor": f["prefactor"],
+        "r2": f["r2"],
+        "interval": interval,
+        "draws_with_every_median": len(slopes),
+    }
 
 
 def quadratic_share(task: Task, n: int) -> float:
@@ -137,7 +153,9 @@ def plot(results: dict[str, Any], path: Path) -> Path:
     for i, d in enumerate(dims):
         r = results["recovery"][str(d)]
         ns = [n / d**2 for n in r["ns"]]
-        ax.plot(ns, [statistics.median(col) for col in zip(*r["top"])], "o-", color=f"C{i}", label=f"d = {d}: top component")
+        ax.plot(
+            ns, [statistics.median(col) for col in zip(*r["top"])], "o-", color=f"C{i}", label=f"d = {d}: top component"
+        )
         ax.plot(ns, [statistics.median(col) for col in zip(*r["span"])], ":", color=f"C{i}", alpha=0.6)
     ax.axhline(RECOVERED, color="k", linestyle=":", linewidth=1)
     ax.set_xscale("log")
@@ -153,8 +171,13 @@ def plot(results: dict[str, Any], path: Path) -> Path:
         bx.legend(fontsize=7)
     f = results["fit"]
     if f is not None:
-        bx.plot(dims, [f["prefactor"] * d ** f["slope"] for d in dims], ":", color="C0",
-                label=f"fit d^{f['slope']:.2f} (predicted d^{results['predicted_exponent']})")
+        bx.plot(
+            dims,
+            [f["prefactor"] * d ** f["slope"] for d in dims],
+            ":",
+            color="C0",
+            label=f"fit d^{f['slope']:.2f} (predicted d^{results['predicted_exponent']})",
+        )
         bx.legend(fontsize=7)
     bx.set_xscale("log", base=2)
     bx.set_xlim(min(dims) / 1.2, max(dims) * 1.2)
@@ -170,14 +193,28 @@ def plot(results: dict[str, Any], path: Path) -> Path:
     for j, arm in enumerate(ARMS):
         for k, d in enumerate(feats["dims"]):
             ys = feats[str(d)][arm]["explained"]
-            cx.scatter([k + (j - 0.5) * 0.25] * len(ys), ys, color=f"C{j}", s=14, label=arm.replace("_", " ") if k == 0 else None)
+            cx.scatter(
+                [k + (j - 0.5) * 0.25] * len(ys),
+                ys,
+                color=f"C{j}",
+                s=14,
+                label=arm.replace("_", " ") if k == 0 else None,
+            )
     for k, d in enumerate(feats["dims"]):
-        cx.hlines(feats[str(d)]["quadratic_share"], k - 0.4, k + 0.4, color="k", linestyle=":",
-                  label="share of Var f* linear in p" if k == 0 else None)
+        cx.hlines(
+            feats[str(d)]["quadratic_share"],
+            k - 0.4,
+            k + 0.4,
+            color="k",
+            linestyle=":",
+            label="share of Var f* linear in p" if k == 0 else None,
+        )
     cx.set_xticks(range(len(feats["dims"])), [f"d = {d}\nn = {feats[str(d)]['n']}" for d in feats["dims"]])
     cx.set_ylabel("held-out share of Var f* explained")
     cx.legend(fontsize=7)
-    fig.suptitle("Hierarchical polynomial f* = g*(p), p quadratic: layerwise training of a three-layer network", fontsize=10)
+    fig.suptitle(
+        "Hierarchical polynomial f* = g*(p), p quadratic: layerwise training of a three-layer network", fontsize=10
+    )
     return harness.save_figure(fig, path)
 
 
@@ -189,45 +226,80 @@ def main(argv: Optional[list[str]] = None) -> int:
     jobs = {(int(j.labels["dim"]), int(j.labels["n"]), j.seed): j for j in zero.plan.jobs}
     dims, seeds = sorted({d for d, _, _ in jobs}), sorted({s for _, _, s in jobs})
     grid = {d: sorted({n for dd, n, _ in jobs if dd == d}) for d in dims}
-    first = session.train_runs([({"stage": 1, "dim": d, "n": n}, s, stage1(j.config, c["rate"], str(args.runs / j.dir)))
-                                for (d, n, s), j in jobs.items()])
+    first = session.train_runs(
+        [
+            ({"stage": 1, "dim": d, "n": n}, s, stage1(j.config, c["rate"], str(args.runs / j.dir)))
+            for (d, n, s), j in jobs.items()
+        ]
+    )
 
-    results: dict[str, Any] = {"threshold": RECOVERED, "predicted_exponent": 2, "dims": dims, "seeds": seeds,
-                               "recovery": {}}
+    results: dict[str, Any] = {
+        "threshold": RECOVERED,
+        "predicted_exponent": 2,
+        "dims": dims,
+        "seeds": seeds,
+        "recovery": {},
+    }
     for d in dims:
         per_seed = [[span_at(first.run(s, stage=1, dim=d, n=n), c["probe"]) for n in grid[d]] for s in seeds]
         top = [[m["top"][-1] for m in row] for row in per_seed]
         n_star = [crossing(grid[d], row) for row in top]
         results["recovery"][str(d)] = {
-            "ns": grid[d], "top": top, "span": [[m["span"][-1] for m in row] for row in per_seed],
-            "init_top": [row[0]["top"][0] for row in per_seed], "init_span": [row[0]["span"][0] for row in per_seed],
-            "n_star": n_star, "censored": [x == grid[d][0] for x in n_star], "median": median(n_star)}
+            "ns": grid[d],
+            "top": top,
+            "span": [[m["span"][-1] for m in row] for row in per_seed],
+            "init_top": [row[0]["top"][0] for row in per_seed],
+            "init_span": [row[0]["span"][0] for row in per_seed],
+            "n_star": n_star,
+            "censored": [x == grid[d][0] for x in n_star],
+            "median": median(n_star),
+        }
         harness.log(f"d={d}: median n* {verdicts.num(median(n_star))} ({verdicts.span(n_star)})")
     results["fit"] = fit(dims, {d: results["recovery"][str(d)]["n_star"] for d in dims})
 
     dims_b = c["dims_b"] or dims
     n_b = {d: min(grid[d], key=lambda n: abs(math.log(n / (c["n_b"] * d * d)))) for d in dims_b}
     learned = {(d, j.seed): str(args.runs / j.dir) for d in dims_b for j in first.jobs(stage=1, dim=d, n=n_b[d])}
-    specs = [({"stage": 2, "arm": arm, "dim": d, "lr": lr}, s,
-              stage2(jobs[(d, n_b[d], s)].config, arm, lr, c["steps_b"], s, learned[(d, s)]))
-             for d in dims_b for arm in ARMS for lr in c["lrs_b"] for s in seeds]
+    specs = [
+        (
+            {"stage": 2, "arm": arm, "dim": d, "lr": lr},
+            s,
+            stage2(jobs[(d, n_b[d], s)].config, arm, lr, c["steps_b"], s, learned[(d, s)]),
+        )
+        for d in dims_b
+        for arm in ARMS
+        for lr in c["lrs_b"]
+        for s in seeds
+    ]
     second = session.train_runs(specs)
     feats: dict[str, Any] = {"dims": dims_b}
     for d in dims_b:
-        cell: dict[str, Any] = {"n": n_b[d], "quadratic_share": quadratic_share(first.run(seeds[0], stage=1, dim=d,
-                                                                                          n=n_b[d]).task, c["mc"])}
+        cell: dict[str, Any] = {
+            "n": n_b[d],
+            "quadratic_share": quadratic_share(first.run(seeds[0], stage=1, dim=d, n=n_b[d]).task, c["mc"]),
+        }
         for arm in ARMS:
-            by_lr = {lr: [second.run(s, stage=2, arm=arm, dim=d, lr=lr).metrics[-1]["eval/explained"] for s in seeds]
-                     for lr in c["lrs_b"]}
+            by_lr = {
+                lr: [second.run(s, stage=2, arm=arm, dim=d, lr=lr).metrics[-1]["eval/explained"] for s in seeds]
+                for lr in c["lrs_b"]
+            }
             best = max(c["lrs_b"], key=lambda lr: statistics.median(by_lr[lr]))
-            cell[arm] = {"lr": best, "explained": by_lr[best], "median": statistics.median(by_lr[best]),
-                         "grid": [{"lr": lr, "explained": v} for lr, v in by_lr.items()]}
+            cell[arm] = {
+                "lr": best,
+                "explained": by_lr[best],
+                "median": statistics.median(by_lr[best]),
+                "grid": [{"lr": lr, "explained": v} for lr, v in by_lr.items()],
+            }
         feats[str(d)] = cell
-        harness.log(f"d={d}, n={n_b[d]}: explained layerwise {cell['layerwise']['median']:.2f}, random features "
-                    f"{cell['random_features']['median']:.2f} (share linear in p {cell['quadratic_share']:.2f})")
+        harness.log(
+            f"d={d}, n={n_b[d]}: explained layerwise {cell['layerwise']['median']:.2f}, random features "
+            f"{cell['random_features']['median']:.2f} (share linear in p {cell['quadratic_share']:.2f})"
+        )
     results["features"] = feats
-    results["budget"] = {"recovery": grid[dims[-1]][-1] / (dims[-1] ** 2 * math.log(dims[-1])),
-                         "features": n_b[dims_b[-1]] / (dims_b[-1] ** 2 * math.log(dims_b[-1]))}
+    results["budget"] = {
+        "recovery": grid[dims[-1]][-1] / (dims[-1] ** 2 * math.log(dims[-1])),
+        "features": n_b[dims_b[-1]] / (dims_b[-1] ** 2 * math.log(dims_b[-1])),
+    }
     figures = [plot(results, args.out / f"{NAME}.png")]
     session.finish({"size": c, "seeds": seeds, "stage0": str(session.sweep_file().name), "n_b": n_b}, results, figures)
     return 0

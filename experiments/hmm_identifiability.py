@@ -44,14 +44,25 @@ BASE = harness.EXPERIMENTS / "hmm_masked.toml"
 RECOVERED = {"absolute_0.05": 0.05, "absolute_0.1": 0.1, "relative_0.25": 0.25}
 
 SIZES: dict[str, dict[str, Any]] = {
-    "smoke": dict(seeds=2, task={"k": 2, "d": 4, "length": 4}, model={"d_model": 16, "d_mlp": 32},
-                  train={"steps": 40, "eval_every": 10, "checkpoints": 5}, ratios=[0.5, 0.9]),
+    "smoke": dict(
+        seeds=2,
+        task={"k": 2, "d": 4, "length": 4},
+        model={"d_model": 16, "d_mlp": 32},
+        train={"steps": 40, "eval_every": 10, "checkpoints": 5},
+        ratios=[0.5, 0.9],
+    ),
     # seeds 300-: the rules (experiments/rules/hmm_identifiability.py) were rewritten (issue 46) after seeds 0-2
     # and 100-102 had been seen
     "cpu": dict(seeds=[300, 301, 302], task={}, model={}, train={"checkpoints": 15}, ratios=[0.15, 0.5, 0.85]),
-    "full": dict(seeds=[300, 301, 302, 303, 304], task={"k": 5, "d": 16, "length": 12}, model={"d_model": 128, "d_mlp": 512},
-                 train={"steps": 6000, "eval_every": 100, "checkpoints": 40}, ratios=[0.15, 0.3, 0.5, 0.7, 0.85, 0.95]),
+    "full": dict(
+        seeds=[300, 301, 302, 303, 304],
+        task={"k": 5, "d": 16, "length": 12},
+        model={"d_model": 128, "d_mlp": 512},
+        train={"steps": 6000, "eval_every": 100, "checkpoints": 40},
+        ratios=[0.15, 0.3, 0.5, 0.7, 0.85, 0.95],
+    ),
 }
+
 
 def conditions(size: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """label -> task overrides."""
@@ -63,8 +74,11 @@ def conditions(size: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def run_config(size: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
     cfg = config_io.read_toml(BASE)
     cfg.pop("wandb", None)
-    return {"task": {**cfg["task"], **size["task"], **overrides}, "model": {**cfg["model"], **size["model"]},
-            "train": {**cfg["train"], **size["train"]}}
+    return {
+        "task": {**cfg["task"], **size["task"], **overrides},
+        "model": {**cfg["model"], **size["model"]},
+        "train": {**cfg["train"], **size["train"]},
+    }
 
 
 def random_guess_error(task_cfg: dict[str, Any], draws: int = 64) -> dict[str, float]:
@@ -74,7 +88,11 @@ def random_guess_error(task_cfg: dict[str, Any], draws: int = 64) -> dict[str, f
     O, T = ref["emission"][0], ref["hidden_transition"][0]
     errs: dict[str, list[float]] = {"O": [], "T": []}
     for s in range(1, draws + 1):
-        other = tasks.make("hmm_masked", {**task_cfg, "seed": s}).sample(1, torch.Generator().manual_seed(0), split="eval").truth
+        other = (
+            tasks.make("hmm_masked", {**task_cfg, "seed": s})
+            .sample(1, torch.Generator().manual_seed(0), split="eval")
+            .truth
+        )
         errs["O"].append(float((other["emission"][0] - O).abs().max()))
         errs["T"].append(float((other["hidden_transition"][0] - T).abs().max()))
     return {k: sorted(v)[len(v) // 2] for k, v in errs.items()}
@@ -84,12 +102,28 @@ def analyse(run: Run) -> dict[str, Any]:
     tl = probe_run(run, ["hmm_identifiability"])
     m = tl.metrics["hmm_identifiability"]
     ev = [r for r in run.metrics if "eval/kl_optimal" in r]
-    keep = ("O_err", "T_err", "pi_err", "cp_fit", "kl_joint", "floor_O_err", "floor_T_err", "alt_O_diff",
-            "alt_pred_diff", "err_true", "err_alt")
+    keep = (
+        "O_err",
+        "T_err",
+        "pi_err",
+        "cp_fit",
+        "kl_joint",
+        "floor_O_err",
+        "floor_T_err",
+        "alt_O_diff",
+        "alt_pred_diff",
+        "err_true",
+        "err_alt",
+    )
     series = {k: m[k] for k in keep if k in m}
-    return {"steps": tl.steps, **series, "kl_steps": [r["step"] for r in ev], "kl_optimal": [r["eval/kl_optimal"] for r in ev],
-            "final": {k: v[-1] for k, v in series.items()} | {"kl_optimal": ev[-1]["eval/kl_optimal"]},
-            "train_time_s": harness.train_seconds(run)}
+    return {
+        "steps": tl.steps,
+        **series,
+        "kl_steps": [r["step"] for r in ev],
+        "kl_optimal": [r["eval/kl_optimal"] for r in ev],
+        "final": {k: v[-1] for k, v in series.items()} | {"kl_optimal": ev[-1]["eval/kl_optimal"]},
+        "train_time_s": harness.train_seconds(run),
+    }
 
 
 def recovered(final: dict[str, float], guess: dict[str, float]) -> dict[str, bool]:
@@ -102,8 +136,11 @@ def recovered(final: dict[str, float], guess: dict[str, float]) -> dict[str, boo
 
 def summarise(seeds: list[dict[str, Any]], guess: dict[str, float]) -> dict[str, Any]:
     keys = [k for k in seeds[0]["final"]]
-    return {"seeds": len(seeds), "final": {k: harness.spread([s["final"][k] for s in seeds]) for k in keys},
-            "recovered": {d: sum(recovered(s["final"], guess)[d] for s in seeds) for d in RECOVERED}}
+    return {
+        "seeds": len(seeds),
+        "final": {k: harness.spread([s["final"][k] for s in seeds]) for k in keys},
+        "recovered": {d: sum(recovered(s["final"], guess)[d] for s in seeds) for d in RECOVERED},
+    }
 
 
 def plot(res: dict[str, Any], path: Path) -> Path:
@@ -134,7 +171,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     session = harness.Session(NAME, args)
     size = SIZES[args.size]
     conds = conditions(size)
-    specs = [({"condition": c}, seed, run_config(size, o)) for c, o in conds.items() for seed in harness.seeds(size["seeds"])]
+    specs = [
+        ({"condition": c}, seed, run_config(size, o)) for c, o in conds.items() for seed in harness.seeds(size["seeds"])
+    ]
     runs = session.train_runs(specs)  # each condition's seeds side by side: one HMM, seeds differ in init and data
     guess = random_guess_error({k: v for k, v in run_config(size, conds["triplet"])["task"].items() if k != "name"})
     res: dict[str, Any] = {"random_guess_error": guess, "seeds": harness.seeds(size["seeds"]), "conditions": {}}
@@ -142,11 +181,15 @@ def main(argv: Optional[list[str]] = None) -> int:
         seeds = [{"seed": seed, **analyse(runs.run(seed, condition=c))} for seed in harness.seeds(size["seeds"])]
         res["conditions"][c] = {"summary": summarise(seeds, guess), "seeds": seeds}
         f = res["conditions"][c]["summary"]["final"]
-        print(f"{c:10s} O_err {f['O_err']['median']:.3g} [{f['O_err']['min']:.3g}, {f['O_err']['max']:.3g}]  "
-              f"T_err {f['T_err']['median']:.3g}  kl {f['kl_optimal']['median']:.3g}  "
-              f"recovered {res['conditions'][c]['summary']['recovered']}")
+        print(
+            f"{c:10s} O_err {f['O_err']['median']:.3g} [{f['O_err']['min']:.3g}, {f['O_err']['max']:.3g}]  "
+            f"T_err {f['T_err']['median']:.3g}  kl {f['kl_optimal']['median']:.3g}  "
+            f"recovered {res['conditions'][c]['summary']['recovered']}"
+        )
     figures = [plot(res, args.out / f"{NAME}.png")]
-    session.finish({"sizes": size, "recovered": RECOVERED, **{c: run_config(size, o) for c, o in conds.items()}}, res, figures)
+    session.finish(
+        {"sizes": size, "recovered": RECOVERED, **{c: run_config(size, o) for c, o in conds.items()}}, res, figures
+    )
     return 0
 
 

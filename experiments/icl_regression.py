@@ -47,24 +47,47 @@ PROBE_SEED = 777  # the held-out prompts: the same for every run
 SGLD = dict(lr=1e-5, n_beta=200.0, localization=200.0)
 
 SIZES: dict[str, dict[str, Any]] = {
-    "smoke": dict(seeds=2, garg=dict(d=2, layers=1, heads=1, steps=20), diversity=dict(d=2, k=4, M=[1, 4, 16], steps=20),
-                  stages=dict(d=2, k=4, steps=30, batch=16), probe_batch=64, checkpoints=6,
-                  llc=dict(checkpoints=4, draws=10, chains=2, pool=32, batch=8)),
-    "cpu": dict(seeds=[300, 301, 302], garg=dict(d=5, layers=3, heads=2, steps=10_000),
-                diversity=dict(d=4, k=8, M=[1, 4, 16, 64, 256], steps=6400),
-                stages=dict(d=4, k=16, steps=10_000, batch=64), probe_batch=1024, checkpoints=40,
-                llc=dict(checkpoints=16, chains=2, **SGLD)),
-    "full": dict(seeds=list(range(300, 305)), garg=dict(d=20, layers=12, heads=8, d_model=256, steps=500_000, lr=1e-4),
-                 diversity=dict(d=8, k=16, M=[2 ** i for i in range(0, 21, 2)], steps=500_000, layers=8, d_model=128, batch=256),
-                 stages=dict(d=4, k=16, steps=500_000, batch=256), probe_batch=4096, checkpoints=100,
-                 llc=dict(checkpoints=32, draws=400, **SGLD)),
+    "smoke": dict(
+        seeds=2,
+        garg=dict(d=2, layers=1, heads=1, steps=20),
+        diversity=dict(d=2, k=4, M=[1, 4, 16], steps=20),
+        stages=dict(d=2, k=4, steps=30, batch=16),
+        probe_batch=64,
+        checkpoints=6,
+        llc=dict(checkpoints=4, draws=10, chains=2, pool=32, batch=8),
+    ),
+    "cpu": dict(
+        seeds=[300, 301, 302],
+        garg=dict(d=5, layers=3, heads=2, steps=10_000),
+        diversity=dict(d=4, k=8, M=[1, 4, 16, 64, 256], steps=6400),
+        stages=dict(d=4, k=16, steps=10_000, batch=64),
+        probe_batch=1024,
+        checkpoints=40,
+        llc=dict(checkpoints=16, chains=2, **SGLD),
+    ),
+    "full": dict(
+        seeds=list(range(300, 305)),
+        garg=dict(d=20, layers=12, heads=8, d_model=256, steps=500_000, lr=1e-4),
+        diversity=dict(d=8, k=16, M=[2**i for i in range(0, 21, 2)], steps=500_000, layers=8, d_model=128, batch=256),
+        stages=dict(d=4, k=16, steps=500_000, batch=256),
+        probe_batch=4096,
+        checkpoints=100,
+        llc=dict(checkpoints=32, draws=400, **SGLD),
+    ),
 }
 PAPER_PROMPTS = {"garg": 500_000 * 64, "diversity": 500_000 * 256, "stages": 500_000 * 256}
 
 
 def train(steps: int, batch: int, lr: float, checkpoints: int, one_cycle: bool = False) -> dict[str, Any]:
-    out = {"steps": steps, "batch_size": batch, "optimizer": "adam", "lr": lr, "eval_every": max(steps // 40, 1),
-           "eval_batch_size": 512, "checkpoints": checkpoints}
+    out = {
+        "steps": steps,
+        "batch_size": batch,
+        "optimizer": "adam",
+        "lr": lr,
+        "eval_every": max(steps // 40, 1),
+        "eval_batch_size": 512,
+        "checkpoints": checkpoints,
+    }
     if one_cycle:  # Hoogland et al.'s OneCycleLR, linear: up over the first half, down over the second
         out |= {"warmup_steps": steps // 2, "schedule": "linear"}
     return out
@@ -73,26 +96,34 @@ def train(steps: int, batch: int, lr: float, checkpoints: int, one_cycle: bool =
 def run_configs(c: dict[str, Any]) -> list[tuple[dict[str, Any], int, dict[str, Any]]]:
     out = []
     g = c["garg"]
-    garg = {"task": {"name": "linear_regression", "d": g["d"], "k": 2 * g["d"] + 1},
-            "model": {"n_layers": g["layers"], "n_heads": g["heads"], "d_model": g.get("d_model", 64)},
-            "train": train(g["steps"], 64, g.get("lr", 1e-3), c["checkpoints"])}
+    garg = {
+        "task": {"name": "linear_regression", "d": g["d"], "k": 2 * g["d"] + 1},
+        "model": {"n_layers": g["layers"], "n_heads": g["heads"], "d_model": g.get("d_model", 64)},
+        "train": train(g["steps"], 64, g.get("lr", 1e-3), c["checkpoints"]),
+    }
     out += [({"group": "garg", "M": "inf"}, s, garg) for s in harness.seeds(c["seeds"])]
     v = c["diversity"]
     for M in v["M"]:
-        cfg = {"task": {"name": "linear_regression", "d": v["d"], "k": v["k"], "noise": 0.5, "n_tasks": M},
-               "model": {"n_layers": v.get("layers", 2), "n_heads": 2, "d_model": v.get("d_model", 64)},
-               "train": train(v["steps"], v.get("batch", 64), 1e-3, c["checkpoints"])}
+        cfg = {
+            "task": {"name": "linear_regression", "d": v["d"], "k": v["k"], "noise": 0.5, "n_tasks": M},
+            "model": {"n_layers": v.get("layers", 2), "n_heads": 2, "d_model": v.get("d_model", 64)},
+            "train": train(v["steps"], v.get("batch", 64), 1e-3, c["checkpoints"]),
+        }
         out += [({"group": "diversity", "M": str(M)}, s, cfg) for s in harness.seeds(v.get("seeds", c["seeds"]))]
     st = c["stages"]
-    stages_cfg = {"task": {"name": "linear_regression", "d": st["d"], "k": st["k"], "noise": math.sqrt(0.125)},
-                  "model": {"n_layers": 2, "n_heads": 4, "d_model": 64},
-                  "train": train(st["steps"], st["batch"], 3e-3, c["checkpoints"], one_cycle=True)}
+    stages_cfg = {
+        "task": {"name": "linear_regression", "d": st["d"], "k": st["k"], "noise": math.sqrt(0.125)},
+        "model": {"n_layers": 2, "n_heads": 4, "d_model": 64},
+        "train": train(st["steps"], st["batch"], 3e-3, c["checkpoints"], one_cycle=True),
+    }
     out += [({"group": "stages", "M": "inf"}, s, stages_cfg) for s in harness.seeds(c["seeds"])]
     return out
 
 
 def strategy(run: Run, step: int, c: dict[str, Any]) -> dict[str, float]:
-    return probes.run("regression_strategy", run.model(step), run.task, batch_size=c["probe_batch"], seed=PROBE_SEED).metrics
+    return probes.run(
+        "regression_strategy", run.model(step), run.task, batch_size=c["probe_batch"], seed=PROBE_SEED
+    ).metrics
 
 
 def analyse_garg(run: Run, seed: int, c: dict[str, Any]) -> dict[str, Any]:
@@ -102,11 +133,19 @@ def analyse_garg(run: Run, seed: int, c: dict[str, Any]) -> dict[str, Any]:
     ls = least_squares_error(run, c)
     m0 = strategy(run, run.steps[0], c)  # the untrained checkpoint: the rules' negative control
     error0 = [m0[f"error/{n}"] for n in range(len(error))]
-    init = {"to": {k[3:]: v for k, v in m0.items() if k.startswith("to/") and k.count("/") == 1},
-            "gap": max(abs(e - x) for e, x in zip(error0, ls))}
-    return {"seed": seed, "to": to, "error": error, "least_squares_error": ls,
-            "gap": max(abs(e - x) for e, x in zip(error, ls)), "init": init,
-            "train_time_s": round(harness.train_seconds(run), 1)}
+    init = {
+        "to": {k[3:]: v for k, v in m0.items() if k.startswith("to/") and k.count("/") == 1},
+        "gap": max(abs(e - x) for e, x in zip(error0, ls)),
+    }
+    return {
+        "seed": seed,
+        "to": to,
+        "error": error,
+        "least_squares_error": ls,
+        "gap": max(abs(e - x) for e, x in zip(error, ls)),
+        "init": init,
+        "train_time_s": round(harness.train_seconds(run), 1),
+    }
 
 
 def least_squares_error(run: Run, c: dict[str, Any]) -> list[float]:
@@ -122,9 +161,15 @@ def least_squares_error(run: Run, c: dict[str, Any]) -> list[float]:
 
 def analyse_diversity(run: Run, M: int, seed: int, c: dict[str, Any]) -> dict[str, Any]:
     m = strategy(run, run.steps[-1], c)  # the task's main eval split: w from the Gaussian prior
-    return {"M": M, "seed": seed, "to_ridge": m["to/ridge"], "to_dmmse": m["to/dmmse"], "apart": m["apart/ridge/dmmse"],
-            "error": m["error"],
-            "train_time_s": round(harness.train_seconds(run), 1)}
+    return {
+        "M": M,
+        "seed": seed,
+        "to_ridge": m["to/ridge"],
+        "to_dmmse": m["to/dmmse"],
+        "apart": m["apart/ridge/dmmse"],
+        "error": m["error"],
+        "train_time_s": round(harness.train_seconds(run), 1),
+    }
 
 
 def analyse_stages(run: Run, seed: int, c: dict[str, Any]) -> dict[str, Any]:
@@ -138,28 +183,42 @@ def analyse_stages(run: Run, seed: int, c: dict[str, Any]) -> dict[str, Any]:
     margin = inspect.signature(stages.change_points).parameters["min_size"].default
     loss = [r.get("eval/loss") for r in run.metrics if "eval/loss" in r]
     loss_steps = [r["step"] for r in run.metrics if "eval/loss" in r]
-    return {"seed": seed, "steps": steps, "error_last": rs[f"error/{k}"], "stage": rs["stage"], "names": names,
-            "llc": {"steps": [s for s, v in zip(steps, tl.metrics["llc"]["llc"]) if math.isfinite(v)],
-                    "mean": [v for v in tl.metrics["llc"]["llc"] if math.isfinite(v)]},
-            "llc_boundaries": {"change_points": stages.change_points(steps, valid), "turns": stages.turns(steps, valid)},
-            "boundary_candidates": {"change_points": kept[margin:len(kept) - margin + 1], "turns": kept[1:-1]},
-            "events": {"icl_onset": harness.stays_below(steps, rs[f"error/{k}"], 0.5),
-                       "ls_nearest": timeline.formation_step(steps, ls_near, 1.0),
-                       "loss_drop": timeline.steepest_drop(loss_steps, loss)},
-            "train_time_s": round(harness.train_seconds(run), 1)}
+    return {
+        "seed": seed,
+        "steps": steps,
+        "error_last": rs[f"error/{k}"],
+        "stage": rs["stage"],
+        "names": names,
+        "llc": {
+            "steps": [s for s, v in zip(steps, tl.metrics["llc"]["llc"]) if math.isfinite(v)],
+            "mean": [v for v in tl.metrics["llc"]["llc"] if math.isfinite(v)],
+        },
+        "llc_boundaries": {"change_points": stages.change_points(steps, valid), "turns": stages.turns(steps, valid)},
+        "boundary_candidates": {"change_points": kept[margin : len(kept) - margin + 1], "turns": kept[1:-1]},
+        "events": {
+            "icl_onset": harness.stays_below(steps, rs[f"error/{k}"], 0.5),
+            "ls_nearest": timeline.formation_step(steps, ls_near, 1.0),
+            "loss_drop": timeline.steepest_drop(loss_steps, loss),
+        },
+        "train_time_s": round(harness.train_seconds(run), 1),
+    }
 
 
 def probe_timeline(run: Run, c: dict[str, Any]) -> timeline.Timeline:
     """regression_strategy at every checkpoint and the LLC at log-spaced ones (probes.json reused when it holds them)."""
     try:
         tl = timeline.load(run.path)
-        if {"llc", "regression_strategy"} <= set(tl.metrics) and tl.steps == run.steps and \
-                tl.options.get("llc") == {**tl.options["llc"], **c["llc"]}:
+        if (
+            {"llc", "regression_strategy"} <= set(tl.metrics)
+            and tl.steps == run.steps
+            and tl.options.get("llc") == {**tl.options["llc"], **c["llc"]}
+        ):
             return tl
     except (FileNotFoundError, ValueError):
         pass
-    tl = timeline.probe_run(run, ["regression_strategy", "llc"], batch_size=c["probe_batch"], seed=PROBE_SEED,
-                            options={"llc": c["llc"]})
+    tl = timeline.probe_run(
+        run, ["regression_strategy", "llc"], batch_size=c["probe_batch"], seed=PROBE_SEED, options={"llc": c["llc"]}
+    )
     timeline.save(tl, run.path)
     return tl
 
@@ -182,8 +241,13 @@ def plot(c: dict[str, Any], results: dict[str, Any], path: Path) -> Path:
     rows = results["diversity"]["rows"]
     Ms = sorted({r["M"] for r in rows})
     for key, colour in (("to_ridge", "C1"), ("to_dmmse", "C2")):
-        ax.plot(Ms, [sum(r[key] for r in rows if r["M"] == m) / max(1, sum(r["M"] == m for r in rows)) for m in Ms],
-                "o-", color=colour, label=f"distance to {key[3:]}")
+        ax.plot(
+            Ms,
+            [sum(r[key] for r in rows if r["M"] == m) / max(1, sum(r["M"] == m for r in rows)) for m in Ms],
+            "o-",
+            color=colour,
+            label=f"distance to {key[3:]}",
+        )
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("M, training tasks")
@@ -192,7 +256,13 @@ def plot(c: dict[str, Any], results: dict[str, Any], path: Path) -> Path:
     ax = axes[2]
     twin = ax.twinx()
     for i, r in enumerate(results["stages"]):
-        ax.plot([max(s, 1) for s in r["steps"]], r["error_last"], color="C0", alpha=0.6, label="error, last length" if i == 0 else None)
+        ax.plot(
+            [max(s, 1) for s in r["steps"]],
+            r["error_last"],
+            color="C0",
+            alpha=0.6,
+            label="error, last length" if i == 0 else None,
+        )
         twin.plot([max(s, 1) for s in r["llc"]["steps"]], r["llc"]["mean"], color="C3", alpha=0.6)
         for b in r["llc_boundaries"]["change_points"]:
             ax.axvline(max(b, 1), color="C3", linestyle=":", linewidth=0.6)
@@ -211,17 +281,29 @@ def main(argv: Optional[list[str]] = None) -> int:
     seeds = harness.seeds(c["seeds"])
     garg = [analyse_garg(runs.run(s, group="garg", M="inf"), s, c) for s in seeds]
     v = c["diversity"]
-    div_rows = [analyse_diversity(runs.run(s, group="diversity", M=str(M)), M, s, c)
-                for M in v["M"] for s in harness.seeds(v.get("seeds", c["seeds"]))]
+    div_rows = [
+        analyse_diversity(runs.run(s, group="diversity", M=str(M)), M, s, c)
+        for M in v["M"]
+        for s in harness.seeds(v.get("seeds", c["seeds"]))
+    ]
     stage_rows = [analyse_stages(runs.run(s, group="stages", M="inf"), s, c) for s in seeds]
-    budget = {"garg": c["garg"]["steps"] * 64 / PAPER_PROMPTS["garg"],
-              "diversity": v["steps"] * v.get("batch", 64) / PAPER_PROMPTS["diversity"],
-              "stages": c["stages"]["steps"] * c["stages"]["batch"] / PAPER_PROMPTS["stages"]}
-    results = {"d": c["garg"]["d"], "garg": garg, "diversity": {"M": v["M"], "rows": div_rows}, "stages": stage_rows,
-               "budget": budget}
+    budget = {
+        "garg": c["garg"]["steps"] * 64 / PAPER_PROMPTS["garg"],
+        "diversity": v["steps"] * v.get("batch", 64) / PAPER_PROMPTS["diversity"],
+        "stages": c["stages"]["steps"] * c["stages"]["batch"] / PAPER_PROMPTS["stages"],
+    }
+    results = {
+        "d": c["garg"]["d"],
+        "garg": garg,
+        "diversity": {"M": v["M"], "rows": div_rows},
+        "stages": stage_rows,
+        "budget": budget,
+    }
     for r in garg:
-        harness.log(f"garg seed {r['seed']}: nearest {min(r['to'], key=r['to'].get)}, largest gap to least squares "
-                    f"{r['gap']:.3f}")
+        harness.log(
+            f"garg seed {r['seed']}: nearest {min(r['to'], key=r['to'].get)}, largest gap to least squares "
+            f"{r['gap']:.3f}"
+        )
     figures = [plot(c, results, args.out / f"{NAME}.png")]
     configs = {f"{labels['group']}/M={labels['M']}": cfg for labels, _, cfg in run_configs(c)}
     session.finish({"size": c, "runs": configs}, results, figures)

@@ -83,9 +83,11 @@ def losses(run: Run, n_seqs: int) -> tuple[dict[str, float], list[float], torch.
     task = run.task
     batch = task.sample(n_seqs, torch.Generator().manual_seed(EVAL_SEED), "cpu", task.main_eval)
     target = batch.targets[..., None]
-    strategies = {name: float(-batch.truth[key].clamp_min(1e-30).log().gather(-1, target).mean())
-                  for name, key in (("uniform", "uniform"), ("unigram", "unigram"), ("bigram", "ngram"), ("bayes", "bayes"))
-                  if key in batch.truth}
+    strategies = {
+        name: float(-batch.truth[key].clamp_min(1e-30).log().gather(-1, target).mean())
+        for name, key in (("uniform", "uniform"), ("unigram", "unigram"), ("bigram", "ngram"), ("bayes", "bayes"))
+        if key in batch.truth
+    }
     start = run.weights(run.steps[0])
     loss, moved, logp = [], [], None
     for step in run.steps:
@@ -102,8 +104,15 @@ def best_head(steps: list[int], series: dict[str, list[float]], layer: int, chan
     s = series[name]
     c = chance if chance is not None else s[0]
     level = ODDS * c / (1 - c + ODDS * c) if c < 1 else 1.0
-    return {"head": name, "start": s[0], "final": s[-1], "peak": max(s), "chance": c, "level": level,
-            "formed": formation_step(steps, s, level)}
+    return {
+        "head": name,
+        "start": s[0],
+        "final": s[-1],
+        "peak": max(s),
+        "chance": c,
+        "level": level,
+        "formed": formation_step(steps, s, level),
+    }
 
 
 def chance_of(tl: Any, probe: str) -> Optional[float]:
@@ -115,12 +124,20 @@ def analyse(run: Run, size: dict[str, Any]) -> tuple[dict[str, Any], torch.Tenso
     strategies, loss, logp, moved = losses(run, size["eval_batch"])
     steps = run.steps
     tl = probe_run(run, ["previous_token", "induction"], batch_size=size["probe_batch"])
-    heads = {"previous_token": best_head(steps, tl.per_head["previous_token"], 0, chance_of(tl, "previous_token")),
-             "induction": best_head(steps, tl.per_head["induction"], 1, chance_of(tl, "induction"))}
-    out = {"steps": steps, "loss": loss, "movement": moved, "strategies": strategies, "heads": heads,
-           "series": {p: tl.per_head[p][h["head"]] for p, h in heads.items()},
-           "below_unigram": harness.stays_below(steps, loss, strategies["unigram"]),
-           "final": {"loss": loss[-1], "movement": moved[-1]}}
+    heads = {
+        "previous_token": best_head(steps, tl.per_head["previous_token"], 0, chance_of(tl, "previous_token")),
+        "induction": best_head(steps, tl.per_head["induction"], 1, chance_of(tl, "induction")),
+    }
+    out = {
+        "steps": steps,
+        "loss": loss,
+        "movement": moved,
+        "strategies": strategies,
+        "heads": heads,
+        "series": {p: tl.per_head[p][h["head"]] for p, h in heads.items()},
+        "below_unigram": harness.stays_below(steps, loss, strategies["unigram"]),
+        "final": {"loss": loss[-1], "movement": moved[-1]},
+    }
     return out, logp
 
 
@@ -134,15 +151,21 @@ def analyse_parity(run: Run, size: dict[str, Any]) -> dict[str, Any]:
     start = run.weights(steps[0])
     moved = [movement(start, run.weights(step)) for step in steps]
     acc = [r["eval/acc"] for r in evals]
-    return {"steps": steps, "eval_steps": [r["step"] for r in evals], "acc": acc, "movement": moved,
-            "head": head, "series": tl.per_head["sparse_selection"][head["head"]],
-            "support_recovered": tl.metrics["sparse_selection"]["support_recovered"],
-            "solved": next((r["step"] for r in evals if r["eval/acc"] >= SOLVED_ACC), None),
-            "final": {"acc": acc[-1], "movement": moved[-1]}}
+    return {
+        "steps": steps,
+        "eval_steps": [r["step"] for r in evals],
+        "acc": acc,
+        "movement": moved,
+        "head": head,
+        "series": tl.per_head["sparse_selection"][head["head"]],
+        "support_recovered": tl.metrics["sparse_selection"]["support_recovered"],
+        "solved": next((r["step"] for r in evals if r["eval/acc"] >= SOLVED_ACC), None),
+        "final": {"acc": acc[-1], "movement": moved[-1]},
+    }
 
 
 def at(step: Optional[int], what: str) -> str:
-    """"formed at step 200", or "never formed"."""
+    """ "formed at step 200", or "never formed"."""
     return f"{what} at step {step}" if step is not None else f"never {what}"
 
 
@@ -152,19 +175,26 @@ def kl(p_log: torch.Tensor, q_log: torch.Tensor) -> float:
 
 
 def summarise(per_seed: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"final_loss": harness.spread([r["final"]["loss"] for r in per_seed]),
-            "final_movement": harness.spread([r["final"]["movement"] for r in per_seed]),
-            "induction_final": harness.spread([r["heads"]["induction"]["final"] for r in per_seed]),
-            "induction_formed": harness.spread([r["heads"]["induction"]["formed"] for r in per_seed]),
-            "previous_token_final": harness.spread([r["heads"]["previous_token"]["final"] for r in per_seed]),
-            "below_unigram": harness.spread([r["below_unigram"] for r in per_seed]),
-            "train_time_s": harness.spread([r["train_time_s"] for r in per_seed])}
+    return {
+        "final_loss": harness.spread([r["final"]["loss"] for r in per_seed]),
+        "final_movement": harness.spread([r["final"]["movement"] for r in per_seed]),
+        "induction_final": harness.spread([r["heads"]["induction"]["final"] for r in per_seed]),
+        "induction_formed": harness.spread([r["heads"]["induction"]["formed"] for r in per_seed]),
+        "previous_token_final": harness.spread([r["heads"]["previous_token"]["final"] for r in per_seed]),
+        "below_unigram": harness.spread([r["below_unigram"] for r in per_seed]),
+        "train_time_s": harness.spread([r["train_time_s"] for r in per_seed]),
+    }
 
 
 # ---- the figure ---------------------------------------------------------------------------------------
 
-COLOURS = {"real": "black", "linearized": "tab:red", "lazy10": "tab:orange", "lazy100": "tab:purple",
-           "lazy1000": "tab:brown"}
+COLOURS = {
+    "real": "black",
+    "linearized": "tab:red",
+    "lazy10": "tab:orange",
+    "lazy100": "tab:purple",
+    "lazy1000": "tab:brown",
+}
 
 
 def _logx(steps: list[int], *series: list[float]) -> list[list]:
@@ -172,8 +202,9 @@ def _logx(steps: list[int], *series: list[float]) -> list[list]:
     return [[steps[i] for i in keep]] + [[s[i] for i in keep] for s in series]
 
 
-def _figure(conditions: dict[str, Any], curves: Any, ylabels: tuple[str, str, str], decorate: Any, title: str,
-            path: Path) -> Path:
+def _figure(
+    conditions: dict[str, Any], curves: Any, ylabels: tuple[str, str, str], decorate: Any, title: str, path: Path
+) -> Path:
     """Three panels against the training step (log): `curves(seed's result)` gives each panel's (steps, values) for
     every seed of every condition, the first seed solid; the last panel, the weights' movement, on a log scale too.
     `decorate(axes)` adds the reference lines."""
@@ -204,16 +235,25 @@ def plot(res: dict[str, Any], path: Path) -> Path:
 
     def decorate(axes: Any) -> None:
         for name, style in (("unigram", "--"), ("bigram", ":")):
-            axes[0].axhline(real["strategies"][name], color="gray", linestyle=style, linewidth=1,
-                            label=f"in-context {name}")
-        axes[1].axhline(real["heads"]["induction"]["level"], color="gray", linestyle="--", linewidth=1,
-                        label="formed (odds 3× chance)")
+            axes[0].axhline(
+                real["strategies"][name], color="gray", linestyle=style, linewidth=1, label=f"in-context {name}"
+            )
+        axes[1].axhline(
+            real["heads"]["induction"]["level"],
+            color="gray",
+            linestyle="--",
+            linewidth=1,
+            label="formed (odds 3× chance)",
+        )
 
-    return _figure(res["conditions"],
-                   lambda r: [(r["steps"], r["loss"]), (r["steps"], r["series"]["induction"]), (r["steps"], r["movement"])],
-                   ("held-out loss (nats)", "best L1 induction score (network at θ)", MOVED), decorate,
-                   "Lazy training against feature learning: 2-layer attention-only transformer, in-context Markov "
-                   "chains (k = 3)", path)
+    return _figure(
+        res["conditions"],
+        lambda r: [(r["steps"], r["loss"]), (r["steps"], r["series"]["induction"]), (r["steps"], r["movement"])],
+        ("held-out loss (nats)", "best L1 induction score (network at θ)", MOVED),
+        decorate,
+        "Lazy training against feature learning: 2-layer attention-only transformer, in-context Markov chains (k = 3)",
+        path,
+    )
 
 
 def plot_parity(res: dict[str, Any], path: Path) -> Path:
@@ -224,11 +264,14 @@ def plot_parity(res: dict[str, Any], path: Path) -> Path:
         axes[1].axhline(head["chance"], color="gray", linestyle=":", linewidth=1, label="a uniform head")
         axes[1].axhline(head["level"], color="gray", linestyle="--", linewidth=1, label="formed (odds 3× chance)")
 
-    return _figure(res["conditions"],
-                   lambda r: [(r["eval_steps"], r["acc"]), (r["steps"], r["series"]), (r["steps"], r["movement"])],
-                   ("held-out accuracy", "best head's attention onto S from the readout (network at θ)", MOVED),
-                   decorate, "Lazy training against feature learning: 1-layer transformer, sparse parity (n = 15, k = 3)",
-                   path)
+    return _figure(
+        res["conditions"],
+        lambda r: [(r["eval_steps"], r["acc"]), (r["steps"], r["series"]), (r["steps"], r["movement"])],
+        ("held-out accuracy", "best head's attention onto S from the readout (network at θ)", MOVED),
+        decorate,
+        "Lazy training against feature learning: 1-layer transformer, sparse parity (n = 15, k = 3)",
+        path,
+    )
 
 
 def condition(jobs: list[Any]) -> dict[str, Any]:
@@ -255,18 +298,32 @@ def main(argv: Optional[list[str]] = None) -> int:
         for job in jobs:
             run = runs.load(job)
             r, logp = analyse(run, size)
-            res["conditions"][cond]["seeds"].append({"seed": job.seed, "train_time_s": round(harness.train_seconds(run), 1),
-                                                     "run": str(args.runs / job.dir), **r})
+            res["conditions"][cond]["seeds"].append(
+                {
+                    "seed": job.seed,
+                    "train_time_s": round(harness.train_seconds(run), 1),
+                    "run": str(args.runs / job.dir),
+                    **r,
+                }
+            )
             final_logp.setdefault(job.seed, {})[cond] = logp
             h = r["heads"]["induction"]
-            print(f"{cond} seed {job.seed}: loss {r['final']['loss']:.3f} (unigram {r['strategies']['unigram']:.3f}), "
-                  f"induction {h['final']:.2f} ({at(h['formed'], 'formed')}), movement {r['final']['movement']:.3g}",
-                  file=sys.stderr)
+            print(
+                f"{cond} seed {job.seed}: loss {r['final']['loss']:.3f} (unigram {r['strategies']['unigram']:.3f}), "
+                f"induction {h['final']:.2f} ({at(h['formed'], 'formed')}), movement {r['final']['movement']:.3g}",
+                file=sys.stderr,
+            )
         res["conditions"][cond]["summary"] = summarise(res["conditions"][cond]["seeds"])
     for seed, logps in sorted(final_logp.items()):
         if "linearized" in logps:
-            res["agreement"].append({"seed": seed, "kl_from_linearized": {c: kl(logps["linearized"], lp)
-                                                                           for c, lp in logps.items() if c != "linearized"}})
+            res["agreement"].append(
+                {
+                    "seed": seed,
+                    "kl_from_linearized": {
+                        c: kl(logps["linearized"], lp) for c, lp in logps.items() if c != "linearized"
+                    },
+                }
+            )
     real = runs.jobs(condition="real")[0].config["train"]
     res["budget"] = real["steps"] * real["batch_size"] / (1200 * 32)
 
@@ -279,18 +336,31 @@ def main(argv: Optional[list[str]] = None) -> int:
             run = parity.load(job)
             r = analyse_parity(run, size)
             res["parity"]["conditions"][cond]["seeds"].append(
-                {"seed": job.seed, "train_time_s": round(harness.train_seconds(run), 1), "run": str(args.runs / job.dir), **r})
-            print(f"sparse_parity {cond} seed {job.seed}: accuracy {r['final']['acc']:.3f} ({at(r['solved'], f'≥ {SOLVED_ACC}')}), "
-                  f"attention onto S {r['head']['final']:.2f} (chance {r['head']['chance']:.2f}, "
-                  f"{at(r['head']['formed'], 'formed')}), movement {r['final']['movement']:.3g}", file=sys.stderr)
+                {
+                    "seed": job.seed,
+                    "train_time_s": round(harness.train_seconds(run), 1),
+                    "run": str(args.runs / job.dir),
+                    **r,
+                }
+            )
+            print(
+                f"sparse_parity {cond} seed {job.seed}: accuracy {r['final']['acc']:.3f} ({at(r['solved'], f'≥ {SOLVED_ACC}')}), "
+                f"attention onto S {r['head']['final']:.2f} (chance {r['head']['chance']:.2f}, "
+                f"{at(r['head']['formed'], 'formed')}), movement {r['final']['movement']:.3g}",
+                file=sys.stderr,
+            )
     p_real = parity.jobs(condition="real")[0].config["train"]
     res["parity"]["budget"] = p_real["steps"] * p_real["batch_size"] / (4000 * 32)
 
     figures = [plot(res, args.out / f"{NAME}.png"), plot_parity(res["parity"], args.out / f"{NAME}_parity.png")]
-    config = {"sizes": size, "sweep": session.sweep_file().name, "seeds": list(runs.plan.seeds),
-              "runs": {c: runs.jobs(condition=c)[0].config for c in conditions},
-              "parity_sweep": parity_sweep_file(args.size).name,
-              "parity_runs": {c: parity.jobs(condition=c)[0].config for c in res["parity"]["conditions"]}}
+    config = {
+        "sizes": size,
+        "sweep": session.sweep_file().name,
+        "seeds": list(runs.plan.seeds),
+        "runs": {c: runs.jobs(condition=c)[0].config for c in conditions},
+        "parity_sweep": parity_sweep_file(args.size).name,
+        "parity_runs": {c: parity.jobs(condition=c)[0].config for c in res["parity"]["conditions"]},
+    }
     session.finish(config, res, figures)
     return 0
 

@@ -39,12 +39,23 @@ from mechsynth.sweep.plan import read_with_base  # noqa: E402
 
 NAME = "llc_stages"
 SIZES: dict[str, dict[str, Any]] = {
-    "smoke": dict(toml="statistical_induction_smoke.toml", seeds=3, kl_batch=32, probe_batch=8,
-                  llc=dict(checkpoints=6, draws=20, chains=2, pool=64, batch=8)),
-    "cpu": dict(toml="statistical_induction.toml", seeds=[300, 301, 302], kl_batch=256, probe_batch=64,
-                llc=dict(checkpoints=20)),
-    "full": dict(toml="statistical_induction_full.toml", seeds=[300, 301, 302, 303, 304], kl_batch=512, probe_batch=64,
-                 llc=dict(checkpoints=32, draws=400)),
+    "smoke": dict(
+        toml="statistical_induction_smoke.toml",
+        seeds=3,
+        kl_batch=32,
+        probe_batch=8,
+        llc=dict(checkpoints=6, draws=20, chains=2, pool=64, batch=8),
+    ),
+    "cpu": dict(
+        toml="statistical_induction.toml", seeds=[300, 301, 302], kl_batch=256, probe_batch=64, llc=dict(checkpoints=20)
+    ),
+    "full": dict(
+        toml="statistical_induction_full.toml",
+        seeds=[300, 301, 302, 303, 304],
+        kl_batch=512,
+        probe_batch=64,
+        llc=dict(checkpoints=32, draws=400),
+    ),
 }
 TOLERANCES = (1.5, 2.0)  # an LLC boundary "at" an event: within this factor of its step
 # The seeds (smoke: a count, 0..S-1): fresh ones (from 300) for the runs experiments/rules/llc_stages.py judges,
@@ -62,7 +73,11 @@ def llc_timeline(run: Run, size: dict[str, Any]) -> timeline.Timeline:
     """The run's LLC at log-spaced checkpoints (probes.json when it holds the same options, else estimated now)."""
     try:
         tl = timeline.load(run.path)
-        if "llc" in tl.metrics and tl.options.get("llc") == {**tl.options["llc"], **size["llc"]} and tl.steps == run.steps:
+        if (
+            "llc" in tl.metrics
+            and tl.options.get("llc") == {**tl.options["llc"], **size["llc"]}
+            and tl.steps == run.steps
+        ):
             return tl
     except (FileNotFoundError, ValueError):
         pass
@@ -89,31 +104,50 @@ def analyse(run: Run, size: dict[str, Any], seed: int = 0) -> dict[str, Any]:
     behaviour = si.analyse(run, size)
     tl = llc_timeline(run, size)
     steps, llc = tl.steps, tl.metrics["llc"]["llc"]
-    valid = stages.series(tl)["llc"]  # negative estimates (not at a minimum: the first steps) left out, as in a run's stages
+    valid = stages.series(tl)[
+        "llc"
+    ]  # negative estimates (not at a minimum: the first steps) left out, as in a run's stages
     readings = {"change_points": stages.change_points(steps, valid), "turns": stages.turns(steps, valid)}
     shuffled = shuffle_valid(valid, seed)
     control = {"change_points": stages.change_points(steps, shuffled), "turns": stages.turns(steps, shuffled)}
     kept = [s for s, v in zip(steps, valid) if v is not None and math.isfinite(v)]
     margin = inspect.signature(stages.change_points).parameters["min_size"].default
     # where each reading could have put a boundary: the null of experiments/rules/llc_stages.py places them there
-    candidates = {"change_points": kept[margin:len(kept) - margin + 1], "turns": kept[1:-1]}
+    candidates = {"change_points": kept[margin : len(kept) - margin + 1], "turns": kept[1:-1]}
     unigram_from = next((s["from"] for s in behaviour["segments"] if s["strategy"] == "unigram"), None)
-    events = {"unigram_starts": unigram_from,
-              **{f"bigram_{d}": behaviour["transitions"][d] for d in si.TRANSITIONS},
-              "induction_rise50": behaviour["heads"]["induction"]["rise50"],
-              "previous_token_rise50": behaviour["heads"]["previous_token"]["rise50"],
-              "loss_drop": behaviour["loss_drop_step"]}
+    events = {
+        "unigram_starts": unigram_from,
+        **{f"bigram_{d}": behaviour["transitions"][d] for d in si.TRANSITIONS},
+        "induction_rise50": behaviour["heads"]["induction"]["rise50"],
+        "previous_token_rise50": behaviour["heads"]["previous_token"]["rise50"],
+        "loss_drop": behaviour["loss_drop_step"],
+    }
     measured = [(s, v) for s, v in zip(steps, llc) if math.isfinite(v)]
-    diagnostics = {k: [s for s, v in zip(steps, tl.metrics["llc"][k]) if v == v and v > 0]
-                   for k in ("diverged", "rising", "negative")}
-    return {"steps": steps, "loss": behaviour["loss"], "kl": behaviour["kl"], "stages": behaviour["stages"],
-            "segments": behaviour["segments"], "heads": behaviour["heads"], "series": behaviour["series"],
-            "llc": {"steps": [s for s, _ in measured], "mean": [v for _, v in measured],
-                    "std": [tl.metrics["llc"]["llc_std"][steps.index(s)] for s, _ in measured]},
-            "llc_boundaries": readings, "boundary_candidates": candidates,
-            "control": {"note": "the LLC estimates in a shuffled order", "llc_boundaries": control}, "events": events, "diagnostics": diagnostics,
-            "matches": {name: {e: nearest(t, b) for e, t in events.items()} for name, b in readings.items()},
-            "llc_in_stage": llc_by_stage(behaviour["segments"], measured)}
+    diagnostics = {
+        k: [s for s, v in zip(steps, tl.metrics["llc"][k]) if v == v and v > 0]
+        for k in ("diverged", "rising", "negative")
+    }
+    return {
+        "steps": steps,
+        "loss": behaviour["loss"],
+        "kl": behaviour["kl"],
+        "stages": behaviour["stages"],
+        "segments": behaviour["segments"],
+        "heads": behaviour["heads"],
+        "series": behaviour["series"],
+        "llc": {
+            "steps": [s for s, _ in measured],
+            "mean": [v for _, v in measured],
+            "std": [tl.metrics["llc"]["llc_std"][steps.index(s)] for s, _ in measured],
+        },
+        "llc_boundaries": readings,
+        "boundary_candidates": candidates,
+        "control": {"note": "the LLC estimates in a shuffled order", "llc_boundaries": control},
+        "events": events,
+        "diagnostics": diagnostics,
+        "matches": {name: {e: nearest(t, b) for e, t in events.items()} for name, b in readings.items()},
+        "llc_in_stage": llc_by_stage(behaviour["segments"], measured),
+    }
 
 
 def shuffle_valid(values: list[Optional[float]], seed: int) -> list[Optional[float]]:
@@ -135,8 +169,16 @@ def llc_by_stage(segments: list[dict[str, Any]], measured: list[tuple[int, float
     for seg in segments:
         inside = [(s, v) for s, v in measured if seg["from"] <= s <= seg["to"]]
         if inside:
-            out.append({"strategy": seg["strategy"], "from": seg["from"], "to": seg["to"],
-                        "llc_first": inside[0][1], "llc_last": inside[-1][1], "points": len(inside)})
+            out.append(
+                {
+                    "strategy": seg["strategy"],
+                    "from": seg["from"],
+                    "to": seg["to"],
+                    "llc_first": inside[0][1],
+                    "llc_last": inside[-1][1],
+                    "points": len(inside),
+                }
+            )
     return out
 
 
@@ -152,8 +194,14 @@ def summary(seeds: list[dict[str, Any]]) -> dict[str, Any]:
             table[event] |= {"of": len(seeds), "factors": [f and round(f["factor"], 2) for f in found]}
         out[reading] = table
     out["llc_rises_in_stage"] = {
-        s: sum(1 for r in seeds for st in r["llc_in_stage"] if st["strategy"] == s and st["points"] > 1
-               and st["llc_last"] > st["llc_first"]) for s in ("uniform", "unigram", "bigram")}
+        s: sum(
+            1
+            for r in seeds
+            for st in r["llc_in_stage"]
+            if st["strategy"] == s and st["points"] > 1 and st["llc_last"] > st["llc_first"]
+        )
+        for s in ("uniform", "unigram", "bigram")
+    }
     out["negative_estimates"] = sum(len(r["diagnostics"]["negative"]) for r in seeds)
     return out
 
@@ -174,7 +222,9 @@ def plot(seeds: list[dict[str, Any]], path: Path) -> Path:
         ax.legend(fontsize=7)
         ax = axes[2, col]
         for name, colour in (("previous_token", "tab:green"), ("induction", "tab:red")):
-            ax.plot(x, r["series"][name][r["heads"][name]["head"]], color=colour, label=f"{name} {r['heads'][name]['head']}")
+            ax.plot(
+                x, r["series"][name][r["heads"][name]["head"]], color=colour, label=f"{name} {r['heads'][name]['head']}"
+            )
         ax.legend(fontsize=7)
         ax = axes[3, col]
         lx = [max(s, 1) for s in r["llc"]["steps"]]
@@ -191,8 +241,11 @@ def plot(seeds: list[dict[str, Any]], path: Path) -> Path:
                 a.axvline(max(seg["from"], 1), color=si.COLOURS[seg["strategy"]], linestyle=":", linewidth=1.5)
     for row, label in enumerate(("held-out loss", "KL(strategy ‖ model)", "head score", "LLC (± chains' sd)")):
         axes[row, 0].set_ylabel(label)
-    fig.suptitle("LLC stage boundaries (purple: change points solid, turns dash-dotted) vs the nearest strategy's "
-                 "changes (dotted, the new strategy's colour)", fontsize=10)
+    fig.suptitle(
+        "LLC stage boundaries (purple: change points solid, turns dash-dotted) vs the nearest strategy's "
+        "changes (dotted, the new strategy's colour)",
+        fontsize=10,
+    )
     return harness.save_figure(fig, path)
 
 
@@ -207,11 +260,17 @@ def main(argv: Optional[list[str]] = None) -> int:
     for job in runs.plan.jobs:
         r = {"seed": job.seed, "run": str(args.runs / job.dir), **analyse(runs.load(job), size, job.seed)}
         seeds.append(r)
-        print(f"seed {job.seed}: stages {' -> '.join(r['stages'])}; LLC boundaries {r['llc_boundaries']}; "
-              f"events {r['events']}", file=sys.stderr)
+        print(
+            f"seed {job.seed}: stages {' -> '.join(r['stages'])}; LLC boundaries {r['llc_boundaries']}; "
+            f"events {r['events']}",
+            file=sys.stderr,
+        )
     figures = [plot(seeds, args.out / f"{NAME}.png")]
-    session.finish({"size": size, "run": cfg, "tolerances": TOLERANCES, "transitions": si.TRANSITIONS},
-                   {"summary": summary(seeds), "seeds": seeds}, figures)
+    session.finish(
+        {"size": size, "run": cfg, "tolerances": TOLERANCES, "transitions": si.TRANSITIONS},
+        {"summary": summary(seeds), "seeds": seeds},
+        figures,
+    )
     return 0
 
 

@@ -1,6 +1,6 @@
 """Plot a markov_icl run's loss and strategy-KL curves: the uniform -> unigram -> bigram stages.
 
-    python experiments/plot_stages.py RUN_DIR [OUT.png]
+python experiments/plot_stages.py RUN_DIR [OUT.png]
 """
 
 from __future__ import annotations
@@ -24,8 +24,12 @@ def main(run_dir: str, out: str = "assets/demo_stages.png") -> None:
     ax_loss.plot(steps, [r["eval/loss"] for r in records], color="black")
     ax_loss.set_ylabel("held-out loss (nats)")
     # With alpha = 1 the add-one n-gram estimator is the Bayes predictor: dashes keep both visible.
-    styles = {"uniform": ("tab:gray", "-"), "unigram": ("tab:orange", "-"), "bayes": ("tab:green", "-"),
-              "ngram": ("tab:blue", "--")}
+    styles = {
+        "uniform": ("tab:gray", "-"),
+        "unigram": ("tab:orange", "-"),
+        "bayes": ("tab:green", "-"),
+        "ngram": ("tab:blue", "--"),
+    }
     for name in sorted(run.task.strategies, key=lambda n: n == "ngram"):
         colour, dash = styles[name]
         ax_kl.plot(steps, [r[f"eval/kl_{name}"] for r in records], label=name, color=colour, linestyle=dash)
@@ -35,8 +39,10 @@ def main(run_dir: str, out: str = "assets/demo_stages.png") -> None:
     ax_kl.set_ylabel("KL(strategy ‖ model)")
     ax_kl.legend(title="reference predictor")
     cfg = run.config
-    fig.suptitle(f"{cfg.task_name} k={cfg.task_params['k']}, T={cfg.task_params['length']}: "
-                 f"{cfg.model.n_layers}-layer attention-only, d_model {cfg.model.d_model}")
+    fig.suptitle(
+        f"{cfg.task_name} k={cfg.task_params['k']}, T={cfg.task_params['length']}: "
+        f"{cfg.model.n_layers}-layer attention-only, d_model {cfg.model.d_model}"
+    )
     fig.tight_layout()
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=120)

@@ -22,7 +22,9 @@ ENTRY = ("judge_all",)  # what the harness and the results table call to judge
 def _imported(node: ast.Import | ast.ImportFrom) -> ast.stmt:
     """An import as the names it binds and the objects they are, without the module path (which a package move
     changes): `import verdicts` and `from experiments import verdicts` read alike."""
-    names = ",".join(f"{a.name.split('.')[-1]} as {a.asname}" if a.asname else a.name.split(".")[-1] for a in node.names)
+    names = ",".join(
+        f"{a.name.split('.')[-1]} as {a.asname}" if a.asname else a.name.split(".")[-1] for a in node.names
+    )
     return ast.Expr(ast.Constant(f"import {names}"))
 
 
@@ -33,9 +35,13 @@ def _normalised(tree: ast.AST) -> ast.AST:
         body = getattr(node, "body", None)
         if not isinstance(body, list):
             continue
-        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
-                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
-                and isinstance(body[0].value.value, str)):
+        if (
+            isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
             body.pop(0)
         body[:] = [_imported(n) if isinstance(n, (ast.Import, ast.ImportFrom)) else n for n in body]
         if not body and not isinstance(node, ast.Module):
@@ -46,7 +52,8 @@ def _normalised(tree: ast.AST) -> ast.AST:
 def _names(node: ast.AST) -> set[str]:
     """Every name a node mentions, as a variable or as an attribute (`verdicts.fisher`)."""
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} | {
-        n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)}
+        n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)
+    }
 
 
 def _top_level(tree: ast.Module) -> dict[str, ast.stmt]:

@@ -65,9 +65,14 @@ def grid(runs: harness.Runs, size: str) -> dict[str, Any]:
     """What the analysis needs to know of the sweep: its settings, seeds and each setting's configuration."""
     settings = {j.labels["setting"]: j.config for j in runs.plan.jobs}
     car, ff = settings["car_standard"], settings["flipflop"]
-    return {**SIZES[size], "settings": list(settings), "seeds": list(runs.plan.seeds),
-            "car": {"T": car["task"]["length"], "eval_length": car["task"]["eval_length"], **_model(car), **_train(car)},
-            "flipflop": {"T": ff["task"]["length"], **_model(ff), **_train(ff)}, "levels": list(LEVELS)}
+    return {
+        **SIZES[size],
+        "settings": list(settings),
+        "seeds": list(runs.plan.seeds),
+        "car": {"T": car["task"]["length"], "eval_length": car["task"]["eval_length"], **_model(car), **_train(car)},
+        "flipflop": {"T": ff["task"]["length"], **_model(ff), **_train(ff)},
+        "levels": list(LEVELS),
+    }
 
 
 def _model(config: dict[str, Any]) -> dict[str, Any]:
@@ -81,7 +86,7 @@ def _train(config: dict[str, Any]) -> dict[str, Any]:
 @torch.no_grad()
 def predict(model: torch.nn.Module, tokens: torch.Tensor) -> torch.Tensor:
     """The model's argmax output at every position, [batch, pos]."""
-    return torch.cat([model(tokens[i:i + CHUNK]).argmax(-1) for i in range(0, len(tokens), CHUNK)])
+    return torch.cat([model(tokens[i : i + CHUNK]).argmax(-1) for i in range(0, len(tokens), CHUNK)])
 
 
 def best_constant(targets: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -106,8 +111,11 @@ def car_chance(task: Any, c: dict[str, Any]) -> dict[str, Any]:
     hits, counts = best_constant(b.targets)
     acc = 100 * hits / counts
     T = c["car"]["T"]
-    return {"within_T": float(acc[:T].mean()), "beyond_T": float(acc[T:].mean()),
-            "by_position": [round(float(v), 2) for v in acc]}
+    return {
+        "within_T": float(acc[:T].mean()),
+        "beyond_T": float(acc[T:].mean()),
+        "by_position": [round(float(v), 2) for v in acc],
+    }
 
 
 def car_row(run: Any, c: dict[str, Any], positional: str, seed: int) -> dict[str, Any]:
@@ -116,15 +124,26 @@ def car_row(run: Any, c: dict[str, Any], positional: str, seed: int) -> dict[str
     b = task.sample(c["eval_seqs"], torch.Generator().manual_seed(EVAL_SEED), split="eval_long")
     correct = (predict(model, b.tokens) == b.targets).float().mean(0) * 100
     m = probes.run("automaton_shortcut", model, task, batch_size=c["probe_batch"]).metrics
-    row = {"positional": positional, "seed": seed, "within_T": float(correct[:T].mean()),
-           "beyond_T": float(correct[T:].mean()), "last_T": float(correct[T - 1]),
-           "acc_by_position": [round(float(v), 2) for v in correct],
-           "init_within_T": float((predict(run.trainable(run.steps[0]), b.tokens) == b.targets).float()[:, :T].mean() * 100),
-           "decoding": {"within_T": per_layer(m, "linear", c["car"]["n_layers"]),
-                        "beyond_T": per_layer(m, "linear_beyond", c["car"]["n_layers"])},
-           "train_s": round(harness.train_seconds(run), 1)}
-    harness.log(f"car {positional} seed={seed}: within T {row['within_T']:.1f} %, beyond T {row['beyond_T']:.1f} %, "
-                f"direction decoded per layer {row['decoding']['within_T'].get('direction')}")
+    row = {
+        "positional": positional,
+        "seed": seed,
+        "within_T": float(correct[:T].mean()),
+        "beyond_T": float(correct[T:].mean()),
+        "last_T": float(correct[T - 1]),
+        "acc_by_position": [round(float(v), 2) for v in correct],
+        "init_within_T": float(
+            (predict(run.trainable(run.steps[0]), b.tokens) == b.targets).float()[:, :T].mean() * 100
+        ),
+        "decoding": {
+            "within_T": per_layer(m, "linear", c["car"]["n_layers"]),
+            "beyond_T": per_layer(m, "linear_beyond", c["car"]["n_layers"]),
+        },
+        "train_s": round(harness.train_seconds(run), 1),
+    }
+    harness.log(
+        f"car {positional} seed={seed}: within T {row['within_T']:.1f} %, beyond T {row['beyond_T']:.1f} %, "
+        f"direction decoded per layer {row['decoding']['within_T'].get('direction')}"
+    )
     return row
 
 
@@ -139,11 +158,16 @@ def car_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     for positional in ("standard", "rotary"):
         here = [r for r in rows if r["positional"] == positional]
         out[positional] = {k: harness.spread([r[k] for r in here]) for k in ("within_T", "beyond_T", "last_T")}
-        out[positional]["acc_by_position_mean"] = [round(statistics.fmean(v), 2)
-                                                   for v in zip(*(r["acc_by_position"] for r in here))]
+        out[positional]["acc_by_position_mean"] = [
+            round(statistics.fmean(v), 2) for v in zip(*(r["acc_by_position"] for r in here))
+        ]
         out[positional]["decoding_mean"] = {
-            where: {t: [round(statistics.fmean(v), 1) for v in zip(*(r["decoding"][where][t] for r in here))]
-                    for t in here[0]["decoding"][where]} for where in ("within_T", "beyond_T")}
+            where: {
+                t: [round(statistics.fmean(v), 1) for v in zip(*(r["decoding"][where][t] for r in here))]
+                for t in here[0]["decoding"][where]
+            }
+            for where in ("within_T", "beyond_T")
+        }
     return out
 
 
@@ -172,14 +196,16 @@ def reads_and_distance(task: Any, x: torch.Tensor) -> tuple[torch.Tensor, torch.
     write = x != ig
     pos = torch.arange(x.shape[1]).expand_as(x)
     last = torch.where(write, pos, torch.full_like(pos, -1)).cummax(1).values  # the last write at or before t
-    before = torch.cat([torch.full_like(last[:, :1], -1), last[:, :-1]], 1)   # ... strictly before t
+    before = torch.cat([torch.full_like(last[:, :1], -1), last[:, :-1]], 1)  # ... strictly before t
     reads = ~write & (before >= 0)
     return reads, torch.where(before >= 0, pos - before, torch.zeros_like(pos))
 
 
 def flipflop_sets(task: Any, c: dict[str, Any]) -> dict[str, torch.Tensor]:
     """The held-out token sets: in distribution (the task's eval split) and one per ignore level in LEVELS."""
-    sets = {"in_distribution": task.sample(c["eval_seqs"], torch.Generator().manual_seed(EVAL_SEED), split="eval").tokens}
+    sets = {
+        "in_distribution": task.sample(c["eval_seqs"], torch.Generator().manual_seed(EVAL_SEED), split="eval").tokens
+    }
     for i, q in enumerate(LEVELS):
         sets[str(q)] = sparse_batch(task, c["eval_seqs"], q, torch.Generator().manual_seed(EVAL_SEED + 10 + i))
     # the negative control: another in-distribution set
@@ -193,9 +219,14 @@ def read_counts(task: Any, x: torch.Tensor, pred: Optional[torch.Tensor]) -> dic
     reads, dist = reads_and_distance(task, x)
     wrong = reads & (pred != y) if pred is not None else torch.zeros_like(reads)
     T = x.shape[1]
-    return {"reads": int(reads.sum()), "errors": int(wrong.sum()),
-            "by_distance": {"reads": torch.bincount(dist[reads], minlength=T).tolist(),
-                            "errors": torch.bincount(dist[wrong], minlength=T).tolist()}}
+    return {
+        "reads": int(reads.sum()),
+        "errors": int(wrong.sum()),
+        "by_distance": {
+            "reads": torch.bincount(dist[reads], minlength=T).tolist(),
+            "errors": torch.bincount(dist[wrong], minlength=T).tolist(),
+        },
+    }
 
 
 def flipflop_chance(task: Any, sets: dict[str, torch.Tensor]) -> dict[str, float]:
@@ -211,11 +242,18 @@ def flipflop_chance(task: Any, sets: dict[str, torch.Tensor]) -> dict[str, float
 def flipflop_row(run: Any, sets: dict[str, torch.Tensor], seed: int) -> dict[str, Any]:
     task, model = run.task, run.trainable()
     counts = {name: read_counts(task, x, predict(model, x)) for name, x in sets.items()}
-    row = {"seed": seed, "in_distribution": counts.pop("in_distribution"), "control": counts.pop("resampled"), "ood": counts,
-           "train_s": round(harness.train_seconds(run), 1)}
-    harness.log(f"flip-flop seed={seed}: read errors in distribution {row['in_distribution']['errors']}/"
-                f"{row['in_distribution']['reads']}, " + ", ".join(f"ignore {q}: {v['errors']}/{v['reads']}"
-                                                                  for q, v in row["ood"].items()))
+    row = {
+        "seed": seed,
+        "in_distribution": counts.pop("in_distribution"),
+        "control": counts.pop("resampled"),
+        "ood": counts,
+        "train_s": round(harness.train_seconds(run), 1),
+    }
+    harness.log(
+        f"flip-flop seed={seed}: read errors in distribution {row['in_distribution']['errors']}/"
+        f"{row['in_distribution']['reads']}, "
+        + ", ".join(f"ignore {q}: {v['errors']}/{v['reads']}" for q, v in row["ood"].items())
+    )
     return row
 
 
@@ -239,10 +277,12 @@ def flipflop_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
             n = [sum(k["by_distance"]["reads"][lo:hi]) for k in counts]
             return [100 * a / b if b else None for a, b in zip(e, n)]
 
-        out["sets"][name] = {"error_rate": harness.spread(rate),
-                             "error_rate_seen_distances": harness.spread(share(1, D + 1)),
-                             "error_rate_longer_distances": harness.spread(share(D + 1, 10**9)),
-                             "reads_longer_distances": sum(counts[0]["by_distance"]["reads"][D + 1:])}
+        out["sets"][name] = {
+            "error_rate": harness.spread(rate),
+            "error_rate_seen_distances": harness.spread(share(1, D + 1)),
+            "error_rate_longer_distances": harness.spread(share(D + 1, 10**9)),
+            "reads_longer_distances": sum(counts[0]["by_distance"]["reads"][D + 1 :]),
+        }
     return out
 
 
@@ -260,8 +300,13 @@ def plot_car(s: harness.Session, c: dict[str, Any], car: dict[str, Any]) -> Path
         here = [r for r in car["runs"][positional]]
         for r in here:
             ax.plot(x, r["acc_by_position"], color=colour, lw=0.6, alpha=0.35)
-        ax.plot(x, car["summary"][positional]["acc_by_position_mean"], color=colour, lw=2,
-                label=f"{name} (mean of {len(here)} seeds)")
+        ax.plot(
+            x,
+            car["summary"][positional]["acc_by_position_mean"],
+            color=colour,
+            lw=2,
+            label=f"{name} (mean of {len(here)} seeds)",
+        )
     ax.plot(x, car["chance"]["by_position"], color="gray", ls=":", label="best constant guess")
     ax.axvline(T + 0.5, color="black", ls="--", lw=0.8)
     ax.set_xlabel(f"position (training length T = {T} dashed)")
@@ -296,7 +341,9 @@ def plot_flipflop(s: harness.Session, ff: dict[str, Any]) -> Path:
     for j, r in enumerate(rows):
         vals = [r["in_distribution"]] + [r["ood"][n] for n in names[1:]]
         rates = [max(100 * v["errors"] / max(v["reads"], 1), floor) for v in vals]
-        ax.plot(np.arange(len(names)) + (j - len(rows) / 2) * 0.04, rates, "o", color=f"C{j}", label=f"seed {r['seed']}")
+        ax.plot(
+            np.arange(len(names)) + (j - len(rows) / 2) * 0.04, rates, "o", color=f"C{j}", label=f"seed {r['seed']}"
+        )
     ax.set_yscale("log")
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
@@ -310,7 +357,14 @@ def plot_flipflop(s: harness.Session, ff: dict[str, Any]) -> Path:
         reads = np.sum([np.array(k["by_distance"]["reads"]) for k in counts], 0)
         d = np.nonzero(reads >= 20)[0]
         d = d[d > 0]
-        ax2.plot(d, 100 * err[d] / reads[d], "o-", ms=3, color="black" if i == 0 else f"C{i}", label=labels[i].replace("\n", " "))
+        ax2.plot(
+            d,
+            100 * err[d] / reads[d],
+            "o-",
+            ms=3,
+            color="black" if i == 0 else f"C{i}",
+            label=labels[i].replace("\n", " "),
+        )
     ax2.axvline(ff["summary"]["longest_distance_in_distribution"] + 0.5, color="gray", ls="--", lw=0.8)
     ax2.set_xlabel("distance to the last write (longest in distribution dashed)")
     ax2.set_ylabel("read error (%, pooled over seeds)")
@@ -326,22 +380,36 @@ def main(argv: Optional[list[str]] = None) -> int:
     c = grid(runs, args.size)
     seeds = c["seeds"]
     car_task = runs.run(seeds[0], setting="car_standard").task
-    car_rows = {p: [car_row(runs.run(seed, setting=f"car_{p}"), c, p, seed) for seed in seeds]
-                for p in ("standard", "rotary", "standard_2T")}
+    car_rows = {
+        p: [car_row(runs.run(seed, setting=f"car_{p}"), c, p, seed) for seed in seeds]
+        for p in ("standard", "rotary", "standard_2T")
+    }
     car = {"T": c["car"]["T"], "n_layers": c["car"]["n_layers"], "chance": car_chance(car_task, c), "runs": car_rows}
     car["summary"] = car_summary(car_rows["standard"] + car_rows["rotary"])  # the 2T control: its runs only
     ff_task = runs.run(seeds[0], setting="flipflop").task
     sets = flipflop_sets(ff_task, c)
     ff_rows = [flipflop_row(runs.run(seed, setting="flipflop"), sets, seed) for seed in seeds]
     measured = {k: v for k, v in sets.items() if k != "resampled"}
-    ff = {"T": c["flipflop"]["T"], "levels": [str(q) for q in LEVELS], "chance": flipflop_chance(ff_task, measured),
-          "seeds": ff_rows}
+    ff = {
+        "T": c["flipflop"]["T"],
+        "levels": [str(q) for q in LEVELS],
+        "chance": flipflop_chance(ff_task, measured),
+        "seeds": ff_rows,
+    }
     ff["summary"] = flipflop_summary(ff_rows)
-    results = {"car": car, "flipflop": ff,
-               "train_time_s": {p: round(sum(r["train_s"] for r in rows), 1) for p, rows in
-                                (("car_standard", car_rows["standard"]), ("car_rotary", car_rows["rotary"]),
-                                 ("car_standard_2T", car_rows["standard_2T"]),
-                                 ("flipflop", ff_rows))}}
+    results = {
+        "car": car,
+        "flipflop": ff,
+        "train_time_s": {
+            p: round(sum(r["train_s"] for r in rows), 1)
+            for p, rows in (
+                ("car_standard", car_rows["standard"]),
+                ("car_rotary", car_rows["rotary"]),
+                ("car_standard_2T", car_rows["standard_2T"]),
+                ("flipflop", ff_rows),
+            )
+        },
+    }
     figures = [plot_car(s, c, car), plot_flipflop(s, ff)]
     s.finish(c, results, figures)
     return 0

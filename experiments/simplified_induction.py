@@ -44,18 +44,42 @@ from mechsynth.tasks.base import masked_loss  # noqa: E402
 NAME = "simplified_induction"
 GROUPS = ("minimal", "transformer", "control")
 CONTROL_PRIOR = "unigram"  # the control's chains: iid tokens, no bigram structure
-CONTROL_RATIO_SEEDS = 3    # r(t) on the control's chains for this many seeds (the rule's min_n)
-C_NEAR_INIT = 1e-3   # the near-init state of r(t)
-C_DIAGONAL = 0.01    # state C: W_k = C_DIAGONAL·(11ᵀ + I)
-SHOWN = 12           # v's entries in the JSON and the figure
+CONTROL_RATIO_SEEDS = 3  # r(t) on the control's chains for this many seeds (the rule's min_n)
+C_NEAR_INIT = 1e-3  # the near-init state of r(t)
+C_DIAGONAL = 0.01  # state C: W_k = C_DIAGONAL·(11ᵀ + I)
+SHOWN = 12  # v's entries in the JSON and the figure
 
 SIZES: dict[str, dict[str, Any]] = {
-    "smoke": dict(minimal_seeds=3, transformer_seeds=2, t=16, steps=12, transformer_steps=30, ts=[8, 16, 32],
-                  grad_batches=4, kl_batch=32),
-    "cpu": dict(minimal_seeds=list(range(300, 310)), transformer_seeds=list(range(300, 305)), t=100, steps=200,
-                transformer_steps=6000, ts=[25, 50, 100, 200, 400], grad_batches=64, kl_batch=512),
-    "full": dict(minimal_seeds=list(range(300, 320)), transformer_seeds=list(range(300, 310)), t=100, steps=200,
-                 transformer_steps=6000, ts=[25, 50, 100, 200, 400, 800], grad_batches=64, kl_batch=512),
+    "smoke": dict(
+        minimal_seeds=3,
+        transformer_seeds=2,
+        t=16,
+        steps=12,
+        transformer_steps=30,
+        ts=[8, 16, 32],
+        grad_batches=4,
+        kl_batch=32,
+    ),
+    "cpu": dict(
+        minimal_seeds=list(range(300, 310)),
+        transformer_seeds=list(range(300, 305)),
+        t=100,
+        steps=200,
+        transformer_steps=6000,
+        ts=[25, 50, 100, 200, 400],
+        grad_batches=64,
+        kl_batch=512,
+    ),
+    "full": dict(
+        minimal_seeds=list(range(300, 320)),
+        transformer_seeds=list(range(300, 310)),
+        t=100,
+        steps=200,
+        transformer_steps=6000,
+        ts=[25, 50, 100, 200, 400, 800],
+        grad_batches=64,
+        kl_batch=512,
+    ),
 }
 
 
@@ -67,16 +91,41 @@ def run_config(c: dict[str, Any], group: str) -> dict[str, Any]:
     if group in ("minimal", "control"):
         # every step a checkpoint: checkpoint_steps(200, 402) is 0..200 (half of them log-spaced, half linear)
         prior = CONTROL_PRIOR if group == "control" else "dirichlet"
-        return {"task": task_config(c, prior=prior), "model": {"kind": "minimal_induction"},
-                "train": {"steps": c["steps"], "batch_size": 128, "optimizer": "sgd", "lr": 1e-2, "grad_clip": 0,
-                          "eval_every": max(c["steps"] // 20, 1), "eval_batch_size": 256,
-                          "checkpoints": 2 * c["steps"] + 2}}
-    return {"task": task_config(c),
-            "model": {"n_layers": 2, "n_heads": 1, "d_model": 16, "attn_only": True, "positional": "relative",
-                      "init_range": 0.02},
-            "train": {"steps": c["transformer_steps"], "batch_size": 64, "lr": 5e-4, "betas": [0.9, 0.95],
-                      "weight_decay": 0.1, "decay": "matrices", "eval_every": max(c["transformer_steps"] // 40, 1),
-                      "checkpoints": 80}}
+        return {
+            "task": task_config(c, prior=prior),
+            "model": {"kind": "minimal_induction"},
+            "train": {
+                "steps": c["steps"],
+                "batch_size": 128,
+                "optimizer": "sgd",
+                "lr": 1e-2,
+                "grad_clip": 0,
+                "eval_every": max(c["steps"] // 20, 1),
+                "eval_batch_size": 256,
+                "checkpoints": 2 * c["steps"] + 2,
+            },
+        }
+    return {
+        "task": task_config(c),
+        "model": {
+            "n_layers": 2,
+            "n_heads": 1,
+            "d_model": 16,
+            "attn_only": True,
+            "positional": "relative",
+            "init_range": 0.02,
+        },
+        "train": {
+            "steps": c["transformer_steps"],
+            "batch_size": 64,
+            "lr": 5e-4,
+            "betas": [0.9, 0.95],
+            "weight_decay": 0.1,
+            "decay": "matrices",
+            "eval_every": max(c["transformer_steps"] // 40, 1),
+            "checkpoints": 80,
+        },
+    }
 
 
 def minimal_model(t: int, W: torch.Tensor, v: torch.Tensor, prior: str = "dirichlet") -> tuple[Any, torch.nn.Module]:
@@ -118,12 +167,18 @@ def ratio(t: int, seed: int, c: dict[str, Any], prior: str = "dirichlet") -> dic
     """r(t) at the near-init state, and after a small step along the first update (a second reading)."""
     task, model = minimal_model(t, C_NEAR_INIT * torch.ones(2, 2), C_NEAR_INIT * torch.ones(t), prior)
     gW, gv = gradients(task, model, c["grad_batches"], seed * 10_000 + t)
-    _, first = gradients(*minimal_model(t, 0.01 * torch.ones(2, 2), torch.zeros(t), prior), c["grad_batches"],
-                         seed * 10_000 + t)
+    _, first = gradients(
+        *minimal_model(t, 0.01 * torch.ones(2, 2), torch.zeros(t), prior), c["grad_batches"], seed * 10_000 + t
+    )
     task2, stepped = minimal_model(t, 0.01 * torch.ones(2, 2), C_NEAR_INIT * first / first[0], prior)
     gW2, gv2 = gradients(task2, stepped, c["grad_batches"], seed * 10_000 + t + 1)
-    return {"t": t, "diag": diag_bias(gW), "v2": float(gv[1]), "r": diag_bias(gW) / float(gv[1]),
-            "r_after_step": diag_bias(gW2) / float(gv2[1])}
+    return {
+        "t": t,
+        "diag": diag_bias(gW),
+        "v2": float(gv[1]),
+        "r": diag_bias(gW) / float(gv[1]),
+        "r_after_step": diag_bias(gW2) / float(gv2[1]),
+    }
 
 
 def slope(ts: list[int], rs: list[float]) -> Optional[float]:
@@ -156,17 +211,36 @@ def analyse_minimal(run: Run, seed: int, c: dict[str, Any]) -> dict[str, Any]:
     tl = probe_run(run, ["position_mixing"], batch_size=8)
     return {
         "seed": seed,
-        "first_step": {"r2_quadratic": quad["r2"], "r2_linear": lin["r2"], "a": quad["a"],
-                       "w_moved_step1": not torch.equal(W[0], W[1]), "diag_bias_step2": bias[2],
-                       "v_step1": v[1][:SHOWN].tolist()},
+        "first_step": {
+            "r2_quadratic": quad["r2"],
+            "r2_linear": lin["r2"],
+            "a": quad["a"],
+            "w_moved_step1": not torch.equal(W[0], W[1]),
+            "diag_bias_step2": bias[2],
+            "v_step1": v[1][:SHOWN].tolist(),
+        },
         "state_c": {"argmax": int(gv_c.argmax()), "gradient": gv_c[:SHOWN].tolist()},
-        "window": {"from": diag_from, "to": v2_half, "steps": len(window),
-                   "share_v2": sum(leads) / len(leads) if leads else 0.0},
-        "phase": {"diag_half": next((s for s in steps if bias[s] >= 0.5 * peak), None) if peak > 0 else None,
-                  "v2_half": v2_half, "diag_peak": peak, "diag_peak_step": bias.index(peak)},
-        "series": {"steps": steps, "diag_bias": tl.metrics["position_mixing"]["diag_bias"],
-                   "v": [[float(x[i]) for x in v] for i in range(min(SHOWN, t))]},
-        "loss": loss, "kl": kls, "segments": segs, "stages": [s["strategy"] for s in segs],
+        "window": {
+            "from": diag_from,
+            "to": v2_half,
+            "steps": len(window),
+            "share_v2": sum(leads) / len(leads) if leads else 0.0,
+        },
+        "phase": {
+            "diag_half": next((s for s in steps if bias[s] >= 0.5 * peak), None) if peak > 0 else None,
+            "v2_half": v2_half,
+            "diag_peak": peak,
+            "diag_peak_step": bias.index(peak),
+        },
+        "series": {
+            "steps": steps,
+            "diag_bias": tl.metrics["position_mixing"]["diag_bias"],
+            "v": [[float(x[i]) for x in v] for i in range(min(SHOWN, t))],
+        },
+        "loss": loss,
+        "kl": kls,
+        "segments": segs,
+        "stages": [s["strategy"] for s in segs],
         "train_time_s": round(harness.train_seconds(run), 2),
     }
 
@@ -175,8 +249,15 @@ def analyse_transformer(run: Run, seed: int, c: dict[str, Any]) -> dict[str, Any
     loss, kls = strategy_kls(run, c["kl_batch"])
     kls = {k: x for k, x in kls.items() if k != "bayes"}
     segs = segments(run.steps, kls)
-    return {"seed": seed, "steps": run.steps, "loss": loss, "kl": kls, "segments": segs,
-            "stages": [s["strategy"] for s in segs], "train_time_s": round(harness.train_seconds(run), 1)}
+    return {
+        "seed": seed,
+        "steps": run.steps,
+        "loss": loss,
+        "kl": kls,
+        "segments": segs,
+        "stages": [s["strategy"] for s in segs],
+        "train_time_s": round(harness.train_seconds(run), 1),
+    }
 
 
 def plot(c: dict[str, Any], results: dict[str, Any], path: Path) -> Path:
@@ -186,11 +267,23 @@ def plot(c: dict[str, Any], results: dict[str, Any], path: Path) -> Path:
     ax = axes[0]
     for i, r in enumerate(results["minimal"]):
         s = r["series"]
-        ax.plot(s["steps"], [x / max(r["phase"]["diag_peak"], 1e-12) for x in s["diag_bias"]], color="C0", alpha=0.6,
-                linewidth=0.8, label="W_k diagonal bias / its peak" if i == 0 else None)
+        ax.plot(
+            s["steps"],
+            [x / max(r["phase"]["diag_peak"], 1e-12) for x in s["diag_bias"]],
+            color="C0",
+            alpha=0.6,
+            linewidth=0.8,
+            label="W_k diagonal bias / its peak" if i == 0 else None,
+        )
         v2 = s["v"][1]
-        ax.plot(s["steps"], [x / max(v2[-1], 1e-12) for x in v2], color="C1", alpha=0.6, linewidth=0.8,
-                label="v_2 / its final value" if i == 0 else None)
+        ax.plot(
+            s["steps"],
+            [x / max(v2[-1], 1e-12) for x in v2],
+            color="C1",
+            alpha=0.6,
+            linewidth=0.8,
+            label="v_2 / its final value" if i == 0 else None,
+        )
     ax.set_xscale("symlog", linthresh=1)
     ax.set_xlabel("SGD step")
     ax.set_title("the two phases (every seed)")
@@ -199,8 +292,15 @@ def plot(c: dict[str, Any], results: dict[str, Any], path: Path) -> Path:
     t = c["t"]
     for i, r in enumerate(results["minimal"]):
         v1 = r["first_step"]["v_step1"]
-        ax.plot(range(len(v1)), [x / v1[0] for x in v1], "o", color="C0", alpha=0.5, markersize=3,
-                label="v after the first step / v_1" if i == 0 else None)
+        ax.plot(
+            range(len(v1)),
+            [x / v1[0] for x in v1],
+            "o",
+            color="C0",
+            alpha=0.5,
+            markersize=3,
+            label="v after the first step / v_1" if i == 0 else None,
+        )
     d = list(range(SHOWN))
     ax.plot(d, [(1 - x / t) ** 2 for x in d], "k-", linewidth=1, label="(1 − d/t)²")
     ax.plot(d, [1 - x / t for x in d], "k:", linewidth=1, label="1 − d/t")
@@ -210,9 +310,18 @@ def plot(c: dict[str, Any], results: dict[str, Any], path: Path) -> Path:
     ax = axes[2]
     rt = results["ratio"]
     for i, r in enumerate(rt["per_seed"]):
-        ax.plot(rt["t"], r["r"], "o-", color="C2", alpha=0.5, linewidth=0.8, label="r(t), near init" if i == 0 else None)
-        ax.plot(rt["t"], r["r_after_step"], "s--", color="C4", alpha=0.4, linewidth=0.8,
-                label="after a small first step" if i == 0 else None)
+        ax.plot(
+            rt["t"], r["r"], "o-", color="C2", alpha=0.5, linewidth=0.8, label="r(t), near init" if i == 0 else None
+        )
+        ax.plot(
+            rt["t"],
+            r["r_after_step"],
+            "s--",
+            color="C4",
+            alpha=0.4,
+            linewidth=0.8,
+            label="after a small first step" if i == 0 else None,
+        )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("t (sequence length)")
@@ -224,15 +333,23 @@ def plot(c: dict[str, Any], results: dict[str, Any], path: Path) -> Path:
         steps = r["series"]["steps"] if group == "minimal" else r["steps"]
         frac = [s / max(steps[-1], 1) for s in steps]
         for j, (name, kl) in enumerate(r["kl"].items()):
-            ax.plot(frac, kl, color=f"C{j}", linestyle="-" if gi == 0 else "--", linewidth=1,
-                    label=f"{name} ({'simplified' if gi == 0 else 'transformer'})")
+            ax.plot(
+                frac,
+                kl,
+                color=f"C{j}",
+                linestyle="-" if gi == 0 else "--",
+                linewidth=1,
+                label=f"{name} ({'simplified' if gi == 0 else 'transformer'})",
+            )
     ax.set_yscale("log")
     ax.set_xlabel("fraction of training")
     ax.set_ylabel("KL(strategy ‖ model)")
     ax.set_title(f"stages, seed {results['minimal'][0]['seed']}")
     ax.legend(fontsize=6)
-    fig.suptitle(f"Edelman et al. 2024's simplified transformer, k = 2, t = {t}, SGD as theirs "
-                 f"({len(results['minimal'])} seeds); the full transformer: {len(results['transformer'])} seeds")
+    fig.suptitle(
+        f"Edelman et al. 2024's simplified transformer, k = 2, t = {t}, SGD as theirs "
+        f"({len(results['minimal'])} seeds); the full transformer: {len(results['transformer'])} seeds"
+    )
     return harness.save_figure(fig, path)
 
 
@@ -244,10 +361,17 @@ def main(argv: Optional[list[str]] = None) -> int:
     seeds["control"] = seeds["minimal"]
     # Plain SGD at v's lr 1, without clipping (their setup), sends some runs' loss to infinity, more of them on the
     # control's iid chains: those runs are counted and left out of what the rules read, not retried.
-    runs = session.train_runs([({"group": g}, seed, run_config(c, g)) for g in GROUPS for seed in seeds[g]],
-                              diverged_ok=True)
-    diverged = {g: [{"seed": s, "last_finite_step": runs.run(s, group=g).steps[-1]}
-                    for s in seeds[g] if not runs.finished(s, group=g)] for g in GROUPS}
+    runs = session.train_runs(
+        [({"group": g}, seed, run_config(c, g)) for g in GROUPS for seed in seeds[g]], diverged_ok=True
+    )
+    diverged = {
+        g: [
+            {"seed": s, "last_finite_step": runs.run(s, group=g).steps[-1]}
+            for s in seeds[g]
+            if not runs.finished(s, group=g)
+        ]
+        for g in GROUPS
+    }
     kept = {g: [s for s in seeds[g] if runs.finished(s, group=g)] for g in GROUPS}
     results: dict[str, Any] = {
         "minimal": [analyse_minimal(runs.run(s, group="minimal"), s, c) for s in kept["minimal"]],
@@ -259,19 +383,29 @@ def main(argv: Optional[list[str]] = None) -> int:
         per_seed = []
         for s in ss:
             rows = [ratio(t, s, c, prior) for t in c["ts"]]
-            per_seed.append({"seed": s, "r": [r["r"] for r in rows], "r_after_step": [r["r_after_step"] for r in rows],
-                             "slope": slope(c["ts"], [r["r"] for r in rows]),
-                             "slope_after_step": slope(c["ts"], [r["r_after_step"] for r in rows])})
+            per_seed.append(
+                {
+                    "seed": s,
+                    "r": [r["r"] for r in rows],
+                    "r_after_step": [r["r_after_step"] for r in rows],
+                    "slope": slope(c["ts"], [r["r"] for r in rows]),
+                    "slope_after_step": slope(c["ts"], [r["r_after_step"] for r in rows]),
+                }
+            )
         return {"t": c["ts"], "per_seed": per_seed}
 
-    results["ratio"] = ratios(seeds["minimal"][:max(3, len(seeds["minimal"]) // 2)])
+    results["ratio"] = ratios(seeds["minimal"][: max(3, len(seeds["minimal"]) // 2)])
     # the negative control: the same model and seeds on chains without bigram structure
-    results["control"] = {"prior": CONTROL_PRIOR,
-                          "minimal": [analyse_minimal(runs.run(s, group="control"), s, c) for s in kept["control"]],
-                          "ratio": ratios(seeds["minimal"][:CONTROL_RATIO_SEEDS], CONTROL_PRIOR)}
+    results["control"] = {
+        "prior": CONTROL_PRIOR,
+        "minimal": [analyse_minimal(runs.run(s, group="control"), s, c) for s in kept["control"]],
+        "ratio": ratios(seeds["minimal"][:CONTROL_RATIO_SEEDS], CONTROL_PRIOR),
+    }
     for r in results["minimal"]:
-        harness.log(f"seed {r['seed']}: diagonal half-way at step {r['phase']['diag_half']}, v_2 at "
-                    f"{r['phase']['v2_half']}; stages {' → '.join(r['stages'])}")
+        harness.log(
+            f"seed {r['seed']}: diagonal half-way at step {r['phase']['diag_half']}, v_2 at "
+            f"{r['phase']['v2_half']}; stages {' → '.join(r['stages'])}"
+        )
     figures = [plot(c, results, args.out / f"{NAME}.png")]
     session.finish({"size": c, "runs": {g: run_config(c, g) for g in GROUPS}}, results, figures)
     return 0

@@ -54,10 +54,24 @@ RANDOM_SEED = 0x51A6  # the random directions' generator, with the task seed, th
 # steps it saved pay for d = 23 and 45 at cap 10.)
 SIZES: dict[str, dict[str, Any]] = {
     "smoke": dict(k_star=3, dims=[8, 16], factors=[2, 8], seeds=2, cap=2, checkpoints=30, task_seed=0),
-    "cpu": dict(k_star=3, dims=[16, 23, 32, 45, 64], factors=[0.25, 1, 4, 16, 64, 256, 1024], seeds=8, cap=10,
-                checkpoints=150, task_seed=300),
-    "full": dict(k_star=3, dims=[16, 32, 64, 128, 256], factors=[0.5, 1, 2, 4, 8, 16, 32, 64],
-                 seeds=16, cap=50, checkpoints=300, task_seed=300),
+    "cpu": dict(
+        k_star=3,
+        dims=[16, 23, 32, 45, 64],
+        factors=[0.25, 1, 4, 16, 64, 256, 1024],
+        seeds=8,
+        cap=10,
+        checkpoints=150,
+        task_seed=300,
+    ),
+    "full": dict(
+        k_star=3,
+        dims=[16, 32, 64, 128, 256],
+        factors=[0.5, 1, 2, 4, 8, 16, 32, 64],
+        seeds=16,
+        cap=50,
+        checkpoints=300,
+        task_seed=300,
+    ),
 }
 
 
@@ -65,11 +79,21 @@ def config(c: dict[str, Any], arm: str, d: int, factor: float) -> dict[str, Any]
     """One run: `cap`·d^{k*−1} steps of one sample each, at lr = factor · d^{−k*/2}."""
     k = c["k_star"]
     steps = int(c["cap"] * d ** (k - 1))
-    return {"task": {"name": "single_index", "d": d, "k_star": k, "loss": "correlation", "seed": c["task_seed"]},
-            "model": {"kind": "neuron", "degree": k, "smoothing": d ** 0.25 if arm == "smoothed" else 0.0},
-            "train": {"steps": steps, "batch_size": 1, "optimizer": "sgd", "lr": factor * d ** (-k / 2),
-                      "schedule": "constant", "grad_clip": 0.0, "eval_every": max(steps // 10, 1),
-                      "eval_batch_size": 1024, "checkpoints": c["checkpoints"]}}
+    return {
+        "task": {"name": "single_index", "d": d, "k_star": k, "loss": "correlation", "seed": c["task_seed"]},
+        "model": {"kind": "neuron", "degree": k, "smoothing": d**0.25 if arm == "smoothed" else 0.0},
+        "train": {
+            "steps": steps,
+            "batch_size": 1,
+            "optimizer": "sgd",
+            "lr": factor * d ** (-k / 2),
+            "schedule": "constant",
+            "grad_clip": 0.0,
+            "eval_every": max(steps // 10, 1),
+            "eval_batch_size": 1024,
+            "checkpoints": c["checkpoints"],
+        },
+    }
 
 
 def random_direction(w_star: torch.Tensor, task_seed: int, seed: int) -> torch.Tensor:
@@ -104,15 +128,25 @@ def plot(c: dict[str, Any], results: dict[str, Any], path: Path) -> Path:
     for i, arm in enumerate(ARMS):
         best = [results[arm][str(d)]["best"] for d in dims]
         for d, b in zip(dims, best):
-            ax.scatter([d] * sum(x is not None for x in b["samples"]), [x for x in b["samples"] if x is not None],
-                       color=f"C{i}", alpha=0.25, s=12)
+            ax.scatter(
+                [d] * sum(x is not None for x in b["samples"]),
+                [x for x in b["samples"] if x is not None],
+                color=f"C{i}",
+                alpha=0.25,
+                s=12,
+            )
         have = [(d, b["median"]) for d, b in zip(dims, best) if b["median"] is not None]
         if have:
             ax.plot(*zip(*have), "o-", color=f"C{i}", label=f"{arm}: median at its best learning rate")
         f = results["fits"][arm]
         if f is not None:
-            ax.plot(f["dims"], [f["prefactor"] * d ** f["slope"] for d in f["dims"]], ":", color=f"C{i}",
-                    label=f"fit d^{f['slope']:.2f} (predicted d^{results['predicted'][arm]:g})")
+            ax.plot(
+                f["dims"],
+                [f["prefactor"] * d ** f["slope"] for d in f["dims"]],
+                ":",
+                color=f"C{i}",
+                label=f"fit d^{f['slope']:.2f} (predicted d^{results['predicted'][arm]:g})",
+            )
     ax.set_xscale("log", base=2)
     for d in results["below_floor"]:
         ax.axvline(d, color="0.8", linewidth=4, zorder=0)
@@ -131,8 +165,11 @@ def plot(c: dict[str, Any], results: dict[str, Any], path: Path) -> Path:
     bx.set_ylabel("w·w*")
     bx.set_title(f"d = {d}, each arm at its best learning rate", fontsize=9)
     bx.legend(fontsize=8)
-    fig.suptitle(f"Single-index model, k* = {c['k_star']}: online SGD with and without smoothing (λ = d^1/4); "
-                 f"grey: d below the sample floor", fontsize=10)
+    fig.suptitle(
+        f"Single-index model, k* = {c['k_star']}: online SGD with and without smoothing (λ = d^1/4); "
+        f"grey: d below the sample floor",
+        fontsize=10,
+    )
     return harness.save_figure(fig, path)
 
 
@@ -142,36 +179,66 @@ def main(argv: Optional[list[str]] = None) -> int:
     c = SIZES[args.size]
     seeds, k = harness.seeds(c["seeds"]), c["k_star"]
     points = [(arm, d, f) for arm in ARMS for d in c["dims"] for f in c["factors"]]
-    runs = session.train_runs([({"arm": arm, "d": d, "lr": f}, seed, config(c, arm, d, f))
-                               for arm, d, f in points for seed in seeds])
+    runs = session.train_runs(
+        [({"arm": arm, "d": d, "lr": f}, seed, config(c, arm, d, f)) for arm, d, f in points for seed in seeds]
+    )
     rules = verdicts.rules_of(NAME)
-    results: dict[str, Any] = {"k_star": k, "dims": c["dims"], "factors": c["factors"], "weak": WEAK,
-                               "task_seed": c["task_seed"], "predicted": {"vanilla": k - 1, "smoothed": k / 2},
-                               "fits": {}, "above_floor": {}}
+    results: dict[str, Any] = {
+        "k_star": k,
+        "dims": c["dims"],
+        "factors": c["factors"],
+        "weak": WEAK,
+        "task_seed": c["task_seed"],
+        "predicted": {"vanilla": k - 1, "smoothed": k / 2},
+        "fits": {},
+        "above_floor": {},
+    }
     for arm in ARMS:
         results[arm], grids = {}, {}
         for d in c["dims"]:
             grid = grids[d] = {}
             for f in c["factors"]:
-                both = [alignment(run, k, random_direction(run.task.w_star, c["task_seed"], seed))
-                        for seed in seeds for run in [runs.run(seed, arm=arm, d=d, lr=f)]]
+                both = [
+                    alignment(run, k, random_direction(run.task.w_star, c["task_seed"], seed))
+                    for seed in seeds
+                    for run in [runs.run(seed, arm=arm, d=d, lr=f)]
+                ]
                 samples, random = [recovered(a) for a, _ in both], [recovered(r) for _, r in both]
-                grid[f] = {"lr_factor": f, "lr": config(c, arm, d, f)["train"]["lr"], "median": rules.median(samples),
-                           "samples": samples, "random": random, "curves": [a for a, _ in both]}
-            results[arm][str(d)] = {"grid": [{key: g[key] for key in ("lr_factor", "lr", "median", "samples", "random")}
-                                             for g in grid.values()]}
+                grid[f] = {
+                    "lr_factor": f,
+                    "lr": config(c, arm, d, f)["train"]["lr"],
+                    "median": rules.median(samples),
+                    "samples": samples,
+                    "random": random,
+                    "curves": [a for a, _ in both],
+                }
+            results[arm][str(d)] = {
+                "grid": [
+                    {key: g[key] for key in ("lr_factor", "lr", "median", "samples", "random")} for g in grid.values()
+                ]
+            }
         # the rules pick each d's best learning rate, find the d below the sample floor and fit over the others
         got = rules.fitted(results, arm)
         for d in c["dims"]:
             b = got["best"][d]
             results[arm][str(d)].update(best=grids[d][b["lr_factor"]], edge=b["edge"], chance=b["chance"])
-            harness.log(f"{arm} d={d}: median samples {verdicts.num(b['median'])} at lr factor {b['lr_factor']:g}; "
-                        f"a random direction by then in {verdicts.num(b['chance'], 'no median')} of the seeds")
+            harness.log(
+                f"{arm} d={d}: median samples {verdicts.num(b['median'])} at lr factor {b['lr_factor']:g}; "
+                f"a random direction by then in {verdicts.num(b['chance'], 'no median')} of the seeds"
+            )
         results["above_floor"][arm], results["fits"][arm] = got["above_floor"], got["fit"]
     results["below_floor"] = [d for d in c["dims"] if any(d not in results["above_floor"][arm] for arm in ARMS)]
     figures = [plot(c, results, args.out / f"{NAME}.png")]
-    session.finish({"size": c, "seeds": seeds, "task_seed": c["task_seed"], "runs": {f"{arm}, d={d}, lr factor {f}": config(c, arm, d, f)
-                                                        for arm, d, f in points}}, results, figures)
+    session.finish(
+        {
+            "size": c,
+            "seeds": seeds,
+            "task_seed": c["task_seed"],
+            "runs": {f"{arm}, d={d}, lr factor {f}": config(c, arm, d, f) for arm, d, f in points},
+        },
+        results,
+        figures,
+    )
     return 0
 
 

@@ -56,17 +56,50 @@ from mechsynth.runs.run import Run  # noqa: E402
 
 NAME = "sparse_boolean_functions"
 KINDS = ("symmetric", "generic")
-SUCCESS = 0.99          # held-out balanced accuracy that counts as learned
-BALANCE = (0.2, 0.8)    # P(f = 1) on fair bits, both kinds
+SUCCESS = 0.99  # held-out balanced accuracy that counts as learned
+BALANCE = (0.2, 0.8)  # P(f = 1) on fair bits, both kinds
 MATRICES = ("W_Q", "W_K", "W_V", "W_O", "W_in", "W_out")
 
 SIZES: dict[str, dict[str, Any]] = {
-    "smoke": dict(seeds=3, length=6, s_values=[2, 3, 4], d_model=16, steps=300, batch=32, lr=1e-2,
-                  weight_decay=0.3, eval_every=50, eval_batch=256, checkpoints=5),
-    "cpu": dict(seeds=list(range(300, 304)), length=12, s_values=[2, 3, 4, 5], d_model=32, steps=3000, batch=64, lr=3e-3,
-                weight_decay=0.3, eval_every=100, eval_batch=1024, checkpoints=20),
-    "full": dict(seeds=list(range(300, 308)), length=32, s_values=[2, 3, 4, 5, 6], d_model=64, steps=10000, batch=128,
-                 lr=1e-3, weight_decay=0.3, eval_every=200, eval_batch=4096, checkpoints=40),
+    "smoke": dict(
+        seeds=3,
+        length=6,
+        s_values=[2, 3, 4],
+        d_model=16,
+        steps=300,
+        batch=32,
+        lr=1e-2,
+        weight_decay=0.3,
+        eval_every=50,
+        eval_batch=256,
+        checkpoints=5,
+    ),
+    "cpu": dict(
+        seeds=list(range(300, 304)),
+        length=12,
+        s_values=[2, 3, 4, 5],
+        d_model=32,
+        steps=3000,
+        batch=64,
+        lr=3e-3,
+        weight_decay=0.3,
+        eval_every=100,
+        eval_batch=1024,
+        checkpoints=20,
+    ),
+    "full": dict(
+        seeds=list(range(300, 308)),
+        length=32,
+        s_values=[2, 3, 4, 5, 6],
+        d_model=64,
+        steps=10000,
+        batch=128,
+        lr=1e-3,
+        weight_decay=0.3,
+        eval_every=200,
+        eval_batch=4096,
+        checkpoints=40,
+    ),
 }
 
 
@@ -100,8 +133,11 @@ def draw_table(kind: str, s: int, seed: int) -> list[int]:
         else:
             table = [rng.randint(0, 1) for _ in range(2**s)]
         p = sum(table) / 2**s
-        if (depends_on_all(table, s) and BALANCE[0] <= p <= BALANCE[1]
-                and is_symmetric(table, s) == (kind == "symmetric")):
+        if (
+            depends_on_all(table, s)
+            and BALANCE[0] <= p <= BALANCE[1]
+            and is_symmetric(table, s) == (kind == "symmetric")
+        ):
             return table
 
 
@@ -109,13 +145,34 @@ def draw_table(kind: str, s: int, seed: int) -> list[int]:
 
 
 def run_config(c: dict[str, Any], kind: str, s: int, seed: int) -> dict[str, Any]:
-    return {"task": {"name": "sparse_boolean", "length": c["length"], "s": s, "function": "table",
-                     "table": draw_table(kind, s, seed), "bias": 0.5},
-            "model": {"n_layers": 1, "n_heads": 1, "d_model": c["d_model"], "normalization": "none",
-                      "freeze_embeddings": True},
-            "train": {"steps": c["steps"], "batch_size": c["batch"], "optimizer": "adamw", "lr": c["lr"],
-                      "weight_decay": c["weight_decay"], "eval_every": c["eval_every"],
-                      "eval_batch_size": c["eval_batch"], "checkpoints": c["checkpoints"]}}
+    return {
+        "task": {
+            "name": "sparse_boolean",
+            "length": c["length"],
+            "s": s,
+            "function": "table",
+            "table": draw_table(kind, s, seed),
+            "bias": 0.5,
+        },
+        "model": {
+            "n_layers": 1,
+            "n_heads": 1,
+            "d_model": c["d_model"],
+            "normalization": "none",
+            "freeze_embeddings": True,
+        },
+        "train": {
+            "steps": c["steps"],
+            "batch_size": c["batch"],
+            "optimizer": "adamw",
+            "lr": c["lr"],
+            "weight_decay": c["weight_decay"],
+            "eval_every": c["eval_every"],
+            "eval_batch_size": c["eval_batch"],
+            "checkpoints": c["checkpoints"],
+        },
+    }
+
 
 # ---- the measurements -----------------------------------------------------------------------------------
 
@@ -149,12 +206,23 @@ def measure(run: Run, kind: str, s: int, seed: int) -> dict[str, Any]:
     end = norms(run.weights(run.steps[-1]))
     at = next((x for x in run.steps if step is not None and x >= step), None)
     table = run.task.table.tolist()
-    return {"kind": kind, "s": s, "seed": seed, "table": table, "p_one": sum(table) / len(table),
-            "support": run.task.support.tolist(), "steps_to_99": step, "converged": step is not None,
-            "final_balanced_acc": final, "norm": end["layer"], "norms": end,
-            "norm_at_99": norms(run.weights(at))["layer"] if at is not None else None, "norm_at_99_step": at,
-            "norm_init": norms(run.weights(run.steps[0]))["layer"],
-            "train_time_s": round(harness.train_seconds(run), 2)}
+    return {
+        "kind": kind,
+        "s": s,
+        "seed": seed,
+        "table": table,
+        "p_one": sum(table) / len(table),
+        "support": run.task.support.tolist(),
+        "steps_to_99": step,
+        "converged": step is not None,
+        "final_balanced_acc": final,
+        "norm": end["layer"],
+        "norms": end,
+        "norm_at_99": norms(run.weights(at))["layer"] if at is not None else None,
+        "norm_at_99_step": at,
+        "norm_init": norms(run.weights(run.steps[0]))["layer"],
+        "train_time_s": round(harness.train_seconds(run), 2),
+    }
 
 
 def summarise(c: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -164,9 +232,12 @@ def summarise(c: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
             cell = [r for r in rows if r["s"] == s and r["kind"] == kind]
             ok = [r for r in cell if r["converged"]]
             out[f"{kind},s={s}"] = {
-                "converged": len(ok), "of": len(cell), "steps_to_99": harness.spread([r["steps_to_99"] for r in cell]),
+                "converged": len(ok),
+                "of": len(cell),
+                "steps_to_99": harness.spread([r["steps_to_99"] for r in cell]),
                 **{f"norm_{k}": harness.spread([r["norms"][k] for r in ok]) for k in ("layer", "qk", "ov", "mlp")},
-                "norm_at_99": harness.spread([r["norm_at_99"] for r in ok])}
+                "norm_at_99": harness.spread([r["norm_at_99"] for r in ok]),
+            }
     return out
 
 
@@ -176,14 +247,24 @@ def plot(c: dict[str, Any], rows: list[dict[str, Any]], path: Path) -> Path:
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.3))
     shift = {"symmetric": -0.08, "generic": 0.08}
     colour = {"symmetric": "tab:blue", "generic": "tab:red"}
-    panels = [("layer", "layer weight norm √(Σ‖W‖²) at the end (converged runs)"),
-              ("mlp", "‖W_in‖·‖W_out‖ at the end (converged runs)")]
+    panels = [
+        ("layer", "layer weight norm √(Σ‖W‖²) at the end (converged runs)"),
+        ("mlp", "‖W_in‖·‖W_out‖ at the end (converged runs)"),
+    ]
     for ax, (key, label) in zip(axes[:2], panels):
         for kind in KINDS:
             pts = [(r["s"] + shift[kind], r["norms"][key]) for r in rows if r["kind"] == kind and r["converged"]]
             ax.plot([x for x, _ in pts], [y for _, y in pts], "o", color=colour[kind], alpha=0.5)
-            med = [(s, statistics.median([r["norms"][key] for r in rows if r["kind"] == kind and r["s"] == s and r["converged"]]))
-                   for s in c["s_values"] if any(r["kind"] == kind and r["s"] == s and r["converged"] for r in rows)]
+            med = [
+                (
+                    s,
+                    statistics.median(
+                        [r["norms"][key] for r in rows if r["kind"] == kind and r["s"] == s and r["converged"]]
+                    ),
+                )
+                for s in c["s_values"]
+                if any(r["kind"] == kind and r["s"] == s and r["converged"] for r in rows)
+            ]
             ax.plot([s for s, _ in med], [v for _, v in med], "-", color=colour[kind], label=f"{kind} (median)")
         ax.set_yscale("log")
         ax.set_ylabel(label)
@@ -191,7 +272,14 @@ def plot(c: dict[str, Any], rows: list[dict[str, Any]], path: Path) -> Path:
     cap = 2 * c["steps"]
     for kind in KINDS:
         pts = [(r["s"] + shift[kind], r["steps_to_99"] if r["converged"] else cap) for r in rows if r["kind"] == kind]
-        ax.plot([x for x, y in pts if y < cap], [y for _, y in pts if y < cap], "o", color=colour[kind], alpha=0.5, label=kind)
+        ax.plot(
+            [x for x, y in pts if y < cap],
+            [y for _, y in pts if y < cap],
+            "o",
+            color=colour[kind],
+            alpha=0.5,
+            label=kind,
+        )
         ax.plot([x for x, y in pts if y >= cap], [y for _, y in pts if y >= cap], "x", color=colour[kind])
     ax.axhline(c["steps"], color="0.5", linewidth=0.7, linestyle=":", label="budget (x: not reached)")
     ax.set_yscale("log")
@@ -200,7 +288,9 @@ def plot(c: dict[str, Any], rows: list[dict[str, Any]], path: Path) -> Path:
         a.set_xlabel("s (relevant bits)")
         a.set_xticks(c["s_values"])
         a.legend(fontsize=7)
-    fig.suptitle(f"one-layer transformers on s-sparse Boolean functions of T = {c['length']} bits: symmetric vs generic tables")
+    fig.suptitle(
+        f"one-layer transformers on s-sparse Boolean functions of T = {c['length']} bits: symmetric vs generic tables"
+    )
     return harness.save_figure(fig, path)
 
 
@@ -209,17 +299,32 @@ def main(argv: Optional[list[str]] = None) -> int:
     session = harness.Session(NAME, args)
     c = SIZES[args.size]
     cells = [(kind, s, seed) for s in c["s_values"] for kind in KINDS for seed in harness.seeds(c["seeds"])]
-    runs = session.train_runs([({"kind": kind, "s": s}, seed, run_config(c, kind, s, seed)) for kind, s, seed in cells],
-                              seed_keys=("task.seed",))
+    runs = session.train_runs(
+        [({"kind": kind, "s": s}, seed, run_config(c, kind, s, seed)) for kind, s, seed in cells],
+        seed_keys=("task.seed",),
+    )
     rows = [measure(runs.run(seed, kind=kind, s=s), kind, s, seed) for kind, s, seed in cells]
-    results = {"runs": rows, "steps": c["steps"], "s_values": c["s_values"], "kinds": list(KINDS),
-               "success": SUCCESS, "balance": list(BALANCE), "cells": summarise(c, rows)}
+    results = {
+        "runs": rows,
+        "steps": c["steps"],
+        "s_values": c["s_values"],
+        "kinds": list(KINDS),
+        "success": SUCCESS,
+        "balance": list(BALANCE),
+        "cells": summarise(c, rows),
+    }
     for key, cell in results["cells"].items():
         norm = cell["norm_layer"]
-        print(f"{key:<14} converged {cell['converged']}/{cell['of']}  steps to {SUCCESS}: median "
-              f"{cell['steps_to_99']['median']}  layer norm median {norm['median']}")
+        print(
+            f"{key:<14} converged {cell['converged']}/{cell['of']}  steps to {SUCCESS}: median "
+            f"{cell['steps_to_99']['median']}  layer norm median {norm['median']}"
+        )
     figures = [plot(c, rows, args.out / f"{NAME}.png")]
-    session.finish({"size": c, "example": run_config(c, "generic", c["s_values"][-1], harness.seeds(c["seeds"])[0])}, results, figures)
+    session.finish(
+        {"size": c, "example": run_config(c, "generic", c["s_values"][-1], harness.seeds(c["seeds"])[0])},
+        results,
+        figures,
+    )
     return 0
 
 

@@ -68,73 +68,182 @@ ARCHS: dict[str, tuple[dict[str, Any], float]] = {
     "sin": ({"kind": "sin"}, 0.3),
     "polynet": ({"kind": "polynet", "degree": 3}, 0.1),
 }
-ARCH_NAMES = {"relu_mlp": "width-100 ReLU MLP", "x3_mlp": "width-100 x³ MLP", "sin": "sin neuron sin(wᵀx)",
-              "polynet": "PolyNet ∏(wᵢᵀx), 3 forms", "transformer": "1-layer transformer"}
-
-SIZES: dict[str, dict[str, Any]] = {
-    "smoke": dict(scaling={2: [6, 10], 3: [8]}, seeds=2, hp_n=8, first_budget=64, cap=256, checkpoints=20,
-                  eval_every=8, eval_batch_size=256, transformer=dict(n=8, seeds=1, first_budget=32, cap=64),
-                  arch_seeds=2, noise=0.1, noise_seeds=1,
-                  grid=dict(n=8, k=2, widths=[4, 16], sparse=dict(widths=[16], s=2), samples=[64, None], data=1, seeds=2,
-                            first_budget=64, cap=128, eval_every=16, eval_batch_size=256)),
-    # Seeds (and the grid's data sets) from 300 on: the runs the rules (experiments/rules/) judge use seeds
-    # no earlier run of this script used (those were 0..9 and 100..109). A count means 0..count-1 (smoke).
-    "cpu": dict(scaling={2: [10, 20, 30, 40, 50], 3: [10, 20, 30, 40, 50]}, seeds=list(range(300, 308)), hp_n=50,
-                first_budget=500, cap=64000, checkpoints=100, eval_every=10, eval_batch_size=1024,
-                transformer=dict(n=50, seeds=list(range(300, 305)), first_budget=1000, cap=16000),
-                arch_seeds=list(range(300, 305)), noise=0.1, noise_seeds=[300, 301, 302],
-                grid=dict(n=30, k=3, widths=[10, 100, 1000, 10000], sparse=dict(widths=[100, 1000], s=4),
-                          samples=[300, 1000, 3000, 10000, None], data=[300, 301], seeds=list(range(300, 306)),
-                          first_budget=1250, cap=10000, eval_every=125, eval_batch_size=512)),
-    "full": dict(scaling={2: [25, 50, 75, 100, 150, 200], 3: [20, 30, 40, 50, 70, 100]}, seeds=list(range(300, 316)),
-                 hp_n=50, first_budget=1000, cap=1_000_000, checkpoints=200, eval_every=10, eval_batch_size=2048,
-                 transformer=dict(n=50, seeds=list(range(300, 308)), first_budget=4000, cap=256000),
-                 arch_seeds=list(range(300, 316)), noise=0.1, noise_seeds=list(range(300, 308)),
-                 grid=dict(n=40, k=3, widths=[10, 100, 1000, 10000, 100000], sparse=dict(widths=[100, 1000, 10000], s=4),
-                           samples=[1000, 3000, 10000, 30000, 100000, None], data=list(range(300, 304)),
-                           seeds=list(range(300, 308)), first_budget=5000, cap=80000, eval_every=250, eval_batch_size=2048)),
+ARCH_NAMES = {
+    "relu_mlp": "width-100 ReLU MLP",
+    "x3_mlp": "width-100 x³ MLP",
+    "sin": "sin neuron sin(wᵀx)",
+    "polynet": "PolyNet ∏(wᵢᵀx), 3 forms",
+    "transformer": "1-layer transformer",
 }
 
-def mlp_config(n: int, k: int, seed: int, size: dict[str, Any], noise: float = 0.0, checkpoints: int = 4) -> dict[str, Any]:
+SIZES: dict[str, dict[str, Any]] = {
+    "smoke": dict(
+        scaling={2: [6, 10], 3: [8]},
+        seeds=2,
+        hp_n=8,
+        first_budget=64,
+        cap=256,
+        checkpoints=20,
+        eval_every=8,
+        eval_batch_size=256,
+        transformer=dict(n=8, seeds=1, first_budget=32, cap=64),
+        arch_seeds=2,
+        noise=0.1,
+        noise_seeds=1,
+        grid=dict(
+            n=8,
+            k=2,
+            widths=[4, 16],
+            sparse=dict(widths=[16], s=2),
+            samples=[64, None],
+            data=1,
+            seeds=2,
+            first_budget=64,
+            cap=128,
+            eval_every=16,
+            eval_batch_size=256,
+        ),
+    ),
+    # Seeds (and the grid's data sets) from 300 on: the runs the rules (experiments/rules/) judge use seeds
+    # no earlier run of this script used (those were 0..9 and 100..109). A count means 0..count-1 (smoke).
+    "cpu": dict(
+        scaling={2: [10, 20, 30, 40, 50], 3: [10, 20, 30, 40, 50]},
+        seeds=list(range(300, 308)),
+        hp_n=50,
+        first_budget=500,
+        cap=64000,
+        checkpoints=100,
+        eval_every=10,
+        eval_batch_size=1024,
+        transformer=dict(n=50, seeds=list(range(300, 305)), first_budget=1000, cap=16000),
+        arch_seeds=list(range(300, 305)),
+        noise=0.1,
+        noise_seeds=[300, 301, 302],
+        grid=dict(
+            n=30,
+            k=3,
+            widths=[10, 100, 1000, 10000],
+            sparse=dict(widths=[100, 1000], s=4),
+            samples=[300, 1000, 3000, 10000, None],
+            data=[300, 301],
+            seeds=list(range(300, 306)),
+            first_budget=1250,
+            cap=10000,
+            eval_every=125,
+            eval_batch_size=512,
+        ),
+    ),
+    "full": dict(
+        scaling={2: [25, 50, 75, 100, 150, 200], 3: [20, 30, 40, 50, 70, 100]},
+        seeds=list(range(300, 316)),
+        hp_n=50,
+        first_budget=1000,
+        cap=1_000_000,
+        checkpoints=200,
+        eval_every=10,
+        eval_batch_size=2048,
+        transformer=dict(n=50, seeds=list(range(300, 308)), first_budget=4000, cap=256000),
+        arch_seeds=list(range(300, 316)),
+        noise=0.1,
+        noise_seeds=list(range(300, 308)),
+        grid=dict(
+            n=40,
+            k=3,
+            widths=[10, 100, 1000, 10000, 100000],
+            sparse=dict(widths=[100, 1000, 10000], s=4),
+            samples=[1000, 3000, 10000, 30000, 100000, None],
+            data=list(range(300, 304)),
+            seeds=list(range(300, 308)),
+            first_budget=5000,
+            cap=80000,
+            eval_every=250,
+            eval_batch_size=2048,
+        ),
+    ),
+}
+
+
+def mlp_config(
+    n: int, k: int, seed: int, size: dict[str, Any], noise: float = 0.0, checkpoints: int = 4
+) -> dict[str, Any]:
     """Barak et al.'s MLP: width 100, ReLU, plain SGD (no clipping), batch 32, lr 0.1. The seed sets the
     support S, the initial weights and the data stream. Few checkpoints unless the run is probed:
     with these tiny models, writing checkpoints (fsync) costs more than training."""
-    return {"task": {"name": "sparse_parity", "n": n, "k": k, "noise": noise, "seed": seed},
-            "model": {"kind": "mlp", "width": 100, "act_fn": "relu", "init_seed": seed},
-            "train": {"batch_size": 32, "lr": 0.1, "optimizer": "sgd", "grad_clip": 0, "seed": seed,
-                      "eval_every": size["eval_every"], "eval_batch_size": size["eval_batch_size"],
-                      "checkpoints": checkpoints}}
+    return {
+        "task": {"name": "sparse_parity", "n": n, "k": k, "noise": noise, "seed": seed},
+        "model": {"kind": "mlp", "width": 100, "act_fn": "relu", "init_seed": seed},
+        "train": {
+            "batch_size": 32,
+            "lr": 0.1,
+            "optimizer": "sgd",
+            "grad_clip": 0,
+            "seed": seed,
+            "eval_every": size["eval_every"],
+            "eval_batch_size": size["eval_batch_size"],
+            "checkpoints": checkpoints,
+        },
+    }
 
 
-def arch_config(arch: str, n: int, k: int, seed: int, size: dict[str, Any], degree: Optional[int] = None) -> dict[str, Any]:
+def arch_config(
+    arch: str, n: int, k: int, seed: int, size: dict[str, Any], degree: Optional[int] = None
+) -> dict[str, Any]:
     """One of ARCHS, trained as the ReLU MLP (SGD, batch 32, no clipping) at its own lr; x^k and PolyNet
     take the degree k of the task (the paper's x^k MLP and its k-form PolyNet), or `degree` where given (the
     k = 1 control keeps the k = 3 models)."""
     table, lr = ARCHS[arch]
     d = degree or k
-    table = {**table, **({"poly_degree": d} if "poly_degree" in table else {}), **({"degree": d} if "degree" in table else {})}
+    table = {
+        **table,
+        **({"poly_degree": d} if "poly_degree" in table else {}),
+        **({"degree": d} if "degree" in table else {}),
+    }
     cfg = mlp_config(n, k, seed, size, checkpoints=size["checkpoints"])
     return {**cfg, "model": {**table, "init_seed": seed}, "train": {**cfg["train"], "lr": lr}}
 
 
 def transformer_config(n: int, k: int, seed: int, size: dict[str, Any]) -> dict[str, Any]:
     """A 1-layer transformer (4 heads, d_model 32, with its MLP), AdamW lr 1e-3, batch 32."""
-    return {"task": {"name": "sparse_parity", "n": n, "k": k, "seed": seed},
-            "model": {"n_layers": 1, "n_heads": 4, "d_model": 32, "init_seed": seed},
-            "train": {"batch_size": 32, "lr": 1e-3, "seed": seed, "eval_every": 5 * size["eval_every"],
-                      "eval_batch_size": min(512, size["eval_batch_size"]), "checkpoints": size["checkpoints"]}}
+    return {
+        "task": {"name": "sparse_parity", "n": n, "k": k, "seed": seed},
+        "model": {"n_layers": 1, "n_heads": 4, "d_model": 32, "init_seed": seed},
+        "train": {
+            "batch_size": 32,
+            "lr": 1e-3,
+            "seed": seed,
+            "eval_every": 5 * size["eval_every"],
+            "eval_batch_size": min(512, size["eval_batch_size"]),
+            "checkpoints": size["checkpoints"],
+        },
+    }
 
 
-def grid_config(width: int, samples: Optional[int], data: int, grid: dict[str, Any], sparsity: Optional[int] = None) -> dict[str, Any]:
+def grid_config(
+    width: int, samples: Optional[int], data: int, grid: dict[str, Any], sparsity: Optional[int] = None
+) -> dict[str, Any]:
     """A width × samples cell: the ReLU MLP of `mlp_config` at another width (and a sparse init of
     `sparsity` inputs per unit, if given), on `samples` training examples (None: fresh ones), data set
     `data` (task.seed: S and the training set)."""
-    task = {"name": "sparse_parity", "n": grid["n"], "k": grid["k"], "seed": data,
-            **({"n_train": samples} if samples is not None else {})}
-    return {"task": task, "model": {"kind": "mlp", "width": width, "act_fn": "relu",
-                                    **({"init_sparsity": sparsity} if sparsity else {})},
-            "train": {"batch_size": 32, "lr": 0.1, "optimizer": "sgd", "grad_clip": 0, "eval_every": grid["eval_every"],
-                      "eval_batch_size": grid["eval_batch_size"], "checkpoints": 2}}
+    task = {
+        "name": "sparse_parity",
+        "n": grid["n"],
+        "k": grid["k"],
+        "seed": data,
+        **({"n_train": samples} if samples is not None else {}),
+    }
+    return {
+        "task": task,
+        "model": {"kind": "mlp", "width": width, "act_fn": "relu", **({"init_sparsity": sparsity} if sparsity else {})},
+        "train": {
+            "batch_size": 32,
+            "lr": 0.1,
+            "optimizer": "sgd",
+            "grad_clip": 0,
+            "eval_every": grid["eval_every"],
+            "eval_batch_size": grid["eval_batch_size"],
+            "checkpoints": 2,
+        },
+    }
 
 
 def samples_label(samples: Optional[int]) -> str:
@@ -147,8 +256,9 @@ def init_label(sparsity: Optional[int]) -> str:
 
 def grid_rows(grid: dict[str, Any]) -> list[tuple[str, int, Optional[int]]]:
     """(row label, width, sparse init) of the width × samples table: dense widths, then sparse ones."""
-    return [(str(w), w, None) for w in grid["widths"]] + \
-        [(f"{w}, sparse {grid['sparse']['s']}", w, grid["sparse"]["s"]) for w in grid["sparse"]["widths"]]
+    return [(str(w), w, None) for w in grid["widths"]] + [
+        (f"{w}, sparse {grid['sparse']['s']}", w, grid["sparse"]["s"]) for w in grid["sparse"]["widths"]
+    ]
 
 
 def probed(size: dict[str, Any], k: int, n: int) -> bool:
@@ -162,14 +272,30 @@ def converged_at(run: Run) -> Optional[int]:
 
 def adaptive(labels: dict[str, Any], seed: int, cfg: dict[str, Any], first: int, cap: int) -> dict[str, Any]:
     """One run to train until it converges: its point (`labels`), seed, config (without steps) and budgets."""
-    return {"labels": labels, "seed": seed, "config": cfg, "first": first, "cap": cap, "budget": None,
-            "run": None, "converged_at": None}
+    return {
+        "labels": labels,
+        "seed": seed,
+        "config": cfg,
+        "first": first,
+        "cap": cap,
+        "budget": None,
+        "run": None,
+        "converged_at": None,
+    }
 
 
 def cell(labels: dict[str, Any], seeds: Any, cfg: dict[str, Any], first: int, cap: int) -> dict[str, Any]:
     """A point whose seeds (`harness.seeds`) train side by side (one task), until all converge or the cap."""
-    return {"labels": labels, "seeds": harness.seeds(seeds), "config": cfg, "first": first, "cap": cap,
-            "budget": None, "runs": {}, "converged_at": {}}
+    return {
+        "labels": labels,
+        "seeds": harness.seeds(seeds),
+        "config": cfg,
+        "first": first,
+        "cap": cap,
+        "budget": None,
+        "runs": {},
+        "converged_at": {},
+    }
 
 
 def train_until_converged(session: harness.Session, todo: list[dict[str, Any]]) -> tuple[list[int], list[float]]:
@@ -200,8 +326,12 @@ def train_until_converged(session: harness.Session, todo: list[dict[str, Any]]) 
                 c["converged_at"] = {s: converged_at(run) for s, run in c["runs"].items()}
         rounds.append(len(single) + sum(len(c["seeds"]) for c in cells))
         seconds.append(round(time.perf_counter() - t, 1))
-        todo = [r for r in todo if r["budget"] < r["cap"] and
-                (None in r["converged_at"].values() if "seeds" in r else r["converged_at"] is None)]
+        todo = [
+            r
+            for r in todo
+            if r["budget"] < r["cap"]
+            and (None in r["converged_at"].values() if "seeds" in r else r["converged_at"] is None)
+        ]
     return rounds, seconds
 
 
@@ -235,8 +365,12 @@ def decoy_progress(run: Run, steps: list[int], loss: list[Optional[float]], seed
         on_mean, off_mean = float(drift[decoy].mean()), float(drift[off].mean())
         ratio.append(on_mean / off_mean if off_mean > 0 else 1.0)
         recovered.append(float(set(drift.topk(len(decoy)).indices.tolist()) == set(decoy)))
-    out: dict[str, Any] = {"support": decoy, "drift_ratio": ratio, "support_recovered": recovered,
-                           "support_recovered_at": formation_step(steps, recovered, 1.0)}
+    out: dict[str, Any] = {
+        "support": decoy,
+        "drift_ratio": ratio,
+        "support_recovered": recovered,
+        "support_recovered_at": formation_step(steps, recovered, 1.0),
+    }
     for th in THRESHOLDS:
         t = formation_step(steps, ratio, th)
         out[f"drift_ratio_{th}_at"] = t
@@ -255,15 +389,22 @@ def progress(run: Run, t_conv: Optional[int], seed: Optional[int] = None) -> dic
     steps = tl.steps
     on = [i for i, s in enumerate(steps) if t_leave and 0 < s < t_leave]  # checkpoints on the plateau
     out: dict[str, Any] = {
-        "converged_at": t_conv, "censored_at": None if t_conv else steps[-1], "left_plateau_at": t_leave,
+        "converged_at": t_conv,
+        "censored_at": None if t_conv else steps[-1],
+        "left_plateau_at": t_leave,
         "plateau_loss": statistics.fmean(plateau) if plateau else None,
         # how much of training the drop takes: from leaving the plateau to converged
         "drop_fraction": (t_conv - t_leave) / t_conv if t_conv and t_leave is not None else None,
-        "steps": steps, "loss": tl.loss, **{m: hp[m] for m in SERIES},
+        "steps": steps,
+        "loss": tl.loss,
+        **{m: hp[m] for m in SERIES},
         # the support-free measure before any progress: its value at the first checkpoint after step 0
         "topk_at_first_checkpoint": hp["topk_drift_ratio"][1] if len(steps) > 1 else None,
-        "rank_corr_with_step_on_plateau": {m: harness.spearman([steps[i] for i in on], [hp[m][i] for i in on])
-                                           for m in ("drift_inf", *MEASURES)} if len(on) >= 3 else None,
+        "rank_corr_with_step_on_plateau": {
+            m: harness.spearman([steps[i] for i in on], [hp[m][i] for i in on]) for m in ("drift_inf", *MEASURES)
+        }
+        if len(on) >= 3
+        else None,
         "support_recovered_at": formation_step(steps, hp["support_recovered"], 1.0),
     }
     for m in MEASURES:
@@ -299,46 +440,78 @@ def prediction(runs: list[dict[str, Any]]) -> dict[str, Any]:
     for m in MEASURES:
         for th in THRESHOLDS:
             pairs = [(r[f"{m}_{th}_at"], r["converged_at"]) for r in done if r[f"{m}_{th}_at"] is not None]
-            entry: dict[str, Any] = {"seeds_crossing": len(pairs),
-                                     "fraction_of_training": harness.spread([a / b for a, b in pairs]),
-                                     "loss_when_crossed": harness.spread([r[f"loss_at_{m}_{th}"] for r in done
-                                                                          if r[f"{m}_{th}_at"] is not None])}
+            entry: dict[str, Any] = {
+                "seeds_crossing": len(pairs),
+                "fraction_of_training": harness.spread([a / b for a, b in pairs]),
+                "loss_when_crossed": harness.spread(
+                    [r[f"loss_at_{m}_{th}"] for r in done if r[f"{m}_{th}_at"] is not None]
+                ),
+            }
             if len(pairs) >= 3:
                 cross, conv = [max(1, a) for a, _ in pairs], [b for _, b in pairs]
                 entry["pearson_log"] = harness.pearson([math.log(a) for a in cross], [math.log(b) for b in conv])
-                errs = _loo_errors(conv, lambda others, i: cross[i] * statistics.median(
-                    [c / x for j, (x, c) in enumerate(zip(cross, conv)) if j != i]))
+                errs = _loo_errors(
+                    conv,
+                    lambda others, i: (
+                        cross[i] * statistics.median([c / x for j, (x, c) in enumerate(zip(cross, conv)) if j != i])
+                    ),
+                )
                 entry["predicted_error_factor"] = harness.spread(errs)
                 entry["remaining_steps"] = harness.spread([c - x for x, c in zip(cross, conv)])
             out[f"{m}_{th}"] = entry
     # At one early step, the same for every seed: does more hidden progress mean sooner convergence?
     t0 = max(s for s in done[0]["steps"] if s <= 0.5 * min(t_conv))
-    out["fixed_step"] = {"step": t0, **{f"spearman_{m}_vs_steps_left": harness.spearman(
-        [at_step(r, m, t0) for r in done], [r["converged_at"] - t0 for r in done]) for m in ("drift_inf", *MEASURES, "loss")}}
+    out["fixed_step"] = {
+        "step": t0,
+        **{
+            f"spearman_{m}_vs_steps_left": harness.spearman(
+                [at_step(r, m, t0) for r in done], [r["converged_at"] - t0 for r in done]
+            )
+            for m in ("drift_inf", *MEASURES, "loss")
+        },
+    }
     return out
 
 
 def _loo_errors(actual: list[float], predict) -> list[float]:
     """Error factors exp|log(predicted / actual)| of leave-one-out predictions."""
-    return [math.exp(abs(math.log(predict([a for j, a in enumerate(actual) if j != i], i) / actual[i])))
-            for i in range(len(actual))]
+    return [
+        math.exp(abs(math.log(predict([a for j, a in enumerate(actual) if j != i], i) / actual[i])))
+        for i in range(len(actual))
+    ]
 
 
 def arch_summary(runs: list[dict[str, Any]], n: int, k: int, cap: int, config: dict[str, Any]) -> dict[str, Any]:
     conv = [r["converged_at"] for r in runs]
-    return {"n": n, "k": k, "seeds": len(runs), "converged": sum(t is not None for t in conv),
-            "censored_at_cap": sum(t is None for t in conv), "cap": cap, "converged_at": harness.spread(conv),
-            "steps": conv, "model": config["model"], "optimizer": config["train"].get("optimizer", "adamw"),
-            "lr": config["train"]["lr"],
-            "drop_fraction": harness.spread([r["drop_fraction"] for r in runs]),
-            "plateau_loss": harness.spread([r["plateau_loss"] for r in runs]),
-            "support_recovered_fraction": harness.spread([r["support_recovered_at"] / r["converged_at"] for r in runs
-                                                          if r["support_recovered_at"] and r["converged_at"]]),
-            "topk_at_first_checkpoint": harness.spread([r["topk_at_first_checkpoint"] for r in runs]),
-            "final": {m: harness.spread([r[m][-1] for r in runs]) for m in ("drift_ratio", "topk_drift_ratio")},
-            **{f"rank_corr_{m}": harness.spread([(r["rank_corr_with_step_on_plateau"] or {}).get(m) for r in runs])
-               for m in ("drift_inf", *MEASURES)},
-            "prediction": prediction(runs)}
+    return {
+        "n": n,
+        "k": k,
+        "seeds": len(runs),
+        "converged": sum(t is not None for t in conv),
+        "censored_at_cap": sum(t is None for t in conv),
+        "cap": cap,
+        "converged_at": harness.spread(conv),
+        "steps": conv,
+        "model": config["model"],
+        "optimizer": config["train"].get("optimizer", "adamw"),
+        "lr": config["train"]["lr"],
+        "drop_fraction": harness.spread([r["drop_fraction"] for r in runs]),
+        "plateau_loss": harness.spread([r["plateau_loss"] for r in runs]),
+        "support_recovered_fraction": harness.spread(
+            [
+                r["support_recovered_at"] / r["converged_at"]
+                for r in runs
+                if r["support_recovered_at"] and r["converged_at"]
+            ]
+        ),
+        "topk_at_first_checkpoint": harness.spread([r["topk_at_first_checkpoint"] for r in runs]),
+        "final": {m: harness.spread([r[m][-1] for r in runs]) for m in ("drift_ratio", "topk_drift_ratio")},
+        **{
+            f"rank_corr_{m}": harness.spread([(r["rank_corr_with_step_on_plateau"] or {}).get(m) for r in runs])
+            for m in ("drift_inf", *MEASURES)
+        },
+        "prediction": prediction(runs),
+    }
 
 
 # ---- scaling ------------------------------------------------------------------------------------
@@ -350,8 +523,11 @@ def scaling_summary(table: dict[int, dict[int, list[Optional[int]]]], seed: int 
     for k, by_n in table.items():
         rows = {n: harness.spread(v) for n, v in by_n.items()}
         fit_ns = [n for n, v in by_n.items() if all(x is not None for x in v)]
-        entry: dict[str, Any] = {"by_n": {str(n): {**rows[n], "steps": v} for n, v in by_n.items()},
-                                 "censored": sum(x is None for v in by_n.values() for x in v), "fitted_on_n": fit_ns}
+        entry: dict[str, Any] = {
+            "by_n": {str(n): {**rows[n], "steps": v} for n, v in by_n.items()},
+            "censored": sum(x is None for v in by_n.values() for x in v),
+            "fitted_on_n": fit_ns,
+        }
         if len(fit_ns) >= 2:
             entry["fit_medians"] = harness.power_fit(fit_ns, [rows[n]["median"] for n in fit_ns])
             xs = [n for n in fit_ns for _ in by_n[n]]
@@ -386,32 +562,62 @@ def grid_summary(cells: list[dict[str, Any]], grid: dict[str, Any]) -> dict[str,
     for row, w, sparsity in grid_rows(grid):
         table[row] = {}
         for m in grid["samples"]:
-            mine = [c for c in cells if c["labels"]["width"] == w and c["labels"]["init"] == init_label(sparsity)
-                    and c["labels"]["samples"] == samples_label(m)]
+            mine = [
+                c
+                for c in cells
+                if c["labels"]["width"] == w
+                and c["labels"]["init"] == init_label(sparsity)
+                and c["labels"]["samples"] == samples_label(m)
+            ]
             steps = [t for c in mine for t in c["converged_at"].values()]
             done = sum(t is not None for t in steps)
-            table[row][samples_label(m)] = {"converged": done, "of": len(steps), "percent": 100 * done / len(steps),
-                                            "wilson_95": [100 * x for x in wilson(done, len(steps))],
-                                            "converged_at": harness.spread(steps), "steps": steps,
-                                            "by_data_set": [sum(t is not None for t in c["converged_at"].values()) for c in mine]}
+            table[row][samples_label(m)] = {
+                "converged": done,
+                "of": len(steps),
+                "percent": 100 * done / len(steps),
+                "wilson_95": [100 * x for x in wilson(done, len(steps))],
+                "converged_at": harness.spread(steps),
+                "steps": steps,
+                "by_data_set": [sum(t is not None for t in c["converged_at"].values()) for c in mine],
+            }
     widths, finite = grid["widths"], [m for m in grid["samples"] if m is not None]
     half = {str(w): next((m for m in finite if table[str(w)][str(m)]["percent"] >= 50), None) for w in widths}
-    trend = {samples_label(m): harness.spearman([math.log(w) for w in widths],
-                                                [table[str(w)][samples_label(m)]["percent"] for w in widths])
-             for m in grid["samples"]}
+    trend = {
+        samples_label(m): harness.spearman(
+            [math.log(w) for w in widths], [table[str(w)][samples_label(m)]["percent"] for w in widths]
+        )
+        for m in grid["samples"]
+    }
     # "Wider is more sample-efficient": the smallest training set with ≥ 50% converged never grows with
     # width, and is smaller for the widest width than for the narrowest (never reaching 50% = above all).
     rank = [finite.index(half[str(w)]) if half[str(w)] is not None else len(finite) for w in widths]
-    sparse = {row: {m: table[row][m]["percent"] - table[str(w)][m]["percent"] for m in table[row]}
-              for row, w, sparsity in grid_rows(grid) if sparsity}
-    return {"n": grid["n"], "k": grid["k"], "rows": [row for row, _, _ in grid_rows(grid)], "widths": widths,
-            "samples": [samples_label(m) for m in grid["samples"]], "cap": grid["cap"], "data_sets": len(harness.seeds(grid["data"])),
-            "seeds_per_data_set": len(harness.seeds(grid["seeds"])), "data_set_seeds": harness.seeds(grid["data"]),
-            "seeds": harness.seeds(grid["seeds"]), "sparse_init_inputs": grid["sparse"]["s"], "table": table,
-            "samples_for_half_converged": half, "spearman_percent_vs_log_width": trend,
-            "wider_is_more_sample_efficient": {"never_worse_with_width": all(a >= b for a, b in zip(rank, rank[1:])),
-                                               "widest_beats_narrowest": rank[-1] < rank[0], "ranks": rank},
-            "sparse_minus_dense_percent": sparse}
+    sparse = {
+        row: {m: table[row][m]["percent"] - table[str(w)][m]["percent"] for m in table[row]}
+        for row, w, sparsity in grid_rows(grid)
+        if sparsity
+    }
+    return {
+        "n": grid["n"],
+        "k": grid["k"],
+        "rows": [row for row, _, _ in grid_rows(grid)],
+        "widths": widths,
+        "samples": [samples_label(m) for m in grid["samples"]],
+        "cap": grid["cap"],
+        "data_sets": len(harness.seeds(grid["data"])),
+        "seeds_per_data_set": len(harness.seeds(grid["seeds"])),
+        "data_set_seeds": harness.seeds(grid["data"]),
+        "seeds": harness.seeds(grid["seeds"]),
+        "sparse_init_inputs": grid["sparse"]["s"],
+        "table": table,
+        "samples_for_half_converged": half,
+        "spearman_percent_vs_log_width": trend,
+        "wider_is_more_sample_efficient": {
+            "never_worse_with_width": all(a >= b for a, b in zip(rank, rank[1:])),
+            "widest_beats_narrowest": rank[-1] < rank[0],
+            "ranks": rank,
+        },
+        "sparse_minus_dense_percent": sparse,
+    }
 
 
 # ---- figures ------------------------------------------------------------------------------------
@@ -452,7 +658,9 @@ def plot_prediction(archs: dict[str, list[dict[str, Any]]], path: Path, th: floa
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), sharey=True)
     conv = [r["converged_at"] for runs in archs.values() for r in runs if r["converged_at"]]
     lims = [min([1] + conv), max([2] + conv)]
-    for ax, m, title in zip(axes, MEASURES, ("drift on S / off S (oracle: knows S)", "top-k rows / rest (support-free)")):
+    for ax, m, title in zip(
+        axes, MEASURES, ("drift on S / off S (oracle: knows S)", "top-k rows / rest (support-free)")
+    ):
         for j, (arch, runs) in enumerate(archs.items()):
             pts = [(r[f"{m}_{th}_at"], r["converged_at"]) for r in runs if r["converged_at"] and r[f"{m}_{th}_at"]]
             if pts:
@@ -468,22 +676,36 @@ def plot_prediction(archs: dict[str, list[dict[str, Any]]], path: Path, th: floa
     return harness.save_figure(fig, path)
 
 
-def plot_scaling(table: dict[int, dict[int, list[Optional[int]]]], summary: dict[str, Any], noisy: list[dict[str, Any]],
-                 hp_n: int, path: Path) -> Path:
+def plot_scaling(
+    table: dict[int, dict[int, list[Optional[int]]]],
+    summary: dict[str, Any],
+    noisy: list[dict[str, Any]],
+    hp_n: int,
+    path: Path,
+) -> Path:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 4.5))
     for k, by_n in table.items():
         colour = {2: "tab:blue", 3: "tab:red"}.get(k, "black")
         for n, v in by_n.items():
-            ax.scatter([n] * sum(x is not None for x in v), [x for x in v if x is not None], color=colour, alpha=0.3, s=12)
-        meds = [(n, summary[str(k)]["by_n"][str(n)]["median"]) for n in by_n if summary[str(k)]["by_n"][str(n)]["median"]]
+            ax.scatter(
+                [n] * sum(x is not None for x in v), [x for x in v if x is not None], color=colour, alpha=0.3, s=12
+            )
+        meds = [
+            (n, summary[str(k)]["by_n"][str(n)]["median"]) for n in by_n if summary[str(k)]["by_n"][str(n)]["median"]
+        ]
         ax.plot(*zip(*meds), marker="o", color=colour, label=f"k = {k}: median")
         fit = summary[str(k)].get("fit_medians")
         if fit:
             ns = [min(by_n), max(by_n)]
-            ax.plot(ns, [fit["prefactor"] * n ** fit["exponent"] for n in ns], color=colour, linestyle="--",
-                    label=f"k = {k}: ∝ n^{fit['exponent']:.2f}")
+            ax.plot(
+                ns,
+                [fit["prefactor"] * n ** fit["exponent"] for n in ns],
+                color=colour,
+                linestyle="--",
+                label=f"k = {k}: ∝ n^{fit['exponent']:.2f}",
+            )
     pts = [(hp_n, r["converged_at"]) for r in noisy if r["converged_at"]]
     if pts:
         ax.scatter(*zip(*pts), marker="x", color="black", label="k = 3, 10% of labels flipped")
@@ -507,16 +729,26 @@ def plot_width_samples(summary: dict[str, Any], path: Path) -> Path:
     for i, w in enumerate(widths):
         for j, m in enumerate(samples):
             c = summary["table"][w][m]
-            ax.text(j, i, f"{c['percent']:.0f}%\n{c['converged']}/{c['of']}", ha="center", va="center", fontsize=8,
-                    color="white" if c["percent"] < 60 else "black")
+            ax.text(
+                j,
+                i,
+                f"{c['percent']:.0f}%\n{c['converged']}/{c['of']}",
+                ha="center",
+                va="center",
+                fontsize=8,
+                color="white" if c["percent"] < 60 else "black",
+            )
     ax.set_xticks(range(len(samples)), ["∞ (online)" if m == "online" else m for m in samples])
     ax.set_yticks(range(len(widths)), [str(w) for w in widths])
     ax.set_xlabel("training samples")
     ax.set_ylabel("MLP width")
     fig.colorbar(im, ax=ax, label="% of runs converged")
-    ax.set_title(f"% converged within {summary['cap']} steps: n = {summary['n']}, k = {summary['k']}, ReLU MLP, uniform init\n"
-                 f"(sparse s: s random inputs per unit at init); {summary['data_sets']} data sets × "
-                 f"{summary['seeds_per_data_set']} seeds per cell", fontsize=8)
+    ax.set_title(
+        f"% converged within {summary['cap']} steps: n = {summary['n']}, k = {summary['k']}, ReLU MLP, uniform init\n"
+        f"(sparse s: s random inputs per unit at init); {summary['data_sets']} data sets × "
+        f"{summary['seeds_per_data_set']} seeds per cell",
+        fontsize=8,
+    )
     return harness.save_figure(fig, path)
 
 
@@ -525,36 +757,114 @@ def main(argv: Optional[list[str]] = None) -> int:
     session = harness.Session(NAME, args)
     size, tf_size, grid = SIZES[args.size], SIZES[args.size]["transformer"], SIZES[args.size]["grid"]
     hp_n = size["hp_n"]
-    mlps = {(k, n, seed): adaptive({"model": "mlp", "k": k, "n": n, "noise": 0.0}, seed,
-                                   mlp_config(n, k, seed, size, checkpoints=size["checkpoints"] if probed(size, k, n) else 4),
-                                   size["first_budget"], size["cap"])
-            for k, ns in size["scaling"].items() for n in ns for seed in harness.seeds(size["seeds"])}
-    tfs = [adaptive({"model": "transformer", "k": 3, "n": tf_size["n"]}, seed, transformer_config(tf_size["n"], 3, seed, size),
-                    tf_size["first_budget"], tf_size["cap"]) for seed in harness.seeds(tf_size["seeds"])]
-    others = {arch: [adaptive({"model": arch, "k": 3, "n": hp_n}, seed, arch_config(arch, hp_n, 3, seed, size),
-                              size["first_budget"], size["cap"]) for seed in harness.seeds(size["arch_seeds"])] for arch in ARCHS}
-    noisy_runs = [adaptive({"model": "mlp", "k": 3, "n": hp_n, "noise": size["noise"]}, seed,
-                           mlp_config(hp_n, 3, seed, size, noise=size["noise"]), size["first_budget"], size["cap"])
-                  for seed in harness.seeds(size["noise_seeds"])]
-    cells = [cell({"grid": "mlp", "width": w, "init": init_label(sparsity), "samples": samples_label(m), "data": d,
-                   "n": grid["n"], "k": grid["k"]}, grid["seeds"], grid_config(w, m, d, grid, sparsity), grid["first_budget"], grid["cap"])
-             for _, w, sparsity in grid_rows(grid) for m in grid["samples"] for d in harness.seeds(grid["data"])]
+    mlps = {
+        (k, n, seed): adaptive(
+            {"model": "mlp", "k": k, "n": n, "noise": 0.0},
+            seed,
+            mlp_config(n, k, seed, size, checkpoints=size["checkpoints"] if probed(size, k, n) else 4),
+            size["first_budget"],
+            size["cap"],
+        )
+        for k, ns in size["scaling"].items()
+        for n in ns
+        for seed in harness.seeds(size["seeds"])
+    }
+    tfs = [
+        adaptive(
+            {"model": "transformer", "k": 3, "n": tf_size["n"]},
+            seed,
+            transformer_config(tf_size["n"], 3, seed, size),
+            tf_size["first_budget"],
+            tf_size["cap"],
+        )
+        for seed in harness.seeds(tf_size["seeds"])
+    ]
+    others = {
+        arch: [
+            adaptive(
+                {"model": arch, "k": 3, "n": hp_n},
+                seed,
+                arch_config(arch, hp_n, 3, seed, size),
+                size["first_budget"],
+                size["cap"],
+            )
+            for seed in harness.seeds(size["arch_seeds"])
+        ]
+        for arch in ARCHS
+    }
+    noisy_runs = [
+        adaptive(
+            {"model": "mlp", "k": 3, "n": hp_n, "noise": size["noise"]},
+            seed,
+            mlp_config(hp_n, 3, seed, size, noise=size["noise"]),
+            size["first_budget"],
+            size["cap"],
+        )
+        for seed in harness.seeds(size["noise_seeds"])
+    ]
+    cells = [
+        cell(
+            {
+                "grid": "mlp",
+                "width": w,
+                "init": init_label(sparsity),
+                "samples": samples_label(m),
+                "data": d,
+                "n": grid["n"],
+                "k": grid["k"],
+            },
+            grid["seeds"],
+            grid_config(w, m, d, grid, sparsity),
+            grid["first_budget"],
+            grid["cap"],
+        )
+        for _, w, sparsity in grid_rows(grid)
+        for m in grid["samples"]
+        for d in harness.seeds(grid["data"])
+    ]
     # the negative controls (experiments/rules/sparse_parity_hidden_progress.py): every architecture on k = 1 (a
     # single bit: no plateau to cross), and the noisy-label MLP with its labels next to random (noise 0.49; the
     # task allows < 0.5)
-    k1 = {arch: [adaptive({"model": arch, "k": 1, "n": tf_size["n"] if arch == "transformer" else hp_n}, seed, cfg(seed),
-                          tf_size["first_budget"] if arch == "transformer" else size["first_budget"],
-                          tf_size["cap"] if arch == "transformer" else size["cap"]) for seed in harness.seeds(size["arch_seeds"])]
-          for arch, cfg in {"relu_mlp": lambda seed: mlp_config(hp_n, 1, seed, size, checkpoints=size["checkpoints"]),
-                            **{a: (lambda seed, a=a: arch_config(a, hp_n, 1, seed, size, degree=3)) for a in ARCHS},
-                            "transformer": lambda seed: transformer_config(tf_size["n"], 1, seed, size)}.items()}
+    k1 = {
+        arch: [
+            adaptive(
+                {"model": arch, "k": 1, "n": tf_size["n"] if arch == "transformer" else hp_n},
+                seed,
+                cfg(seed),
+                tf_size["first_budget"] if arch == "transformer" else size["first_budget"],
+                tf_size["cap"] if arch == "transformer" else size["cap"],
+            )
+            for seed in harness.seeds(size["arch_seeds"])
+        ]
+        for arch, cfg in {
+            "relu_mlp": lambda seed: mlp_config(hp_n, 1, seed, size, checkpoints=size["checkpoints"]),
+            **{a: (lambda seed, a=a: arch_config(a, hp_n, 1, seed, size, degree=3)) for a in ARCHS},
+            "transformer": lambda seed: transformer_config(tf_size["n"], 1, seed, size),
+        }.items()
+    }
     shuffled = 0.49
-    shuffled_runs = [adaptive({"model": "mlp", "k": 3, "n": hp_n, "noise": shuffled}, seed,
-                              mlp_config(hp_n, 3, seed, size, noise=shuffled), size["first_budget"], size["cap"])
-                     for seed in harness.seeds(size["noise_seeds"])]
-    rounds, seconds = train_until_converged(session, [*mlps.values(), *tfs, *(r for rs in others.values() for r in rs),
-                                                      *noisy_runs, *cells, *(r for rs in k1.values() for r in rs),
-                                                      *shuffled_runs])
+    shuffled_runs = [
+        adaptive(
+            {"model": "mlp", "k": 3, "n": hp_n, "noise": shuffled},
+            seed,
+            mlp_config(hp_n, 3, seed, size, noise=shuffled),
+            size["first_budget"],
+            size["cap"],
+        )
+        for seed in harness.seeds(size["noise_seeds"])
+    ]
+    rounds, seconds = train_until_converged(
+        session,
+        [
+            *mlps.values(),
+            *tfs,
+            *(r for rs in others.values() for r in rs),
+            *noisy_runs,
+            *cells,
+            *(r for rs in k1.values() for r in rs),
+            *shuffled_runs,
+        ],
+    )
 
     t = time.perf_counter()
     table: dict[int, dict[int, list[Optional[int]]]] = {}
@@ -564,75 +874,160 @@ def main(argv: Optional[list[str]] = None) -> int:
         for n in ns:
             table[k][n] = [mlps[k, n, seed]["converged_at"] for seed in harness.seeds(size["seeds"])]
             if probed(size, k, n):
-                hp_runs += [{"seed": seed, **progress(mlps[k, n, seed]["run"], mlps[k, n, seed]["converged_at"], seed)}
-                            for seed in harness.seeds(size["seeds"])]
+                hp_runs += [
+                    {"seed": seed, **progress(mlps[k, n, seed]["run"], mlps[k, n, seed]["converged_at"], seed)}
+                    for seed in harness.seeds(size["seeds"])
+                ]
             print(f"MLP k={k} n={n}: converged at {table[k][n]}", file=sys.stderr)
     tf_runs = [{"seed": r["seed"], **progress(r["run"], r["converged_at"], r["seed"])} for r in tfs]
-    arch_runs = {"relu_mlp": hp_runs, **{a: [{"seed": r["seed"], **progress(r["run"], r["converged_at"], r["seed"])} for r in rs]
-                                         for a, rs in others.items()}, "transformer": tf_runs}
+    arch_runs = {
+        "relu_mlp": hp_runs,
+        **{
+            a: [{"seed": r["seed"], **progress(r["run"], r["converged_at"], r["seed"])} for r in rs]
+            for a, rs in others.items()
+        },
+        "transformer": tf_runs,
+    }
     for arch, runs in arch_runs.items():
-        print(f"{arch} n={tf_size['n'] if arch == 'transformer' else hp_n}: converged at "
-              f"{[r['converged_at'] for r in runs]}", file=sys.stderr)
+        print(
+            f"{arch} n={tf_size['n'] if arch == 'transformer' else hp_n}: converged at "
+            f"{[r['converged_at'] for r in runs]}",
+            file=sys.stderr,
+        )
     clean = dict(zip(harness.seeds(size["seeds"]), table[3][hp_n]))  # the same seeds without noise
-    noisy = [{"seed": r["seed"], "converged_at": r["converged_at"], "clean_converged_at": clean.get(r["seed"]),
-              "final_eval_acc": r["run"].metrics[-1]["eval/acc"]} for r in noisy_runs]
+    noisy = [
+        {
+            "seed": r["seed"],
+            "converged_at": r["converged_at"],
+            "clean_converged_at": clean.get(r["seed"]),
+            "final_eval_acc": r["run"].metrics[-1]["eval/acc"],
+        }
+        for r in noisy_runs
+    ]
     print(f"noisy labels: converged at {[r['converged_at'] for r in noisy]}", file=sys.stderr)
-    k1_runs = {a: [{k: v for k, v in {"seed": r["seed"], **progress(r["run"], r["converged_at"])}.items() if k in PLATEAU_KEYS}
-                   for r in rs] for a, rs in k1.items()}
-    print(f"k = 1 control: converged at {({a: [r['converged_at'] for r in rs] for a, rs in k1_runs.items()})}", file=sys.stderr)
-    shuffled_noisy = [{"seed": r["seed"], "converged_at": r["converged_at"], "clean_converged_at": clean.get(r["seed"]),
-                       "final_eval_acc": r["run"].metrics[-1]["eval/acc"]} for r in shuffled_runs]
+    k1_runs = {
+        a: [
+            {k: v for k, v in {"seed": r["seed"], **progress(r["run"], r["converged_at"])}.items() if k in PLATEAU_KEYS}
+            for r in rs
+        ]
+        for a, rs in k1.items()
+    }
+    print(
+        f"k = 1 control: converged at { ({a: [r['converged_at'] for r in rs] for a, rs in k1_runs.items()}) }",
+        file=sys.stderr,
+    )
+    shuffled_noisy = [
+        {
+            "seed": r["seed"],
+            "converged_at": r["converged_at"],
+            "clean_converged_at": clean.get(r["seed"]),
+            "final_eval_acc": r["run"].metrics[-1]["eval/acc"],
+        }
+        for r in shuffled_runs
+    ]
     timings = {"training_rounds": seconds, "probes": round(time.perf_counter() - t, 1)}
 
     summary = scaling_summary(table)
     widths = grid_summary(cells, grid)
-    ratios = [r["converged_at"] / r["clean_converged_at"] for r in noisy if r["converged_at"] and r["clean_converged_at"]]
+    ratios = [
+        r["converged_at"] / r["clean_converged_at"] for r in noisy if r["converged_at"] and r["clean_converged_at"]
+    ]
     arch_n = {a: tf_size["n"] if a == "transformer" else hp_n for a in arch_runs}
-    arch_cfg = {"relu_mlp": mlp_config(hp_n, 3, 0, size), "transformer": transformer_config(tf_size["n"], 3, 0, size),
-                **{a: arch_config(a, hp_n, 3, 0, size) for a in ARCHS}}
+    arch_cfg = {
+        "relu_mlp": mlp_config(hp_n, 3, 0, size),
+        "transformer": transformer_config(tf_size["n"], 3, 0, size),
+        **{a: arch_config(a, hp_n, 3, 0, size) for a in ARCHS},
+    }
     results = {
-        "hidden_progress_mlp": {"n": hp_n, "k": 3, "runs": hp_runs, "prediction": prediction(hp_runs),
-                                "converged_at": harness.spread([r["converged_at"] for r in hp_runs]),
-                                "drop_fraction": harness.spread([r["drop_fraction"] for r in hp_runs]),
-                                "support_recovered_fraction": harness.spread([r["support_recovered_at"] / r["converged_at"] for r in hp_runs
-                                                                              if r["support_recovered_at"] and r["converged_at"]]),
-                                "plateau_loss": harness.spread([r["plateau_loss"] for r in hp_runs]),
-                                "rank_corr_drift_inf": harness.spread([(r["rank_corr_with_step_on_plateau"] or {}).get("drift_inf") for r in hp_runs]),
-                                "rank_corr_drift_ratio": harness.spread([(r["rank_corr_with_step_on_plateau"] or {}).get("drift_ratio") for r in hp_runs])},
+        "hidden_progress_mlp": {
+            "n": hp_n,
+            "k": 3,
+            "runs": hp_runs,
+            "prediction": prediction(hp_runs),
+            "converged_at": harness.spread([r["converged_at"] for r in hp_runs]),
+            "drop_fraction": harness.spread([r["drop_fraction"] for r in hp_runs]),
+            "support_recovered_fraction": harness.spread(
+                [
+                    r["support_recovered_at"] / r["converged_at"]
+                    for r in hp_runs
+                    if r["support_recovered_at"] and r["converged_at"]
+                ]
+            ),
+            "plateau_loss": harness.spread([r["plateau_loss"] for r in hp_runs]),
+            "rank_corr_drift_inf": harness.spread(
+                [(r["rank_corr_with_step_on_plateau"] or {}).get("drift_inf") for r in hp_runs]
+            ),
+            "rank_corr_drift_ratio": harness.spread(
+                [(r["rank_corr_with_step_on_plateau"] or {}).get("drift_ratio") for r in hp_runs]
+            ),
+        },
         "hidden_progress_transformer": {"n": tf_size["n"], "k": 3, "runs": tf_runs},
         # every architecture's summary; the runs' series are under hidden_progress_mlp / _transformer for
         # those two, and here for the others
-        "architectures": {a: {**arch_summary(runs, arch_n[a], 3, tf_size["cap"] if a == "transformer" else size["cap"], arch_cfg[a]),
-                              **({"runs": runs} if a in ARCHS else {})} for a, runs in arch_runs.items()},
+        "architectures": {
+            a: {
+                **arch_summary(runs, arch_n[a], 3, tf_size["cap"] if a == "transformer" else size["cap"], arch_cfg[a]),
+                **({"runs": runs} if a in ARCHS else {}),
+            }
+            for a, runs in arch_runs.items()
+        },
         "scaling": summary,
-        "noisy_labels": {"noise": size["noise"], "n": hp_n, "k": 3, "runs": noisy,
-                         "converged": sum(r["converged_at"] is not None for r in noisy),
-                         "slowdown_vs_clean_same_seed": harness.spread(ratios)},
+        "noisy_labels": {
+            "noise": size["noise"],
+            "n": hp_n,
+            "k": 3,
+            "runs": noisy,
+            "converged": sum(r["converged_at"] is not None for r in noisy),
+            "slowdown_vs_clean_same_seed": harness.spread(ratios),
+        },
         "width_samples": widths,
         # the negative controls the rules judge beside the claims (experiments/rules/sparse_parity_hidden_progress.py):
         # every architecture on k = 1 (plateau); the oracle measures on a decoy support, forecast as on S (hidden
         # progress; the runs' own series are under each run's "decoy"); the noisy-label MLP at noise 0.49
         "controls": {
-            "k1": {a: {"n": arch_n[a], "k": 1, "cap": tf_size["cap"] if a == "transformer" else size["cap"], "runs": rs}
-                   for a, rs in k1_runs.items()},
-            "decoy_support": {a: {"prediction": prediction([{**r, **r["decoy"]} for r in runs])} for a, runs in arch_runs.items()},
-            "noisy_labels_shuffled": {"noise": shuffled, "n": hp_n, "k": 3, "runs": shuffled_noisy,
-                                      "converged": sum(r["converged_at"] is not None for r in shuffled_noisy)}},
+            "k1": {
+                a: {"n": arch_n[a], "k": 1, "cap": tf_size["cap"] if a == "transformer" else size["cap"], "runs": rs}
+                for a, rs in k1_runs.items()
+            },
+            "decoy_support": {
+                a: {"prediction": prediction([{**r, **r["decoy"]} for r in runs])} for a, runs in arch_runs.items()
+            },
+            "noisy_labels_shuffled": {
+                "noise": shuffled,
+                "n": hp_n,
+                "k": 3,
+                "runs": shuffled_noisy,
+                "converged": sum(r["converged_at"] is not None for r in shuffled_noisy),
+            },
+        },
         # the seeds of each part (each seed also draws S; the grid's data sets are its task seeds)
-        "seeds": {"mlp": harness.seeds(size["seeds"]), "architectures": harness.seeds(size["arch_seeds"]),
-                  "transformer": harness.seeds(tf_size["seeds"]), "noisy_labels": harness.seeds(size["noise_seeds"]),
-                  "width_samples": harness.seeds(grid["seeds"]), "width_samples_data_sets": harness.seeds(grid["data"])},
+        "seeds": {
+            "mlp": harness.seeds(size["seeds"]),
+            "architectures": harness.seeds(size["arch_seeds"]),
+            "transformer": harness.seeds(tf_size["seeds"]),
+            "noisy_labels": harness.seeds(size["noise_seeds"]),
+            "width_samples": harness.seeds(grid["seeds"]),
+            "width_samples_data_sets": harness.seeds(grid["data"]),
+        },
         "runs_per_round": rounds,
         "timings_s": timings,
     }
-    figures = [plot_curves(arch_runs, arch_n, args.out / f"{NAME}_curves.png"),
-               plot_prediction(arch_runs, args.out / f"{NAME}_prediction.png"),
-               plot_scaling(table, summary, noisy, hp_n, args.out / f"{NAME}_scaling.png"),
-               plot_width_samples(widths, args.out / f"{NAME}_width_samples.png")]
-    config = {"sizes": {**size, "scaling": {str(k): v for k, v in size["scaling"].items()}},
-              "converged_acc": CONVERGED_ACC, "left_plateau_loss": LEFT_PLATEAU_LOSS, "thresholds": THRESHOLDS,
-              "mlp": mlp_config(hp_n, 3, 0, size, checkpoints=size["checkpoints"]), "transformer": transformer_config(tf_size["n"], 3, 0, size),
-              "architectures": arch_cfg, "width_samples": grid_config(grid["widths"][0], grid["samples"][0], 0, grid)}
+    figures = [
+        plot_curves(arch_runs, arch_n, args.out / f"{NAME}_curves.png"),
+        plot_prediction(arch_runs, args.out / f"{NAME}_prediction.png"),
+        plot_scaling(table, summary, noisy, hp_n, args.out / f"{NAME}_scaling.png"),
+        plot_width_samples(widths, args.out / f"{NAME}_width_samples.png"),
+    ]
+    config = {
+        "sizes": {**size, "scaling": {str(k): v for k, v in size["scaling"].items()}},
+        "converged_acc": CONVERGED_ACC,
+        "left_plateau_loss": LEFT_PLATEAU_LOSS,
+        "thresholds": THRESHOLDS,
+        "mlp": mlp_config(hp_n, 3, 0, size, checkpoints=size["checkpoints"]),
+        "transformer": transformer_config(tf_size["n"], 3, 0, size),
+        "architectures": arch_cfg,
+        "width_samples": grid_config(grid["widths"][0], grid["samples"][0], 0, grid),
+    }
     session.finish(config, results, figures)
     return 0
 

@@ -79,7 +79,9 @@ TRANSITIONS = {
 
 
 @torch.no_grad()
-def strategy_kls(run: Run, n_seqs: int, seed: int = 12345, task: Any = None) -> tuple[list[float], dict[str, list[float]]]:
+def strategy_kls(
+    run: Run, n_seqs: int, seed: int = 12345, task: Any = None
+) -> tuple[list[float], dict[str, list[float]]]:
     """Held-out loss and KL(strategy ‖ model) at every checkpoint — the icl_strategy probe's quantity, on
     more sequences, plus the in-context bigram estimate for higher-order chains (a stage the model may
     pass through on the way to trigrams), and Bayes' predictor where the prior has one. `task`: read the
@@ -108,8 +110,12 @@ def transitions(steps: list[int], kls: dict[str, list[float]], gram: str) -> dic
     kl = kls[gram]
     nearest = [1.0 if min(kls, key=lambda s: kls[s][i]) == gram else 0.0 for i in range(len(steps))]
     below = lambda level: harness.stays_below(steps, kl, level)  # noqa: E731
-    return {"nearest": formation_step(steps, nearest, 1.0), "kl<=0.1": below(0.1), "kl<=0.05": below(0.05),
-            "drop90": below(kl[-1] + 0.1 * (kl[0] - kl[-1]))}
+    return {
+        "nearest": formation_step(steps, nearest, 1.0),
+        "kl<=0.1": below(0.1),
+        "kl<=0.05": below(0.05),
+        "drop90": below(kl[-1] + 0.1 * (kl[0] - kl[-1])),
+    }
 
 
 def segments(steps: list[int], kls: dict[str, list[float]]) -> list[dict[str, Any]]:
@@ -124,20 +130,33 @@ def segments(steps: list[int], kls: dict[str, list[float]]) -> list[dict[str, An
     return out
 
 
-def head(steps: list[int], series: dict[str, list[float]], layer: int, threshold: float,
-         exclude: Optional[str] = None, chance: Optional[float] = None) -> dict[str, Any]:
+def head(
+    steps: list[int],
+    series: dict[str, list[float]],
+    layer: int,
+    threshold: float,
+    exclude: Optional[str] = None,
+    chance: Optional[float] = None,
+) -> dict[str, Any]:
     """The head of `layer` that ends highest on a score, and when it formed: at the probe's threshold,
     and when it had risen 10% / 50% of the way from its start to its end; `chance`: a uniform head's score
     (the probe's metric), which experiments/rules/statistical_induction.py judges formation against."""
     cands = {h: s for h, s in series.items() if h.startswith(f"L{layer}H") and h != exclude}
     if not cands:  # a model with fewer layers (the 1-layer control): its last layer's heads
-        last = max(int(h[1:h.index("H")]) for h in series)
+        last = max(int(h[1 : h.index("H")]) for h in series)
         cands = {h: s for h, s in series.items() if h.startswith(f"L{last}H") and h != exclude}
     name = max(cands, key=lambda h: cands[h][-1])
     s = cands[name]
-    return {"head": name, "start": s[0], "final": s[-1], "threshold": threshold,
-            "formed": formation_step(steps, s, threshold), "rise10": harness.rise_step(steps, s, 0.1),
-            "rise50": harness.rise_step(steps, s, 0.5), **({"chance": chance} if chance is not None else {})}
+    return {
+        "head": name,
+        "start": s[0],
+        "final": s[-1],
+        "threshold": threshold,
+        "formed": formation_step(steps, s, threshold),
+        "rise10": harness.rise_step(steps, s, 0.1),
+        "rise50": harness.rise_step(steps, s, 0.5),
+        **({"chance": chance} if chance is not None else {}),
+    }
 
 
 def chance_of(tl: Any, probe: str) -> Optional[float]:
@@ -159,42 +178,65 @@ def analyse(run: Run, size: dict[str, Any]) -> dict[str, Any]:
     tl = probe_run(run, ["previous_token", "induction"], batch_size=size["probe_batch"])
     prev = tl.per_head["previous_token"]
     out = {
-        "steps": steps, "loss": loss, "kl": kls, "segments": segs,
+        "steps": steps,
+        "loss": loss,
+        "kl": kls,
+        "segments": segs,
         "stages": [seg["strategy"] for seg in segs],
-        "transition_step": switch["nearest"], "transitions": switch,
+        "transition_step": switch["nearest"],
+        "transitions": switch,
         "loss_drop_step": steepest_drop(steps, loss),
-        "unigram_plateau": {"from": unigram[0]["from"], "to": unigram[-1]["to"], "checkpoints": len(on_unigram),
-                            "min_kl": min(kls["unigram"][i] for i in on_unigram)} if on_unigram else None,
+        "unigram_plateau": {
+            "from": unigram[0]["from"],
+            "to": unigram[-1]["to"],
+            "checkpoints": len(on_unigram),
+            "min_kl": min(kls["unigram"][i] for i in on_unigram),
+        }
+        if on_unigram
+        else None,
         "kl_bayes": every.get("bayes"),
         "final": {"loss": loss[-1], **{f"kl_{k}": v[-1] for k, v in every.items()}},
-        "heads": {"previous_token": head(steps, prev, 0, 0.4, chance=chance_of(tl, "previous_token")),
-                  "induction": head(steps, tl.per_head["induction"], 1, 0.5, chance=chance_of(tl, "induction"))},
+        "heads": {
+            "previous_token": head(steps, prev, 0, 0.4, chance=chance_of(tl, "previous_token")),
+            "induction": head(steps, tl.per_head["induction"], 1, 0.5, chance=chance_of(tl, "induction")),
+        },
         "series": {"previous_token": prev, "induction": tl.per_head["induction"]},
     }
     if run.task.cfg.order > 2:  # a second layer-0 head looking two back
-        offset2 = {h[len("offset2/"):]: s for h, s in tl.metrics["previous_token"].items() if h.startswith("offset2/")}
-        offset3 = {h[len("offset3/"):]: s for h, s in tl.metrics["previous_token"].items() if h.startswith("offset3/")}
+        offset2 = {h[len("offset2/") :]: s for h, s in tl.metrics["previous_token"].items() if h.startswith("offset2/")}
+        offset3 = {h[len("offset3/") :]: s for h, s in tl.metrics["previous_token"].items() if h.startswith("offset3/")}
         back1 = head(steps, prev, 0, 0.4)
         back2 = head(steps, offset2, 0, 0.4, exclude=back1["head"])
-        out["heads"] |= {"back1": back1, "back2": back2,
-                         "back2_of_back1_head": offset2[back1["head"]][-1], "back1_of_back2_head": prev[back2["head"]][-1],
-                         "back3_max": max(s[-1] for h, s in offset3.items() if h.startswith("L0"))}
+        out["heads"] |= {
+            "back1": back1,
+            "back2": back2,
+            "back2_of_back1_head": offset2[back1["head"]][-1],
+            "back1_of_back2_head": prev[back2["head"]][-1],
+            "back3_max": max(s[-1] for h, s in offset3.items() if h.startswith("L0")),
+        }
         out["series"] |= {"offset2": offset2}
     return out
 
 
 def summarise(cond: str, per_seed: list[dict[str, Any]]) -> dict[str, Any]:
-    s = {"transition_step": harness.spread([r["transition_step"] for r in per_seed]),
-         "transitions": {d: harness.spread([r["transitions"][d] for r in per_seed]) for d in TRANSITIONS},
-         **{f"final_kl_{k}": harness.spread([r["final"].get(f"kl_{k}") for r in per_seed]) for k in ("bigram", "bayes")},
-         "loss_drop_step": harness.spread([r["loss_drop_step"] for r in per_seed]),
-         "stages": [r["stages"] for r in per_seed],
-         "unigram_plateau_checkpoints": harness.spread([(r["unigram_plateau"] or {}).get("checkpoints", 0) for r in per_seed]),
-         "final_loss": harness.spread([r["final"]["loss"] for r in per_seed]),
-         "train_time_s": harness.spread([r["train_time_s"] for r in per_seed])}
+    s = {
+        "transition_step": harness.spread([r["transition_step"] for r in per_seed]),
+        "transitions": {d: harness.spread([r["transitions"][d] for r in per_seed]) for d in TRANSITIONS},
+        **{f"final_kl_{k}": harness.spread([r["final"].get(f"kl_{k}") for r in per_seed]) for k in ("bigram", "bayes")},
+        "loss_drop_step": harness.spread([r["loss_drop_step"] for r in per_seed]),
+        "stages": [r["stages"] for r in per_seed],
+        "unigram_plateau_checkpoints": harness.spread(
+            [(r["unigram_plateau"] or {}).get("checkpoints", 0) for r in per_seed]
+        ),
+        "final_loss": harness.spread([r["final"]["loss"] for r in per_seed]),
+        "train_time_s": harness.spread([r["train_time_s"] for r in per_seed]),
+    }
     for name in per_seed[0]["heads"]:
         if isinstance(per_seed[0]["heads"][name], dict):
-            s[name] = {key: harness.spread([r["heads"][name][key] for r in per_seed]) for key in ("final", "formed", "rise10", "rise50")}
+            s[name] = {
+                key: harness.spread([r["heads"][name][key] for r in per_seed])
+                for key in ("final", "formed", "rise10", "rise50")
+            }
             s[name]["heads"] = [r["heads"][name]["head"] for r in per_seed]
     return s
 
@@ -205,20 +247,38 @@ def claims(res: dict[str, dict[str, Any]]) -> dict[str, Any]:
     for cond in ("k3", "k2", "paper_k2"):
         seeds = res[cond]["seeds"]
         out[f"phases_{cond}"] = {
-            "seeds_with_uniform_unigram_bigram": sum(_ordered(r["stages"], ["uniform", "unigram", "bigram"]) for r in seeds),
-            "of": len(seeds)}
+            "seeds_with_uniform_unigram_bigram": sum(
+                _ordered(r["stages"], ["uniform", "unigram", "bigram"]) for r in seeds
+            ),
+            "of": len(seeds),
+        }
         out[f"heads_vs_transition_{cond}"] = [
-            {"seed": r["seed"], "transition": r["transition_step"],
-             "induction_L1": {k: r["heads"]["induction"][k] for k in ("head", "rise10", "rise50", "formed")},
-             "previous_token_L0": {k: r["heads"]["previous_token"][k] for k in ("head", "rise10", "rise50", "formed")}}
-            for r in seeds]
-    out["doubly_stochastic"] = {setup: prior_effect(res[a]["seeds"], res[b]["seeds"]) for setup, (a, b) in PRIOR_PAIRS.items()}
-    out["trigram"] = [{"seed": r["seed"], "stages": r["stages"], "transition": r["transition_step"],
-                       "back1": {k: r["heads"]["back1"][k] for k in ("head", "final", "rise50")},
-                       "back2": {k: r["heads"]["back2"][k] for k in ("head", "final", "rise50")},
-                       "two_distinct_heads": r["heads"]["back1"]["head"] != r["heads"]["back2"]["head"]
-                       and r["heads"]["back1"]["final"] >= 0.4 and r["heads"]["back2"]["final"] >= 0.4}
-                      for r in res["trigram"]["seeds"]]
+            {
+                "seed": r["seed"],
+                "transition": r["transition_step"],
+                "induction_L1": {k: r["heads"]["induction"][k] for k in ("head", "rise10", "rise50", "formed")},
+                "previous_token_L0": {
+                    k: r["heads"]["previous_token"][k] for k in ("head", "rise10", "rise50", "formed")
+                },
+            }
+            for r in seeds
+        ]
+    out["doubly_stochastic"] = {
+        setup: prior_effect(res[a]["seeds"], res[b]["seeds"]) for setup, (a, b) in PRIOR_PAIRS.items()
+    }
+    out["trigram"] = [
+        {
+            "seed": r["seed"],
+            "stages": r["stages"],
+            "transition": r["transition_step"],
+            "back1": {k: r["heads"]["back1"][k] for k in ("head", "final", "rise50")},
+            "back2": {k: r["heads"]["back2"][k] for k in ("head", "final", "rise50")},
+            "two_distinct_heads": r["heads"]["back1"]["head"] != r["heads"]["back2"]["head"]
+            and r["heads"]["back1"]["final"] >= 0.4
+            and r["heads"]["back2"]["final"] >= 0.4,
+        }
+        for r in res["trigram"]["seeds"]
+    ]
     return out
 
 
@@ -233,16 +293,23 @@ def prior_effect(dirichlet: list[dict[str, Any]], ds: list[dict[str, Any]]) -> d
     curves = [(a["common_test"]["kl_bayes"], b["common_test"]["kl_bayes"]) for a, b in pairs]
     out["converged"] = {
         "test_on": dirichlet[0]["common_test"]["on"] if dirichlet else None,
-        "paired_steps": [(converged(a["steps"], ca), converged(b["steps"], cb)) for (a, b), (ca, cb) in zip(pairs, curves)],
+        "paired_steps": [
+            (converged(a["steps"], ca), converged(b["steps"], cb)) for (a, b), (ca, cb) in zip(pairs, curves)
+        ],
         "final_kl_bayes_dirichlet": [ca[-1] for ca, _ in curves],
-        "final_kl_bayes_doubly_stochastic": [cb[-1] for _, cb in curves]}
+        "final_kl_bayes_doubly_stochastic": [cb[-1] for _, cb in curves],
+    }
     for d in TRANSITIONS:
         steps = [(a["transitions"][d], b["transitions"][d]) for a, b in pairs]
-        out[d] = {"paired_steps": steps, "ratio": harness.spread([a / b for a, b in steps if a and b]),
-                  "doubly_stochastic_sooner": sum(1 for a, b in steps if b is not None and (a is None or b < a)),
-                  "dirichlet_sooner": sum(1 for a, b in steps if a is not None and (b is None or a < b)),
-                  "never_dirichlet": sum(a is None for a, _ in steps), "never_doubly_stochastic": sum(b is None for _, b in steps),
-                  "of": len(steps)}
+        out[d] = {
+            "paired_steps": steps,
+            "ratio": harness.spread([a / b for a, b in steps if a and b]),
+            "doubly_stochastic_sooner": sum(1 for a, b in steps if b is not None and (a is None or b < a)),
+            "dirichlet_sooner": sum(1 for a, b in steps if a is not None and (b is None or a < b)),
+            "never_dirichlet": sum(a is None for a, _ in steps),
+            "never_doubly_stochastic": sum(b is None for _, b in steps),
+            "of": len(steps),
+        }
     for name, runs in (("dirichlet", dirichlet), ("doubly_stochastic", ds)):
         out[f"final_kl_bigram_{name}"] = harness.spread([r["final"]["kl_bigram"] for r in runs])
         out[f"unigram_plateau_checkpoints_{name}"] = [(r["unigram_plateau"] or {}).get("checkpoints", 0) for r in runs]
@@ -293,9 +360,16 @@ def plot_stages(res: dict[str, Any], path: Path) -> Path:
         ax.legend(title="in-context strategy", fontsize=8)
         ax = axes[2, col]
         p, i = r["heads"]["previous_token"], r["heads"]["induction"]
-        ax.plot(*_logx(r["steps"], r["series"]["previous_token"][p["head"]]), color="tab:green",
-                label=f"previous-token score, {p['head']}")
-        ax.plot(*_logx(r["steps"], r["series"]["induction"][i["head"]]), color="tab:red", label=f"induction score, {i['head']}")
+        ax.plot(
+            *_logx(r["steps"], r["series"]["previous_token"][p["head"]]),
+            color="tab:green",
+            label=f"previous-token score, {p['head']}",
+        )
+        ax.plot(
+            *_logx(r["steps"], r["series"]["induction"][i["head"]]),
+            color="tab:red",
+            label=f"induction score, {i['head']}",
+        )
         ax.set_ylabel("head score")
         ax.set_xlabel("training step")
         ax.legend(fontsize=8)
@@ -315,8 +389,12 @@ def plot_priors(res: dict[str, Any], path: Path) -> Path:
         for ax, cond, title in zip(axes[row], pair, ("Dirichlet prior", "doubly-stochastic prior")):
             for j, r in enumerate(res[cond]["seeds"]):
                 for name in ("uniform", "unigram", "bigram"):
-                    ax.plot(*_logx(r["steps"], r["kl"][name]), color=COLOURS[name], alpha=1.0 if j == 0 else 0.35,
-                            label=name if j == 0 else None)
+                    ax.plot(
+                        *_logx(r["steps"], r["kl"][name]),
+                        color=COLOURS[name],
+                        alpha=1.0 if j == 0 else 0.35,
+                        label=name if j == 0 else None,
+                    )
                 if r["transition_step"]:
                     ax.axvline(r["transition_step"], color="tab:blue", linestyle=":", linewidth=1)
             for level in (0.1, 0.05):
@@ -328,7 +406,9 @@ def plot_priors(res: dict[str, Any], path: Path) -> Path:
     for ax in axes[1]:
         ax.set_xlabel("training step")
     axes[0, 0].legend(title="in-context strategy", fontsize=8)
-    fig.suptitle("Dirichlet against doubly-stochastic prior (dotted: nearest strategy becomes bigram; dashed: KL 0.1 and 0.05)")
+    fig.suptitle(
+        "Dirichlet against doubly-stochastic prior (dotted: nearest strategy becomes bigram; dashed: KL 0.1 and 0.05)"
+    )
     return harness.save_figure(fig, path)
 
 
@@ -345,10 +425,18 @@ def plot_trigram(res: dict[str, Any], path: Path) -> Path:
     b1, b2 = r["heads"]["back1"]["head"], r["heads"]["back2"]["head"]
     for h in sorted(r["series"]["previous_token"]):
         if h.startswith("L0"):
-            a2.plot(*_logx(r["steps"], r["series"]["previous_token"][h]), color="tab:green", linestyle="-" if h == b1 else "--",
-                    label=f"{h}: attention 1 back")
-            a2.plot(*_logx(r["steps"], r["series"]["offset2"][h]), color="tab:brown", linestyle="-" if h == b2 else "--",
-                    label=f"{h}: attention 2 back")
+            a2.plot(
+                *_logx(r["steps"], r["series"]["previous_token"][h]),
+                color="tab:green",
+                linestyle="-" if h == b1 else "--",
+                label=f"{h}: attention 1 back",
+            )
+            a2.plot(
+                *_logx(r["steps"], r["series"]["offset2"][h]),
+                color="tab:brown",
+                linestyle="-" if h == b2 else "--",
+                label=f"{h}: attention 2 back",
+            )
     a2.set_ylabel("layer-0 head score")
     a2.set_xlabel("training step")
     a2.set_xscale("log")
@@ -374,22 +462,35 @@ def main(argv: Optional[list[str]] = None) -> int:
         for job in jobs:
             run = runs.load(job)
             # side by side, a seed's training time is its batch's: all the condition's seeds together
-            r = {"seed": job.seed, "train_time_s": round(harness.train_seconds(run), 1), "run": str(args.runs / job.dir),
-                 **analyse(run, size)}
+            r = {
+                "seed": job.seed,
+                "train_time_s": round(harness.train_seconds(run), 1),
+                "run": str(args.runs / job.dir),
+                **analyse(run, size),
+            }
             if cond in common_on.values():
                 tests.setdefault(cond, run.task)
                 r["common_test"] = {"on": cond, "kl_bayes": r["kl_bayes"]}
             elif cond in common_on:
-                r["common_test"] = {"on": common_on[cond], "kl_bayes": strategy_kls(
-                    run, size["kl_batch"], task=tests[common_on[cond]])[1]["bayes"]}
+                r["common_test"] = {
+                    "on": common_on[cond],
+                    "kl_bayes": strategy_kls(run, size["kl_batch"], task=tests[common_on[cond]])[1]["bayes"],
+                }
             res[cond]["seeds"].append(r)
             switch = f"at step {r['transition_step']}" if r["transition_step"] is not None else "not reached"
             print(f"{cond} seed {job.seed}: stages {' -> '.join(r['stages'])}, transition {switch}", file=sys.stderr)
         res[cond]["summary"] = summarise(cond, res[cond]["seeds"])
-    figures = [plot_stages(res, args.out / f"{NAME}_stages.png"), plot_priors(res, args.out / f"{NAME}_priors.png"),
-               plot_trigram(res, args.out / f"{NAME}_trigram.png")]
-    config = {"sizes": size, "sweep": session.sweep_file().name, "seeds": list(runs.plan.seeds),
-              "runs": {c: runs.jobs(condition=c)[0].config for c in CONDITIONS}}
+    figures = [
+        plot_stages(res, args.out / f"{NAME}_stages.png"),
+        plot_priors(res, args.out / f"{NAME}_priors.png"),
+        plot_trigram(res, args.out / f"{NAME}_trigram.png"),
+    ]
+    config = {
+        "sizes": size,
+        "sweep": session.sweep_file().name,
+        "seeds": list(runs.plan.seeds),
+        "runs": {c: runs.jobs(condition=c)[0].config for c in CONDITIONS},
+    }
     session.finish(config, {"claims": claims(res), "conditions": res}, figures)
     return 0
 

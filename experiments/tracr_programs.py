@@ -109,7 +109,9 @@ from typing import Any
 
 import numpy as np
 
-DATA = Path(__file__).resolve().parent.parent / "mechsynth" / "benchmark" / "tracr"  # the zoo of mechsynth bench-circuits
+DATA = (
+    Path(__file__).resolve().parent.parent / "mechsynth" / "benchmark" / "tracr"
+)  # the zoo of mechsynth bench-circuits
 MAX_SEQ_LEN = 8  # real tokens; the model's n_ctx is one more (BOS)
 BATCH = 32
 BOS, PAD = "compiler_bos", "compiler_pad"
@@ -123,7 +125,8 @@ PROGRAMS: dict[str, dict[str, Any]] = {
             '# lib.make_frac_prevs(rasp.tokens == "x"), every expression named\n'
             'is_x = rasp.numerical(rasp.Map(lambda t: t == "x", rasp.tokens)).named("is_x")\n'
             'prevs = rasp.Select(rasp.indices, rasp.indices, rasp.Comparison.LEQ).named("prevs")\n'
-            'program = rasp.numerical(rasp.Aggregate(prevs, is_x, default=0)).named("frac_prevs")\n'),
+            'program = rasp.numerical(rasp.Aggregate(prevs, is_x, default=0)).named("frac_prevs")\n'
+        ),
         "counterfactual": "every x replaced by a or b at random (a and b kept): the output becomes 0 everywhere",
     },
     "detect_pattern": {
@@ -134,15 +137,17 @@ PROGRAMS: dict[str, dict[str, Any]] = {
             'is_b = rasp.Map(lambda t: t == "b", rasp.tokens).named("is_b")\n'
             'prev = rasp.Select(rasp.indices, rasp.indices, lambda k, q: q == k + 1).named("prev")\n'
             'prev_is_a = rasp.Aggregate(prev, is_a, default=None).named("prev_is_a")\n'
-            'program = rasp.SequenceMap(lambda x, y: x and y, prev_is_a, is_b).named("detect_ab")\n'),
+            'program = rasp.SequenceMap(lambda x, y: x and y, prev_is_a, is_b).named("detect_ab")\n'
+        ),
         "counterfactual": "every token mapped a -> b -> c -> a: 'ab' becomes 'bc' (True -> False) and 'ca' becomes 'ab' (False -> True)",
     },
     "prev_token": {
         "vocab": ["a", "b", "c"],
         "source": (
-            '# lib.shift_by(1, rasp.tokens): the previous token (None at the first)\n'
+            "# lib.shift_by(1, rasp.tokens): the previous token (None at the first)\n"
             'prev = rasp.Select(rasp.indices, rasp.indices, lambda k, q: q == k + 1).named("prev")\n'
-            'program = rasp.Aggregate(prev, rasp.tokens, default=None).named("prev_token")\n'),
+            'program = rasp.Aggregate(prev, rasp.tokens, default=None).named("prev_token")\n'
+        ),
         "counterfactual": "every token mapped a -> b -> c -> a: the output changes at every scored position",
     },
     "pair_balance": {
@@ -154,23 +159,25 @@ PROGRAMS: dict[str, dict[str, Any]] = {
             'prevs = rasp.Select(rasp.indices, rasp.indices, rasp.Comparison.LEQ).named("prevs")\n'
             'opens = rasp.numerical(rasp.Aggregate(prevs, is_open, default=0)).named("opens")\n'
             'closes = rasp.numerical(rasp.Aggregate(prevs, is_close, default=0)).named("closes")\n'
-            'program = rasp.numerical(rasp.LinearSequenceMap(opens, closes, 1, -1)).named("pair_balance")\n'),
+            'program = rasp.numerical(rasp.LinearSequenceMap(opens, closes, 1, -1)).named("pair_balance")\n'
+        ),
         "counterfactual": "( and ) swapped (x kept): the balance changes sign, so the output changes wherever it is not 0",
     },
     "count_so_far": {
         "vocab": ["a", "b", "c"],
         "source": (
-            '# lib.make_hist made causal: how often the current token has occurred so far (itself included);\n'
-            '# tracr compiles no selector And, so the query and key are (token, index) pairs\n'
+            "# lib.make_hist made causal: how often the current token has occurred so far (itself included);\n"
+            "# tracr compiles no selector And, so the query and key are (token, index) pairs\n"
             'tok_idx = rasp.SequenceMap(lambda t, i: (t, i), rasp.tokens, rasp.indices).named("tok_idx")\n'
             'same_before = rasp.Select(tok_idx, tok_idx, lambda k, q: k[0] == q[0] and k[1] <= q[1]).named("same_before")\n'
-            'program = rasp.SelectorWidth(same_before).named("count_so_far")\n'),
+            'program = rasp.SelectorWidth(same_before).named("count_so_far")\n'
+        ),
         "counterfactual": "every token replaced by one of the other two at random: the count changes at most positions",
     },
     "running_max": {
         "vocab": ["a", "b", "c"],
         "source": (
-            '# the largest token so far (a < b < c), from whether b and c have occurred so far\n'
+            "# the largest token so far (a < b < c), from whether b and c have occurred so far\n"
             'is_b = rasp.numerical(rasp.Map(lambda t: t == "b", rasp.tokens)).named("is_b")\n'
             'is_c = rasp.numerical(rasp.Map(lambda t: t == "c", rasp.tokens)).named("is_c")\n'
             'prevs = rasp.Select(rasp.indices, rasp.indices, rasp.Comparison.LEQ).named("prevs")\n'
@@ -178,25 +185,29 @@ PROGRAMS: dict[str, dict[str, Any]] = {
             'frac_c = rasp.numerical(rasp.Aggregate(prevs, is_c, default=0)).named("frac_c")\n'
             'seen_b = rasp.Map(lambda x: x > 0, frac_b).named("seen_b")\n'
             'seen_c = rasp.Map(lambda x: x > 0, frac_c).named("seen_c")\n'
-            'program = rasp.SequenceMap(lambda b, c: "c" if c else "b" if b else "a", seen_b, seen_c).named("running_max")\n'),
+            'program = rasp.SequenceMap(lambda b, c: "c" if c else "b" if b else "a", seen_b, seen_c).named("running_max")\n'
+        ),
         "counterfactual": "a and c swapped (b kept): the largest token so far changes wherever it was a or c",
-        "inert": {f"input->L1H{h}.{c}": f"the {'query' if c == 'q' else 'key'} of prevs (positions only, the same in the "
-                  f"counterfactual): zeroed, the head averages {v} over BOS and the whole prefix instead, which "
-                  f"is > 0 exactly when prevs' average is, and MLP1 reads no more than that"
-                  for c in "qk" for h, v in ((0, "is_b"), (1, "is_c"))},
+        "inert": {
+            f"input->L1H{h}.{c}": f"the {'query' if c == 'q' else 'key'} of prevs (positions only, the same in the "
+            f"counterfactual): zeroed, the head averages {v} over BOS and the whole prefix instead, which "
+            f"is > 0 exactly when prevs' average is, and MLP1 reads no more than that"
+            for c in "qk"
+            for h, v in ((0, "is_b"), (1, "is_c"))
+        },
     },
     "dyck2_prefix": {
         "vocab": ["(", ")", "{", "}"],
         "source": (
             '# lib.make_shuffle_dyck(["()", "{}"]) made causal: True where the prefix so far is balanced\n'
-            '# (both balances 0 now and neither negative at any position so far)\n'
+            "# (both balances 0 now and neither negative at any position so far)\n"
             'prevs = rasp.Select(rasp.indices, rasp.indices, rasp.Comparison.LEQ).named("prevs")\n'
-            'def balance(o, c, name):\n'
+            "def balance(o, c, name):\n"
             '    is_o = rasp.numerical(rasp.Map(lambda t: t == o, rasp.tokens)).named(f"is_{o}")\n'
             '    is_c = rasp.numerical(rasp.Map(lambda t: t == c, rasp.tokens)).named(f"is_{c}")\n'
             '    frac_o = rasp.numerical(rasp.Aggregate(prevs, is_o, default=0)).named(f"frac_{o}")\n'
             '    frac_c = rasp.numerical(rasp.Aggregate(prevs, is_c, default=0)).named(f"frac_{c}")\n'
-            '    return rasp.numerical(rasp.LinearSequenceMap(frac_o, frac_c, 1, -1)).named(name)\n'
+            "    return rasp.numerical(rasp.LinearSequenceMap(frac_o, frac_c, 1, -1)).named(name)\n"
             'b1, b2 = balance("(", ")", "balance_round"), balance("{", "}", "balance_curly")\n'
             'neg_a = rasp.numerical(rasp.Map(lambda x: 1 if x < 0 else 0, b1)).named("neg_round")\n'
             'neg_b = rasp.numerical(rasp.Map(lambda x: 1 if x < 0 else 0, b2)).named("neg_curly")\n'
@@ -207,16 +218,20 @@ PROGRAMS: dict[str, dict[str, Any]] = {
             'bad_a = rasp.numerical(rasp.LinearSequenceMap(negs_a, nz_a, 1, 1)).named("bad_round")\n'
             'bad_b = rasp.numerical(rasp.LinearSequenceMap(negs_b, nz_b, 1, 1)).named("bad_curly")\n'
             'bad = rasp.numerical(rasp.LinearSequenceMap(bad_a, bad_b, 1, 1)).named("bad")\n'
-            'program = rasp.Map(lambda x: x == 0, bad).named("dyck2_prefix")\n'),
+            'program = rasp.Map(lambda x: x == 0, bad).named("dyck2_prefix")\n'
+        ),
         # tracr's default 100 makes the MLPs that test "balance == 0" ramp over [1/112 - 1/100, 1/112] (1/112:
         # halfway from 0 to the nearest value the balance could take, 1/7 - 1/8), which holds 0
         "mlp_exactness": 250,
-        "inert": {f"input->L3H{h}.{c}": f"the {'query' if c == 'q' else 'key'} of prevs (positions only, the same in the "
-                  f"counterfactual): zeroed, the head averages {v} over BOS and the whole prefix instead, which "
-                  f"is > 0 exactly when prevs' average is, and nothing after it reads more than whether bad == 0"
-                  for c in "qk" for h, v in ((0, "neg_round"), (1, "neg_curly"))},
+        "inert": {
+            f"input->L3H{h}.{c}": f"the {'query' if c == 'q' else 'key'} of prevs (positions only, the same in the "
+            f"counterfactual): zeroed, the head averages {v} over BOS and the whole prefix instead, which "
+            f"is > 0 exactly when prevs' average is, and nothing after it reads more than whether bad == 0"
+            for c in "qk"
+            for h, v in ((0, "neg_round"), (1, "neg_curly"))
+        },
         "counterfactual": "an independent batch drawn as the clean one is: the output changes both ways (a mirrored batch, "
-                          "( <-> ) and { <-> }, would keep |balance| and so never test the balance-is-0 path)",
+        "( <-> ) and { <-> }, would keep |balance| and so never test the balance-is-0 path)",
     },
 }
 
@@ -234,8 +249,9 @@ def _cols(w: np.ndarray) -> set[int]:
     return set(np.flatnonzero(np.abs(w).sum(0)).tolist())
 
 
-def structural_edges(sd: dict[str, np.ndarray], n_layers: int, n_heads: int,
-                     attn_only: bool) -> tuple[list[str], list[str], dict[str, list[int]]]:
+def structural_edges(
+    sd: dict[str, np.ndarray], n_layers: int, n_heads: int, attn_only: bool
+) -> tuple[list[str], list[str], dict[str, list[int]]]:
     """(true edges, structural edges off every path to the logits, the residual dimensions each
     structural edge carries), the edges in `Graph.edge_list` order (senders, then receivers, in compute
     order)."""
@@ -244,8 +260,9 @@ def structural_edges(sd: dict[str, np.ndarray], n_layers: int, n_heads: int,
     for l in range(n_layers):
         a = f"blocks.{l}.attn."
         senders += [(f"L{l}H{h}", l, _cols(sd[a + "W_O"][h])) for h in range(n_heads)]
-        receivers += [(f"L{l}H{h}.{c}", l, _rows(sd[a + f"W_{c.upper()}"][h]), f"L{l}H{h}")
-                      for c in "qkv" for h in range(n_heads)]
+        receivers += [
+            (f"L{l}H{h}.{c}", l, _rows(sd[a + f"W_{c.upper()}"][h]), f"L{l}H{h}") for c in "qkv" for h in range(n_heads)
+        ]
         if not attn_only:
             senders.append((f"MLP{l}", l + 0.5, _cols(sd[f"blocks.{l}.mlp.W_out"])))
             receivers.append((f"MLP{l}", l + 0.5, _rows(sd[f"blocks.{l}.mlp.W_in"]), f"MLP{l}"))
@@ -273,9 +290,15 @@ def compile_program(name: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     scope: dict[str, Any] = {"rasp": rasp}
     exec(spec["source"], scope)
     program = scope["program"]
-    model = compiling.compile_rasp_to_model(program, vocab=set(spec["vocab"]), max_seq_len=MAX_SEQ_LEN,
-                                            causal=True, compiler_bos=BOS, compiler_pad=PAD,
-                                            mlp_exactness=spec.get("mlp_exactness", 100))
+    model = compiling.compile_rasp_to_model(
+        program,
+        vocab=set(spec["vocab"]),
+        max_seq_len=MAX_SEQ_LEN,
+        causal=True,
+        compiler_bos=BOS,
+        compiler_pad=PAD,
+        mlp_exactness=spec.get("mlp_exactness", 100),
+    )
     mc = model.model_config
     assert mc.causal and not mc.layer_norm
     L, H, dh, dmlp = mc.num_layers, mc.num_heads, mc.key_size, mc.mlp_hidden_size
@@ -283,11 +306,16 @@ def compile_program(name: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     D = len(labels)
     p = {k: {q: np.asarray(v, dtype=np.float32) for q, v in d.items()} for k, d in model.params.items()}
 
-    sd: dict[str, np.ndarray] = {"embed.W_E": p["token_embed"]["embeddings"], "pos_embed.W_pos": p["pos_embed"]["embeddings"]}
+    sd: dict[str, np.ndarray] = {
+        "embed.W_E": p["token_embed"]["embeddings"],
+        "pos_embed.W_pos": p["pos_embed"]["embeddings"],
+    }
     for l in range(L):
         a, s = f"transformer/layer_{l}/attn/", f"blocks.{l}.attn."
         for w, mod in (("Q", "query"), ("K", "key"), ("V", "value")):
-            sd[s + f"W_{w}"] = p[a + mod]["w"].reshape(D, H, dh).transpose(1, 0, 2)  # [d_model, (h d)] -> [h, d_model, d]
+            sd[s + f"W_{w}"] = (
+                p[a + mod]["w"].reshape(D, H, dh).transpose(1, 0, 2)
+            )  # [d_model, (h d)] -> [h, d_model, d]
             sd[s + f"b_{w}"] = p[a + mod]["b"].reshape(H, dh)
         sd[s + "W_O"] = p[a + "linear"]["w"].reshape(H, dh, D)  # [(h d), d_model] -> [h, d, d_model]
         sd[s + "b_O"] = p[a + "linear"]["b"]
@@ -315,19 +343,33 @@ def compile_program(name: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     clean, counterfactual = batches(name, spec["vocab"])
     run = lambda seqs: [[None] + [_json_value(v, categorical) for v in rasp.evaluate(program, s)] for s in seqs]  # noqa: E731
     truth, off_path, dims = structural_edges(sd, L, H, attn_only)
-    cfg = dict(n_layers=L, n_heads=H, d_model=D, d_head=dh, d_mlp=None if attn_only else dmlp, attn_only=attn_only,
-               normalization="none", act_fn="relu")
+    cfg = dict(
+        n_layers=L,
+        n_heads=H,
+        d_model=D,
+        d_head=dh,
+        d_mlp=None if attn_only else dmlp,
+        attn_only=attn_only,
+        normalization="none",
+        act_fn="relu",
+    )
     record = {
         "name": name,
         "source": spec["source"],
         "compiled_with": f"tracr.compiler.compiling.compile_rasp_to_model(program, vocab=set({sorted(spec['vocab'])!r}), "
-                         f"max_seq_len={MAX_SEQ_LEN}, causal=True"
-                         + (f", mlp_exactness={spec['mlp_exactness']})" if "mlp_exactness" in spec else ")"),
+        f"max_seq_len={MAX_SEQ_LEN}, causal=True"
+        + (f", mlp_exactness={spec['mlp_exactness']})" if "mlp_exactness" in spec else ")"),
         "output": "categorical" if categorical else "numerical",
         "outputs": outputs,  # categorical: the output value of each logit, in W_U's column order
         "config": cfg,
-        "V": len(ids), "V_out": len(out_dirs), "N": MAX_SEQ_LEN + 1,
-        "vocab": spec["vocab"], "token_ids": ids, "bos": BOS, "bos_id": ids[BOS], "pad_id": ids[PAD],
+        "V": len(ids),
+        "V_out": len(out_dirs),
+        "N": MAX_SEQ_LEN + 1,
+        "vocab": spec["vocab"],
+        "token_ids": ids,
+        "bos": BOS,
+        "bos_id": ids[BOS],
+        "pad_id": ids[PAD],
         "residual_labels": labels,
         "counterfactual": spec["counterfactual"],
         "clean": [[ids[BOS]] + [ids[t] for t in s] for s in clean],
@@ -410,7 +452,9 @@ def _brackets(rng: random.Random) -> list[str]:
     return out
 
 
-def forward_numpy(sd: dict[str, np.ndarray], tokens: list[int], L: int, H: int, attn_only: bool) -> tuple[np.ndarray, np.ndarray]:
+def forward_numpy(
+    sd: dict[str, np.ndarray], tokens: list[int], L: int, H: int, attn_only: bool
+) -> tuple[np.ndarray, np.ndarray]:
     """The converted weights run as HookedTransformer runs them (causal, attention scaled by sqrt(d_head)):
     (final residual stream, logits), in float64."""
     sd64 = {k: v.astype(np.float64) for k, v in sd.items()}
@@ -432,9 +476,15 @@ def forward_numpy(sd: dict[str, np.ndarray], tokens: list[int], L: int, H: int, 
     return x, x @ sd64["unembed.W_U"] + sd64["unembed.b_U"]
 
 
-def run_edges(sd: dict[str, np.ndarray], tokens: np.ndarray, L: int, H: int, attn_only: bool,
-              edge: tuple[str, str] | None = None,
-              source: dict[str, np.ndarray] | None = None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+def run_edges(
+    sd: dict[str, np.ndarray],
+    tokens: np.ndarray,
+    L: int,
+    H: int,
+    attn_only: bool,
+    edge: tuple[str, str] | None = None,
+    source: dict[str, np.ndarray] | None = None,
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """A batch [batch, pos] through the converted weights in float64, as `circuits.forward.run` patches one
     edge: receiver `edge[1]` ("L1H0.q", "MLP2", "logits") reads sender `edge[0]` ("input", "L0H1", "MLP0")
     from `source` (what each sender writes on the source run) while everything else reads it as it is.
@@ -453,7 +503,10 @@ def run_edges(sd: dict[str, np.ndarray], tokens: np.ndarray, L: int, H: int, att
         a = f"blocks.{l}.attn."
         resid, written = x, 0.0
         for h in range(H):
-            q, k, v = (read(resid, f"L{l}H{h}.{c}") @ sd64[a + f"W_{c.upper()}"][h] + sd64[a + f"b_{c.upper()}"][h] for c in "qkv")
+            q, k, v = (
+                read(resid, f"L{l}H{h}.{c}") @ sd64[a + f"W_{c.upper()}"][h] + sd64[a + f"b_{c.upper()}"][h]
+                for c in "qkv"
+            )
             s = np.where(causal, q @ k.transpose(0, 2, 1) / np.sqrt(q.shape[-1]), -np.inf)
             w = np.exp(s - s.max(-1, keepdims=True))
             w /= w.sum(-1, keepdims=True)
@@ -490,10 +543,13 @@ def edge_effects(sd: dict[str, np.ndarray], record: dict[str, Any]) -> dict[str,
         diff = (values(record["clean_outputs"]) - y_cf) * mask
 
         def metric(logits: np.ndarray) -> float:  # numerical_metric
-            return float(((logits[..., 0] - y_cf) * diff).sum() / (diff ** 2).sum())
+            return float(((logits[..., 0] - y_cf) * diff).sum() / (diff**2).sum())
+
     base, outs = run_edges(sd, clean, L, H, attn_only)
-    sources = {"zero": {k: np.zeros_like(v) for k, v in outs.items()},
-               "resample": run_edges(sd, corrupted, L, H, attn_only)[1]}
+    sources = {
+        "zero": {k: np.zeros_like(v) for k, v in outs.items()},
+        "resample": run_edges(sd, corrupted, L, H, attn_only)[1],
+    }
     out: dict[str, dict[str, tuple[float, float]]] = {}
     for e in record["truth"]:
         out[e] = {}
@@ -507,7 +563,9 @@ def check_against_tracr(model: Any, sd: dict[str, np.ndarray], record: dict[str,
     """The converted weights compute what tracr's own model computes, and both give RASP's outputs."""
     cfg = record["config"]
     worst = 0.0
-    for toks, expected in zip(record["clean"] + record["corrupted"], record["clean_outputs"] + record["corrupted_outputs"]):
+    for toks, expected in zip(
+        record["clean"] + record["corrupted"], record["clean_outputs"] + record["corrupted_outputs"]
+    ):
         ours_resid, logits = forward_numpy(sd, toks, cfg["n_layers"], cfg["n_heads"], cfg["attn_only"])
         names = {i: t for t, i in record["token_ids"].items()}
         out = model.apply([names[i] for i in toks])
@@ -526,12 +584,14 @@ def check_against_tracr(model: Any, sd: dict[str, np.ndarray], record: dict[str,
 
 def dump(record: dict[str, Any]) -> str:
     """JSON, one key a line, and a batch (a list of lists) one sequence a line."""
+
     def value(v: Any) -> str:
         if isinstance(v, list) and v and all(isinstance(row, list) for row in v):
             return "[\n  " + ",\n  ".join(json.dumps(row) for row in v) + "\n ]"
         if isinstance(v, dict) and v and all(isinstance(x, (list, str)) for x in v.values()):
             return "{\n  " + ",\n  ".join(f"{json.dumps(k)}: {json.dumps(x)}" for k, x in v.items()) + "\n }"
         return json.dumps(v)
+
     return "{\n" + ",\n".join(f" {json.dumps(k)}: {value(v)}" for k, v in record.items()) + "\n}\n"
 
 
@@ -545,8 +605,10 @@ def generate(names: list[str]) -> None:
         save_file({k: torch.from_numpy(v) for k, v in sorted(sd.items())}, str(DATA / f"{name}.safetensors"))
         (DATA / f"{name}.json").write_text(dump(record))
         c = record["config"]
-        print(f"{name}: {c['n_layers']} layers x {c['n_heads']} heads, d_model {c['d_model']}, d_head {c['d_head']}, "
-              f"d_mlp {c['d_mlp']}, V {record['V']}, V_out {record['V_out']}, N {record['N']}")
+        print(
+            f"{name}: {c['n_layers']} layers x {c['n_heads']} heads, d_model {c['d_model']}, d_head {c['d_head']}, "
+            f"d_mlp {c['d_mlp']}, V {record['V']}, V_out {record['V_out']}, N {record['N']}"
+        )
         print("  truth:", ", ".join(record["truth"]), "| off path:", record["structural_off_path"] or "none")
         print("  inert:", ", ".join(record["inert"]) or "none")
 
@@ -585,29 +647,44 @@ def check(names: list[str]) -> int:
         logits = model(clean)
         if record["output"] == "categorical":
             right = bool((logits.argmax(-1) == expected)[mask].all())
-            print(f"{name}: argmax of the loaded model's logits = RASP's output at all {int(mask.sum())} scored positions: {right}")
+            print(
+                f"{name}: argmax of the loaded model's logits = RASP's output at all {int(mask.sum())} scored positions: {right}"
+            )
         else:
             err = float((logits[..., 0] - expected)[mask].abs().max())
             right = err < 1e-2
-            print(f"{name}: loaded model's output logit vs RASP's output, max |error| over {int(mask.sum())} scored positions: {err:.2e}")
+            print(
+                f"{name}: loaded model's output logit vs RASP's output, max |error| over {int(mask.sum())} scored positions: {err:.2e}"
+            )
         graph = circuits.Graph.of(model)
-        truth, _, _ = structural_edges({k: v.numpy() for k, v in sd.items()}, cfg["n_layers"], cfg["n_heads"], cfg["attn_only"])
+        truth, _, _ = structural_edges(
+            {k: v.numpy() for k, v in sd.items()}, cfg["n_layers"], cfg["n_heads"], cfg["attn_only"]
+        )
         same = truth == record["truth"]
-        print(f"  stored truth = structural circuit of the stored weights: {same}; metric clean {float(metric(logits[None])[0]):.4f}")
+        print(
+            f"  stored truth = structural circuit of the stored weights: {same}; metric clean {float(metric(logits[None])[0]):.4f}"
+        )
         is_true = graph.mask(record["truth"])
         largest = torch.zeros(len(graph.edge_list))  # each edge's largest |effect| under either ablation
         for ablation in ("zero", "resample"):
             src = circuits.source(model, graph, clean, corrupted, ablation)
             scores = circuits.activation_patching(model, graph, clean, src, metric)
             largest = torch.maximum(largest, scores.abs())
-            per_edge = ", ".join(f"{graph.edge_name(graph.edge_list[i])} {float(scores[i]):+.3g}" for i in is_true.nonzero()[:, 0].tolist())
+            per_edge = ", ".join(
+                f"{graph.edge_name(graph.edge_list[i])} {float(scores[i]):+.3g}"
+                for i in is_true.nonzero()[:, 0].tolist()
+            )
             other = float(scores[~is_true].abs().max())
-            print(f"  {ablation:8s}: true edges: {per_edge}; max |effect| of the {int((~is_true).sum())} other edges: {other:.2g}")
+            print(
+                f"  {ablation:8s}: true edges: {per_edge}; max |effect| of the {int((~is_true).sum())} other edges: {other:.2g}"
+            )
             failed |= other > 1e-6
         inert = float(largest[graph.mask(list(record["inert"]))].max()) if record["inert"] else 0.0
         weakest = float(largest[graph.mask(record["informative"])].min())
-        print(f"  {len(record['inert'])} inert edges, max |effect| under either ablation {inert:.2g}; "
-              f"{len(record['informative'])} informative edges, min over them of the larger |effect| {weakest:.3g}")
+        print(
+            f"  {len(record['inert'])} inert edges, max |effect| under either ablation {inert:.2g}; "
+            f"{len(record['informative'])} informative edges, min over them of the larger |effect| {weakest:.3g}"
+        )
         failed |= inert > 1e-6 or weakest < 1e-3
         failed |= not (right and same)
     return int(failed)

@@ -41,33 +41,35 @@ LEVEL = 0.05  # the significance level of every test a rule makes
 @dataclass(frozen=True)
 class Judgement:
     verdict: str
-    why: str     # one line: the numbers that decided
-    n: int       # the seeds (or cells) it rests on
+    why: str  # one line: the numbers that decided
+    n: int  # the seeds (or cells) it rests on
 
 
 @dataclass(frozen=True)
 class Claim:
     id: str
-    claim: str   # the paper's claim, as the seed states it
-    paper: str   # the paper's setting
-    rule: str    # the rule in words: what `judge` does
+    claim: str  # the paper's claim, as the seed states it
+    paper: str  # the paper's setting
+    rule: str  # the rule in words: what `judge` does
     judge: Callable[[Mapping[str, Any]], Judgement]
     min_n: int = 3
     # our budget / the paper's where both are known; a function of the results where the size run decides it
     budget: Union[None, float, Callable[[Mapping[str, Any]], Optional[float]]] = None
-    budget_note: str = ""           # what the ratio compares
+    budget_note: str = ""  # what the ratio compares
     # True: the outcome depends on scale, so below the budget floor it is inconclusive whichever way it came out;
     # False: an existence claim that a smaller run can show (only its "matches" stands below the floor)
     scale: bool = True
     # the negative control: results -> the results of a run that lacks the claimed cause (the untrained
     # checkpoint, shuffled labels, the arms swapped, ...), which `judge` must not call a match
     control: Optional[Callable[[Mapping[str, Any]], Mapping[str, Any]]] = None
-    control_note: str = ""          # what the control removes, in a few words
-    kind: str = "paper"             # "paper": a seed paper's claim; "tool": a check of mechsynth's own methods
+    control_note: str = ""  # what the control removes, in a few words
+    kind: str = "paper"  # "paper": a seed paper's claim; "tool": a check of mechsynth's own methods
 
     def __post_init__(self) -> None:
         assert self.kind in KINDS, f"{self.id}: kind {self.kind!r}"
-        assert (self.control is None) == (not self.control_note), f"{self.id}: a control needs its note, and a note its control"
+        assert (self.control is None) == (not self.control_note), (
+            f"{self.id}: a control needs its note, and a note its control"
+        )
 
 
 def rules_of(name: str) -> Optional[ModuleType]:
@@ -113,19 +115,47 @@ def judged(claim: Claim, results: Mapping[str, Any]) -> dict[str, Any]:
         verdict, why = "inconclusive", f"{why}; {j.n} seeds or cells, the rule needs ≥ {claim.min_n}"
     elif small and verdict != "inconclusive" and (claim.scale or verdict != "matches"):
         kind = "whose outcome depends on scale" if claim.scale else "that it cannot refute"
-        verdict, why = "inconclusive", (f"{why}; would be '{j.verdict}', but the budget is {num(budget)} of the "
-                                        f"paper's, below {BUDGET_FLOOR:g}, for a claim {kind}")
+        verdict, why = (
+            "inconclusive",
+            (
+                f"{why}; would be '{j.verdict}', but the budget is {num(budget)} of the "
+                f"paper's, below {BUDGET_FLOOR:g}, for a claim {kind}"
+            ),
+        )
     control = controlled(claim, results)
     if verdict in ("matches", "partly"):
         if control is None or control["verdict"] is None:
-            verdict, why = "inconclusive", (f"{why}; would be '{verdict}', but no negative control in these results "
-                                            f"showed that the rule could fail")
+            verdict, why = (
+                "inconclusive",
+                (
+                    f"{why}; would be '{verdict}', but no negative control in these results "
+                    f"showed that the rule could fail"
+                ),
+            )
         elif rank(control["verdict"]) >= rank(verdict):
-            verdict, why = "by construction", (f"{why}; its negative control ({claim.control_note}) is judged "
-                                               f"'{control['verdict']}' by the same rule: {control['why']}")
-    return {"id": claim.id, "claim": claim.claim, "paper": claim.paper, "rule": claim.rule, "min_n": claim.min_n,
-            "budget": budget, "budget_note": claim.budget_note, "scale": claim.scale, "kind": claim.kind,
-            "n": j.n, "rule_verdict": j.verdict, "control": control, "verdict": verdict, "why": why}
+            verdict, why = (
+                "by construction",
+                (
+                    f"{why}; its negative control ({claim.control_note}) is judged "
+                    f"'{control['verdict']}' by the same rule: {control['why']}"
+                ),
+            )
+    return {
+        "id": claim.id,
+        "claim": claim.claim,
+        "paper": claim.paper,
+        "rule": claim.rule,
+        "min_n": claim.min_n,
+        "budget": budget,
+        "budget_note": claim.budget_note,
+        "scale": claim.scale,
+        "kind": claim.kind,
+        "n": j.n,
+        "rule_verdict": j.verdict,
+        "control": control,
+        "verdict": verdict,
+        "why": why,
+    }
 
 
 def controlled(claim: Claim, results: Mapping[str, Any]) -> Optional[dict[str, Any]]:
@@ -136,8 +166,11 @@ def controlled(claim: Claim, results: Mapping[str, Any]) -> Optional[dict[str, A
     try:
         c = claim.judge(claim.control(results))
     except MISSING as e:
-        return {"note": claim.control_note, "verdict": None,
-                "why": f"the results lack the control ({type(e).__name__}: {e})"}
+        return {
+            "note": claim.control_note,
+            "verdict": None,
+            "why": f"the results lack the control ({type(e).__name__}: {e})",
+        }
     return {"note": claim.control_note, "verdict": c.verdict, "why": c.why, "n": c.n}
 
 
@@ -181,8 +214,12 @@ def provenance(name: str, run_commits: Sequence[str]) -> dict[str, Any]:
     commit = _git("log", "-1", "--format=%h", "--abbrev=12", "--", *files) or None
     changed = bool(_git("status", "--porcelain", "--", *files))
     after = [c for c in run_commits if c and not c.endswith("-dirty") and c != "not recorded"]
-    before = (commit is not None and not changed and len(after) == len(run_commits) > 0
-              and all(_git("merge-base", "--is-ancestor", commit, c) is not None for c in set(after)))
+    before = (
+        commit is not None
+        and not changed
+        and len(after) == len(run_commits) > 0
+        and all(_git("merge-base", "--is-ancestor", commit, c) is not None for c in set(after))
+    )
     return {"files": rule_files(name), "commit": commit, "changed_since": changed, "before_runs": before}
 
 
@@ -210,9 +247,14 @@ def within(a: Optional[float], b: Optional[float], factor: float) -> bool:
     return max(a, b, 1) / max(min(a, b), 1) <= factor
 
 
-def coincidence_null(boundaries: Sequence[Sequence[float]], events: Sequence[Sequence[Optional[float]]],
-                     steps: Sequence[Sequence[float]], factor: float, draws: int = 2000,
-                     seed: int = 0) -> dict[str, float]:
+def coincidence_null(
+    boundaries: Sequence[Sequence[float]],
+    events: Sequence[Sequence[Optional[float]]],
+    steps: Sequence[Sequence[float]],
+    factor: float,
+    draws: int = 2000,
+    seed: int = 0,
+) -> dict[str, float]:
     """How often an event lies within `factor` of one of its seed's boundaries, against the same count of
     boundaries placed at random among that seed's checkpoints: the observed fraction, the null's mean,
     and the one-sided permutation p (the share of draws at least as high)."""
@@ -225,14 +267,17 @@ def coincidence_null(boundaries: Sequence[Sequence[float]], events: Sequence[Seq
         return sum(any(within(e, x, factor) for x in b) for e, b in pairs) / max(len(pairs), 1)
 
     observed = hits(boundaries)
-    null = [hits([rng.choice(s, size=len(b), replace=False) if len(b) else [] for s, b in zip(steps, boundaries)])
-            for _ in range(draws)]
+    null = [
+        hits([rng.choice(s, size=len(b), replace=False) if len(b) else [] for s, b in zip(steps, boundaries)])
+        for _ in range(draws)
+    ]
     p = (1 + sum(v >= observed for v in null)) / (draws + 1)
     return {"observed": observed, "null_mean": float(np.mean(null)), "p": p}
 
 
-def interval(values: Sequence[float], stat: Callable[[Sequence[float]], float], draws: int = 2000,
-             seed: int = 0) -> tuple[float, float]:
+def interval(
+    values: Sequence[float], stat: Callable[[Sequence[float]], float], draws: int = 2000, seed: int = 0
+) -> tuple[float, float]:
     """The 95 % percentile bootstrap interval of `stat` over resamples of `values`."""
     import numpy as np
 
@@ -257,8 +302,9 @@ def num(x: Optional[float], missing: str = "not reached") -> str:
     return f"{x:.3g}" if abs(x) >= 0.9 else f"{x:.2g}"
 
 
-def span(xs: Sequence[Optional[float]], fmt: Callable[[float], str] = num, median: bool = False,
-         missing: str = "not reached") -> str:
+def span(
+    xs: Sequence[Optional[float]], fmt: Callable[[float], str] = num, median: bool = False, missing: str = "not reached"
+) -> str:
     """The values that exist as "195–336" ("195–336 (median 234)"), or one value when they agree; how many
     are missing is said ("…, not reached in 1/5")."""
     have = [x for x in xs if x is not None]

@@ -6,12 +6,21 @@ from typing import TYPE_CHECKING
 
 # What `mechsynth.X` names, imported when first asked for: importing torch and TransformerLens takes seconds, and
 # `mechsynth --help` should not wait for them (tests/test_cli_imports.py).
-_LAZY = {"tasks": "mechsynth.tasks", "build_model": "mechsynth.models", "hooked_model": "mechsynth.models.tl_compat",
-         "Run": "mechsynth.runs.run", "load_run": "mechsynth.runs.run", "RunConfig": "mechsynth.runs.runconfig",
-         "parse_config": "mechsynth.runs.runconfig", "train_run": "mechsynth.runs.runner",
-         "import_checkpoints": "mechsynth.yours.importing", "import_models": "mechsynth.yours.importing",
-         "probe_models": "mechsynth.yours.importing", "save_checkpoint": "mechsynth.yours.saving",
-         "Monitor": "mechsynth.yours.monitor"}
+_LAZY = {
+    "tasks": "mechsynth.tasks",
+    "build_model": "mechsynth.models",
+    "hooked_model": "mechsynth.models.tl_compat",
+    "Run": "mechsynth.runs.run",
+    "load_run": "mechsynth.runs.run",
+    "RunConfig": "mechsynth.runs.runconfig",
+    "parse_config": "mechsynth.runs.runconfig",
+    "train_run": "mechsynth.runs.runner",
+    "import_checkpoints": "mechsynth.yours.importing",
+    "import_models": "mechsynth.yours.importing",
+    "probe_models": "mechsynth.yours.importing",
+    "save_checkpoint": "mechsynth.yours.saving",
+    "Monitor": "mechsynth.yours.monitor",
+}
 
 if TYPE_CHECKING:  # the same names for type checkers and the API reference (mkdocstrings reads them statically)
     from mechsynth import tasks
@@ -40,8 +49,23 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
 
-__all__ = ["Monitor", "Run", "RunConfig", "build_model", "hooked_model", "import_checkpoints", "import_models", "load_run",
-           "offline_html", "parse_config", "probe_models", "save_checkpoint", "save_html", "tasks", "train_run"]
+__all__ = [
+    "Monitor",
+    "Run",
+    "RunConfig",
+    "build_model",
+    "hooked_model",
+    "import_checkpoints",
+    "import_models",
+    "load_run",
+    "offline_html",
+    "parse_config",
+    "probe_models",
+    "save_checkpoint",
+    "save_html",
+    "tasks",
+    "train_run",
+]
 
 
 # circuitsvis is imported when first used (importing it costs ~1 s), by its one module, mechsynth.analysis.views.

@@ -24,90 +24,168 @@ DIVERGED = 3  # exit code of a run whose loss stopped being finite (2: a user er
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="mechsynth", description="Train small hooked transformers on synthetic tasks and watch circuits form.")
+    p = argparse.ArgumentParser(
+        prog="mechsynth", description="Train small hooked transformers on synthetic tasks and watch circuits form."
+    )
     sub = p.add_subparsers(dest="command", required=True)
 
     t = sub.add_parser("tasks", help="list tasks, their parameters and defaults")
     t.add_argument("--json", action="store_true", help="machine-readable output")
-    ps = sub.add_parser("probes", help="list probes, the task truth each reads, and their options (mechsynth probe --set)")
+    ps = sub.add_parser(
+        "probes", help="list probes, the task truth each reads, and their options (mechsynth probe --set)"
+    )
     ps.add_argument("--json", action="store_true", help="machine-readable output")
 
     tr = sub.add_parser("train", help="train a model from a TOML config (or continue one with --resume)")
     tr.add_argument("config", nargs="?", help="TOML file with [task], [model], [train], [wandb] tables")
-    tr.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override a config value (repeatable)")
+    tr.add_argument(
+        "--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override a config value (repeatable)"
+    )
     tr.add_argument("--out", help="run directory (default: runs/<config name>-<time>)")
     tr.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its last checkpoint")
     tr.add_argument("--wandb", choices=MODES, help="W&B mode (default: the config's, else WANDB_MODE, else offline)")
     tr.add_argument("--no-progress", action="store_true", help="no progress bar")
 
-    pr = sub.add_parser("probe", help="probe every checkpoint of a run (or of every run of a sweep) and report when each circuit forms")
-    pr.add_argument("run_dir", help="a run directory (from `mechsynth train`); a sweep directory, or a run with seeds side "
-                                    "by side: each of its complete runs, in parallel, skipping those probed already")
+    pr = sub.add_parser(
+        "probe", help="probe every checkpoint of a run (or of every run of a sweep) and report when each circuit forms"
+    )
+    pr.add_argument(
+        "run_dir",
+        help="a run directory (from `mechsynth train`); a sweep directory, or a run with seeds side "
+        "by side: each of its complete runs, in parallel, skipping those probed already",
+    )
     pr.add_argument("--probes", help="comma-separated probe names (default: all that apply to the run)")
     pr.add_argument("--steps", help="comma-separated checkpoint steps (default: all)")
     pr.add_argument("--batch-size", type=int, default=64, help="sequences per probe")
-    pr.add_argument("--set", action="append", default=[], metavar="PROBE.OPTION=VALUE",
-                    help="a probe's option, e.g. llc.draws=400 or sharpness.checkpoints=0 (repeatable; "
-                         "`mechsynth probes` lists them)")
-    pr.add_argument("--json", action="store_true", help="print the timeline as JSON (many runs: each one's status and earliest heads)")
+    pr.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="PROBE.OPTION=VALUE",
+        help="a probe's option, e.g. llc.draws=400 or sharpness.checkpoints=0 (repeatable; "
+        "`mechsynth probes` lists them)",
+    )
+    pr.add_argument(
+        "--json",
+        action="store_true",
+        help="print the timeline as JSON (many runs: each one's status and earliest heads)",
+    )
     pr.add_argument("--wandb", choices=MODES, help="W&B mode (default: the run's)")
-    pr.add_argument("--backend", choices=BACKENDS, default="local", help="many runs: a local process pool (default) or Ray tasks")
+    pr.add_argument(
+        "--backend", choices=BACKENDS, default="local", help="many runs: a local process pool (default) or Ray tasks"
+    )
     pr.add_argument("--workers", type=int, help="many runs, local backend: runs at a time (default: the CPU count)")
-    pr.add_argument("--address", help="many runs, ray backend: cluster to join ('auto', HOST:PORT); default: start a local Ray")
+    pr.add_argument(
+        "--address", help="many runs, ray backend: cluster to join ('auto', HOST:PORT); default: start a local Ray"
+    )
     pr.add_argument("--cpus-per-run", type=float, help="many runs, ray backend: CPUs each run requests (default 1)")
 
     sw = sub.add_parser("sweep", help="train a grid of configs × seeds; run it again to finish a killed sweep")
-    sw.add_argument("sweep_file", help="TOML run config (or `base = FILE`) plus a [sweep] table with seeds and [sweep.grid]")
+    sw.add_argument(
+        "sweep_file", help="TOML run config (or `base = FILE`) plus a [sweep] table with seeds and [sweep.grid]"
+    )
     sw.add_argument("--out", help="sweep directory (default: runs/<sweep name>)")
-    sw.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override a config value of every run (repeatable)")
+    sw.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override a config value of every run (repeatable)",
+    )
     sw.add_argument("--backend", choices=BACKENDS, default="local", help="a local process pool (default) or Ray tasks")
-    sw.add_argument("--workers", type=int, help="local backend: runs at a time (default: the CPU count; 1 runs them in turn in this process)")
+    sw.add_argument(
+        "--workers",
+        type=int,
+        help="local backend: runs at a time (default: the CPU count; 1 runs them in turn in this process)",
+    )
     sw.add_argument("--address", help="ray backend: cluster to join ('auto', HOST:PORT); default: start a local Ray")
-    sw.add_argument("--cpus-per-run", type=float, help="ray backend: CPUs each run requests (default: sweep.num_cpus, 1)")
-    sw.add_argument("--gpus-per-run", type=float, help="ray backend: GPUs each run requests (default: sweep.num_gpus; 1 if the run uses CUDA, else 0)")
+    sw.add_argument(
+        "--cpus-per-run", type=float, help="ray backend: CPUs each run requests (default: sweep.num_cpus, 1)"
+    )
+    sw.add_argument(
+        "--gpus-per-run",
+        type=float,
+        help="ray backend: GPUs each run requests (default: sweep.num_gpus; 1 if the run uses CUDA, else 0)",
+    )
     sw.add_argument("--wandb", choices=MODES, help="W&B mode of every run")
     sw.add_argument("--dry-run", action="store_true", help="validate and print the runs and their state; train nothing")
 
     sr = sub.add_parser("sweep-report", help="tabulate a sweep's outcomes over its grid (CSV, heatmap, table)")
     sr.add_argument("sweep_dir", help="a sweep directory (from `mechsynth sweep`)")
-    sr.add_argument("--acc", type=float, help="accuracy at which a run counts as converged (default 0.99; without --acc "
-                                               "or --acc-key: the task's own criterion, e.g. markov_icl's eval/kl_bayes ≤ 0.02)")
+    sr.add_argument(
+        "--acc",
+        type=float,
+        help="accuracy at which a run counts as converged (default 0.99; without --acc "
+        "or --acc-key: the task's own criterion, e.g. markov_icl's eval/kl_bayes ≤ 0.02)",
+    )
     sr.add_argument("--acc-key", help="the accuracy metric (default eval/acc; e.g. eval/acc_last, eval_long/acc)")
     sr.add_argument("--metric", default="final_acc", help="heatmap quantity: final_acc, frac_converged, conv_step")
     sr.add_argument("--rows", help="grid axis down the heatmap (default: the first)")
     sr.add_argument("--cols", help="grid axis across the heatmap (default: the second)")
 
-    rp = sub.add_parser("report", help="write RUN_DIR/report.html: curves, probe timelines, attention renders; opens offline")
+    rp = sub.add_parser(
+        "report", help="write RUN_DIR/report.html: curves, probe timelines, attention renders; opens offline"
+    )
     rp.add_argument("run_dir", help="a run directory (probed first if it has no probes.json)")
     rp.add_argument("--batch-size", type=int, default=64, help="sequences per probe, when probing")
     rp.add_argument("--wandb", choices=MODES, help="W&B mode (default: the run's)")
 
-    im = sub.add_parser("import", help="turn checkpoints from elsewhere (TransformerLens state dicts, nanoGPT, a tracr "
-                                       "program) into a run directory that probe and report read")
-    im.add_argument("checkpoints", nargs="+", help="checkpoint files, or directories of them; a file's step is the last "
-                                                   "number in its name (nanoGPT's: its iter_num); tracr:NAME, a "
-                                                   "compiled program of the circuit zoo (tracr:detect_pattern)")
+    im = sub.add_parser(
+        "import",
+        help="turn checkpoints from elsewhere (TransformerLens state dicts, nanoGPT, a tracr "
+        "program) into a run directory that probe and report read",
+    )
+    im.add_argument(
+        "checkpoints",
+        nargs="+",
+        help="checkpoint files, or directories of them; a file's step is the last "
+        "number in its name (nanoGPT's: its iter_num); tracr:NAME, a "
+        "compiled program of the circuit zoo (tracr:detect_pattern)",
+    )
     im.add_argument("--out", required=True, help="the new run directory")
-    im.add_argument("--task", help="the task the model learned (default: random tokens of its vocabulary; a tracr "
-                                   "program: its own vocabulary and length)")
-    im.add_argument("--set", action="append", default=[], metavar="task.KEY=VALUE|model.KEY=VALUE",
-                    help="a task parameter, or a model field the weights cannot say (model.act_fn=gelu, "
-                         "model.normalization=LNPre; model.n_heads for TransformerBridge state dicts); checked "
-                         "against the weights' shapes")
-    im.add_argument("--tl-config", metavar="FILE", help="the model's TransformerLens config: a JSON file of "
-                                                        "HookedTransformerConfig fields (model.cfg.to_dict())")
+    im.add_argument(
+        "--task",
+        help="the task the model learned (default: random tokens of its vocabulary; a tracr "
+        "program: its own vocabulary and length)",
+    )
+    im.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="task.KEY=VALUE|model.KEY=VALUE",
+        help="a task parameter, or a model field the weights cannot say (model.act_fn=gelu, "
+        "model.normalization=LNPre; model.n_heads for TransformerBridge state dicts); checked "
+        "against the weights' shapes",
+    )
+    im.add_argument(
+        "--tl-config",
+        metavar="FILE",
+        help="the model's TransformerLens config: a JSON file of HookedTransformerConfig fields (model.cfg.to_dict())",
+    )
 
-    bc = sub.add_parser("bench-circuits", help="score every circuit-discovery method (yours too, through "
-                        "MECHSYNTH_PLUGINS) against known circuits at every checkpoint: planted, tracr-compiled and "
-                        "trained models; writes a JSON, a leaderboard, figures and a page")
-    bc.add_argument("--out", default="bench-circuits", help="output directory (trained zoo runs are kept there and "
-                                                            "reused)")
-    bc.add_argument("--methods", help="comma-separated method names (default: every registered one; exact patching "
-                                      "always runs, as the reference)")
+    bc = sub.add_parser(
+        "bench-circuits",
+        help="score every circuit-discovery method (yours too, through "
+        "MECHSYNTH_PLUGINS) against known circuits at every checkpoint: planted, tracr-compiled and "
+        "trained models; writes a JSON, a leaderboard, figures and a page",
+    )
+    bc.add_argument(
+        "--out", default="bench-circuits", help="output directory (trained zoo runs are kept there and reused)"
+    )
+    bc.add_argument(
+        "--methods",
+        help="comma-separated method names (default: every registered one; exact patching "
+        "always runs, as the reference)",
+    )
     bc.add_argument("--cases", help="comma-separated zoo cases (default: all at this size)")
     bc.add_argument("--size", default="cpu", help="smoke (seconds), cpu (minutes on 2 cores) or full")
-    bc.add_argument("--set", action="append", default=[], metavar="METHOD.OPTION=VALUE",
-                    help="a method's option, e.g. eap_ig.ig_steps=16")
+    bc.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="METHOD.OPTION=VALUE",
+        help="a method's option, e.g. eap_ig.ig_steps=16",
+    )
     bc.add_argument("--list", action="store_true", help="list the registered methods, their cost and options, and stop")
     bc.add_argument("--wandb", choices=MODES, help="also log the leaderboard and page to W&B (default: off)")
 
@@ -129,9 +207,15 @@ def first_sentence(text: str) -> str:
     depth = 0
     for i, c in enumerate(paragraph):
         depth += (c in "([{") - (c in ")]}")
-        head, after = paragraph[:i + 1], paragraph[i + 2:i + 3]
-        if (c in ".?!" and depth == 0 and paragraph[i + 1:i + 2] == " " and after and (after.isupper() or after in "([")
-                and not head.endswith(ABBREVIATIONS)):
+        head, after = paragraph[: i + 1], paragraph[i + 2 : i + 3]
+        if (
+            c in ".?!"
+            and depth == 0
+            and paragraph[i + 1 : i + 2] == " "
+            and after
+            and (after.isupper() or after in "([")
+            and not head.endswith(ABBREVIATIONS)
+        ):
             return head
     return paragraph if paragraph.endswith((".", "?", "!")) else paragraph.rstrip(":;, ") + "."
 
@@ -146,8 +230,13 @@ def _first_line(obj: Any) -> str:
 def _cmd_tasks(args) -> int:
     from mechsynth import tasks
 
-    return _listing({name: {"doc": _first_line(tasks.TASKS.get(name)), "params": describe(tasks.TASKS.get(name).Config)}
-                     for name in tasks.names()}, args.json)
+    return _listing(
+        {
+            name: {"doc": _first_line(tasks.TASKS.get(name)), "params": describe(tasks.TASKS.get(name).Config)}
+            for name in tasks.names()
+        },
+        args.json,
+    )
 
 
 def _cmd_probes(args) -> int:
@@ -156,8 +245,12 @@ def _cmd_probes(args) -> int:
     table = {}
     for name in probes.names():
         p = probes.PROBES.get(name)
-        table[name] = {"doc": _first_line(p.fn), "truth": list(p.truth), "costly": p.costly,
-                       "params": describe(p.options) if p.options is not None else []}
+        table[name] = {
+            "doc": _first_line(p.fn),
+            "truth": list(p.truth),
+            "costly": p.costly,
+            "params": describe(p.options) if p.options is not None else [],
+        }
     return _listing(table, args.json)
 
 
@@ -168,8 +261,10 @@ def _listing(table: dict[str, dict[str, Any]], as_json: bool) -> int:
     for name, info in table.items():
         note = ""
         if "truth" in info:  # a probe: the truth it reads, and whether it runs only when named
-            note = f" [{'reads truth ' + ', '.join(info['truth']) if info['truth'] else 'reads no truth'}" \
-                   f"{'; runs only when named' if info['costly'] else ''}]"
+            note = (
+                f" [{'reads truth ' + ', '.join(info['truth']) if info['truth'] else 'reads no truth'}"
+                f"{'; runs only when named' if info['costly'] else ''}]"
+            )
         print(f"{name}: {info['doc']}{note}")
         for p in info["params"]:
             print(f"  {p['name']:<14} {p['type']:<34} default {p['default']!r:<10} {p['help']}")
@@ -177,8 +272,9 @@ def _listing(table: dict[str, dict[str, Any]], as_json: bool) -> int:
     return 0
 
 
-def _train(data: dict, out: Optional[str], default_name: str, overrides: Sequence[str], wandb: Optional[str],
-           progress: bool) -> Path:
+def _train(
+    data: dict, out: Optional[str], default_name: str, overrides: Sequence[str], wandb: Optional[str], progress: bool
+) -> Path:
     from mechsynth.runs.runconfig import parse_config
 
     for o in overrides:
@@ -214,8 +310,15 @@ def _say(line: str) -> None:
     print(line, file=sys.stderr)
 
 
-def _probe(run_dir: Path, probe_names: Optional[str], steps: Optional[str], batch_size: int, as_json: bool,
-           wandb: Optional[str], sets: Sequence[str] = ()) -> int:
+def _probe(
+    run_dir: Path,
+    probe_names: Optional[str],
+    steps: Optional[str],
+    batch_size: int,
+    as_json: bool,
+    wandb: Optional[str],
+    sets: Sequence[str] = (),
+) -> int:
     from dataclasses import replace
 
     from mechsynth import probes
@@ -264,8 +367,13 @@ def _probe(run_dir: Path, probe_names: Optional[str], steps: Optional[str], batc
     timeline.save(tl, run.path)
     cfg = run.config.wandb if wandb is None else replace(run.config.wandb, mode=wandb)
     if resolve_mode(cfg) != "disabled":
-        logger = WandbLogger(cfg, run.path, run.recorded_config(), run_id=run.state(run.steps[-1]).get("wandb_id"),
-                             yours=run.origin is not None)
+        logger = WandbLogger(
+            cfg,
+            run.path,
+            run.recorded_config(),
+            run_id=run.state(run.steps[-1]).get("wandb_id"),
+            yours=run.origin is not None,
+        )
         timeline.log_to_wandb(tl, logger)
         logger.finish()
     if as_json:
@@ -279,9 +387,11 @@ def _probe(run_dir: Path, probe_names: Optional[str], steps: Optional[str], batc
 def _sweep(args) -> int:
     from mechsynth import sweep
 
-    for flag, value, ok, allowed in (("--workers", args.workers, lambda v: v >= 1, "an integer ≥ 1"),
-                                     ("--cpus-per-run", args.cpus_per_run, lambda v: v > 0, "a number > 0"),
-                                     ("--gpus-per-run", args.gpus_per_run, lambda v: v >= 0, "a number ≥ 0")):
+    for flag, value, ok, allowed in (
+        ("--workers", args.workers, lambda v: v >= 1, "an integer ≥ 1"),
+        ("--cpus-per-run", args.cpus_per_run, lambda v: v > 0, "a number > 0"),
+        ("--gpus-per-run", args.gpus_per_run, lambda v: v >= 0, "a number ≥ 0"),
+    ):
         if value is not None and not ok(value):
             raise ConfigError(flag, f"must be {allowed}, got {value}")
     if args.backend != "ray" and (args.address or args.cpus_per_run is not None or args.gpus_per_run is not None):
@@ -299,11 +409,20 @@ def _sweep(args) -> int:
         print("\n".join(sweep.describe_plan(plan, sweep_dir)))
         return 0
     try:
-        outcome = sweep.run_sweep(plan, sweep_dir, backend=args.backend, workers=args.workers, address=args.address,
-                                  num_cpus=args.cpus_per_run, num_gpus=args.gpus_per_run)
+        outcome = sweep.run_sweep(
+            plan,
+            sweep_dir,
+            backend=args.backend,
+            workers=args.workers,
+            address=args.address,
+            num_cpus=args.cpus_per_run,
+            num_gpus=args.gpus_per_run,
+        )
     except KeyboardInterrupt:
-        print("mechsynth: interrupted; running runs are checkpointed — run the same command again to finish the sweep",
-              file=sys.stderr)
+        print(
+            "mechsynth: interrupted; running runs are checkpointed — run the same command again to finish the sweep",
+            file=sys.stderr,
+        )
         return 130
     print(sweep_dir)
     return 1 if outcome.failures else 0
@@ -324,8 +443,15 @@ def _sweep_report(args) -> int:
     plan, rows = sweep_report.summarize(sweep_dir, args.acc_key, args.acc)
     formation = sweep_report.add_formation(sweep_dir, plan, rows)
     sweep_report.write_csv(plan, rows, sweep_dir / "sweep_report.csv", formation.probes)
-    sweep_report.heatmap(plan, rows, sweep_dir / "sweep_report.png", args.metric, args.rows, args.cols,
-                         title=sweep_report.title(plan, args.metric, args.acc_key or "eval/acc", sweep_report.criteria(rows)))
+    sweep_report.heatmap(
+        plan,
+        rows,
+        sweep_dir / "sweep_report.png",
+        args.metric,
+        args.rows,
+        args.cols,
+        title=sweep_report.title(plan, args.metric, args.acc_key or "eval/acc", sweep_report.criteria(rows)),
+    )
     figures = [sweep_dir / f"sweep_formation_{p}.png" for p in formation.probes]
     for probe, path in zip(formation.probes, figures):
         sweep_report.formation_heatmap(plan, rows, path, probe, args.rows, args.cols)
@@ -335,15 +461,20 @@ def _sweep_report(args) -> int:
     if hint:
         print(hint, file=sys.stderr)
     if formation.probes:
-        print(f"circuits: {', '.join(formation.probes)} — the step each one's earliest head forms, median over the seeds "
-              "where it formed (seeds formed / probed)")
+        print(
+            f"circuits: {', '.join(formation.probes)} — the step each one's earliest head forms, median over the seeds "
+            "where it formed (seeds formed / probed)"
+        )
     incomplete = sum(r["n_runs"] - r["n_complete"] for r in rows)
     if incomplete:
         print(f"{incomplete} runs are not complete and are left out", file=sys.stderr)
     if formation.unprobed or formation.damaged:
         damaged = f" ({formation.damaged} with a probes.json that cannot be read)" if formation.damaged else ""
-        print(f"{formation.unprobed + formation.damaged} complete runs are not probed{damaged}, so circuit formation "
-              f"leaves them out: mechsynth probe {sweep_dir}", file=sys.stderr)
+        print(
+            f"{formation.unprobed + formation.damaged} complete runs are not probed{damaged}, so circuit formation "
+            f"leaves them out: mechsynth probe {sweep_dir}",
+            file=sys.stderr,
+        )
     print(f"table: {sweep_dir / 'sweep_report.csv'}\nfigure: {sweep_dir / 'sweep_report.png'}")
     for path in figures:
         print(f"figure: {path}")
@@ -363,22 +494,26 @@ def _import(args) -> int:
     if given.get("task") and not args.task:
         raise ConfigError("--set task", "task parameters need --task NAME")
     task = tasks.make(args.task, given.get("task", {})) if args.task else None
-    run_dir = importing.import_checkpoints([_zoo_program(c) for c in args.checkpoints], Path(args.out), task,
-                                           given.get("model"), args.tl_config)
+    run_dir = importing.import_checkpoints(
+        [_zoo_program(c) for c in args.checkpoints], Path(args.out), task, given.get("model"), args.tl_config
+    )
     print("\n".join(importing.summary(run_dir)))  # what was inferred and guessed, before the path scripts read
     print(run_dir)
     return 0
 
 
 def _zoo_program(name: str) -> str:
-    """"tracr:NAME": the zoo's compiled program NAME (mechsynth/benchmark/tracr/NAME.json), installed or not."""
+    """ "tracr:NAME": the zoo's compiled program NAME (mechsynth/benchmark/tracr/NAME.json), installed or not."""
     if not name.startswith("tracr:"):
         return name
     from mechsynth.benchmark import zoo
 
     if name[6:] not in zoo.tracr_programs():
-        raise ConfigError("checkpoints", f"no tracr program {name[6:]!r} in the zoo; allowed: "
-                                         f"{', '.join('tracr:' + p for p in zoo.tracr_programs())}")
+        raise ConfigError(
+            "checkpoints",
+            f"no tracr program {name[6:]!r} in the zoo; allowed: "
+            f"{', '.join('tracr:' + p for p in zoo.tracr_programs())}",
+        )
     return str(zoo.TRACR / f"{name[6:]}.json")
 
 
@@ -404,8 +539,11 @@ def _bench_circuits(args) -> int:
         from mechsynth.benchmark import output
         from mechsynth.runs.wandb_log import WandbConfig, WandbLogger
 
-        logger = WandbLogger(WandbConfig(mode=args.wandb, name="bench-circuits"), Path(args.out),
-                             {"methods": results["methods"], "size": args.size, "options": options})
+        logger = WandbLogger(
+            WandbConfig(mode=args.wandb, name="bench-circuits"),
+            Path(args.out),
+            {"methods": results["methods"], "size": args.size, "options": options},
+        )
         output.log_to_wandb(logger, results["leaderboard"], (Path(args.out) / "bench_circuits.html").read_text())
         logger.finish()
     print((Path(args.out) / "leaderboard.md").read_text(), end="")
@@ -429,8 +567,13 @@ def _report(run_dir: Path, batch_size: int, wandb: Optional[str]) -> int:
     rep = report.write(run.path, batch_size=batch_size)
     cfg = run.config.wandb if wandb is None else replace(run.config.wandb, mode=wandb)
     if resolve_mode(cfg) != "disabled":  # into the training run's W&B run
-        logger = WandbLogger(cfg, run.path, run.recorded_config(), run_id=run.state(run.steps[-1]).get("wandb_id"),
-                             yours=run.origin is not None)
+        logger = WandbLogger(
+            cfg,
+            run.path,
+            run.recorded_config(),
+            run_id=run.state(run.steps[-1]).get("wandb_id"),
+            yours=run.origin is not None,
+        )
         if rep.probed:
             log_to_wandb(rep.timeline, logger)
         report.log_to_wandb(rep, logger)
@@ -466,9 +609,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
             many = sweep_probe.runs_within(Path(args.run_dir))
             if many is not None:  # a sweep, or seeds side by side: each run, in parallel
-                return sweep_probe.probe_many(Path(args.run_dir), many, args.probes, args.steps, args.batch_size, args.set,
-                                              wandb=args.wandb, backend=args.backend, workers=args.workers,
-                                              address=args.address, num_cpus=args.cpus_per_run, as_json=args.json)
+                return sweep_probe.probe_many(
+                    Path(args.run_dir),
+                    many,
+                    args.probes,
+                    args.steps,
+                    args.batch_size,
+                    args.set,
+                    wandb=args.wandb,
+                    backend=args.backend,
+                    workers=args.workers,
+                    address=args.address,
+                    num_cpus=args.cpus_per_run,
+                    as_json=args.json,
+                )
             sweep_probe.check_single_run(args.backend, args.workers, args.address, args.cpus_per_run)
             return _probe(Path(args.run_dir), args.probes, args.steps, args.batch_size, args.json, args.wandb, args.set)
         if args.command == "sweep":
@@ -499,8 +653,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"mechsynth: {e}", file=sys.stderr)
         return DIVERGED
     except KeyboardInterrupt:
-        print("mechsynth: interrupted; the last step is checkpointed — continue with `mechsynth train --resume DIR`",
-              file=sys.stderr)
+        print(
+            "mechsynth: interrupted; the last step is checkpointed — continue with `mechsynth train --resume DIR`",
+            file=sys.stderr,
+        )
         return 130
     return 0
 

@@ -160,7 +160,11 @@ def _coerce(value: Any, tp: Any, name: str, finite: bool = True) -> Any:
         check(isinstance(value, int) and not isinstance(value, bool), name, f"expected an integer, got {show(value)}")
         return value
     if tp is float:
-        check(isinstance(value, (int, float)) and not isinstance(value, bool), name, f"expected a number, got {show(value)}")
+        check(
+            isinstance(value, (int, float)) and not isinstance(value, bool),
+            name,
+            f"expected a number, got {show(value)}",
+        )
         try:
             number = float(value)
         except OverflowError:  # an integer past float's range (10**400)
@@ -213,10 +217,19 @@ def describe(cls: type) -> list[dict[str, Any]]:
     for f in dataclasses.fields(cls):
         if not f.init:
             continue
-        default = f.default if f.default is not dataclasses.MISSING else (
-            f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
-        out.append({"name": f.name, "type": _type_name(hints[f.name]), "default": _jsonable(default),
-                    "help": f.metadata.get("help", "")})
+        default = (
+            f.default
+            if f.default is not dataclasses.MISSING
+            else (f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
+        )
+        out.append(
+            {
+                "name": f.name,
+                "type": _type_name(hints[f.name]),
+                "default": _jsonable(default),
+                "help": f.metadata.get("help", ""),
+            }
+        )
     return out
 
 
@@ -228,8 +241,15 @@ def to_dict(cfg: Any) -> dict[str, Any]:
     return {k: _jsonable(v) for k, v in dataclasses.asdict(cfg).items()}
 
 
-def doc(help: str, default: Any = dataclasses.MISSING, *, lo: Optional[int] = None, hi: Optional[int] = None,
-        why: str = "", nonfinite: bool = False) -> Any:
+def doc(
+    help: str,
+    default: Any = dataclasses.MISSING,
+    *,
+    lo: Optional[int] = None,
+    hi: Optional[int] = None,
+    why: str = "",
+    nonfinite: bool = False,
+) -> Any:
     """A dataclass field with a help string (shown by `mechsynth tasks` and `--help`). `lo`/`hi` bound an
     integer (inclusive; `why` says why the upper bound is where it is), and both go into the help.
     Floats must be finite unless `nonfinite`. `from_dict` and `check_fields` enforce both."""
@@ -276,8 +296,11 @@ def key_path(path: str, field: str = "--set") -> list[str]:
         else:
             dot = path.find(".", i)
             part = path[i:] if dot < 0 else path[i:dot]
-            check('"' not in part and "'" not in part, field,
-                  f"{show(path)} has a quote left open; a key with dots is spelt as in TOML: sweep.grid.\"task.n\"")
+            check(
+                '"' not in part and "'" not in part,
+                field,
+                f'{show(path)} has a quote left open; a key with dots is spelt as in TOML: sweep.grid."task.n"',
+            )
             parts.append(part.strip())
             i = len(path) if dot < 0 else dot
         if i >= len(path):
@@ -299,15 +322,21 @@ def parse_value(raw: str, field: str) -> Any:
 def apply_override(data: dict[str, Any], assignment: str) -> None:
     """Apply `--set section.key=value` in place; value is parsed as a TOML literal, else a string. A key
     part may be quoted as in TOML (`sweep.grid."task.n"=[10, 20]`)."""
-    check("=" in assignment and "." in assignment.split("=", 1)[0], "--set",
-          f"{assignment!r} must look like section.key=value")
+    check(
+        "=" in assignment and "." in assignment.split("=", 1)[0],
+        "--set",
+        f"{assignment!r} must look like section.key=value",
+    )
     path, raw = assignment.split("=", 1)
     value = parse_value(raw, ".".join(map(key_name, path.strip().split("."))))
     *sections, key = key_path(path.strip())
     node = data
     for i, s in enumerate(sections):
         node = node.setdefault(s, {})
-        where = ".".join(map(key_name, sections[:i + 1]))
-        check(isinstance(node, dict), where, f"is {show(node)}, not a table, so --set {show(path.strip())}=... "
-                                             "cannot go into it; allowed: a table")
+        where = ".".join(map(key_name, sections[: i + 1]))
+        check(
+            isinstance(node, dict),
+            where,
+            f"is {show(node)}, not a table, so --set {show(path.strip())}=... cannot go into it; allowed: a table",
+        )
     node[key] = value

@@ -63,8 +63,11 @@ class DiskFullError(RunFileError, OSError):
     """No space left (or quota reached) while writing `path`; what was written before is intact."""
 
     def __init__(self, path: Path | str):
-        super().__init__(path, "no space left on the device while writing it; free some space and run again "
-                               "(everything written before is intact; a training run continues with --resume)")
+        super().__init__(
+            path,
+            "no space left on the device while writing it; free some space and run again "
+            "(everything written before is intact; a training run continues with --resume)",
+        )
         self._init_args = (path,)
 
 

@@ -71,7 +71,7 @@ def attention_layers(model: Any) -> int:
 
 
 def head_label(layer: int, head: int) -> str:
-    """"L1H0": how heads are named in metrics, timelines, tables and renders."""
+    """ "L1H0": how heads are named in metrics, timelines, tables and renders."""
     return f"L{layer}H{head}"
 
 

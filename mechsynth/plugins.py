@@ -92,9 +92,15 @@ def recorded(config: Mapping[str, Any]) -> list[str]:
 def _registries() -> list[tuple[Any, tuple[str, ...], str]]:
     """(registry, where its name sits in a run config, the built-in default) for each name a config holds. The
     registries register themselves here (mechsynth/registry.py): importing them would make an import cycle."""
-    return [(REGISTRIES[kind], where, default) for kind, where, default in
-            (("task", ("task", "name"), ""), ("model kind", ("model", "kind"), "transformer"),
-             ("optimizer", ("train", "optimizer"), "adamw")) if kind in REGISTRIES]
+    return [
+        (REGISTRIES[kind], where, default)
+        for kind, where, default in (
+            ("task", ("task", "name"), ""),
+            ("model kind", ("model", "kind"), "transformer"),
+            ("optimizer", ("train", "optimizer"), "adamw"),
+        )
+        if kind in REGISTRIES
+    ]
 
 
 def _names(config: Mapping[str, Any]) -> Iterator[tuple[Any, str]]:
@@ -105,7 +111,7 @@ def _names(config: Mapping[str, Any]) -> Iterator[tuple[Any, str]]:
         if isinstance(name, str) and name:
             yield registry, name
         # A model table holding another kind's table (the linearized kind's base: model.base.kind) names that too.
-        for inner in (table.values() if section == "model" and isinstance(table, Mapping) else ()):
+        for inner in table.values() if section == "model" and isinstance(table, Mapping) else ():
             if isinstance(inner, Mapping) and isinstance(inner.get(key), str) and inner[key]:
                 yield registry, inner[key]
 
@@ -163,8 +169,11 @@ def load_recorded(entries: Sequence[str], where: Path | str) -> list[str]:
             if isinstance(e, ModuleNotFoundError) and e.name is not None and f"{entry}.".startswith(f"{e.name}."):
                 missing.append(entry)
                 continue
-            raise PluginError(where, f"trained with plugin {entry}, which fails to import ({_why(e)}); "
-                                     f"fix it, or set {ENV} to a copy that imports") from e
+            raise PluginError(
+                where,
+                f"trained with plugin {entry}, which fails to import ({_why(e)}); "
+                f"fix it, or set {ENV} to a copy that imports",
+            ) from e
     return missing
 
 
@@ -198,17 +207,29 @@ def check_names(config: Mapping[str, Any], where: Path | str, missing: Sequence[
         return
     if missing:
         s = "s" if len(missing) > 1 else ""
-        raise PluginError(where, f"trained with plugin{s} {', '.join(missing)}, which cannot be found "
-                                 f"(set {ENV} to where {'they are' if s else 'it is'} now)")
+        raise PluginError(
+            where,
+            f"trained with plugin{s} {', '.join(missing)}, which cannot be found "
+            f"(set {ENV} to where {'they are' if s else 'it is'} now)",
+        )
     if entries:
-        raise PluginError(where, f"names {unknown[0]}, which none of its plugins ({', '.join(entries)}) registers; "
-                                 f"set {ENV} to the module or .py file that defines it")
-    raise PluginError(where, f"names {unknown[0]}, which is not built in and which no plugin here registers (the run "
-                             f"does not record its plugins); set {ENV} to the module or .py file that defines it")
+        raise PluginError(
+            where,
+            f"names {unknown[0]}, which none of its plugins ({', '.join(entries)}) registers; "
+            f"set {ENV} to the module or .py file that defines it",
+        )
+    raise PluginError(
+        where,
+        f"names {unknown[0]}, which is not built in and which no plugin here registers (the run "
+        f"does not record its plugins); set {ENV} to the module or .py file that defines it",
+    )
 
 
 def warn_missing(missing: Sequence[str], where: Path | str) -> None:
     """A recorded plugin that cannot be found but that the config does not need (it may have added probes)."""
     if missing and not _env_entries():  # (with the variable set, the user says where plugins are now)
-        warnings.warn(f"{where}: trained with plugin {', '.join(missing)}, which cannot be found; going on without "
-                      f"it (set {ENV} to where it is now)", stacklevel=2)
+        warnings.warn(
+            f"{where}: trained with plugin {', '.join(missing)}, which cannot be found; going on without "
+            f"it (set {ENV} to where it is now)",
+            stacklevel=2,
+        )

@@ -43,8 +43,11 @@ class Registry(Generic[T]):
         if name not in self._items:
             from mechsynth.config import ConfigError
 
-            raise ConfigError(f"{self.kind}.name", f"unknown {self.kind} {name!r}; allowed: {', '.join(self.names())} (or a "
-                                                  f"plugin's, named in {plugins.ENV})")
+            raise ConfigError(
+                f"{self.kind}.name",
+                f"unknown {self.kind} {name!r}; allowed: {', '.join(self.names())} (or a "
+                f"plugin's, named in {plugins.ENV})",
+            )
         return self._items[name]
 
     def names(self) -> list[str]:

@@ -113,12 +113,25 @@ class Probe:
 PROBES: Registry[Probe] = Registry("probe")
 
 
-def register(name: str, *, reads: dict[str, Hooks | ModelHooks], truth: tuple[str, ...] = (), needs_init: bool = False,
-             threshold: Optional[float] = None, model_check: Optional[ModelCheck] = None, weights: Sequence[str] = (),
-             summary: Optional[Callable[[Timeline, Any], list[str]]] = None, section: Optional[Section] = None,
-             wandb: Optional[Callable[[Timeline, Any], None]] = None, ablations: Optional[Ablations] = None,
-             costly: bool = False, options: Optional[type] = None, hooked: bool = False,
-             task_check: Optional[Callable[[Any], Optional[str]]] = None, token_ids: bool = False):
+def register(
+    name: str,
+    *,
+    reads: dict[str, Hooks | ModelHooks],
+    truth: tuple[str, ...] = (),
+    needs_init: bool = False,
+    threshold: Optional[float] = None,
+    model_check: Optional[ModelCheck] = None,
+    weights: Sequence[str] = (),
+    summary: Optional[Callable[[Timeline, Any], list[str]]] = None,
+    section: Optional[Section] = None,
+    wandb: Optional[Callable[[Timeline, Any], None]] = None,
+    ablations: Optional[Ablations] = None,
+    costly: bool = False,
+    options: Optional[type] = None,
+    hooked: bool = False,
+    task_check: Optional[Callable[[Any], Optional[str]]] = None,
+    token_ids: bool = False,
+):
     """Decorator: `@register("induction", reads={"repeated": attention_hooks})` on fn(view) -> ProbeResult.
     `summary`, `section` and `wandb` are how the probe shows itself beyond its per-head scores, which the
     timeline, report and W&B draw for every probe alike. `ablations={"data": {"no_mlp": mlp_outs}}`: the
@@ -131,16 +144,36 @@ def register(name: str, *, reads: dict[str, Hooks | ModelHooks], truth: tuple[st
     subclass FormationOptions hold it instead (settable, and raised where chance is high: `_formation`)."""
 
     if not set(ablations or {}) <= set(reads):
-        raise ValueError(f"probe {name!r} ablates on inputs {sorted(set(ablations or {}) - set(reads))} it does not read")
+        raise ValueError(
+            f"probe {name!r} ablates on inputs {sorted(set(ablations or {}) - set(reads))} it does not read"
+        )
     settable = options is not None and issubclass(options, FormationOptions)
     if settable and threshold is not None:  # one place says it: the options' default
         raise ValueError(f"probe {name!r}: its threshold is its options' default; do not pass threshold= too")
     threshold = options().threshold if settable else 0.5 if threshold is None else threshold
 
     def deco(fn):
-        PROBES.register(name)(Probe(name, fn, reads, tuple(truth), needs_init, threshold, model_check, tuple(weights),
-                                    summary, section, wandb, dict(ablations or {}), costly, options, hooked,
-                                    task_check, token_ids))
+        PROBES.register(name)(
+            Probe(
+                name,
+                fn,
+                reads,
+                tuple(truth),
+                needs_init,
+                threshold,
+                model_check,
+                tuple(weights),
+                summary,
+                section,
+                wandb,
+                dict(ablations or {}),
+                costly,
+                options,
+                hooked,
+                task_check,
+                token_ids,
+            )
+        )
         return fn
 
     return deco
@@ -226,12 +259,19 @@ def formation_step(steps: Sequence[int], scores: Sequence[float], threshold: flo
 
 
 def head_metrics(prefix: str, per_head: Float[Tensor, "layer head_index"]) -> dict[str, float]:
-    return {f"{prefix}{hooks.head_label(layer, head)}": float(per_head[layer, head])
-            for layer in range(per_head.shape[0]) for head in range(per_head.shape[1])}
+    return {
+        f"{prefix}{hooks.head_label(layer, head)}": float(per_head[layer, head])
+        for layer in range(per_head.shape[0])
+        for head in range(per_head.shape[1])
+    }
 
 
-def render_heads(tokens: Int[Tensor, "batch pos"] | Float[Tensor, "batch pos d_input"], pattern: Float[Tensor, "layer batch head_index pos pos"],
-                 per_head: Float[Tensor, "layer head_index"], n: int = 3) -> dict[str, Any]:
+def render_heads(
+    tokens: Int[Tensor, "batch pos"] | Float[Tensor, "batch pos d_input"],
+    pattern: Float[Tensor, "layer batch head_index pos pos"],
+    per_head: Float[Tensor, "layer head_index"],
+    n: int = 3,
+) -> dict[str, Any]:
     """What a view needs: the first sequence's tokens and the attention of the n top heads on it."""
     flat = per_head.flatten().argsort(descending=True)[:n]
     heads = {}

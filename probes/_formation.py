@@ -41,9 +41,12 @@ class FormationOptions:
     """Options of a probe whose heads form by the rule above; a probe with more options subclasses it."""
 
     threshold: float = threshold_field(0.5)
-    over_chance: float = doc("r: a head forms only where it also favours each target key at least r times over each "
-                             "other key, relative to a uniform head (which scores c, the metric `chance`): score ≥ "
-                             "r·c / (1 − c + r·c) [≥ 1; 1: the threshold alone]", 3.0)
+    over_chance: float = doc(
+        "r: a head forms only where it also favours each target key at least r times over each "
+        "other key, relative to a uniform head (which scores c, the metric `chance`): score ≥ "
+        "r·c / (1 − c + r·c) [≥ 1; 1: the threshold alone]",
+        3.0,
+    )
 
     def __post_init__(self) -> None:
         check_fields(self)

@@ -29,8 +29,12 @@ def dims(model: Any) -> tuple[int, int, int, int]:
     """(n_layers, n_heads, d_vocab, n_ctx); no layers or heads for a model without attention."""
     n_layers = hooks.attention_layers(model)
     own = isinstance(getattr(model, "d_vocab", None), int)  # our models; TransformerLens keeps sizes in cfg
-    return (n_layers, model.cfg.n_heads if n_layers else 0, model.d_vocab if own else model.cfg.d_vocab,
-            model.n_ctx if own else model.cfg.n_ctx)
+    return (
+        n_layers,
+        model.cfg.n_heads if n_layers else 0,
+        model.d_vocab if own else model.cfg.d_vocab,
+        model.n_ctx if own else model.cfg.n_ctx,
+    )
 
 
 def vector_width(model: Any, task: Any = None) -> Optional[int]:
@@ -88,7 +92,9 @@ def _all_inputs(task: Any) -> Batch:
         raise ProbeError("probe input 'all' lists the task's inputs; pass the task")
     batch = task.enumerate("all")
     if batch is None:
-        raise ProbeError(f"probe input 'all' lists every input of the task, which task {task.name!r} cannot (it only samples)")
+        raise ProbeError(
+            f"probe input 'all' lists every input of the task, which task {task.name!r} cannot (it only samples)"
+        )
     return batch
 
 

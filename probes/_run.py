@@ -40,13 +40,17 @@ def problem(probe: Probe, model: Any, task: Any, init: Any) -> Optional[str]:
         provided = tuple(getattr(task, "truth_keys", ()))
         missing = [k for k in probe.truth if k not in provided]
         if missing:
-            return (f"probe {probe.name!r} needs truth {', '.join(missing)}, which task {task.name!r} does not "
-                    f"provide (it provides: {', '.join(provided) or 'none'})")
+            return (
+                f"probe {probe.name!r} needs truth {', '.join(missing)}, which task {task.name!r} does not "
+                f"provide (it provides: {', '.join(provided) or 'none'})"
+            )
         for input in probe.reads:
             split = input[5:] if input.startswith("task:") else None
             if split is not None and split not in task.splits:
-                return (f"probe {probe.name!r} reads split {split!r}, which task {task.name!r} does not have "
-                        f"(splits: {', '.join(task.splits)})")
+                return (
+                    f"probe {probe.name!r} reads split {split!r}, which task {task.name!r} does not have "
+                    f"(splits: {', '.join(task.splits)})"
+                )
     if task is not None and not getattr(model, "n_models", None):
         from mechsynth.models.external import misfit  # (here: `mechsynth probes` lists without TransformerLens)
 
@@ -56,8 +60,10 @@ def problem(probe: Probe, model: Any, task: Any, init: Any) -> Optional[str]:
     width = vector_width(model, task)
     if probe.token_ids and width is not None:
         feeds = f"task {task.name!r} feeds" if task is not None else "this model reads"
-        return (f"probe {probe.name!r} compares input token ids, and {feeds} {width}-wide vectors instead "
-                "(continuous inputs)")
+        return (
+            f"probe {probe.name!r} compares input token ids, and {feeds} {width}-wide vectors instead "
+            "(continuous inputs)"
+        )
     if task is not None and probe.task_check is not None:
         why = probe.task_check(task)
         if why is not None:
@@ -72,8 +78,10 @@ def problem(probe: Probe, model: Any, task: Any, init: Any) -> Optional[str]:
     n_layers = max(1, dims(model)[0])  # at least one layer, so a model without attention misses its hooks
     reads_attention = any(hooks.attn_pattern(0) in hook_names(h, model, n_layers) for h in probe.reads.values())
     if reads_attention and dims(model)[0] and dims(model)[3] < 2:
-        return (f"probe {probe.name!r} reads attention between positions, and this model's context has "
-                f"{dims(model)[3]} position (a one-token task such as associative_memory)")
+        return (
+            f"probe {probe.name!r} reads attention between positions, and this model's context has "
+            f"{dims(model)[3]} position (a one-token task such as associative_memory)"
+        )
     have = getattr(model, "hook_dict", {})
     for names_of in list(probe.reads.values()) + [h for named in probe.ablations.values() for h in named.values()]:
         missing = [h for h in hook_names(names_of, model, n_layers) if h not in have]
@@ -101,7 +109,11 @@ def options(name: str, table: Optional[dict[str, Any]] = None) -> Any:
     """Probe `name`'s options from a table of overrides (`{"n_beta": 30}`), every other field at its
     default; ConfigError naming `<probe>.<field>` for a bad one. None for a probe without options."""
     probe = PROBES.get(name)
-    check(table is None or isinstance(table, Mapping), name, f"expected a table of options ({{option: value}}), got {show(table)}")
+    check(
+        table is None or isinstance(table, Mapping),
+        name,
+        f"expected a table of options ({{option: value}}), got {show(table)}",
+    )
     if probe.options is None:
         if table:
             raise ConfigError(name, f"probe {name!r} takes no options; got {', '.join(map(str, table))}")
@@ -120,29 +132,62 @@ def formation_threshold(name: str, option: Any = None, chance: Optional[float] =
 
 
 @typing.no_type_check  # it checks its arguments: tests see the user's error, not the test-time checker's
-def run(name: str, model: Any, task: Any = None, *, batch_size: int = 64, seed: int = 0, init: Any = None,
-        option: Optional[dict[str, Any]] = None, train_set: Any = None, train: Any = None,
-        last: Optional[ProbeResult] = None) -> ProbeResult:
+def run(
+    name: str,
+    model: Any,
+    task: Any = None,
+    *,
+    batch_size: int = 64,
+    seed: int = 0,
+    init: Any = None,
+    option: Optional[dict[str, Any]] = None,
+    train_set: Any = None,
+    train: Any = None,
+    last: Optional[ProbeResult] = None,
+) -> ProbeResult:
     """Run probe `name` on a hooked model; same seed, same result. `init`: the model at step 0, for
     probes that measure how far the weights moved; `option`: overrides of the probe's options; `last`: its
     result on the last checkpoint, for probes that compare with it (the circuit probe)."""
-    return run_many([name], model, task, batch_size=batch_size, seed=seed, init=init, options={name: option or {}},
-                    train_set=train_set, train=train, last={name: last} if last is not None else None)[0][name]
+    return run_many(
+        [name],
+        model,
+        task,
+        batch_size=batch_size,
+        seed=seed,
+        init=init,
+        options={name: option or {}},
+        train_set=train_set,
+        train=train,
+        last={name: last} if last is not None else None,
+    )[0][name]
 
 
 @typing.no_type_check  # it checks its arguments: tests see the user's error, not the test-time checker's
 @torch.no_grad()  # costly probes turn gradients back on for themselves
-def run_many(probe_names: Sequence[str], model: Any, task: Any = None, *, batch_size: int = 64, seed: int = 0,
-             init: Any = None, options: Optional[dict[str, Any]] = None,
-             train_set: Any = None, train: Any = None,
-             last: Optional[dict[str, ProbeResult]] = None) -> list[dict[str, ProbeResult]]:
+def run_many(
+    probe_names: Sequence[str],
+    model: Any,
+    task: Any = None,
+    *,
+    batch_size: int = 64,
+    seed: int = 0,
+    init: Any = None,
+    options: Optional[dict[str, Any]] = None,
+    train_set: Any = None,
+    train: Any = None,
+    last: Optional[dict[str, ProbeResult]] = None,
+) -> list[dict[str, ProbeResult]]:
     """Run several probes, one forward pass per distinct input. `model` may hold M models side by side
     (`n_models=M`, e.g. M checkpoints of a run): the result is then one {probe: result} per model.
     `options`: {probe: overrides of its options (a table), or its options}; for the costly probes, `train_set`: the run's fixed
     training set, if any (the loss they differentiate), and `train`: the run's TrainConfig; `last`: {probe: its
     result at the run's last checkpoint}, for the probes that compare with it."""
     for field, value, lo in (("batch_size", batch_size, 1), ("seed", seed, None)):  # before any input is drawn
-        check(isinstance(value, Integral) and not isinstance(value, bool), field, f"expected an integer, got {show(value)}")
+        check(
+            isinstance(value, Integral) and not isinstance(value, bool),
+            field,
+            f"expected an integer, got {show(value)}",
+        )
         check(lo is None or value >= lo, field, f"must be ≥ {lo}, got {value}")
     chosen = [PROBES.get(n) for n in probe_names]
     opts = {p.name: _run_options(p.name, (options or {}).get(p.name)) for p in chosen}
@@ -165,8 +210,10 @@ def run_many(probe_names: Sequence[str], model: Any, task: Any = None, *, batch_
     if was_training:  # toggling is not free on a TransformerBridge, so only when needed
         model.eval()
     try:
-        outputs = {i: model.run_with_cache(batches[i].tokens, names_filter=lambda n, h=names: n in h)
-                   for i, names in wanted.items()}
+        outputs = {
+            i: model.run_with_cache(batches[i].tokens, names_filter=lambda n, h=names: n in h)
+            for i, names in wanted.items()
+        }
         ablated = _ablate(chosen, model, task, n_layers, batches, outputs, m)
     finally:
         if was_training:
@@ -177,20 +224,44 @@ def run_many(probe_names: Sequence[str], model: Any, task: Any = None, *, batch_
     from mechsynth.models.tl_compat import is_hooked_transformer
 
     # The landscape probes differentiate the plain model: a TransformerLens one is converted (external.trainable).
-    plain = (trainable(model, task) if any(p.costly and not p.hooked for p in chosen) and is_hooked_transformer(model)
-             else model)
+    plain = (
+        trainable(model, task)
+        if any(p.costly and not p.hooked for p in chosen) and is_hooked_transformer(model)
+        else model
+    )
     results = []
     for index in range(m) if m else [None]:
         pick = (lambda t: t) if index is None else (lambda t: t.unflatten(0, (m, -1))[index])
-        view = View(task, n_layers, n_heads, {
-            i: (batches[i], logits if index is None else logits[index], {k: pick(v) for k, v in cache.items()})
-            for i, (logits, cache) in outputs.items()}, _weights(model, index), _weights(init, None), facing,
-            model=model if index is None else None, train_set=train_set, train=train)
+        view = View(
+            task,
+            n_layers,
+            n_heads,
+            {
+                i: (batches[i], logits if index is None else logits[index], {k: pick(v) for k, v in cache.items()})
+                for i, (logits, cache) in outputs.items()
+            },
+            _weights(model, index),
+            _weights(init, None),
+            facing,
+            model=model if index is None else None,
+            train_set=train_set,
+            train=train,
+        )
         own = {p.name: {k: v if index is None else v[index] for k, v in ablated[p.name].items()} for p in chosen}
-        results.append({p.name: p.fn(replace(view, ablated=own[p.name], options=opts[p.name],
-                                             last=(last or {}).get(p.name),
-                                             model=plain if view.model is not None and p.costly and not p.hooked else view.model))
-                        for p in chosen})
+        results.append(
+            {
+                p.name: p.fn(
+                    replace(
+                        view,
+                        ablated=own[p.name],
+                        options=opts[p.name],
+                        last=(last or {}).get(p.name),
+                        model=plain if view.model is not None and p.costly and not p.hooked else view.model,
+                    )
+                )
+                for p in chosen
+            }
+        )
     return results
 
 
@@ -200,8 +271,15 @@ def _run_options(name: str, given: Any) -> Any:
     return given if kind is not None and isinstance(given, kind) else options(name, given)
 
 
-def _ablate(chosen: Sequence[Probe], model: Any, task: Any, n_layers: int, batches: dict[str, Any],
-            outputs: dict[str, Any], m: Optional[int]) -> dict[str, dict[tuple[str, str], Tensor]]:
+def _ablate(
+    chosen: Sequence[Probe],
+    model: Any,
+    task: Any,
+    n_layers: int,
+    batches: dict[str, Any],
+    outputs: dict[str, Any],
+    m: Optional[int],
+) -> dict[str, dict[tuple[str, str], Tensor]]:
     """Each probe's declared ablations: {probe: {(input, ablation): logits}}, one forward per distinct
     (input, hooks) however many probes declare it."""
     done: dict[tuple[str, tuple[str, ...]], Tensor] = {}
@@ -221,6 +299,7 @@ def _ablate(chosen: Sequence[Probe], model: Any, task: Any, n_layers: int, batch
 def mean_ablated(model: Any, tokens: Tensor, cache: Any, names: Sequence[str], m: Optional[int] = None) -> Tensor:
     """The model's logits with each hook in `names` replaced by its mean over the batch in `cache` (the
     unablated forward), per position; with M models side by side (`m`), each model's over its own batch."""
+
     def mean(t: Tensor) -> Tensor:
         if m is None:
             return t.mean(0, keepdim=True).expand_as(t).contiguous()

@@ -21,30 +21,52 @@ class Timeline:
     formation: dict[str, dict[str, Optional[int]]] = field(default_factory=dict)  # probe -> head -> step
     loss_drop_step: Optional[int] = None
     options: dict[str, dict[str, Any]] = field(default_factory=dict)  # probe -> the options it ran with
-    run_dir: Optional[Path] = field(default=None, compare=False)  # the run it was probed from (not stored in probes.json)
+    run_dir: Optional[Path] = field(
+        default=None, compare=False
+    )  # the run it was probed from (not stored in probes.json)
     # probe -> `variant_key` -> {"per_head", "metrics", "formation", "options"}: the probe's earlier results with
     # other options (the circuit probe's other methods), kept beside the latest, which the fields above hold
     variants: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """The timeline as probes.json stores it (mechsynth.analysis.timeline.as_json adds the stages found in it)."""
-        return {"steps": self.steps, "loss": self.loss, "loss_drop_step": self.loss_drop_step,
-                "probes": {name: {"per_head": self.per_head[name], "metrics": self.metrics[name],
-                                  "formation": self.formation[name]} | ({"options": self.options[name]} if name in self.options else {})
-                           | ({"variants": self.variants[name]} if self.variants.get(name) else {})
-                           for name in self.per_head}}
+        return {
+            "steps": self.steps,
+            "loss": self.loss,
+            "loss_drop_step": self.loss_drop_step,
+            "probes": {
+                name: {
+                    "per_head": self.per_head[name],
+                    "metrics": self.metrics[name],
+                    "formation": self.formation[name],
+                }
+                | ({"options": self.options[name]} if name in self.options else {})
+                | ({"variants": self.variants[name]} if self.variants.get(name) else {})
+                for name in self.per_head
+            },
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Timeline":
         """The inverse of `to_json`; KeyError, TypeError or ValueError when `data` is not a timeline."""
         probed = data.get("probes", {})
-        tl = cls(list(data["steps"]), list(data["loss"]), {n: dict(p["per_head"]) for n, p in probed.items()},
-                 {n: dict(p["metrics"]) for n, p in probed.items()}, {n: dict(p["formation"]) for n, p in probed.items()},
-                 data.get("loss_drop_step"), {n: dict(p["options"]) for n, p in probed.items() if "options" in p},
-                 variants={n: {k: _variant(v) for k, v in p["variants"].items()} for n, p in probed.items() if p.get("variants")})
+        tl = cls(
+            list(data["steps"]),
+            list(data["loss"]),
+            {n: dict(p["per_head"]) for n, p in probed.items()},
+            {n: dict(p["metrics"]) for n, p in probed.items()},
+            {n: dict(p["formation"]) for n, p in probed.items()},
+            data.get("loss_drop_step"),
+            {n: dict(p["options"]) for n, p in probed.items() if "options" in p},
+            variants={
+                n: {k: _variant(v) for k, v in p["variants"].items()} for n, p in probed.items() if p.get("variants")
+            },
+        )
         n = len(tl.steps)  # (probes.json files written before variants have none: they load as they are)
         kept = [v[part] for d in tl.variants.values() for v in d.values() for part in ("per_head", "metrics")]
-        lengths = [len(tl.loss)] + [len(v) for d in [*tl.per_head.values(), *tl.metrics.values(), *kept] for v in d.values()]
+        lengths = [len(tl.loss)] + [
+            len(v) for d in [*tl.per_head.values(), *tl.metrics.values(), *kept] for v in d.values()
+        ]
         if any(length != n for length in lengths):
             raise ValueError(f"a series does not have one value per step ({n} steps)")
         return tl
@@ -54,10 +76,15 @@ class Timeline:
         (empty when it did not run); each {"per_head", "metrics", "formation", "options"}."""
         if name not in self.metrics:
             return {}
-        latest = {"per_head": self.per_head.get(name, {}), "metrics": self.metrics[name],
-                  "formation": self.formation.get(name, {}), "options": self.options.get(name, {})}
+        latest = {
+            "per_head": self.per_head.get(name, {}),
+            "metrics": self.metrics[name],
+            "formation": self.formation.get(name, {}),
+            "options": self.options.get(name, {}),
+        }
         return {variant_key(name, latest["options"]): latest} | {
-            k: v for k, v in sorted(self.variants.get(name, {}).items()) if k != variant_key(name, latest["options"])}
+            k: v for k, v in sorted(self.variants.get(name, {}).items()) if k != variant_key(name, latest["options"])
+        }
 
     def formed(self) -> list[tuple[str, str, int]]:
         """(probe, head, step) for every head that formed a circuit, earliest first."""
@@ -66,8 +93,12 @@ class Timeline:
 
 
 def _variant(entry: dict[str, Any]) -> dict[str, Any]:
-    return {"per_head": dict(entry.get("per_head", {})), "metrics": dict(entry["metrics"]),
-            "formation": dict(entry.get("formation", {})), "options": dict(entry.get("options", {}))}
+    return {
+        "per_head": dict(entry.get("per_head", {})),
+        "metrics": dict(entry["metrics"]),
+        "formation": dict(entry.get("formation", {})),
+        "options": dict(entry.get("options", {})),
+    }
 
 
 def variant_key(name: str, options: dict[str, Any]) -> str:
@@ -80,6 +111,9 @@ def variant_key(name: str, options: dict[str, Any]) -> str:
         defaults = {}
     method = [str(options["method"])] if "method" in options else []
     # `checkpoints` says where a costly probe ran, not what it measures: a rerun on more of them replaces the result
-    changed = [f"{k}={v}" for k, v in sorted(options.items())
-               if k not in ("method", "checkpoints") and defaults.get(k, object()) != v]
+    changed = [
+        f"{k}={v}"
+        for k, v in sorted(options.items())
+        if k not in ("method", "checkpoints") and defaults.get(k, object()) != v
+    ]
     return ", ".join(method + changed) or "defaults"

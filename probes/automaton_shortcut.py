@@ -33,13 +33,16 @@ def resid_hooks(n_layers: int) -> list[str]:
     return hooks.residual_stream(n_layers) + hooks.attention_patterns(n_layers)
 
 
-def ridge_accuracy(features: Float[Tensor, "example d_model"], labels: Int[Tensor, "example"], n_train: int,
-                   lam: float = 1e-2) -> float:
+def ridge_accuracy(
+    features: Float[Tensor, "example d_model"], labels: Int[Tensor, "example"], n_train: int, lam: float = 1e-2
+) -> float:
     """Fit one-hot(labels) ~ [features, 1] by ridge on the first n_train rows; accuracy on the rest."""
     x = torch.cat([features.double(), torch.ones(len(features), 1, dtype=torch.double, device=features.device)], 1)
     y = torch.nn.functional.one_hot(labels, int(labels.max()) + 1).double()
     xt, yt = x[:n_train], y[:n_train]
-    w = torch.linalg.solve(xt.T @ xt + lam * n_train * torch.eye(x.shape[1], dtype=torch.double, device=x.device), xt.T @ yt)
+    w = torch.linalg.solve(
+        xt.T @ xt + lam * n_train * torch.eye(x.shape[1], dtype=torch.double, device=x.device), xt.T @ yt
+    )
     return float(((x[n_train:] @ w).argmax(-1) == labels[n_train:]).double().mean())
 
 
@@ -61,13 +64,23 @@ def linear_probes(tl: "Timeline", task: Any) -> Optional[Figure]:
     depths = list(dict.fromkeys(k.split("/")[2] for k in keys))  # embed, L0, L1, ... in probe order
     fig, axes = new_figure(1, 3, height=3.2, width=12)
     ax_depth, ax_time, ax_acc = axes[0]
-    picks = sorted({0, tl.steps.index(tl.loss_drop_step) if tl.loss_drop_step in tl.steps else len(tl.steps) // 2,
-                    len(tl.steps) - 1})
+    picks = sorted(
+        {
+            0,
+            tl.steps.index(tl.loss_drop_step) if tl.loss_drop_step in tl.steps else len(tl.steps) // 2,
+            len(tl.steps) - 1,
+        }
+    )
     for t, target in enumerate(targets):
         for j, i in enumerate(picks):
-            ax_depth.plot(depths, [metrics[f"linear/{target}/{d}"][i] for d in depths], marker="o", color=f"C{t}",
-                          alpha=0.35 + 0.65 * j / max(1, len(picks) - 1),
-                          label=f"{target}, step {tl.steps[i]}")
+            ax_depth.plot(
+                depths,
+                [metrics[f"linear/{target}/{d}"][i] for d in depths],
+                marker="o",
+                color=f"C{t}",
+                alpha=0.35 + 0.65 * j / max(1, len(picks) - 1),
+                label=f"{target}, step {tl.steps[i]}",
+            )
     ax_depth.set_ylim(0, 1.02)
     ax_depth.set_xlabel("residual stream after")
     ax_depth.set_ylabel("linear decoding accuracy")
@@ -87,10 +100,13 @@ def linear_probes(tl: "Timeline", task: Any) -> Optional[Figure]:
     return fig
 
 
-SECTION = Section("linear_probes", "Linear probes per layer",
-                  "Ridge-regression decoding of the automaton state (and its factors) from the residual stream after "
-                  "each layer, on held-out sequences; right: the model's accuracy at the training length and beyond it.",
-                  linear_probes)
+SECTION = Section(
+    "linear_probes",
+    "Linear probes per layer",
+    "Ridge-regression decoding of the automaton state (and its factors) from the residual stream after "
+    "each layer, on held-out sequences; right: the model's accuracy at the training length and beyond it.",
+    linear_probes,
+)
 
 
 def layer_names(n_layers: int) -> list[str]:
@@ -98,8 +114,9 @@ def layer_names(n_layers: int) -> list[str]:
     return ["embed"] + [f"L{i}" for i in range(n_layers)]
 
 
-def decode_layers(cache: dict[str, Tensor], n_layers: int, targets: dict[str, Int[Tensor, "batch pos"]],
-                  prefix: str, start: int = 0) -> dict[str, float]:
+def decode_layers(
+    cache: dict[str, Tensor], n_layers: int, targets: dict[str, Int[Tensor, "batch pos"]], prefix: str, start: int = 0
+) -> dict[str, float]:
     """`prefix/<target>/<embed|L0|L1...>`: ridge decoding of each target from the residual stream after each
     layer at positions start.., fit on the first half of the sequences and scored on the rest."""
     out = {}
@@ -107,7 +124,8 @@ def decode_layers(cache: dict[str, Tensor], n_layers: int, targets: dict[str, In
         feats = cache[hook][:, start:]
         for name, labels in targets.items():
             out[f"{prefix}/{name}/{place}"] = ridge_accuracy(
-                feats.flatten(0, 1), labels[:, start:].flatten(), feats.shape[0] // 2 * feats.shape[1])
+                feats.flatten(0, 1), labels[:, start:].flatten(), feats.shape[0] // 2 * feats.shape[1]
+            )
     return out
 
 
@@ -115,8 +133,13 @@ def decoding_targets(truth: dict[str, Tensor]) -> dict[str, Tensor]:
     return {"state": truth["states"]} | {k.split(":", 1)[1]: v for k, v in truth.items() if k.startswith("factor:")}
 
 
-@register("automaton_shortcut", reads={"data": resid_hooks, "task:eval_long": hooks.residual_stream}, truth=("states",),
-          threshold=0.9, section=SECTION)
+@register(
+    "automaton_shortcut",
+    reads={"data": resid_hooks, "task:eval_long": hooks.residual_stream},
+    truth=("states",),
+    threshold=0.9,
+    section=SECTION,
+)
 def automaton_shortcut(view: View) -> ProbeResult:
     n_layers, batch, cache = view.n_layers, view.batch("data"), view.cache("data")
     T = batch.tokens.shape[1]
@@ -129,8 +152,12 @@ def automaton_shortcut(view: View) -> ProbeResult:
     metrics["acc_long"] = float(correct.mean())
     metrics["acc_beyond_train_length"] = float(correct[T:].mean()) if correct.shape[0] > T else math.nan
     if correct.shape[0] > T:
-        metrics |= decode_layers(view.cache("task:eval_long"), n_layers, decoding_targets(long.truth), "linear_beyond", T)
+        metrics |= decode_layers(
+            view.cache("task:eval_long"), n_layers, decoding_targets(long.truth), "linear_beyond", T
+        )
     layer, head = divmod(int(per_head.flatten().argmax()), view.n_heads)
-    render = {"tokens": batch.tokens[0].cpu(),
-              "heads": {hooks.head_label(layer, head): cache[hooks.attn_pattern(layer)][0, head].cpu()}}
+    render = {
+        "tokens": batch.tokens[0].cpu(),
+        "heads": {hooks.head_label(layer, head): cache[hooks.attn_pattern(layer)][0, head].cpu()},
+    }
     return ProbeResult("automaton_shortcut", per_head.cpu(), metrics, render)

@@ -64,8 +64,9 @@ def parent_keys(parents: Int[Tensor, "node parent"], n_pos: int) -> Bool[Tensor,
     return out
 
 
-def edge_recovery(att: Float[Tensor, "head_index query_pos key_pos"],
-                  parents: Int[Tensor, "node parent"]) -> Float[Tensor, "head_index"]:
+def edge_recovery(
+    att: Float[Tensor, "head_index query_pos key_pos"], parents: Int[Tensor, "node parent"]
+) -> Float[Tensor, "head_index"]:
     """The fraction of edges (i, p) whose parent p is among the |parents(i)| keys j ≤ i that i attends to most,
     expected under random tie-breaking at the cut, pooled over positions; NaN where the graph has no edge."""
     H, T, _ = att.shape
@@ -85,8 +86,9 @@ def edge_recovery(att: Float[Tensor, "head_index query_pos key_pos"],
     return ((sure + by_chance) * scored).sum(-1) / m.sum()
 
 
-def parent_auc(att: Float[Tensor, "head_index query_pos key_pos"],
-               parents: Int[Tensor, "node parent"]) -> Float[Tensor, "head_index"]:
+def parent_auc(
+    att: Float[Tensor, "head_index query_pos key_pos"], parents: Int[Tensor, "node parent"]
+) -> Float[Tensor, "head_index"]:
     """ROC AUC of attention separating i's parent keys from its other keys j ≤ i (the self key among them),
     P(parent > other) + ½ P(tie), per position i with parents, averaged over them; NaN without any."""
     H, T, _ = att.shape
@@ -105,20 +107,22 @@ def parent_auc(att: Float[Tensor, "head_index query_pos key_pos"],
     return (per_pos * scored).sum(-1) / scored.sum()
 
 
-def graph_induction_targets(tokens: Int[Tensor, "batch pos"], parents: Int[Tensor, "node parent"],
-                            mask: Bool[Tensor, "batch pos"]) -> Bool[Tensor, "batch query_pos key_pos"]:
+def graph_induction_targets(
+    tokens: Int[Tensor, "batch pos"], parents: Int[Tensor, "node parent"], mask: Bool[Tensor, "batch pos"]
+) -> Bool[Tensor, "batch query_pos key_pos"]:
     """[b, t, j]: position t is scored, node t + 1 has parents, and key j ≤ t is a node with parents whose parents'
     tokens equal node t + 1's, column by column (an earlier child of the same parent value)."""
     T = tokens.shape[1]
     has = parents[:, 0] >= 0  # [node]
     toks = torch.where(parents >= 0, tokens[:, parents.clamp_min(0)], -1)  # [batch, node, parent]
-    same = (toks[:, 1:T + 1, None, :] == toks[:, None, :T, :]).all(-1)  # [batch, t, j]: node t+1 vs node j
+    same = (toks[:, 1 : T + 1, None, :] == toks[:, None, :T, :]).all(-1)  # [batch, t, j]: node t+1 vs node j
     causal = torch.ones(T, T, dtype=torch.bool, device=tokens.device).tril()
-    return same & causal & has[1:T + 1, None] & has[None, :T] & mask[:, :, None]
+    return same & causal & has[1 : T + 1, None] & has[None, :T] & mask[:, :, None]
 
 
-def target_mass(pattern: Float[Tensor, "batch head_index query_pos key_pos"],
-                targets: Bool[Tensor, "batch query_pos key_pos"]) -> Float[Tensor, "head_index"]:
+def target_mass(
+    pattern: Float[Tensor, "batch head_index query_pos key_pos"], targets: Bool[Tensor, "batch query_pos key_pos"]
+) -> Float[Tensor, "head_index"]:
     """Attention on the targets, averaged over the (sequence, query) pairs that have any; NaN without any."""
     has = targets.any(-1)  # [batch, query_pos]
     if not has.any():
@@ -140,7 +144,7 @@ def uniform_mass(targets: Bool[Tensor, "batch query_pos key_pos"]) -> float:
 
 
 def _heads(m: dict[str, list[float]], prefix: str) -> list[str]:
-    return sorted(k[len(prefix):] for k in m if k.startswith(prefix))
+    return sorted(k[len(prefix) :] for k in m if k.startswith(prefix))
 
 
 def summary(tl: "Timeline", task: Any) -> list[str]:
@@ -150,13 +154,17 @@ def summary(tl: "Timeline", task: Any) -> list[str]:
     if not m["edges"][-1] > 0:  # (the scores are NaN then: there is nothing to recover)
         return [f"{'causal_graph':<16} no edges to recover at step {tl.steps[-1]}: the probe's graph has none"]
     per = ", ".join(f"{h} {heads[h][-1]:.2f} (AUC {m[f'auc/{h}'][-1]:.2f})" for h in heads)
-    lines = [f"{'causal_graph':<16} edges recovered at step {tl.steps[-1]}: {per}; all layer-0 heads together "
-             f"{m['edge_recovery_all'][-1]:.2f} of {int(m['edges'][-1])} edges"]
+    lines = [
+        f"{'causal_graph':<16} edges recovered at step {tl.steps[-1]}: {per}; all layer-0 heads together "
+        f"{m['edge_recovery_all'][-1]:.2f} of {int(m['edges'][-1])} edges"
+    ]
     induction = _heads(m, "graph_induction/")
     if induction and math.isfinite(m["graph_induction_chance"][-1]):  # (NaN: no earlier child of the same value)
         per = ", ".join(f"{h} {m[f'graph_induction/{h}'][-1]:.2f}" for h in induction)
-        lines.append(f"{'causal_graph':<16} graph induction at step {tl.steps[-1]}: {per} of the attention on earlier "
-                     f"children of the same parent value (uniform: {m['graph_induction_chance'][-1]:.2f})")
+        lines.append(
+            f"{'causal_graph':<16} graph induction at step {tl.steps[-1]}: {per} of the attention on earlier "
+            f"children of the same parent value (uniform: {m['graph_induction_chance'][-1]:.2f})"
+        )
     return lines
 
 
@@ -195,26 +203,46 @@ def wandb_plots(tl: "Timeline", logger: Any) -> None:
     m, heads = tl.metrics.get("causal_graph", {}), tl.per_head.get("causal_graph", {})
     if heads and "edge_recovery_all" in m:
         edges = {f"{h} edge recovery": s for h, s in heads.items()} | {f"{h} AUC": m[f"auc/{h}"] for h in heads}
-        logger.line_series("plots/causal_graph_edges", tl.steps, edges | {"heads summed": m["edge_recovery_all"]},
-                           "first layer: the graph's edges recovered", "step")
+        logger.line_series(
+            "plots/causal_graph_edges",
+            tl.steps,
+            edges | {"heads summed": m["edge_recovery_all"]},
+            "first layer: the graph's edges recovered",
+            "step",
+        )
     induction = _heads(m, "graph_induction/")
     if induction:
-        logger.line_series("plots/causal_graph_induction", tl.steps,
-                           {h: m[f"graph_induction/{h}"] for h in induction} | {"uniform": m["graph_induction_chance"]},
-                           "second layer: attention on children of the same parent value", "step")
+        logger.line_series(
+            "plots/causal_graph_induction",
+            tl.steps,
+            {h: m[f"graph_induction/{h}"] for h in induction} | {"uniform": m["graph_induction_chance"]},
+            "second layer: attention on children of the same parent value",
+            "step",
+        )
 
 
-SECTION = Section("causal_graph", "The causal graph in the attention",
-                  "Left: for each first-layer head, the fraction of the hidden graph's edges it recovers (each "
-                  "position's top-|parents| keys by attention averaged over held-out sequences; solid) and the AUC "
-                  "of that attention separating parents from the other earlier keys (dotted); dashed, the layer's "
-                  "heads summed. Right: the share of each second-layer head's attention, from the scored position, "
-                  "on earlier children of the same parent value (an induction head along the graph), beside what "
-                  "uniform attention puts there.", figure)
+SECTION = Section(
+    "causal_graph",
+    "The causal graph in the attention",
+    "Left: for each first-layer head, the fraction of the hidden graph's edges it recovers (each "
+    "position's top-|parents| keys by attention averaged over held-out sequences; solid) and the AUC "
+    "of that attention separating parents from the other earlier keys (dotted); dashed, the layer's "
+    "heads summed. Right: the share of each second-layer head's attention, from the scored position, "
+    "on earlier children of the same parent value (an induction head along the graph), beside what "
+    "uniform attention puts there.",
+    figure,
+)
 
 
-@register("causal_graph", reads={"data": attention_hooks}, truth=("parents",), threshold=THRESHOLD,
-          summary=summary, section=SECTION, wandb=wandb_plots)
+@register(
+    "causal_graph",
+    reads={"data": attention_hooks},
+    truth=("parents",),
+    threshold=THRESHOLD,
+    summary=summary,
+    section=SECTION,
+    wandb=wandb_plots,
+)
 def causal_graph(view: View) -> ProbeResult:
     batch, pattern = view.batch("data"), view.patterns("data")
     parents = batch.truth["parents"][0].to(pattern.device)  # the same graph for every sequence
@@ -224,14 +252,20 @@ def causal_graph(view: View) -> ProbeResult:
     summed = att.sum(0, keepdim=True)
     per_head = recovery[None]  # layer 0 only
     metrics = {f"auc/{hooks.head_label(0, h)}": float(auc[h]) for h in range(len(auc))}
-    metrics |= {"edge_recovery_all": float(edge_recovery(summed, parents)[0]), "auc_all": float(parent_auc(summed, parents)[0]),
-                "max": float(recovery.max()), "edges": float(parent_keys(parents, att.shape[-1]).sum())}
+    metrics |= {
+        "edge_recovery_all": float(edge_recovery(summed, parents)[0]),
+        "auc_all": float(parent_auc(summed, parents)[0]),
+        "max": float(recovery.max()),
+        "edges": float(parent_keys(parents, att.shape[-1]).sum()),
+    }
     if view.n_layers >= 2:
         targets = graph_induction_targets(batch.tokens.to(pattern.device), parents, batch.mask.to(pattern.device))
         mass = target_mass(pattern[1], targets)
         metrics |= {f"graph_induction/{hooks.head_label(1, h)}": float(mass[h]) for h in range(len(mass))}
-        scored = batch.mask[:, :targets.shape[1]].sum()
-        metrics |= {"graph_induction_chance": uniform_mass(targets),
-                    "graph_queries": float(targets.any(-1).sum() / scored) if scored else math.nan}
+        scored = batch.mask[:, : targets.shape[1]].sum()
+        metrics |= {
+            "graph_induction_chance": uniform_mass(targets),
+            "graph_queries": float(targets.any(-1).sum() / scored) if scored else math.nan,
+        }
     render = render_heads(batch.tokens, pattern[:1], per_head) | {"parents": parents.cpu()}
     return ProbeResult("causal_graph", per_head.cpu(), metrics, render)

@@ -51,27 +51,43 @@ if TYPE_CHECKING:
 @validates_itself
 @dataclass(frozen=True)
 class CircuitOptions:
-    method: str = doc("how edges are scored: a registered circuit method (built in: patching, exact, one forward per "
-                      "edge; eap, one forward and backward; eap_ig and eap_ig_activations, ig_steps of them; "
-                      "clean_corrupted, two; acdc, greedy pruning; yours through MECHSYNTH_PLUGINS)", "eap_ig")
-    ablation: str = doc(f"what a patched edge carries: {', '.join(circuits.ABLATIONS)} (the sender's output on the "
-                        "counterfactual input, its batch mean at each position, nothing)", "resample")
-    level: float = doc("faithfulness a circuit must reach: the share of the clean-vs-ablated metric gap it keeps "
-                       "with every other edge patched", 0.9)
+    method: str = doc(
+        "how edges are scored: a registered circuit method (built in: patching, exact, one forward per "
+        "edge; eap, one forward and backward; eap_ig and eap_ig_activations, ig_steps of them; "
+        "clean_corrupted, two; acdc, greedy pruning; yours through MECHSYNTH_PLUGINS)",
+        "eap_ig",
+    )
+    ablation: str = doc(
+        f"what a patched edge carries: {', '.join(circuits.ABLATIONS)} (the sender's output on the "
+        "counterfactual input, its batch mean at each position, nothing)",
+        "resample",
+    )
+    level: float = doc(
+        "faithfulness a circuit must reach: the share of the clean-vs-ablated metric gap it keeps "
+        "with every other edge patched",
+        0.9,
+    )
     ig_steps: int = doc("eap_ig: points on the path from the ablated to the clean input", 8, lo=2, hi=1024)
     threshold: float = doc("acdc: an edge stays when removing it costs at least this share of the gap", 0.02)
-    select: str = doc("which edges come first into a circuit: absolute (largest |score|) or signed (largest score: an "
-                      "edge whose patching raises the metric comes last)", "absolute")
-    checkpoints: int = doc("checkpoints to probe, log-spaced (first and last included); 0 = every one", 16, lo=0,
-                           hi=100_000)
+    select: str = doc(
+        "which edges come first into a circuit: absolute (largest |score|) or signed (largest score: an "
+        "edge whose patching raises the metric comes last)",
+        "absolute",
+    )
+    checkpoints: int = doc(
+        "checkpoints to probe, log-spaced (first and last included); 0 = every one", 16, lo=0, hi=100_000
+    )
     seed: int = doc("seed of the counterfactuals", 0, lo=0, hi=2**31)
 
     def __post_init__(self) -> None:
         check_fields(self)
         check(self.method in circuits.METHODS, "method", f"{self.method!r}; allowed: {', '.join(circuits.METHODS)}")
         check(self.select in ("absolute", "signed"), "select", f"{self.select!r}; allowed: absolute, signed")
-        check(self.ablation in circuits.ABLATIONS, "ablation",
-              f"{self.ablation!r}; allowed: {', '.join(circuits.ABLATIONS)}")
+        check(
+            self.ablation in circuits.ABLATIONS,
+            "ablation",
+            f"{self.ablation!r}; allowed: {', '.join(circuits.ABLATIONS)}",
+        )
         check(0 < self.level <= 1, "level", f"must be in (0, 1], got {self.level}")
         check(0 <= self.threshold < 1, "threshold", f"must be in [0, 1), got {self.threshold}")
 
@@ -114,10 +130,15 @@ def _level(tl: Any) -> float:
 
 
 # What the summary says the gap measures: the task's patch metric m, and what a patched edge carries.
-METRIC_WORDS = {"logit_diff": "the clean answer's logit minus the counterfactual answer's, where the two differ",
-                "loss": "minus the cross-entropy of the clean targets"}
-ABLATION_WORDS = {"resample": "its sender's output on the counterfactual input", "mean": "its sender's batch mean",
-                  "zero": "nothing"}
+METRIC_WORDS = {
+    "logit_diff": "the clean answer's logit minus the counterfactual answer's, where the two differ",
+    "loss": "minus the cross-entropy of the clean targets",
+}
+ABLATION_WORDS = {
+    "resample": "its sender's output on the counterfactual input",
+    "mean": "its sender's batch mean",
+    "zero": "nothing",
+}
 
 
 def _kept(m: dict[str, list[float]], i: int) -> list[str]:
@@ -138,13 +159,18 @@ def _result_lines(tl: Any, key: str, result: dict[str, Any], latest: bool) -> li
         return []
     i = tl.steps.index(steps[-1])
     total = len([k for k in m if k.startswith("in/")])
-    head = f"{'circuit':<16} {key} ({opts.get('ablation', 'resample')} ablation): {int(m['edges'][i])} of {total} edges " \
-           f"keep {faith[-1]:.2f} of the gap at step {steps[-1]}"
+    head = (
+        f"{'circuit':<16} {key} ({opts.get('ablation', 'resample')} ablation): {int(m['edges'][i])} of {total} edges "
+        f"keep {faith[-1]:.2f} of the gap at step {steps[-1]}"
+    )
     if latest:
         level = opts.get("level", CircuitOptions().level)
         step = formed(tl, level)
-        head += f"; formed at step {step} (the final circuit keeps ≥ {level} from then on)" if step is not None else \
-            "; the final circuit never keeps that much earlier"
+        head += (
+            f"; formed at step {step} (the final circuit keeps ≥ {level} from then on)"
+            if step is not None
+            else "; the final circuit never keeps that much earlier"
+        )
     return [head, f"{'circuit':<16} {key} edges, strongest first: {_edges_text(_kept(m, i))}"]
 
 
@@ -153,9 +179,11 @@ def _definition(tl: Any, task: Any) -> str:
     kind = getattr(task, "patch_metric", None)
     metric = f"{kind} ({METRIC_WORDS[kind]})" if kind in METRIC_WORDS else "the task's patch metric"
     ablation = tl.options.get("circuit", {}).get("ablation", "resample")
-    return (f"{'circuit':<16} gap: m(clean) - m(every edge patched), m = {metric}; a patched edge carries "
-            f"{ABLATION_WORDS.get(ablation, ablation)}; faithfulness: the share of the gap a circuit keeps with every "
-            "edge outside it patched")
+    return (
+        f"{'circuit':<16} gap: m(clean) - m(every edge patched), m = {metric}; a patched edge carries "
+        f"{ABLATION_WORDS.get(ablation, ablation)}; faithfulness: the share of the gap a circuit keeps with every "
+        "edge outside it patched"
+    )
 
 
 def _against_truth(tl: Any, task: Any) -> str:
@@ -167,15 +195,19 @@ def _against_truth(tl: Any, task: Any) -> str:
     known = sorted(int(k[6:]) for k in m if k.startswith("known/") and m[k][i] == 1)
     name = getattr(task, "name", None) or "this task"
     if not known:
-        return f"{'circuit':<16} against the task's known circuit: {name}'s truth names none (no positions the answer " \
-               "must read) to compare with"
+        return (
+            f"{'circuit':<16} against the task's known circuit: {name}'s truth names none (no positions the answer "
+            "must read) to compare with"
+        )
     effect = {int(k[7:]): m[k][i] for k in m if k.startswith("effect/")}
-    found = sorted(sorted(effect, key=lambda p: -effect[p])[:len(known)])
+    found = sorted(sorted(effect, key=lambda p: -effect[p])[: len(known)])
     auc = m.get("auc_positions", [math.nan])[i]
     same = "the same" if found == known else f"{len(set(found) & set(known))} of {len(known)} the same"
-    return (f"{'circuit':<16} against the task's known circuit: its truth says the answer reads positions "
-            f"{', '.join(map(str, known))}; patching each position, the {len(known)} that move the metric most are "
-            f"{', '.join(map(str, found))} ({same}; AUC {auc:.2f})")
+    return (
+        f"{'circuit':<16} against the task's known circuit: its truth says the answer reads positions "
+        f"{', '.join(map(str, known))}; patching each position, the {len(known)} that move the metric most are "
+        f"{', '.join(map(str, found))} ({same}; AUC {auc:.2f})"
+    )
 
 
 def summary(tl: Any, task: Any) -> list[str]:
@@ -190,8 +222,10 @@ def summary(tl: Any, task: Any) -> list[str]:
     steps, _ = finite(tl.steps, m.get("faithfulness", []))
     _, control = finite(tl.steps, m.get("control", []))
     if control:
-        lines.append(f"{'circuit':<16} the control counterfactual moves the metric by {control[-1]:+.2f} of the gap "
-                     f"(step {steps[-1]})")
+        lines.append(
+            f"{'circuit':<16} the control counterfactual moves the metric by {control[-1]:+.2f} of the gap "
+            f"(step {steps[-1]})"
+        )
     return lines
 
 
@@ -209,8 +243,13 @@ def _graph_axes(ax: Any, names: list[str], scores: list[float], kept: list[float
     def place(node: str) -> tuple[float, float]:
         base = node.split(".")[0]
         if base not in nodes:
-            layer = -1.0 if base == "input" else len(set(n.split("->")[0] for n in names)) if base == "logits" else (
-                float(base[3:]) + 0.5 if base.startswith("MLP") else float(base[1:].split("H")[0]))
+            layer = (
+                -1.0
+                if base == "input"
+                else len(set(n.split("->")[0] for n in names))
+                if base == "logits"
+                else (float(base[3:]) + 0.5 if base.startswith("MLP") else float(base[1:].split("H")[0]))
+            )
             row = 0.0 if base in ("input", "logits") or base.startswith("MLP") else float(base.split("H")[1]) + 1
             nodes[base] = (layer, row)
         return nodes[base]
@@ -222,15 +261,35 @@ def _graph_axes(ax: Any, names: list[str], scores: list[float], kept: list[float
         port = receiver.split(".")[-1] if "." in receiver else None
         end = (b[0] - 0.08 * bool(port), b[1] + PORT_OFFSET.get(port, 0.0))
         colour = PORT_COLOURS.get(port, "black")
-        ax.plot([a[0], end[0]], [a[1], end[1]], color=colour, alpha=1.0 if k else 0.2,
-                linewidth=0.3 + 3 * abs(s) / top, zorder=k)
+        ax.plot(
+            [a[0], end[0]],
+            [a[1], end[1]],
+            color=colour,
+            alpha=1.0 if k else 0.2,
+            linewidth=0.3 + 3 * abs(s) / top,
+            zorder=k,
+        )
         if port and k:  # each circuit edge names the input it feeds, on the edge itself: several enter one head
             x, y = a[0] + 0.7 * (end[0] - a[0]), a[1] + 0.7 * (end[1] - a[1])
-            ax.annotate(port, (x, y), fontsize=6, ha="center", va="center", color=colour, zorder=3,
-                        bbox=dict(boxstyle="round,pad=0.1", facecolor="white", edgecolor="none"))
+            ax.annotate(
+                port,
+                (x, y),
+                fontsize=6,
+                ha="center",
+                va="center",
+                color=colour,
+                zorder=3,
+                bbox=dict(boxstyle="round,pad=0.1", facecolor="white", edgecolor="none"),
+            )
     for node, (x, y) in nodes.items():
-        ax.annotate(node, (x, y), ha="center", va="center", fontsize=7,
-                    bbox=dict(boxstyle="round", facecolor="white", edgecolor="0.5"))
+        ax.annotate(
+            node,
+            (x, y),
+            ha="center",
+            va="center",
+            fontsize=7,
+            bbox=dict(boxstyle="round", facecolor="white", edgecolor="0.5"),
+        )
     ax.set_title(title, fontsize=9)
     ax.set_axis_off()
 
@@ -262,8 +321,13 @@ def figure(tl: Any, task: Any) -> Optional[Figure]:
     edges = [k[6:] for k in m if k.startswith("score/")]
     for ax_g, s in zip(axes[0, 1:], log_spaced(steps, 3)):
         i = tl.steps.index(s)
-        _graph_axes(ax_g, edges, [m[f"score/{e}"][i] for e in edges], [m[f"in/{e}"][i] for e in edges],
-                    f"step {s}: {int(m['edges'][i])} edges")
+        _graph_axes(
+            ax_g,
+            edges,
+            [m[f"score/{e}"][i] for e in edges],
+            [m[f"in/{e}"][i] for e in edges],
+            f"step {s}: {int(m['edges'][i])} edges",
+        )
     return fig
 
 
@@ -274,27 +338,48 @@ def wandb_plots(tl: Any, logger: Any) -> None:
         return
     _, final = finite(tl.steps, m["final_faithfulness"])
     _, size = finite(tl.steps, m["edge_share"])
-    logger.line_series("plots/circuit_faithfulness", steps, {"circuit at the step": faith, "final circuit": final,
-                                                              "edge share": size}, "causal circuit", "step")
+    logger.line_series(
+        "plots/circuit_faithfulness",
+        steps,
+        {"circuit at the step": faith, "final circuit": final, "edge share": size},
+        "causal circuit",
+        "step",
+    )
     last = tl.steps.index(steps[-1])
-    rows = sorted(([k[6:], m[k][last], int(m[f"in/{k[6:]}"][last])] for k in m if k.startswith("score/")),
-                  key=lambda r: -abs(r[1]))
+    rows = sorted(
+        ([k[6:], m[k][last], int(m[f"in/{k[6:]}"][last])] for k in m if k.startswith("score/")),
+        key=lambda r: -abs(r[1]),
+    )
     logger.table("circuit/edges", ["edge", "score", "in circuit"], rows)
 
 
-SECTION = Section("circuit", "The causal circuit",
-                  "Left: the faithfulness of the circuit found at each probed step (the fewest top-scoring edges that "
-                  "keep the level's share of the clean-vs-counterfactual gap of the task's metric, every other edge "
-                  "patched) and of the circuit found at the last step, evaluated at each earlier one; the circuit "
-                  "has formed once the latter stays above the dashed level. Right: the model's graph at three steps, "
-                  "senders from the input (left) to the logits (right), each edge as wide as its score and coloured "
-                  "by the input it feeds (a head's query q blue, key k orange, value v green; an MLP or the logits "
-                  "black), the circuit's edges solid and lettered q, k or v, the others faint.", figure)
+SECTION = Section(
+    "circuit",
+    "The causal circuit",
+    "Left: the faithfulness of the circuit found at each probed step (the fewest top-scoring edges that "
+    "keep the level's share of the clean-vs-counterfactual gap of the task's metric, every other edge "
+    "patched) and of the circuit found at the last step, evaluated at each earlier one; the circuit "
+    "has formed once the latter stays above the dashed level. Right: the model's graph at three steps, "
+    "senders from the input (left) to the logits (right), each edge as wide as its score and coloured "
+    "by the input it feeds (a head's query q blue, key k orange, value v green; an MLP or the logits "
+    "black), the circuit's edges solid and lettered q, k or v, the others faint.",
+    figure,
+)
 
 
-@register("circuit", reads={"data": no_hooks}, threshold=math.inf, costly=True, hooked=True,
-          options=CircuitOptions, model_check=circuits.why_not, task_check=task_check, summary=summary,
-          section=SECTION, wandb=wandb_plots)
+@register(
+    "circuit",
+    reads={"data": no_hooks},
+    threshold=math.inf,
+    costly=True,
+    hooked=True,
+    options=CircuitOptions,
+    model_check=circuits.why_not,
+    task_check=task_check,
+    summary=summary,
+    section=SECTION,
+    wandb=wandb_plots,
+)
 def circuit(view: View) -> ProbeResult:
     o: CircuitOptions = view.options
     model, task, clean = view.model, view.task, view.batch("data")
@@ -306,13 +391,23 @@ def circuit(view: View) -> ProbeResult:
     except ValueError as e:
         raise ProbeError(f"probe 'circuit': {e} (a batch of {clean.tokens.shape[0]}; try a larger one)") from None
     src = circuits.source(model, graph, clean.tokens, corrupted.tokens, o.ablation)
-    scores = circuits.discover(o.method, model, graph, clean.tokens, src, metric,
-                               **circuits.declared(o.method, {"ig_steps": o.ig_steps, "threshold": o.threshold})).cpu()
+    scores = circuits.discover(
+        o.method,
+        model,
+        graph,
+        clean.tokens,
+        src,
+        metric,
+        **circuits.declared(o.method, {"ig_steps": o.ig_steps, "threshold": o.threshold}),
+    ).cpu()
     absolute = o.select == "absolute"
     found = circuits.circuit(model, graph, clean.tokens, src, metric, scores, o.level, absolute)
     names = [graph.edge_name(e) for e in graph.edge_list]
-    out = {"edges": float(found.edges.sum()), "edge_share": float(found.edges.float().mean()),
-           "faithfulness": found.faithfulness}
+    out = {
+        "edges": float(found.edges.sum()),
+        "edge_share": float(found.edges.float().mean()),
+        "faithfulness": found.faithfulness,
+    }
     mib = circuits.mib_curve(model, graph, clean.tokens, src, metric, scores, absolute)
     out |= {"cpr": mib.cpr, "cmd": mib.cmd}
     clean_m, ablated_m = circuits.ends(model, graph, clean.tokens, src, metric)
@@ -330,7 +425,9 @@ def circuit(view: View) -> ProbeResult:
         truth[known] = True
         out["auc_positions"] = circuits.auc(effects, truth)
         # kept per position, so the summary can name the positions found beside those the truth names
-        out |= {f"effect/{i}": float(e) for i, e in enumerate(effects)} | {f"known/{i}": float(t) for i, t in enumerate(truth)}
+        out |= {f"effect/{i}": float(e) for i, e in enumerate(effects)} | {
+            f"known/{i}": float(t) for i, t in enumerate(truth)
+        }
     out |= {f"score/{n}": float(s) for n, s in zip(names, scores)}
     out |= {f"in/{n}": float(i) for n, i in zip(names, found.edges)}
     return ProbeResult("circuit", None, out, {"circuit": found.edges, "scores": scores, "edges": names})

@@ -10,7 +10,15 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from mechsynth.probes import FormationOptions, ProbeResult, View, attention_hooks, register, render_heads, uniform_attention
+from mechsynth.probes import (
+    FormationOptions,
+    ProbeResult,
+    View,
+    attention_hooks,
+    register,
+    render_heads,
+    uniform_attention,
+)
 
 
 def duplicate_targets(tokens: Int[Tensor, "batch pos"]) -> Bool[Tensor, "batch pos pos"]:
@@ -19,8 +27,9 @@ def duplicate_targets(tokens: Int[Tensor, "batch pos"]) -> Bool[Tensor, "batch p
     return same & torch.ones_like(same[0]).tril(-1)
 
 
-def target_mass(pattern: Float[Tensor, "layer batch head_index query_pos key_pos"],
-                targets: Bool[Tensor, "batch query_pos key_pos"]) -> Float[Tensor, "layer head_index"]:
+def target_mass(
+    pattern: Float[Tensor, "layer batch head_index query_pos key_pos"], targets: Bool[Tensor, "batch query_pos key_pos"]
+) -> Float[Tensor, "layer head_index"]:
     """Attention on the target keys, averaged over queries that have at least one target: a head
     that puts all its attention on the targets scores 1.0 however many there are."""
     mass = (pattern * targets[None, :, None].float()).sum(-1)  # [layer, batch, head_index, query_pos]
@@ -41,6 +50,9 @@ def duplicate_token(view: View) -> ProbeResult:
     tokens, pattern = view.tokens("data"), view.patterns("data")
     targets = duplicate_targets(tokens)
     per_head = target_mass(pattern, targets)
-    return ProbeResult("duplicate_token", per_head.cpu(), {"max": float(per_head.max()),
-                                                           "chance": uniform_target_mass(targets)},
-                       render_heads(tokens, pattern, per_head))
+    return ProbeResult(
+        "duplicate_token",
+        per_head.cpu(),
+        {"max": float(per_head.max()), "chance": uniform_target_mass(targets)},
+        render_heads(tokens, pattern, per_head),
+    )

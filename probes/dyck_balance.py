@@ -57,7 +57,9 @@ from mechsynth.probes import ProbeResult, View, attention_hooks, head_metrics, r
 MAX_STACKS = 4096  # den's minimum runs over every stack below the query up to this many
 
 
-def classes(tokens: Int[Tensor, "batch pos"], depth: Int[Tensor, "batch pos"], k: int, D: int) -> Int[Tensor, "batch pos"]:
+def classes(
+    tokens: Int[Tensor, "batch pos"], depth: Int[Tensor, "batch pos"], k: int, D: int
+) -> Int[Tensor, "batch pos"]:
     """The (token, depth) class of each position: 0 START, 1 + t·D + d − 1 the open of type t reaching depth d,
     1 + k·D + t·D + d − 1 its close (a close's d is the depth before it, its open's)."""
     close = tokens >= k
@@ -66,8 +68,9 @@ def classes(tokens: Int[Tensor, "batch pos"], depth: Int[Tensor, "batch pos"], k
     return torch.where(tokens == 2 * k, 0, 1 + close.long() * k * D + t * D + d - 1)
 
 
-def class_means(x: Float[Tensor, "batch pos ..."], cls: Int[Tensor, "batch pos"], n: int
-                ) -> tuple[Float[Tensor, "dyck_class ..."], Bool[Tensor, "dyck_class"]]:
+def class_means(
+    x: Float[Tensor, "batch pos ..."], cls: Int[Tensor, "batch pos"], n: int
+) -> tuple[Float[Tensor, "dyck_class ..."], Bool[Tensor, "dyck_class"]]:
     """Each class's mean of `x` over its positions, and whether it occurs at all (unseen classes: zeros)."""
     flat = x.flatten(0, 1).double()  # sums over thousands of positions
     sums = torch.zeros(n, *flat.shape[1:], dtype=flat.dtype, device=x.device).index_add_(0, cls.flatten(), flat)
@@ -75,9 +78,13 @@ def class_means(x: Float[Tensor, "batch pos ..."], cls: Int[Tensor, "batch pos"]
     return sums / counts.clamp_min(1).view(-1, *[1] * (flat.ndim - 1)), counts > 0
 
 
-def weighted_values(q: Float[Tensor, "dyck_class head_index d_head"], key: Float[Tensor, "dyck_class head_index d_head"],
-                    v: Float[Tensor, "dyck_class head_index d_head"], W_O: Float[Tensor, "head_index d_head d_model"],
-                    seen: Bool[Tensor, "dyck_class"]) -> Float[Tensor, "head_index dyck_class dyck_class d_model"]:
+def weighted_values(
+    q: Float[Tensor, "dyck_class head_index d_head"],
+    key: Float[Tensor, "dyck_class head_index d_head"],
+    v: Float[Tensor, "dyck_class head_index d_head"],
+    W_O: Float[Tensor, "head_index d_head d_model"],
+    seen: Bool[Tensor, "dyck_class"],
+) -> Float[Tensor, "head_index dyck_class dyck_class d_model"]:
     """[h, query, key]: A_h(query, key) P u_h(key), with A the softmax over the seen classes (no causal mask) and P
     the centring over d_model."""
     scores = torch.einsum("qhd,khd->hqk", q, key) / math.sqrt(q.shape[-1])
@@ -87,8 +94,13 @@ def weighted_values(q: Float[Tensor, "dyck_class head_index d_head"], key: Float
     return att[..., None] * u[:, None]
 
 
-def violation(w: Float[Tensor, "dyck_class dyck_class d_model"], seen: Bool[Tensor, "dyck_class"], k: int, D: int,
-              generator: torch.Generator) -> float:
+def violation(
+    w: Float[Tensor, "dyck_class dyck_class d_model"],
+    seen: Bool[Tensor, "dyck_class"],
+    k: int,
+    D: int,
+    generator: torch.Generator,
+) -> float:
     """BV (module docstring) of one head's or a layer's weighted values w[query, key]: the mean over the seen close
     queries of the largest matched pair's norm over the smallest essential contribution's."""
     o = lambda t, d: 1 + t * D + d - 1  # noqa: E731
@@ -118,8 +130,9 @@ def violation(w: Float[Tensor, "dyck_class dyck_class d_model"], seen: Bool[Tens
     return sum(ratios) / len(ratios) if ratios else math.nan
 
 
-def match_mass(pattern: Float[Tensor, "layer batch head_index query_pos key_pos"],
-               match: Int[Tensor, "batch pos"]) -> Float[Tensor, "layer head_index"]:
+def match_mass(
+    pattern: Float[Tensor, "layer batch head_index query_pos key_pos"], match: Int[Tensor, "batch pos"]
+) -> Float[Tensor, "layer head_index"]:
     """Per head, the mean attention from each position with a non-empty stack onto the open on its top."""
     on = match >= 0
     mass = pattern.gather(-1, match.clamp_min(0)[None, :, None, :, None].expand(*pattern.shape[:-1], 1))[..., 0]
@@ -137,13 +150,21 @@ def summary(tl: Any, task: Any) -> list[str]:
         return []
     shown = lambda v: f"{v:.3g}" if math.isfinite(v) else "undefined (it writes nothing)"  # noqa: E731
     layers = [key for key in m if key.startswith("bv/") and "H" not in key]
-    return [f"dyck_balance     balance violation at step {tl.steps[-1]}: "
-            + ", ".join(f"{key[3:]} {shown(m[key])}" for key in layers)
-            + f"; the best stack head puts {m['match_mass']:.2f} of its attention on the matching open"]
+    return [
+        f"dyck_balance     balance violation at step {tl.steps[-1]}: "
+        + ", ".join(f"{key[3:]} {shown(m[key])}" for key in layers)
+        + f"; the best stack head puts {m['match_mass']:.2f} of its attention on the matching open"
+    ]
 
 
-@register("dyck_balance", reads={"data": dyck_hooks}, truth=("depth", "match"), weights=("W_O",), threshold=0.5,
-          summary=summary)
+@register(
+    "dyck_balance",
+    reads={"data": dyck_hooks},
+    truth=("depth", "match"),
+    weights=("W_O",),
+    threshold=0.5,
+    summary=summary,
+)
 def dyck_balance(view: View) -> ProbeResult:
     """Wen et al. 2023's balance violation of each attention layer on bounded Dyck, and its attention on the
     matching open."""

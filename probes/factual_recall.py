@@ -68,8 +68,14 @@ def answer_metrics(logits: Float[Tensor, "batch out_pos d_vocab_out"], batch: Ba
     loss = -logp.gather(1, target[:, None])[:, 0]
     type_loss = -logp.gather(1, allowed).logsumexp(-1)
     acc, type_acc = float((pred == target).double().mean()), float((allowed == pred[:, None]).any(-1).double().mean())
-    return {"acc": acc, "loss": float(loss.mean()), "type_acc": type_acc, "type_loss": float(type_loss.mean()),
-            "fact_loss": float((loss - type_loss).mean()), "type_gap": type_acc - acc}
+    return {
+        "acc": acc,
+        "loss": float(loss.mean()),
+        "type_acc": type_acc,
+        "type_loss": float(type_loss.mean()),
+        "fact_loss": float((loss - type_loss).mean()),
+        "type_gap": type_acc - acc,
+    }
 
 
 def type_only_acc(batch: Batch) -> float:
@@ -122,15 +128,20 @@ def storage_summary(tl: "Timeline", task: Any) -> list[str]:
     else:  # the MLP holds them when ablating it loses more than half the accuracy above the type-only guess
         where = "facts in the MLP" if no_mlp < (acc + guess) / 2 else "facts in attention (OV)"
         where += f" (so far: acc < {KNOWN})" if acc < KNOWN else ""
-    return [f"{'fact_storage':<16} step {tl.steps[-1]}: acc {acc:.3g}; MLP mean-ablated {no_mlp:.3g} (type "
-            f"{m['type_acc_no_mlp'][-1]:.3g}), attention mean-ablated {no_attn:.3g} (type "
-            f"{m['type_acc_no_attn'][-1]:.3g}); best guess from the relation alone {guess:.3g}: {where}"]
+    return [
+        f"{'fact_storage':<16} step {tl.steps[-1]}: acc {acc:.3g}; MLP mean-ablated {no_mlp:.3g} (type "
+        f"{m['type_acc_no_mlp'][-1]:.3g}), attention mean-ablated {no_attn:.3g} (type "
+        f"{m['type_acc_no_attn'][-1]:.3g}); best guess from the relation alone {guess:.3g}: {where}"
+    ]
 
 
-STORAGE_LINES = {"acc": ("as trained", "black", "-"), "acc_no_mlp": ("MLP mean-ablated", "tab:red", "-"),
-                 "acc_no_attn": ("attention mean-ablated", "tab:blue", "-"),
-                 "type_acc_no_mlp": ("type, MLP mean-ablated", "tab:red", "--"),
-                 "type_acc_no_attn": ("type, attention mean-ablated", "tab:blue", "--")}
+STORAGE_LINES = {
+    "acc": ("as trained", "black", "-"),
+    "acc_no_mlp": ("MLP mean-ablated", "tab:red", "-"),
+    "acc_no_attn": ("attention mean-ablated", "tab:blue", "-"),
+    "type_acc_no_mlp": ("type, MLP mean-ablated", "tab:red", "--"),
+    "type_acc_no_attn": ("type, attention mean-ablated", "tab:blue", "--"),
+}
 
 
 def storage_figure(tl: "Timeline", task: Any) -> Optional[Figure]:
@@ -142,8 +153,13 @@ def storage_figure(tl: "Timeline", task: Any) -> Optional[Figure]:
     for key, (label, colour, style) in STORAGE_LINES.items():
         ax.plot(tl.steps, m[key], color=colour, linestyle=style, label=label)
     if "type_only_acc" in m:
-        ax.axhline(m["type_only_acc"][-1], color="0.5", linewidth=0.8, linestyle="-.",
-                   label="best guess from the relation alone")
+        ax.axhline(
+            m["type_only_acc"][-1],
+            color="0.5",
+            linewidth=0.8,
+            linestyle="-.",
+            label="best guess from the relation alone",
+        )
     ax.set_ylabel("held-out accuracy")
     ax.set_ylim(-0.02, 1.02)
     mark_drop(ax, tl.loss_drop_step)
@@ -155,23 +171,38 @@ def storage_figure(tl: "Timeline", task: Any) -> Optional[Figure]:
 def storage_wandb(tl: "Timeline", logger: Any) -> None:
     m = tl.metrics.get("fact_storage", {})
     if set(STORAGE_LINES) <= set(m):
-        logger.line_series("plots/fact_storage", tl.steps, {label: m[k] for k, (label, _, _) in STORAGE_LINES.items()},
-                           "accuracy with the MLP or attention mean-ablated", "step")
+        logger.line_series(
+            "plots/fact_storage",
+            tl.steps,
+            {label: m[k] for k, (label, _, _) in STORAGE_LINES.items()},
+            "accuracy with the MLP or attention mean-ablated",
+            "step",
+        )
 
 
 STORAGE_SECTION = Section(
-    "fact_storage", "Where the facts are stored (factual recall)",
+    "fact_storage",
+    "Where the facts are stored (factual recall)",
     "Held-out accuracy at each checkpoint as trained, with every MLP output mean-ablated and with every attention "
     "output mean-ablated (each replaced by its mean over the held-out batch at each position); dashed: the share of "
     "predictions still of the right type. Accuracy that survives the MLP's ablation is stored in attention (the "
     "heads' value/output maps); accuracy that falls to chance within the type while the type survives is stored in "
     "the MLP. Ablating attention removes the subject and relation from the answer position, so it falls either way.",
-    storage_figure)
+    storage_figure,
+)
 
 
-@register("fact_storage", reads={"data": no_hooks}, ablations={"data": ABLATIONS},
-          truth=TRUTH, model_check=has_mlp, threshold=float("inf"), summary=storage_summary, section=STORAGE_SECTION,
-          wandb=storage_wandb)
+@register(
+    "fact_storage",
+    reads={"data": no_hooks},
+    ablations={"data": ABLATIONS},
+    truth=TRUTH,
+    model_check=has_mlp,
+    threshold=float("inf"),
+    summary=storage_summary,
+    section=STORAGE_SECTION,
+    wandb=storage_wandb,
+)
 def fact_storage(view: View) -> ProbeResult:
     """Where a model stores its facts (Nichani, Lee, Bietti 2024): held-out answer accuracy as trained, with
     every MLP output mean-ablated and with every attention output mean-ablated; facts that survive the MLP's
@@ -196,9 +227,11 @@ def type_summary(tl: "Timeline", task: Any) -> list[str]:
     typed, facts = formation_step(tl.steps, m["type_acc"], KNOWN), formation_step(tl.steps, m["acc"], KNOWN)
     widest = max(range(len(tl.steps)), key=lambda i: m["type_gap"][i])
     when = lambda what, step: f"{what} at step {step}" if step is not None else f"{what}: not reached"  # noqa: E731
-    return [f"{'answer_type':<16} {when('type known', typed)}, {when('facts', facts)} (type_acc, acc ≥ {KNOWN} from "
-            f"then on); widest gap type_acc - acc {m['type_gap'][widest]:.3g} at step {tl.steps[widest]} (fact loss "
-            f"{m['fact_loss'][widest]:.3g} nats)"]
+    return [
+        f"{'answer_type':<16} {when('type known', typed)}, {when('facts', facts)} (type_acc, acc ≥ {KNOWN} from "
+        f"then on); widest gap type_acc - acc {m['type_gap'][widest]:.3g} at step {tl.steps[widest]} (fact loss "
+        f"{m['fact_loss'][widest]:.3g} nats)"
+    ]
 
 
 def type_figure(tl: "Timeline", task: Any) -> Optional[Figure]:
@@ -211,13 +244,20 @@ def type_figure(tl: "Timeline", task: Any) -> Optional[Figure]:
     ax_acc.plot(tl.steps, m["acc"], color="black", label="acc (the fact)")
     ax_acc.fill_between(tl.steps, m["acc"], m["type_acc"], color="tab:green", alpha=0.15, label="type known, fact not")
     if "type_only_acc" in m:
-        ax_acc.axhline(m["type_only_acc"][-1], color="0.5", linewidth=0.8, linestyle="-.",
-                       label="best guess from the relation alone")
+        ax_acc.axhline(
+            m["type_only_acc"][-1],
+            color="0.5",
+            linewidth=0.8,
+            linestyle="-.",
+            label="best guess from the relation alone",
+        )
     ax_acc.set_ylabel("held-out accuracy")
     ax_acc.set_ylim(-0.02, 1.02)
     ax_loss.plot(tl.steps, m["loss"], color="black", label="loss")
     ax_loss.plot(tl.steps, m["type_loss"], color="tab:green", label="type loss (-log p(answer set))")
-    ax_loss.plot(tl.steps, m["fact_loss"], color="tab:orange", linestyle="--", label="fact loss (-log p(answer | type))")
+    ax_loss.plot(
+        tl.steps, m["fact_loss"], color="tab:orange", linestyle="--", label="fact loss (-log p(answer | type))"
+    )
     D = answers_per_type(task)
     if D and D > 1:
         ax_loss.axhline(math.log(D), color="0.5", linewidth=0.8, linestyle="-.", label=f"log D = {math.log(D):.3g}")
@@ -232,23 +272,42 @@ def type_figure(tl: "Timeline", task: Any) -> Optional[Figure]:
 def type_wandb(tl: "Timeline", logger: Any) -> None:
     m = tl.metrics.get("answer_type", {})
     if {"type_acc", "acc", "type_gap"} <= set(m):
-        logger.line_series("plots/answer_type", tl.steps, {k: m[k] for k in ("type_acc", "acc", "type_gap")},
-                           "the answer's type before the fact", "step")
-        logger.line_series("plots/answer_type_loss", tl.steps, {k: m[k] for k in ("loss", "type_loss", "fact_loss")},
-                           "loss, type loss and fact loss", "step")
+        logger.line_series(
+            "plots/answer_type",
+            tl.steps,
+            {k: m[k] for k in ("type_acc", "acc", "type_gap")},
+            "the answer's type before the fact",
+            "step",
+        )
+        logger.line_series(
+            "plots/answer_type_loss",
+            tl.steps,
+            {k: m[k] for k in ("loss", "type_loss", "fact_loss")},
+            "loss, type loss and fact loss",
+            "step",
+        )
 
 
 TYPE_SECTION = Section(
-    "answer_type", "The answer's type before the fact (factual recall)",
+    "answer_type",
+    "The answer's type before the fact (factual recall)",
     "Left: held-out accuracy (the prediction is the fact) and type accuracy (it is one of the right relation's "
     "answers) at each checkpoint; shaded: the gap, where the model names an answer of the right type but not the "
     "fact (Nichani et al.'s plateau). Right: the loss split into the type loss, -log of the probability on the right "
     "answer set, and the fact loss, -log p(answer | its type), which sits at log D while the model knows only the type.",
-    type_figure)
+    type_figure,
+)
 
 
-@register("answer_type", reads={"data": no_hooks}, truth=TRUTH, threshold=float("inf"), summary=type_summary,
-          section=TYPE_SECTION, wandb=type_wandb)
+@register(
+    "answer_type",
+    reads={"data": no_hooks},
+    truth=TRUTH,
+    threshold=float("inf"),
+    summary=type_summary,
+    section=TYPE_SECTION,
+    wandb=type_wandb,
+)
 def answer_type(view: View) -> ProbeResult:
     """Whether a model learns the answer's type before the fact (Nichani, Lee, Bietti 2024): type accuracy (the
     prediction is one of the relation's answers) beside fact accuracy, and the loss split into a type loss and

@@ -60,8 +60,10 @@ def last_hidden(model: Any) -> Optional[str]:
 
 def has_hidden(model: Any) -> Optional[str]:
     if last_hidden(model) is None:
-        return (f"probe 'feature_span' reads a last hidden layer (an MLP's hook_post or hook_hidden.N, a transformer's "
-                f"last residual stream), which {type(model).__name__} lacks")
+        return (
+            f"probe 'feature_span' reads a last hidden layer (an MLP's hook_post or hook_hidden.N, a transformer's "
+            f"last residual stream), which {type(model).__name__} lacks"
+        )
     return None
 
 
@@ -86,8 +88,9 @@ def ridge_r2(X: Float[Tensor, "batch unit"], Y: Float[Tensor, "batch target"], f
     return out
 
 
-def loo_error(U: Float[Tensor, "batch k"], S: Float[Tensor, "k"], y: Float[Tensor, "batch"], Uy: Float[Tensor, "k"],
-              lam: float) -> float:
+def loo_error(
+    U: Float[Tensor, "batch k"], S: Float[Tensor, "k"], y: Float[Tensor, "batch"], Uy: Float[Tensor, "k"], lam: float
+) -> float:
     """The mean squared leave-one-out residual of ridge regression with penalty `lam`, from the SVD X = U S Vᵀ:
     (y − ŷ)_i / (1 − H_ii), H = U diag(S²/(S² + lam)) Uᵀ."""
     shrink = S**2 / (S**2 + lam)
@@ -116,14 +119,22 @@ def summary(tl: Any, task: Any) -> list[str]:
     if not m:
         return []
     first, last = (lambda k: m[k][0]), (lambda k: m[k][-1])
-    return [f"feature_span  held-out R² of the features from the last hidden layer (fit and scored on separate halves; "
-            f"chance ≈ 0): ridge over all units {first('span_mean'):.2f} at step 0, {last('span_mean'):.2f} at the end; "
-            f"top principal components {first('top_mean'):.2f} -> {last('top_mean'):.2f}; the target (ridge) "
-            f"{first('span/target'):.2f} -> {last('span/target'):.2f}"]
+    return [
+        f"feature_span  held-out R² of the features from the last hidden layer (fit and scored on separate halves; "
+        f"chance ≈ 0): ridge over all units {first('span_mean'):.2f} at step 0, {last('span_mean'):.2f} at the end; "
+        f"top principal components {first('top_mean'):.2f} -> {last('top_mean'):.2f}; the target (ridge) "
+        f"{first('span/target'):.2f} -> {last('span/target'):.2f}"
+    ]
 
 
-@register("feature_span", reads={"data": ModelHooks(lambda model: [h] if (h := last_hidden(model)) else [])},
-          truth=("features",), model_check=has_hidden, threshold=float("inf"), summary=summary)
+@register(
+    "feature_span",
+    reads={"data": ModelHooks(lambda model: [h] if (h := last_hidden(model)) else [])},
+    truth=("features",),
+    model_check=has_hidden,
+    threshold=float("inf"),
+    summary=summary,
+)
 def feature_span(view: View) -> ProbeResult:
     batch, cache = view.batch("data"), view.cache("data")
     X = cache[deepest(cache)].double()  # (the cache holds the hooks every probe read on "data": ours is the deepest)

@@ -129,14 +129,17 @@ def neuron_fractions(acts: Float[Tensor, "a b neuron"], linear: Linear = (1, 1))
     return torch.where(alive, torch.stack(shares) / total.clamp_min(1e-300), torch.zeros_like(total))
 
 
-def dominant_frequencies(fractions: Float[Tensor, "freq neuron"]) -> tuple[Int[Tensor, "neuron"], Float[Tensor, "neuron"]]:
+def dominant_frequencies(
+    fractions: Float[Tensor, "freq neuron"],
+) -> tuple[Int[Tensor, "neuron"], Float[Tensor, "neuron"]]:
     """Each neuron's dominant frequency (0 for a dead neuron) and the share of its variance that explains."""
     share, index = fractions.max(0)
     return torch.where(share > 0, index + 1, torch.zeros_like(index)), share
 
 
-def key_frequencies_of(fractions: Float[Tensor, "freq neuron"], min_frac: float = MIN_FRAC,
-                       min_share: float = MIN_SHARE) -> list[int]:
+def key_frequencies_of(
+    fractions: Float[Tensor, "freq neuron"], min_frac: float = MIN_FRAC, min_share: float = MIN_SHARE
+) -> list[int]:
     """The key frequencies, largest cluster first (ties: lower k): those that at least max(2, ⌈min_share ·
     neurons⌉) neurons have as their dominant frequency with a share of at least `min_frac`."""
     dominant, share = dominant_frequencies(fractions)
@@ -145,8 +148,9 @@ def key_frequencies_of(fractions: Float[Tensor, "freq neuron"], min_frac: float 
     return sorted((k for k in range(1, len(counts) + 1) if counts[k - 1] >= need), key=lambda k: (-counts[k - 1], k))
 
 
-def key_frequencies(acts: Float[Tensor, "a b neuron"], linear: Linear = (1, 1), min_frac: float = MIN_FRAC,
-                    min_share: float = MIN_SHARE) -> list[int]:
+def key_frequencies(
+    acts: Float[Tensor, "a b neuron"], linear: Linear = (1, 1), min_frac: float = MIN_FRAC, min_share: float = MIN_SHARE
+) -> list[int]:
     """The key frequencies of MLP activations over the p×p grid (see `key_frequencies_of`)."""
     return key_frequencies_of(neuron_fractions(acts, linear), min_frac, min_share)
 
@@ -169,7 +173,9 @@ def sum_directions(p: int, freqs: Sequence[int], linear: Linear = (1, 1)) -> Flo
     return dirs / dirs.flatten(1).norm(dim=1)[:, None, None]
 
 
-def _key_part(logits: Float[Tensor, "a b d_vocab_out"], freqs: Sequence[int], linear: Linear) -> Float[Tensor, "a b d_vocab_out"]:
+def _key_part(
+    logits: Float[Tensor, "a b d_vocab_out"], freqs: Sequence[int], linear: Linear
+) -> Float[Tensor, "a b d_vocab_out"]:
     """The logits' projection, for every output c, onto the key frequencies' directions in (a, b)."""
     p = logits.shape[0]
     dirs = sum_directions(p, freqs, linear).to(logits.device).flatten(1)  # [direction, a·b]
@@ -177,22 +183,25 @@ def _key_part(logits: Float[Tensor, "a b d_vocab_out"], freqs: Sequence[int], li
     return (dirs.T @ (dirs @ flat)).reshape(logits.shape)
 
 
-def restricted_logits(logits: Float[Tensor, "a b d_vocab_out"], freqs: Sequence[int],
-                      linear: Linear = (1, 1)) -> Float[Tensor, "a b d_vocab_out"]:
+def restricted_logits(
+    logits: Float[Tensor, "a b d_vocab_out"], freqs: Sequence[int], linear: Linear = (1, 1)
+) -> Float[Tensor, "a b d_vocab_out"]:
     """The logits with, for every output c, only their mean over (a, b) and their components along
     cos(w_k(c_a a + c_b b)) and sin(w_k(c_a a + c_b b)), k in `freqs`, kept (float64). The mean is Nanda
     et al.'s bias correction: it adds back whatever the restriction removed that does not depend on the input."""
     return logits.double().mean((0, 1), keepdim=True) + _key_part(logits, freqs, linear)
 
 
-def excluded_logits(logits: Float[Tensor, "a b d_vocab_out"], freqs: Sequence[int],
-                    linear: Linear = (1, 1)) -> Float[Tensor, "a b d_vocab_out"]:
+def excluded_logits(
+    logits: Float[Tensor, "a b d_vocab_out"], freqs: Sequence[int], linear: Linear = (1, 1)
+) -> Float[Tensor, "a b d_vocab_out"]:
     """The logits with their components along the key frequencies' directions removed (float64)."""
     return logits.double() - _key_part(logits, freqs, linear)
 
 
-def grid_loss(logits: Float[Tensor, "a b d_vocab_out"], linear: Linear = (1, 1),
-              where: Optional[Bool[Tensor, "a b"]] = None) -> float:
+def grid_loss(
+    logits: Float[Tensor, "a b d_vocab_out"], linear: Linear = (1, 1), where: Optional[Bool[Tensor, "a b"]] = None
+) -> float:
     """Cross-entropy (float64) of the logits at the pairs `where` (default all) against c = c_a a + c_b b mod p."""
     p = logits.shape[0]
     labels = (linear[0] * torch.arange(p)[:, None] + linear[1] * torch.arange(p)[None, :]) % p
@@ -200,19 +209,25 @@ def grid_loss(logits: Float[Tensor, "a b d_vocab_out"], linear: Linear = (1, 1),
     return float(nll.mean() if where is None else nll[where].mean())
 
 
-def losses(logits: Float[Tensor, "a b d_vocab_out"], freqs: Sequence[int], linear: Linear,
-           in_train: Bool[Tensor, "a b"]) -> dict[str, float]:
+def losses(
+    logits: Float[Tensor, "a b d_vocab_out"], freqs: Sequence[int], linear: Linear, in_train: Bool[Tensor, "a b"]
+) -> dict[str, float]:
     """restricted_loss (all pairs), restricted_test_loss (held-out pairs), excluded_loss (training pairs),
     train_loss and test_loss for the key frequencies `freqs`. Pass the final checkpoint's key frequencies
     to every checkpoint for Nanda et al.'s curves."""
     restricted = restricted_logits(logits, freqs, linear)
-    return {"restricted_loss": grid_loss(restricted, linear), "restricted_test_loss": grid_loss(restricted, linear, ~in_train),
-            "excluded_loss": grid_loss(excluded_logits(logits, freqs, linear), linear, in_train),
-            "train_loss": grid_loss(logits, linear, in_train), "test_loss": grid_loss(logits, linear, ~in_train)}
+    return {
+        "restricted_loss": grid_loss(restricted, linear),
+        "restricted_test_loss": grid_loss(restricted, linear, ~in_train),
+        "excluded_loss": grid_loss(excluded_logits(logits, freqs, linear), linear, in_train),
+        "train_loss": grid_loss(logits, linear, in_train),
+        "test_loss": grid_loss(logits, linear, ~in_train),
+    }
 
 
-def to_grid(values: Shaped[Tensor, "batch *rest"], a: Int[Tensor, "batch"], b: Int[Tensor, "batch"],
-            p: int) -> Shaped[Tensor, "a b *rest"]:
+def to_grid(
+    values: Shaped[Tensor, "batch *rest"], a: Int[Tensor, "batch"], b: Int[Tensor, "batch"], p: int
+) -> Shaped[Tensor, "a b *rest"]:
     """Per-pair values as a p×p grid indexed [a, b]; ValueError unless the batch holds every pair once."""
     index = (a * p + b).long()
     if index.numel() != p * p or not bool((torch.bincount(index.clamp(0, p * p - 1), minlength=p * p) == 1).all()):
@@ -249,7 +264,7 @@ def has_mlp(model: Any) -> Optional[str]:
 
 
 def _freqs(m: dict[str, list[float]], prefix: str) -> list[int]:
-    return sorted(int(k[len(prefix):]) for k in m if k.startswith(prefix))
+    return sorted(int(k[len(prefix) :]) for k in m if k.startswith(prefix))
 
 
 def final_keys(m: dict[str, list[float]], i: int = -1) -> list[int]:
@@ -267,16 +282,21 @@ def summary(tl: "Timeline", task: Any) -> list[str]:
     half = math.log(p) / 2  # half the loss of a uniform guess
     below = {name: formation_step(tl.steps, [-v for v in m[name]], -half) for name in ("restricted_loss", "test_loss")}
     below = {name: f"from step {s}" if s is not None else "not reached" for name, s in below.items()}
-    return [f"{'fourier':<16} key frequencies at step {tl.steps[-1]}: {', '.join(map(str, keys)) or 'none'}{more} "
-            f"(of {n_freqs(p)}); embedding Gini {m['gini_embed'][-1]:.2f}",
-            f"{'fourier':<16} restricted loss {m['restricted_loss'][-1]:.3g} vs test loss {m['test_loss'][-1]:.3g} at the "
-            f"end (excluded {m['excluded_loss'][-1]:.3g} on train, chance ln p = {math.log(p):.3g}); below ln p / 2 "
-            f"{below['restricted_loss']} (restricted) and {below['test_loss']} (test)"]
+    return [
+        f"{'fourier':<16} key frequencies at step {tl.steps[-1]}: {', '.join(map(str, keys)) or 'none'}{more} "
+        f"(of {n_freqs(p)}); embedding Gini {m['gini_embed'][-1]:.2f}",
+        f"{'fourier':<16} restricted loss {m['restricted_loss'][-1]:.3g} vs test loss {m['test_loss'][-1]:.3g} at the "
+        f"end (excluded {m['excluded_loss'][-1]:.3g} on train, chance ln p = {math.log(p):.3g}); below ln p / 2 "
+        f"{below['restricted_loss']} (restricted) and {below['test_loss']} (test)",
+    ]
 
 
-LOSSES = {"train_loss": ("train", "tab:blue", "-"), "test_loss": ("test", "black", "-"),
-          "restricted_loss": ("restricted to key freqs", "tab:green", "--"),
-          "excluded_loss": ("key freqs excluded (train)", "tab:red", "--")}
+LOSSES = {
+    "train_loss": ("train", "tab:blue", "-"),
+    "test_loss": ("test", "black", "-"),
+    "restricted_loss": ("restricted to key freqs", "tab:green", "--"),
+    "excluded_loss": ("key freqs excluded (train)", "tab:red", "--"),
+}
 
 
 def figure(tl: "Timeline", task: Any) -> Optional[Figure]:
@@ -291,13 +311,25 @@ def figure(tl: "Timeline", task: Any) -> Optional[Figure]:
     keys = set(final_keys(m))
     embed = [m[f"embed_norm_k{k}"][-1] for k in ks]
     top = max(embed) or 1.0
-    ax_bar.bar([k - 0.2 for k in ks], [m[f"neurons_k{k}"][-1] for k in ks], width=0.4, label="share of neurons",
-               color=["tab:green" if k in keys else "0.6" for k in ks])
-    ax_bar.bar([k + 0.2 for k in ks], [e / top for e in embed], width=0.4, color="tab:purple", alpha=0.6,
-               label="embedding norm / max")
+    ax_bar.bar(
+        [k - 0.2 for k in ks],
+        [m[f"neurons_k{k}"][-1] for k in ks],
+        width=0.4,
+        label="share of neurons",
+        color=["tab:green" if k in keys else "0.6" for k in ks],
+    )
+    ax_bar.bar(
+        [k + 0.2 for k in ks],
+        [e / top for e in embed],
+        width=0.4,
+        color="tab:purple",
+        alpha=0.6,
+        label="embedding norm / max",
+    )
     ax_bar.set_xlabel("frequency k")
-    ax_bar.set_title(f"step {tl.steps[-1]}: key frequencies {', '.join(map(str, sorted(keys))) or 'none'} (green)",
-                     fontsize=8)
+    ax_bar.set_title(
+        f"step {tl.steps[-1]}: key frequencies {', '.join(map(str, sorted(keys))) or 'none'} (green)", fontsize=8
+    )
     ax_bar.legend(fontsize=7)
     for key, (label, colour, style) in LOSSES.items():
         ax_loss.plot(tl.steps, m[key], color=colour, linestyle=style, label=label)
@@ -321,24 +353,45 @@ def figure(tl: "Timeline", task: Any) -> Optional[Figure]:
 def wandb_plots(tl: "Timeline", logger: Any) -> None:
     m = tl.metrics.get("fourier", {})
     if set(LOSSES) <= set(m):
-        logger.line_series("plots/fourier_losses", tl.steps, {label: m[k] for k, (label, _, _) in LOSSES.items()},
-                           "losses: full, restricted to and excluding the key frequencies", "step")
-        logger.line_series("plots/fourier_weights", tl.steps, {"weight_norm_sq": m["weight_norm_sq"],
-                                                               "gini_embed": m["gini_embed"]},
-                           "sum of squared weights and embedding Gini", "step")
+        logger.line_series(
+            "plots/fourier_losses",
+            tl.steps,
+            {label: m[k] for k, (label, _, _) in LOSSES.items()},
+            "losses: full, restricted to and excluding the key frequencies",
+            "step",
+        )
+        logger.line_series(
+            "plots/fourier_weights",
+            tl.steps,
+            {"weight_norm_sq": m["weight_norm_sq"], "gini_embed": m["gini_embed"]},
+            "sum of squared weights and embedding Gini",
+            "step",
+        )
 
 
-SECTION = Section("fourier", "Fourier features (modular arithmetic)",
-                  "Left: at the last checkpoint, the share of MLP neurons whose variance over all pairs (a, b) is "
-                  "mostly at each frequency k (key frequencies green) and the embedding's norm at k. Middle: the loss "
-                  "with the logits restricted to the key frequencies' directions cos/sin(w_k(a∘b)) (all pairs) and with "
-                  "them excluded (training pairs), beside train and test loss. Right: the sum of squared weight "
-                  "matrices, and the Gini coefficient of the embedding's frequency norms.",
-                  figure)
+SECTION = Section(
+    "fourier",
+    "Fourier features (modular arithmetic)",
+    "Left: at the last checkpoint, the share of MLP neurons whose variance over all pairs (a, b) is "
+    "mostly at each frequency k (key frequencies green) and the embedding's norm at k. Middle: the loss "
+    "with the logits restricted to the key frequencies' directions cos/sin(w_k(a∘b)) (all pairs) and with "
+    "them excluded (training pairs), beside train and test loss. Right: the sum of squared weight "
+    "matrices, and the Gini coefficient of the embedding's frequency norms.",
+    figure,
+)
 
 
-@register("fourier", reads={"all": mlp_posts}, truth=TRUTH, weights=WEIGHTS, model_check=has_mlp,
-          threshold=float("inf"), summary=summary, section=SECTION, wandb=wandb_plots)
+@register(
+    "fourier",
+    reads={"all": mlp_posts},
+    truth=TRUTH,
+    weights=WEIGHTS,
+    model_check=has_mlp,
+    threshold=float("inf"),
+    summary=summary,
+    section=SECTION,
+    wandb=wandb_plots,
+)
 def fourier(view: View) -> ProbeResult:
     batch = view.batch("all")
     p, linear = int(batch.truth["modulus"]), tuple(int(c) for c in batch.truth["linear"])
@@ -362,10 +415,17 @@ def fourier(view: View) -> ProbeResult:
     live = share[dominant > 0]
     metrics = {f"embed_norm_k{k}": float(embed[k - 1]) for k in range(1, n_freqs(p) + 1)}
     metrics |= {f"neurons_k{k}": float(counts[k - 1]) for k in range(1, n_freqs(p) + 1)}
-    metrics |= {"n_key_freqs": float(len(keys)), "gini_embed": gini(embed),
-                "neuron_frac_explained": float(live.mean()) if live.numel() else 0.0}
+    metrics |= {
+        "n_key_freqs": float(len(keys)),
+        "gini_embed": gini(embed),
+        "neuron_frac_explained": float(live.mean()) if live.numel() else 0.0,
+    }
     metrics |= losses(logits, keys, linear, in_train)
     metrics["weight_norm_sq"] = sum(float(view.weight(w).double().pow(2).sum()) for w in WEIGHTS)
     metrics |= {f"key_freq_{i}": float(keys[i - 1]) if i <= len(keys) else 0.0 for i in range(1, MAX_KEY_FREQS + 1)}
-    return ProbeResult("fourier", None, metrics, {"key_freqs": keys, "dominant": dominant.cpu(), "share": share.cpu(),
-                                                  "embed_norms": embed.cpu()})
+    return ProbeResult(
+        "fourier",
+        None,
+        metrics,
+        {"key_freqs": keys, "dominant": dominant.cpu(), "share": share.cpu(), "embed_norms": embed.cpu()},
+    )

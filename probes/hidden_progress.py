@@ -69,10 +69,15 @@ def summary(tl: "Timeline", task: Any) -> list[str]:
     recovered = formation_step(tl.steps, m["support_recovered"], 1.0)
     at_drop = tl.loss_drop_step in tl.steps
     drop = tl.steps.index(tl.loss_drop_step) if at_drop else -1
-    readable = (f"is readable from the weights from step {recovered}" if recovered is not None else
-                "is not readable from the weights at the last checkpoint (not reached)")
-    return [f"hidden_progress  the support's weights lead the rest {m['drift_ratio'][drop]:.1f}x at the "
-            f"{'loss drop' if at_drop else 'last checkpoint (the loss never drops)'}; the support {readable}"]
+    readable = (
+        f"is readable from the weights from step {recovered}"
+        if recovered is not None
+        else "is not readable from the weights at the last checkpoint (not reached)"
+    )
+    return [
+        f"hidden_progress  the support's weights lead the rest {m['drift_ratio'][drop]:.1f}x at the "
+        f"{'loss drop' if at_drop else 'last checkpoint (the loss never drops)'}; the support {readable}"
+    ]
 
 
 def figure(tl: "Timeline", task: Any) -> Optional[Figure]:
@@ -99,8 +104,13 @@ def figure(tl: "Timeline", task: Any) -> Optional[Figure]:
     recovered = formation_step(tl.steps, m["support_recovered"], 1.0) if "support_recovered" in m else None
     for ax in (ax_drift, ax_ratio):
         if recovered is not None:
-            ax.axvline(recovered, color="tab:red", linestyle="--", linewidth=1,
-                       label=f"support readable from weights (step {recovered})" if ax is ax_ratio else None)
+            ax.axvline(
+                recovered,
+                color="tab:red",
+                linestyle="--",
+                linewidth=1,
+                label=f"support readable from weights (step {recovered})" if ax is ax_ratio else None,
+            )
         mark_drop(ax, tl.loss_drop_step, label=ax is ax_ratio)
         steps_axis(ax, log=False)  # the plateau is long, and checkpoints are even there
     lines = ax_ratio.get_legend_handles_labels()[0] + loss_ax.get_legend_handles_labels()[0]
@@ -108,13 +118,24 @@ def figure(tl: "Timeline", task: Any) -> Optional[Figure]:
     return fig
 
 
-SECTION = Section("hidden_progress", "Hidden progress",
-                  "How far the input-facing weights of the support bits and of the other bits have moved from step 0.",
-                  figure)
+SECTION = Section(
+    "hidden_progress",
+    "Hidden progress",
+    "How far the input-facing weights of the support bits and of the other bits have moved from step 0.",
+    figure,
+)
 
 
-@register("hidden_progress", reads={"data": no_hooks}, truth=("support", "readout"), needs_init=True,
-          threshold=float("inf"), model_check=has_input_weights, summary=summary, section=SECTION)
+@register(
+    "hidden_progress",
+    reads={"data": no_hooks},
+    truth=("support", "readout"),
+    needs_init=True,
+    threshold=float("inf"),
+    model_check=has_input_weights,
+    summary=summary,
+    section=SECTION,
+)
 def hidden_progress(view: View) -> ProbeResult:
     drift = row_drift(view)
     support = view.batch("data").truth["support"].to(drift.device)
@@ -122,8 +143,12 @@ def hidden_progress(view: View) -> ProbeResult:
     on[support] = True
     on_mean, off_mean = float(drift[on].mean()), float(drift[~on].mean()) if bool((~on).any()) else 0.0
     top = set(drift.topk(len(support)).indices.tolist())
-    metrics = {"drift_inf": float(drift.max()), "topk_drift_ratio": topk_ratio(drift, len(support)),
-               "drift_on_support": on_mean, "drift_off_support": off_mean,
-               "drift_ratio": on_mean / off_mean if off_mean > 0 else 1.0,
-               "support_recovered": float(top == set(support.tolist()))}
+    metrics = {
+        "drift_inf": float(drift.max()),
+        "topk_drift_ratio": topk_ratio(drift, len(support)),
+        "drift_on_support": on_mean,
+        "drift_off_support": off_mean,
+        "drift_ratio": on_mean / off_mean if off_mean > 0 else 1.0,
+        "support_recovered": float(top == set(support.tolist())),
+    }
     return ProbeResult("hidden_progress", None, metrics, {"drift": drift.cpu(), "support": support.cpu()})

@@ -121,8 +121,9 @@ def _non_negative(cp: Optional[CPTensor]) -> Optional[CPTensor]:
     return CPTensor((np.ones(len(cp.weights)), factors))
 
 
-def cp_decompose(W: Tensor, rank: int, restarts: int = RESTARTS,
-                 seed: int = 0) -> tuple[Float[Tensor, "rank"], list[Tensor], float]:
+def cp_decompose(
+    W: Tensor, rank: int, restarts: int = RESTARTS, seed: int = 0
+) -> tuple[Float[Tensor, "rank"], list[Tensor], float]:
     """The best non-negative rank-`rank` CP decomposition of W (2- or 3-way) that tensorly's HALS finds from
     `restarts` Jennrich starts (`jennrich`, 3-way only, made non-negative), an SVD start and `restarts` random
     starts, in that order, stopping at an exact fit. Non-negative because W and its true factors are: the
@@ -135,14 +136,17 @@ def cp_decompose(W: Tensor, rank: int, restarts: int = RESTARTS,
     X = W.double().cpu().numpy()
     norm = float(np.linalg.norm(X)) or 1.0
     starts = [_non_negative(jennrich(X, rank, seed + i)) for i in range(restarts)] if X.ndim == 3 else []
-    tries = [(s, seed) for s in starts if s is not None] + [("svd", seed)] + [("random", seed + i) for i in range(restarts)]
+    tries = (
+        [(s, seed) for s in starts if s is not None] + [("svd", seed)] + [("random", seed + i) for i in range(restarts)]
+    )
     best: Optional[tuple[float, Any]] = None
     for init, state in tries:
         try:
             with warnings.catch_warnings():  # an SVD start with rank > a dimension: tensorly pads it, and says so
                 warnings.simplefilter("ignore", UserWarning)
-                cp = non_negative_parafac_hals(tensorly.tensor(X), rank, n_iter_max=N_ITER, init=init, tol=TOL,
-                                               random_state=state)
+                cp = non_negative_parafac_hals(
+                    tensorly.tensor(X), rank, n_iter_max=N_ITER, init=init, tol=TOL, random_state=state
+                )
         except (ValueError, np.linalg.LinAlgError):
             continue
         fit = float(np.linalg.norm(tensorly.cp_to_tensor(cp) - X)) / norm
@@ -152,8 +156,9 @@ def cp_decompose(W: Tensor, rank: int, restarts: int = RESTARTS,
             break
     if best is None:
         raise ProbeError(f"probe {NAME!r}: no rank-{rank} CP decomposition converged")
-    weights, factors = _normalised(np.asarray(best[1].weights, dtype=float),
-                                   [np.asarray(f, dtype=float) for f in best[1].factors])
+    weights, factors = _normalised(
+        np.asarray(best[1].weights, dtype=float), [np.asarray(f, dtype=float) for f in best[1].factors]
+    )
     return weights, factors, best[0]
 
 
@@ -176,8 +181,9 @@ def reference_axes(times: Sequence[int]) -> tuple[int, int, int]:
     return ref, other, abs(times[other] - times[ref])
 
 
-def hmm_factors(O: Float[Tensor, "obs hidden"], T: Float[Tensor, "hidden hidden"], pi: Float[Tensor, "hidden"],
-                times: Sequence[int]) -> tuple[Float[Tensor, "hidden"], list[Tensor]]:
+def hmm_factors(
+    O: Float[Tensor, "obs hidden"], T: Float[Tensor, "hidden hidden"], pi: Float[Tensor, "hidden"], times: Sequence[int]
+) -> tuple[Float[Tensor, "hidden"], list[Tensor]]:
     """The exact CP decomposition of P(x_{times[0]}, ...) given the hidden state h at the reference time r
     (`reference_axes`): weights π, and per axis P(x_t | h_r): O (Tᵀ)^{t−r} for t > r, O for t = r,
     O diag(π) T^{r−t} diag(π)⁻¹ for t < r (the reversed chain)."""
@@ -194,8 +200,9 @@ def nonneg_solve(O: Float[Tensor, "obs hidden"], F: Float[Tensor, "obs rank"]) -
     return torch.stack([torch.from_numpy(nnls(O.numpy(), F[:, h].numpy())[0]) for h in range(F.shape[1])], 1)
 
 
-def recover(weights: Tensor, factors: list[Tensor], times: Sequence[int],
-            O_true: Float[Tensor, "obs hidden"]) -> dict[str, Tensor]:
+def recover(
+    weights: Tensor, factors: list[Tensor], times: Sequence[int], O_true: Float[Tensor, "obs hidden"]
+) -> dict[str, Tensor]:
     """Ô, π̂ and T̂^g from a CP decomposition (see the module docstring), its components put in the true states'
     order by matching the O factor's columns to `O_true`. T̂^g solves the neighbouring factor F's equation with
     non-negative least squares, (T^g)ᵀ = X for F = Ô X (a later F), or diag(π̂) T^g diag(π̂)⁻¹ = X (an earlier
@@ -259,8 +266,9 @@ def _generators(k: int, planes: int, seed: int, max_mixings: int = 64) -> list[t
     return out
 
 
-def alternative_for(O: Float[Tensor, "obs hidden"], M: Float[Tensor, "hidden hidden"],
-                    R: Float[Tensor, "hidden hidden"]) -> tuple[Tensor, Tensor, Tensor]:
+def alternative_for(
+    O: Float[Tensor, "obs hidden"], M: Float[Tensor, "hidden hidden"], R: Float[Tensor, "hidden hidden"]
+) -> tuple[Tensor, Tensor, Tensor]:
     """(Õ, T̃, π̃) = (OR, row-normalised R⁻¹ M R⁻ᵀ, its row sums) for the joint M = diag(π) T^g of two hidden
     states g apart: Õ (R⁻¹MR⁻ᵀ) Õᵀ = O M Oᵀ. For orthogonal R this is the talk's (OR, RᵀTR) with the joint in
     place of T (T̃ = RᵀTR exactly where π is uniform)."""
@@ -270,8 +278,15 @@ def alternative_for(O: Float[Tensor, "obs hidden"], M: Float[Tensor, "hidden hid
     return O @ R, J / pi[:, None], pi
 
 
-def rotated_alternative(O: Float[Tensor, "obs hidden"], T: Float[Tensor, "hidden hidden"], pi: Float[Tensor, "hidden"],
-                        gap: int = 1, margin: float = 0.9, planes: int = 16, seed: int = 0) -> dict[str, Any]:
+def rotated_alternative(
+    O: Float[Tensor, "obs hidden"],
+    T: Float[Tensor, "hidden hidden"],
+    pi: Float[Tensor, "hidden"],
+    gap: int = 1,
+    margin: float = 0.9,
+    planes: int = 16,
+    seed: int = 0,
+) -> dict[str, Any]:
     """A different valid HMM with the same pairwise predictor at time gap `gap`: (Õ, T̃_g) = (OR, R⁻¹ diag(π) T^g
     R⁻ᵀ row-normalised), R = exp(θA) for the generator A (`_generators`: rotations, column mixings) and sign whose
     largest θ keeping Õ and T̃_g non-negative (bisection, up to π/4) moves O most; θ is `margin` of that. Returns
@@ -302,8 +317,9 @@ def rotated_alternative(O: Float[Tensor, "obs hidden"], T: Float[Tensor, "hidden
     return {"O": Ot, "T": Tt, "pi": pt, "R": R, "angle": theta, "rotation": rotation}
 
 
-def pairwise_predictor(O: Float[Tensor, "obs hidden"], T: Float[Tensor, "hidden hidden"], pi: Float[Tensor, "hidden"],
-                       t1: int, t2: int) -> Float[Tensor, "obs obs"]:
+def pairwise_predictor(
+    O: Float[Tensor, "obs hidden"], T: Float[Tensor, "hidden hidden"], pi: Float[Tensor, "hidden"], t1: int, t2: int
+) -> Float[Tensor, "obs obs"]:
     """P(x_{t2} | x_{t1}) [x_{t1}, x_{t2}] of the stationary HMM (T: the one-step transition, or the g-step
     one with t2 − t1 = ±1): rows of O diag(π) T^g Oᵀ normalised, transposed first where t2 < t1."""
     joint = O @ (pi[:, None] * torch.linalg.matrix_power(T, abs(t2 - t1))) @ O.T
@@ -317,8 +333,10 @@ def pairwise_predictor(O: Float[Tensor, "obs hidden"], T: Float[Tensor, "hidden 
 def _at(logits: Tensor, n_ctx: int, pos: int) -> Tensor:
     """The answer distributions at absolute position `pos`, float64 (models may answer at the last few only)."""
     if logits.shape[1] < n_ctx - pos:
-        raise ProbeError(f"probe {NAME!r} reads the answer at position {pos}; the model answers at the last "
-                         f"{logits.shape[1]} of {n_ctx} positions only")
+        raise ProbeError(
+            f"probe {NAME!r} reads the answer at position {pos}; the model answers at the last "
+            f"{logits.shape[1]} of {n_ctx} positions only"
+        )
     return logits[:, pos - n_ctx].double().softmax(-1)
 
 
@@ -345,9 +363,13 @@ def joints(view: View) -> tuple[Tensor, Tensor, tuple[int, ...]]:
 def errors(rec: dict[str, Tensor], O: Tensor, T: Tensor, pi: Tensor, prefix: str = "") -> dict[str, float]:
     """Max and relative Frobenius errors of a recovery against the truth (T to the recovery's power)."""
     Tg = torch.linalg.matrix_power(T, int(rec["power"]))
-    out = {"O_err": float((rec["O"] - O).abs().max()), "T_err": float((rec["T"] - Tg).abs().max()),
-           "pi_err": float((rec["pi"] - pi).abs().max()),
-           "O_rel_err": float((rec["O"] - O).norm() / O.norm()), "T_rel_err": float((rec["T"] - Tg).norm() / Tg.norm())}
+    out = {
+        "O_err": float((rec["O"] - O).abs().max()),
+        "T_err": float((rec["T"] - Tg).abs().max()),
+        "pi_err": float((rec["pi"] - pi).abs().max()),
+        "O_rel_err": float((rec["O"] - O).norm() / O.norm()),
+        "T_rel_err": float((rec["T"] - Tg).norm() / Tg.norm()),
+    }
     return {prefix + k: v if math.isfinite(v) else math.nan for k, v in out.items()}
 
 
@@ -377,10 +399,12 @@ def summary(tl: "Timeline", task: Any) -> list[str]:
     Tg = "T" if g == 1 else f"T^{g}"
     if "alt_O_diff" in m:
         how = "a rotation" if m["alt_rotation"][-1] else "a mixing of two states"
-        return [f"{NAME} pairwise: not identifiable: another valid HMM (Õ = OR, R {how}) is {m['alt_O_diff'][-1]:.3g} "
-                f"from O and {m['alt_T_diff'][-1]:.3g} from {Tg} with the same predictor (to {m['alt_pred_diff'][-1]:.1g}); "
-                f"at step {last} the model's predictor is {m['err_true'][-1]:.3g} from the true HMM's and "
-                f"{m['err_alt'][-1]:.3g} from the other's"]
+        return [
+            f"{NAME} pairwise: not identifiable: another valid HMM (Õ = OR, R {how}) is {m['alt_O_diff'][-1]:.3g} "
+            f"from O and {m['alt_T_diff'][-1]:.3g} from {Tg} with the same predictor (to {m['alt_pred_diff'][-1]:.1g}); "
+            f"at step {last} the model's predictor is {m['err_true'][-1]:.3g} from the true HMM's and "
+            f"{m['err_alt'][-1]:.3g} from the other's"
+        ]
     objective = task.cfg.objective if task is not None else "triplet"
     margin = m["kruskal_margin"][-1]
     unique = "unknown" if math.isnan(margin) else f"{margin:+.0f}, {'unique' if margin >= 0 else 'not guaranteed'}"
@@ -388,9 +412,11 @@ def summary(tl: "Timeline", task: Any) -> list[str]:
     within_text = f"from step {within}" if within is not None else "not reached"
     # a recovery that failed (its decomposition not finite) is recorded as NaN: say so, not "nan"
     err = lambda key, spec: format(m[key][-1], spec) if math.isfinite(m[key][-1]) else "— (no recovery)"  # noqa: E731
-    return [f"{NAME} {objective}: at step {last} O recovered to {err('O_err', '.3g')} (max abs), {Tg} to "
-            f"{err('T_err', '.3g')}; the exact predictor gives O {err('floor_O_err', '.2g')}, {Tg} {err('floor_T_err', '.2g')} "
-            f"(Kruskal margin {unique}); O within 0.05 {within_text}; KL {m['kl_joint'][-1]:.3g}"]
+    return [
+        f"{NAME} {objective}: at step {last} O recovered to {err('O_err', '.3g')} (max abs), {Tg} to "
+        f"{err('T_err', '.3g')}; the exact predictor gives O {err('floor_O_err', '.2g')}, {Tg} {err('floor_T_err', '.2g')} "
+        f"(Kruskal margin {unique}); O within 0.05 {within_text}; KL {m['kl_joint'][-1]:.3g}"
+    ]
 
 
 def o_hat(m: dict[str, list[float]], i: int = -1) -> Optional[Tensor]:
@@ -422,8 +448,9 @@ def figure(tl: "Timeline", task: Any) -> Optional[Figure]:
         label = f"{label}^{g}" if key == "T_err" and g > 1 else label
         ax.plot(tl.steps, [max(v, 1e-12) for v in m[key]], color=colour, label=f"{label} (max abs error)")
     for key, colour in (("floor_O_err", "tab:blue"), ("floor_T_err", "tab:orange")):
-        ax.axhline(max(m[key][-1], 1e-12), color=colour, linestyle="--", linewidth=0.9,
-                   label=f"exact predictor: {key[6]}")
+        ax.axhline(
+            max(m[key][-1], 1e-12), color=colour, linestyle="--", linewidth=0.9, label=f"exact predictor: {key[6]}"
+        )
     if "alt_O_diff" in m:
         ax.axhline(m["alt_O_diff"][-1], color="tab:red", linestyle=":", label="other HMM, same predictor: |Õ − O|")
     ax.set_yscale("log")
@@ -448,22 +475,34 @@ def wandb_plots(tl: "Timeline", logger: Any) -> None:
     m = tl.metrics.get(NAME, {})
     series = {k: m[k] for k in ("O_err", "T_err", "pi_err", "floor_O_err", "floor_T_err") if k in m}
     if series:
-        logger.line_series(f"plots/{NAME}", tl.steps, series, "HMM parameters recovered from the predictor: max abs error",
-                           "step")
+        logger.line_series(
+            f"plots/{NAME}", tl.steps, series, "HMM parameters recovered from the predictor: max abs error", "step"
+        )
 
 
-SECTION = Section(NAME, "HMM identifiability (masked prediction)",
-                  "Left: how far the HMM's emission O, transition T (to the power g of the positions' gap) and "
-                  "stationary distribution π, read back from the model's predictor by a rank-k CP decomposition (Liu "
-                  "et al. 2022), lie from the truth at each checkpoint; dashed, the same from the exact optimal "
-                  "predictor: near 0 where the task identifies the HMM (triplet), large where it does not (pairwise: "
-                  "the dotted line is how far a different HMM (OR, ...) with the very same predictor lies from O). "
-                  "Right: the true and the recovered emission matrices at the last checkpoint, hidden states in the "
-                  "true order.", figure)
+SECTION = Section(
+    NAME,
+    "HMM identifiability (masked prediction)",
+    "Left: how far the HMM's emission O, transition T (to the power g of the positions' gap) and "
+    "stationary distribution π, read back from the model's predictor by a rank-k CP decomposition (Liu "
+    "et al. 2022), lie from the truth at each checkpoint; dashed, the same from the exact optimal "
+    "predictor: near 0 where the task identifies the HMM (triplet), large where it does not (pairwise: "
+    "the dotted line is how far a different HMM (OR, ...) with the very same predictor lies from O). "
+    "Right: the true and the recovered emission matrices at the last checkpoint, hidden states in the "
+    "true order.",
+    figure,
+)
 
 
-@register(NAME, reads={"all": no_hooks}, truth=TRUTH, threshold=float("inf"), summary=summary, section=SECTION,
-          wandb=wandb_plots)
+@register(
+    NAME,
+    reads={"all": no_hooks},
+    truth=TRUTH,
+    threshold=float("inf"),
+    summary=summary,
+    section=SECTION,
+    wandb=wandb_plots,
+)
 def hmm_identifiability(view: View) -> ProbeResult:
     truth = view.batch("all").truth
     O, T = truth["emission"].double().cpu(), truth["hidden_transition"].double().cpu()
@@ -487,13 +526,16 @@ def hmm_identifiability(view: View) -> ProbeResult:
         true_pred, predicted = pairwise_predictor(O, T, pi, t1, t2), model / model.sum(1, keepdim=True)
         alt_pred = pairwise_predictor(alt["O"], alt["T"], alt["pi"], *step)  # alt["T"] is the g-step transition
         Tg = torch.linalg.matrix_power(T, gap)
-        metrics |= {"alt_O_diff": float((alt["O"] - O).abs().max()),
-                    "alt_O_rel_diff": float((alt["O"] - O).norm() / O.norm()),
-                    "alt_T_diff": float((alt["T"] - Tg).abs().max()),
-                    "alt_pred_diff": float((alt_pred - true_pred).abs().max()), "alt_angle": float(alt["angle"]),
-                    "alt_rotation": float(alt["rotation"]),
-                    "err_true": float((predicted - true_pred).abs().max()),
-                    "err_alt": float((predicted - alt_pred).abs().max())}
+        metrics |= {
+            "alt_O_diff": float((alt["O"] - O).abs().max()),
+            "alt_O_rel_diff": float((alt["O"] - O).norm() / O.norm()),
+            "alt_T_diff": float((alt["T"] - Tg).abs().max()),
+            "alt_pred_diff": float((alt_pred - true_pred).abs().max()),
+            "alt_angle": float(alt["angle"]),
+            "alt_rotation": float(alt["rotation"]),
+            "err_true": float((predicted - true_pred).abs().max()),
+            "err_alt": float((predicted - alt_pred).abs().max()),
+        }
     if d * k <= MAX_ENTRIES:
         metrics |= {f"O_hat/x{i}h{h}": float(rec["O"][i, h]) for i in range(d) for h in range(k)}
     return ProbeResult(NAME, None, metrics, {"O_hat": rec["O"], "T_hat": rec["T"], "pi_hat": rec["pi"]})

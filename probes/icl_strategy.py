@@ -105,14 +105,25 @@ def wandb_plots(tl: "Timeline", logger: Any) -> None:
     logger.line_series("plots/icl_strategy_kl", tl.steps, kl, "KL(strategy ‖ model)", "step")
 
 
-SECTION = Section("strategy_kl", "In-context strategies",
-                  "KL from each reference predictor to the model's next-token distribution on held-out sequences; "
-                  "the nearest names the stage (shaded). Predictors closer to each other than the model is to "
-                  "either share a stage (ngram≈bayes): which of them is nearer is noise.", strategy_kl)
+SECTION = Section(
+    "strategy_kl",
+    "In-context strategies",
+    "KL from each reference predictor to the model's next-token distribution on held-out sequences; "
+    "the nearest names the stage (shaded). Predictors closer to each other than the model is to "
+    "either share a stage (ngram≈bayes): which of them is nearer is noise.",
+    strategy_kl,
+)
 
 
-@register("icl_strategy", reads={"data": no_hooks}, truth=REQUIRED, threshold=float("inf"), summary=summary,
-          section=SECTION, wandb=wandb_plots)
+@register(
+    "icl_strategy",
+    reads={"data": no_hooks},
+    truth=REQUIRED,
+    threshold=float("inf"),
+    summary=summary,
+    section=SECTION,
+    wandb=wandb_plots,
+)
 def icl_strategy(view: View) -> ProbeResult:
     batch = view.batch("data")
     strategies = [s for s in STRATEGIES if s in batch.truth]
@@ -124,10 +135,11 @@ def icl_strategy(view: View) -> ProbeResult:
         curves[name] = kl.mean(0).cpu()
         metrics[f"kl/{name}"] = float(kl.mean())
     for i, a in enumerate(strategies):  # how far apart the predictors are, on the same positions (symmetric KL)
-        for b in strategies[i + 1:]:
+        for b in strategies[i + 1 :]:
             p, q = batch.truth[a].clamp_min(1e-30), batch.truth[b].clamp_min(1e-30)
             metrics[f"apart/{a}/{b}"] = float(((p - q) * (p.log() - q.log())).sum(-1).mean() / 2)
     nearest = min(strategies, key=lambda s: metrics[f"kl/{s}"])
     metrics["stage"] = float(strategies.index(nearest))  # index into `strategies`, the order of the kl/ metrics
-    return ProbeResult("icl_strategy", None, metrics, {"kl_per_position": curves, "nearest": nearest,
-                                                       "strategies": strategies})
+    return ProbeResult(
+        "icl_strategy", None, metrics, {"kl_per_position": curves, "nearest": nearest, "strategies": strategies}
+    )

@@ -19,16 +19,25 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from mechsynth.probes import (FormationOptions, ProbeResult, View, attention_hooks, head_metrics, no_hooks, register,
-                              render_heads)
+from mechsynth.probes import (
+    FormationOptions,
+    ProbeResult,
+    View,
+    attention_hooks,
+    head_metrics,
+    no_hooks,
+    register,
+    render_heads,
+)
 from mechsynth.probes.duplicate_token import target_mass, uniform_target_mass
 
 
 def induction_targets(tokens: Int[Tensor, "batch pos"]) -> Bool[Tensor, "batch pos pos"]:
     """[batch, query_pos, key_pos]: 1 <= key <= query and tokens[key - 1] == tokens[query]."""
     prev = torch.cat([torch.full_like(tokens[:, :1], -1), tokens[:, :-1]], 1)
-    return (tokens[:, :, None] == prev[:, None, :]) & torch.ones(tokens.shape[1], tokens.shape[1], dtype=torch.bool,
-                                                                    device=tokens.device).tril()
+    return (tokens[:, :, None] == prev[:, None, :]) & torch.ones(
+        tokens.shape[1], tokens.shape[1], dtype=torch.bool, device=tokens.device
+    ).tril()
 
 
 def copying_score(weight: Callable[[str], Tensor]) -> Float[Tensor, "layer head_index"] | None:
@@ -49,8 +58,13 @@ def icl_score(logits: Float[Tensor, "batch pos d_vocab_out"], targets: Int[Tenso
     return float(loss[-fifth:].mean() - loss[:fifth].mean())
 
 
-@register("induction", reads={"repeated": attention_hooks, "data": no_hooks}, options=FormationOptions,
-          weights=("W_E", "W_V", "W_O", "W_U"), token_ids=True)
+@register(
+    "induction",
+    reads={"repeated": attention_hooks, "data": no_hooks},
+    options=FormationOptions,
+    weights=("W_E", "W_V", "W_O", "W_U"),
+    token_ids=True,
+)
 def induction(view: View) -> ProbeResult:
     tokens, pattern = view.tokens("repeated"), view.patterns("repeated")
     half = tokens.shape[1] // 2
@@ -61,8 +75,11 @@ def induction(view: View) -> ProbeResult:
     # Prefix matching: attention on exactly the position after this token's first-copy occurrence.
     q = torch.arange(half, 2 * half, device=tokens.device)
     prefix = pattern[..., q, q - half + 1].mean(dim=(1, 3))
-    metrics = {"max": float(per_head.max()), "chance": uniform_target_mass(targets),
-               **head_metrics("prefix_matching/", prefix)}
+    metrics = {
+        "max": float(per_head.max()),
+        "chance": uniform_target_mass(targets),
+        **head_metrics("prefix_matching/", prefix),
+    }
     logits = view.logits("repeated")
     if logits.shape[-1] > int(tokens.max()):  # the outputs name the input tokens (not so for the readout tasks)
         metrics["icl_score"] = icl_score(logits[:, :-1], tokens[:, 1:])

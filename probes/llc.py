@@ -44,12 +44,21 @@ class LLCOptions:
     n_beta: float = doc("inverse temperature nβ: the loss is scaled by it in the tempered posterior", 100.0)
     localization: float = doc("γ, the strength of the pull back to the checkpoint's weights", 100.0)
     chains: int = doc("independent SGLD chains (their spread is the estimate's uncertainty)", 4, lo=1, hi=1024)
-    draws: int = doc("SGLD steps per chain (devinterp averages the loss over all of them)", 200, lo=TRACE_POINTS, hi=10**6)
+    draws: int = doc(
+        "SGLD steps per chain (devinterp averages the loss over all of them)", 200, lo=TRACE_POINTS, hi=10**6
+    )
     batch: int = doc("sequences per SGLD step", 32, lo=1, hi=2**16)
-    pool: int = doc("training sequences the SGLD batches are drawn from (a fixed pool; a run trained on a fixed set "
-                    "uses the whole set)", 1024, lo=1, hi=2**20, why="the pool is held in memory")
-    checkpoints: int = doc("checkpoints to estimate at, log-spaced (first and last included); 0 = every one", 16,
-                           lo=0, hi=100_000)
+    pool: int = doc(
+        "training sequences the SGLD batches are drawn from (a fixed pool; a run trained on a fixed set "
+        "uses the whole set)",
+        1024,
+        lo=1,
+        hi=2**20,
+        why="the pool is held in memory",
+    )
+    checkpoints: int = doc(
+        "checkpoints to estimate at, log-spaced (first and last included); 0 = every one", 16, lo=0, hi=100_000
+    )
     seed: int = doc("seed of the pool and of the chains", 0, lo=0, hi=2**31)
 
     def __post_init__(self) -> None:
@@ -111,7 +120,11 @@ def unpack(rows: Tensor, like: Batch) -> Batch:
     pos = like.tokens.shape[1]
     if like.tokens.is_floating_point():
         width = like.tokens[0].numel()
-        return Batch(rows[:, :width].reshape(-1, *like.tokens.shape[1:]), rows[:, width:width + pos], rows[:, width + pos:] > 0.5)
+        return Batch(
+            rows[:, :width].reshape(-1, *like.tokens.shape[1:]),
+            rows[:, width : width + pos],
+            rows[:, width + pos :] > 0.5,
+        )
     tokens, targets = rows[:, :pos], rows[:, pos:]
     return Batch(tokens, targets.clamp(min=0), targets >= 0)
 
@@ -135,16 +148,33 @@ def estimate(model: nn.Module, data: Batch, o: LLCOptions, kind: LossKind = "cro
     dataset = Dataset.from_dict({"input_ids": rows.numpy()}).with_format("torch")
     # devinterp draws a progress bar per chain; a run has chains × checkpoints of them.
     quiet = mock.patch.object(sampler, "trange", functools.partial(tqdm.trange, disable=True))
-    with tempfile.TemporaryDirectory(prefix="mechsynth-llc-") as tmp, warnings.catch_warnings(record=True) as caught, quiet:
+    with (
+        tempfile.TemporaryDirectory(prefix="mechsynth-llc-") as tmp,
+        warnings.catch_warnings(record=True) as caught,
+        quiet,
+    ):
         warnings.simplefilter("always")
-        out = llc(_Sampled(model), dataset, {}, lr=o.lr, n_beta=o.n_beta, localization=o.localization,
-                  num_chains=o.chains, num_draws=o.draws, batch_size=batch, num_init_loss_batches=max(1, len(rows) // batch),
-                  init_seed=o.seed, output_path=f"{tmp}/samples.zarr", loss_fn=loss_fn, device=str(device_of(model)))
+        out = llc(
+            _Sampled(model),
+            dataset,
+            {},
+            lr=o.lr,
+            n_beta=o.n_beta,
+            localization=o.localization,
+            num_chains=o.chains,
+            num_draws=o.draws,
+            batch_size=batch,
+            num_init_loss_batches=max(1, len(rows) // batch),
+            init_seed=o.seed,
+            output_path=f"{tmp}/samples.zarr",
+            loss_fn=loss_fn,
+            device=str(device_of(model)),
+        )
         per_chain = [float(v) for v in out.llc_per_chain.values]
         trace = torch.as_tensor(out.loss_trace.values, dtype=torch.float64)  # [chain, step]
         init_loss = float(out.init_loss)
     failed = sum("Chain failed" in str(w.message) for w in caught)
-    spans = trace[:, :trace.shape[1] // TRACE_POINTS * TRACE_POINTS].unflatten(1, (TRACE_POINTS, -1)).mean(-1)
+    spans = trace[:, : trace.shape[1] // TRACE_POINTS * TRACE_POINTS].unflatten(1, (TRACE_POINTS, -1)).mean(-1)
     return Estimate(per_chain, init_loss, spans.tolist(), failed)
 
 
@@ -156,7 +186,9 @@ def troubles(e: Estimate) -> dict[str, str]:
         out["diverged"] = f"{max(e.failed, len(bad))} of {len(e.traces)} chains diverged"
     rising = [c for c, t in enumerate(e.traces) if all(map(math.isfinite, t)) and _rising(t, e.init_loss)]
     if rising:
-        out["rising"] = f"the loss of {len(rising)} of {len(e.traces)} chains was still rising at the end (more draws, larger ε)"
+        out["rising"] = (
+            f"the loss of {len(rising)} of {len(e.traces)} chains was still rising at the end (more draws, larger ε)"
+        )
     if e.llc < 0:
         out["negative"] = "the estimate is negative: the checkpoint is not at a local minimum of the loss SGLD samples"
     return out
@@ -177,9 +209,15 @@ def summary(tl: Any, task: Any) -> list[str]:
     if not steps:
         return []
     peak = max(range(len(values)), key=values.__getitem__)
-    lines = [f"llc              {values[0]:.3g} at step {steps[0]} → {values[-1]:.3g} at {steps[-1]} "
-             f"(peak {values[peak]:.3g} at {steps[peak]}; {len(steps)} checkpoints)"]
-    for key, what in (("diverged", "a chain diverged"), ("rising", "chains still rising"), ("negative", "negative estimate")):
+    lines = [
+        f"llc              {values[0]:.3g} at step {steps[0]} → {values[-1]:.3g} at {steps[-1]} "
+        f"(peak {values[peak]:.3g} at {steps[peak]}; {len(steps)} checkpoints)"
+    ]
+    for key, what in (
+        ("diverged", "a chain diverged"),
+        ("rising", "chains still rising"),
+        ("negative", "negative estimate"),
+    ):
         flagged = [s for s, v in zip(tl.steps, m.get(key, [])) if v == v and v > 0]
         if flagged:
             lines.append(f"llc              warning: {what} at steps {', '.join(map(str, flagged))}")
@@ -196,7 +234,9 @@ def figure(tl: Any, task: Any) -> Optional[Figure]:
     chains = sorted(k for k in m if k.startswith("chain"))
     for k in chains:
         ax.plot(*finite(tl.steps, m[k]), ".", color="tab:purple", alpha=0.35, markersize=4)
-    ax.plot(steps, values, "o-", color="tab:purple", markersize=3, label=f"LLC (mean of {len(chains)} chains; dots: each)")
+    ax.plot(
+        steps, values, "o-", color="tab:purple", markersize=3, label=f"LLC (mean of {len(chains)} chains; dots: each)"
+    )
     ax.set_ylabel("local learning coefficient")
     ax.legend(fontsize=7)
     steps_axis(ax)
@@ -205,7 +245,13 @@ def figure(tl: Any, task: Any) -> Optional[Figure]:
     ax2 = axes[1, 0]
     traces = sorted({k.split("/")[1] for k in m if k.startswith("trace/")})
     for c in traces:
-        ax2.plot(range(1, TRACE_POINTS + 1), [m[f"trace/{c}/{q}"][i] for q in range(TRACE_POINTS)], "o-", markersize=3, label=c)
+        ax2.plot(
+            range(1, TRACE_POINTS + 1),
+            [m[f"trace/{c}/{q}"][i] for q in range(TRACE_POINTS)],
+            "o-",
+            markersize=3,
+            label=c,
+        )
     ax2.axhline(m["init_loss"][i], color="black", linestyle="--", linewidth=1, label="L(w*)")
     ax2.set_xlabel(f"tenth of the SGLD draws (checkpoint at step {last})")
     ax2.set_ylabel("sampled loss")
@@ -221,23 +267,39 @@ def wandb_plots(tl: Any, logger: Any) -> None:
         logger.line_series("plots/llc", steps, {"llc": values} | chains, "local learning coefficient", "step")
 
 
-SECTION = Section("llc", "Local learning coefficient",
-                  "The LLC estimated by SGLD (devinterp) at the measured checkpoints: the mean over chains and each "
-                  "chain (dots). Below, each chain's sampled loss at the last of them, against L(w*): a trace that "
-                  "levels off above L(w*) is a healthy estimate; one still rising wants more draws, one falling "
-                  "below L(w*) says the checkpoint is not at a minimum.", figure)
+SECTION = Section(
+    "llc",
+    "Local learning coefficient",
+    "The LLC estimated by SGLD (devinterp) at the measured checkpoints: the mean over chains and each "
+    "chain (dots). Below, each chain's sampled loss at the last of them, against L(w*): a trace that "
+    "levels off above L(w*) is a healthy estimate; one still rising wants more draws, one falling "
+    "below L(w*) says the checkpoint is not at a minimum.",
+    figure,
+)
 
 
-@register("llc", reads={"task:train": no_hooks}, threshold=math.inf, costly=True, options=LLCOptions,
-          model_check=lambda model: available(), summary=summary, section=SECTION, wandb=wandb_plots)
+@register(
+    "llc",
+    reads={"task:train": no_hooks},
+    threshold=math.inf,
+    costly=True,
+    options=LLCOptions,
+    model_check=lambda model: available(),
+    summary=summary,
+    section=SECTION,
+    wandb=wandb_plots,
+)
 def llc_probe(view: View) -> ProbeResult:
     o: LLCOptions = view.options
     data = training_batch(view, o.pool, o.seed)
     with torch.enable_grad():
         e = estimate(view.model, data, o, loss_kind(view))
     issues = troubles(e)
-    metrics = {"llc": e.llc, "llc_std": float(torch.tensor(e.kept).std()) if len(e.kept) > 1 else 0.0,
-               "init_loss": e.init_loss} | {flag: float(flag in issues) for flag in ("diverged", "rising", "negative")}
+    metrics = {
+        "llc": e.llc,
+        "llc_std": float(torch.tensor(e.kept).std()) if len(e.kept) > 1 else 0.0,
+        "init_loss": e.init_loss,
+    } | {flag: float(flag in issues) for flag in ("diverged", "rising", "negative")}
     metrics |= {f"chain{c}": v for c, v in enumerate(e.per_chain)}
     metrics |= {f"trace/chain{c}/{q}": v for c, t in enumerate(e.traces) for q, v in enumerate(t)}
     for issue in issues.values():

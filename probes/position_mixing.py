@@ -20,6 +20,9 @@ def position_mixing(view: View) -> ProbeResult:
     k = W.shape[-1]
     diag = W.diagonal().mean()
     off = (W.sum() - W.diagonal().sum()) / max(k * k - k, 1)
-    metrics = {"diag_bias": float(diag - off), "v_lead": float(v.argmax()),
-               **{f"v/{d}": float(v[d]) for d in range(min(SHOWN, v.shape[-1]))}}
+    metrics = {
+        "diag_bias": float(diag - off),
+        "v_lead": float(v.argmax()),
+        **{f"v/{d}": float(v[d]) for d in range(min(SHOWN, v.shape[-1]))},
+    }
     return ProbeResult("position_mixing", None, metrics)

@@ -15,8 +15,17 @@ from torch import Tensor
 
 from mechsynth.config import MAX_CTX, doc, validates_itself
 from mechsynth.errors import ConfigError
-from mechsynth.probes import (FormationOptions, ProbeResult, View, attention_hooks, head_metrics, register,
-                              render_heads, threshold_field, uniform_attention)
+from mechsynth.probes import (
+    FormationOptions,
+    ProbeResult,
+    View,
+    attention_hooks,
+    head_metrics,
+    register,
+    render_heads,
+    threshold_field,
+    uniform_attention,
+)
 
 FURTHER_OFFSETS = (2, 3)
 
@@ -26,12 +35,14 @@ FURTHER_OFFSETS = (2, 3)
 class PreviousTokenOptions(FormationOptions):
     # 0.4: in-context bigram models keep some attention on the current token (Edelman et al. 2024).
     threshold: float = threshold_field(0.4)
-    offset: int = doc("how far back the per-head score looks: the attention mass on the key `offset` tokens back",
-                      1, lo=1, hi=MAX_CTX)
+    offset: int = doc(
+        "how far back the per-head score looks: the attention mass on the key `offset` tokens back", 1, lo=1, hi=MAX_CTX
+    )
 
 
-def offset_score(pattern: Float[Tensor, "layer batch head_index query_pos key_pos"],
-                 offset: int = 1) -> Float[Tensor, "layer head_index"]:
+def offset_score(
+    pattern: Float[Tensor, "layer batch head_index query_pos key_pos"], offset: int = 1
+) -> Float[Tensor, "layer head_index"]:
     """Mean attention from each query to the key `offset` positions back (queries that have one)."""
     return pattern.diagonal(offset=-offset, dim1=-2, dim2=-1).mean(dim=(1, 3))
 
@@ -42,13 +53,19 @@ def previous_token(view: View) -> ProbeResult:
     pattern = view.patterns("data")  # the task's data; random tokens again without a task
     n = pattern.shape[-1]
     if offset >= n:  # no query has a key that far back: the score would be the mean of nothing
-        raise ConfigError("previous_token.offset", f"{offset} reaches before the first of the {n} tokens the probe "
-                                                   f"reads; allowed: 1 to {n - 1}")
+        raise ConfigError(
+            "previous_token.offset",
+            f"{offset} reaches before the first of the {n} tokens the probe reads; allowed: 1 to {n - 1}",
+        )
     random_score = offset_score(view.patterns("random"), offset)
     per_head = offset_score(pattern, offset)
     chance = offset_score(uniform_attention(n, pattern.device)[None, None, None], offset)
-    metrics = {"max": float(per_head.max()), "max_random": float(random_score.max()), "chance": float(chance),
-               **head_metrics("random/", random_score)}
+    metrics = {
+        "max": float(per_head.max()),
+        "max_random": float(random_score.max()),
+        "chance": float(chance),
+        **head_metrics("random/", random_score),
+    }
     for further in FURTHER_OFFSETS:  # whatever `offset` is: experiments read offset2/ beside the default score
         if n > further:
             metrics.update(head_metrics(f"offset{further}/", offset_score(pattern, further)))

@@ -39,8 +39,12 @@ def group(metrics: dict[str, list[float]], names: list[str], nearest: int, i: in
     """The stage at checkpoint i: the nearest predictor with those the model cannot tell from it (each no farther
     from it than the model is: the same predictor, where both distances are 0), joined by ≈ in the probe's order."""
     first = names[nearest]
-    alike = {first} | {other for other in names if other != first
-                       and metrics[f"apart/{'/'.join(s for s in names if s in (first, other))}"][i] <= metrics[f"to/{first}"][i]}
+    alike = {first} | {
+        other
+        for other in names
+        if other != first
+        and metrics[f"apart/{'/'.join(s for s in names if s in (first, other))}"][i] <= metrics[f"to/{first}"][i]
+    }
     return "≈".join(s for s in names if s in alike)
 
 
@@ -96,20 +100,31 @@ def wandb_plots(tl: "Timeline", logger: Any) -> None:
     logger.line_series("plots/regression_strategy", tl.steps, series, "mean squared distance / d", "step")
 
 
-SECTION = Section("regression_strategy", "In-context regression algorithms",
-                  "The model's mean squared distance (over d) from each reference predictor's predictions on held-out "
-                  "prompts; below, which predictor is nearest at each number of examples in context. Predictors "
-                  "closer to each other than the model is to either share a stage (least_squares≈ridge without "
-                  "label noise).", figure)
+SECTION = Section(
+    "regression_strategy",
+    "In-context regression algorithms",
+    "The model's mean squared distance (over d) from each reference predictor's predictions on held-out "
+    "prompts; below, which predictor is nearest at each number of examples in context. Predictors "
+    "closer to each other than the model is to either share a stage (least_squares≈ridge without "
+    "label noise).",
+    figure,
+)
 
 
-@register("regression_strategy", reads={"data": no_hooks}, truth=REQUIRED, threshold=float("inf"), summary=summary,
-          section=SECTION, wandb=wandb_plots)
+@register(
+    "regression_strategy",
+    reads={"data": no_hooks},
+    truth=REQUIRED,
+    threshold=float("inf"),
+    summary=summary,
+    section=SECTION,
+    wandb=wandb_plots,
+)
 def regression_strategy(view: View) -> ProbeResult:
     batch = view.batch("data")
     d = batch.truth["w"].shape[1]
     prediction = view.logits("data")[..., 0].float()
-    scored = batch.mask[:, -prediction.shape[1]:]  # the x positions, one per in-context length
+    scored = batch.mask[:, -prediction.shape[1] :]  # the x positions, one per in-context length
     strategies = [s for s in STRATEGIES if s in batch.truth]
 
     def per_length(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -117,16 +132,16 @@ def regression_strategy(view: View) -> ProbeResult:
         return ((a - b).square()[scored].view(len(a), -1) / d).mean(0)
 
     def at_x(name: str) -> torch.Tensor:
-        return batch.truth[name][:, -prediction.shape[1]:].float()
+        return batch.truth[name][:, -prediction.shape[1] :].float()
 
     metrics: dict[str, float] = {}
     curves = {name: per_length(prediction, at_x(name)) for name in strategies}
-    error = per_length(prediction, batch.targets[:, -prediction.shape[1]:].float())
+    error = per_length(prediction, batch.targets[:, -prediction.shape[1] :].float())
     metrics["error"] = float(error.mean())  # the normalized loss, Garg et al.'s squared error / d
     for name, curve in curves.items():
         metrics[f"to/{name}"] = float(curve.mean())
     for i, a in enumerate(strategies):  # how far apart the predictors themselves are, on the same prompts
-        for b in strategies[i + 1:]:
+        for b in strategies[i + 1 :]:
             metrics[f"apart/{a}/{b}"] = float(per_length(at_x(a), at_x(b)).mean())
     nearest = torch.stack([curves[s] for s in strategies]).argmin(0)  # [in-context length]
     for n in range(len(error)):
@@ -135,5 +150,9 @@ def regression_strategy(view: View) -> ProbeResult:
         metrics |= {f"to/{name}/{n}": float(curve[n]) for name, curve in curves.items()}
     best = min(strategies, key=lambda s: metrics[f"to/{s}"])
     metrics["stage"] = float(strategies.index(best))  # an index into `strategies`, the order of the to/ metrics
-    return ProbeResult("regression_strategy", None, metrics,
-                       {"curves": {k: v.cpu() for k, v in curves.items()}, "nearest": best, "strategies": strategies})
+    return ProbeResult(
+        "regression_strategy",
+        None,
+        metrics,
+        {"curves": {k: v.cpu() for k, v in curves.items()}, "nearest": best, "strategies": strategies},
+    )

@@ -32,10 +32,18 @@ if TYPE_CHECKING:
 @validates_itself
 @dataclass(frozen=True)
 class SharpnessOptions:
-    batch: int = doc("sequences of the training split the Hessian is taken on (one fixed batch); a run trained on a "
-                     "fixed set uses the whole set", 256, lo=1, hi=2**16, why="the batch goes through one forward")
+    batch: int = doc(
+        "sequences of the training split the Hessian is taken on (one fixed batch); a run trained on a "
+        "fixed set uses the whole set",
+        256,
+        lo=1,
+        hi=2**16,
+        why="the batch goes through one forward",
+    )
     iterations: int = doc("Lanczos iterations (Hessian-vector products) per checkpoint", 20, lo=2, hi=1000)
-    checkpoints: int = doc("checkpoints to measure, log-spaced (first and last included); 0 = every one", 32, lo=0, hi=100_000)
+    checkpoints: int = doc(
+        "checkpoints to measure, log-spaced (first and last included); 0 = every one", 32, lo=0, hi=100_000
+    )
     lr: Optional[float] = doc("η of the stability line 2/η; unset = the run's train.lr", None)
     seed: int = doc("seed of the batch and of the Lanczos start vector", 0, lo=0, hi=2**31)
 
@@ -62,8 +70,9 @@ def hvp(f, params: dict[str, Tensor], v: dict[str, Tensor]) -> dict[str, Tensor]
         return jvp(grad(f), (params,), (v,))[1]
 
 
-def lanczos(matvec, n: int, iterations: int, generator: torch.Generator,
-            dtype: torch.dtype = torch.float64) -> Float[Tensor, "k"]:
+def lanczos(
+    matvec, n: int, iterations: int, generator: torch.Generator, dtype: torch.dtype = torch.float64
+) -> Float[Tensor, "k"]:
     """Ritz values (ascending) of a symmetric operator on R^n after `iterations` Lanczos steps with full
     reorthogonalization; the largest converges first to the largest eigenvalue."""
     k = min(iterations, n)
@@ -83,13 +92,14 @@ def lanczos(matvec, n: int, iterations: int, generator: torch.Generator,
         basis.append(w / b)
     T = torch.diag(torch.stack(alpha))
     if beta:
-        off = torch.stack(beta[:len(alpha) - 1])
+        off = torch.stack(beta[: len(alpha) - 1])
         T = T + torch.diag(off, 1) + torch.diag(off, -1)
     return torch.linalg.eigvalsh(T)
 
 
-def top_eigenvalue(model: nn.Module, batch: Batch, iterations: int = 20, seed: int = 0,
-                   kind: LossKind = "cross_entropy") -> tuple[float, float]:
+def top_eigenvalue(
+    model: nn.Module, batch: Batch, iterations: int = 20, seed: int = 0, kind: LossKind = "cross_entropy"
+) -> tuple[float, float]:
     """(λ_max of the training loss's Hessian on `batch` over the trainable parameters, the loss there)."""
     params = {n: p.detach() for n, p in model.named_parameters() if p.requires_grad}
     names, shapes = list(params), [p.shape for p in params.values()]
@@ -129,7 +139,9 @@ def summary(tl, task: Any) -> list[str]:
     _, limit = finite(tl.steps, m.get("stability_limit", []))
     if limit:
         above = [s for s, v in zip(steps, top) if v >= 0.9 * limit[0]]
-        line += f"; 2/η = {limit[0]:.3g}" + (f", reached (≥ 90%) first at step {above[0]}" if above else ", never reached")
+        line += f"; 2/η = {limit[0]:.3g}" + (
+            f", reached (≥ 90%) first at step {above[0]}" if above else ", never reached"
+        )
     return [line]
 
 
@@ -164,18 +176,38 @@ def wandb_plots(tl, logger: Any) -> None:
         logger.line_series("plots/sharpness", steps, series, "sharpness: top Hessian eigenvalue", "step")
 
 
-SECTION = Section("sharpness", "Sharpness", "The top eigenvalue of the training loss's Hessian (Lanczos on Hessian-vector "
-                  "products over a fixed training batch) at the measured checkpoints, beside the stability limit 2/η of "
-                  "gradient descent where the run used plain SGD; below, the loss on the same batch.", figure)
+SECTION = Section(
+    "sharpness",
+    "Sharpness",
+    "The top eigenvalue of the training loss's Hessian (Lanczos on Hessian-vector "
+    "products over a fixed training batch) at the measured checkpoints, beside the stability limit 2/η of "
+    "gradient descent where the run used plain SGD; below, the loss on the same batch.",
+    figure,
+)
 
 
-@register("sharpness", reads={"task:train": no_hooks}, threshold=math.inf, costly=True, options=SharpnessOptions,
-          summary=summary, section=SECTION, wandb=wandb_plots)
+@register(
+    "sharpness",
+    reads={"task:train": no_hooks},
+    threshold=math.inf,
+    costly=True,
+    options=SharpnessOptions,
+    summary=summary,
+    section=SECTION,
+    wandb=wandb_plots,
+)
 def sharpness(view: View) -> ProbeResult:
     o: SharpnessOptions = view.options
     batch = training_batch(view, o.batch, o.seed).to(device_of(view.model))
     top, value = top_eigenvalue(view.model, batch, o.iterations, o.seed, loss_kind(view))
     limit = stability_limit(o.lr, view.train)
-    return ProbeResult("sharpness", None, {"lambda_max": top, "stability_limit": limit,
-                                           "lambda_over_limit": top / limit if math.isfinite(limit) else math.nan,
-                                           "train_loss": value})
+    return ProbeResult(
+        "sharpness",
+        None,
+        {
+            "lambda_max": top,
+            "stability_limit": limit,
+            "lambda_over_limit": top / limit if math.isfinite(limit) else math.nan,
+            "train_loss": value,
+        },
+    )

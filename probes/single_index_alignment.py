@@ -27,8 +27,10 @@ def first_layer(model: Any) -> Optional[str]:
 
 def reads_x(model: Any) -> Optional[str]:
     if first_layer(model) is None:
-        return (f"probe 'single_index_alignment' reads the layer that reads x (an MLP's W_in or a transformer's W_E), "
-                f"which {type(model).__name__} lacks")
+        return (
+            f"probe 'single_index_alignment' reads the layer that reads x (an MLP's W_in or a transformer's W_E), "
+            f"which {type(model).__name__} lacks"
+        )
     return None
 
 
@@ -38,16 +40,27 @@ def summary(tl: Any, task: Any) -> list[str]:
         return []
     found = formation_step(tl.steps, m["alignment"], ALIGNED)
     when = f"≥ {ALIGNED:g} from step {found}" if found is not None else f"not ≥ {ALIGNED:g} for good (not reached)"
-    return [f"single_index_alignment  the best unit's |cos| with w*: {m['alignment'][0]:.2f} at step 0 (the best of "
-            f"random units; one random direction averages {m['chance'][0]:.2f}), {m['alignment'][-1]:.2f} at the end; {when}"]
+    return [
+        f"single_index_alignment  the best unit's |cos| with w*: {m['alignment'][0]:.2f} at step 0 (the best of "
+        f"random units; one random direction averages {m['chance'][0]:.2f}), {m['alignment'][-1]:.2f} at the end; {when}"
+    ]
 
 
-@register("single_index_alignment", reads={"data": no_hooks}, truth=("w_star",), model_check=reads_x,
-          threshold=float("inf"), summary=summary)
+@register(
+    "single_index_alignment",
+    reads={"data": no_hooks},
+    truth=("w_star",),
+    model_check=reads_x,
+    threshold=float("inf"),
+    summary=summary,
+)
 def single_index_alignment(view: View) -> ProbeResult:
     W = view.weight("W_in" if view.input_weights == "W_in" else "W_E").float()  # [d, units]
     w_star = view.batch("data").truth["w_star"][0].to(W.device).float()
     cos = ((w_star @ W) / W.norm(dim=0).clamp_min(1e-30)).abs()
     d = W.shape[0]
-    return ProbeResult("single_index_alignment", None, {"alignment": float(cos.max()), "alignment_mean": float(cos.mean()),
-                                                        "chance": math.sqrt(2 / (math.pi * d))})
+    return ProbeResult(
+        "single_index_alignment",
+        None,
+        {"alignment": float(cos.max()), "alignment_mean": float(cos.mean()), "chance": math.sqrt(2 / (math.pi * d))},
+    )

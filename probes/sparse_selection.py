@@ -21,8 +21,15 @@ def sparse_selection(view: View) -> ProbeResult:
     layer, head = divmod(int(per_head.flatten().argmax()), per_head.shape[1])
     top = set(mean[layer, head].topk(len(support)).indices.tolist())
     chance = uniform_attention(pattern.shape[-1], pattern.device)[readout, support].sum()
-    metrics = {"max": float(per_head.max()), "support_recovered": float(top == set(support.tolist())),
-               "chance": float(chance)}
-    render = {"tokens": batch.tokens[0].cpu(), "support": support.cpu(), "readout": readout,
-              "heads": {hooks.head_label(layer, head): pattern[layer, 0, head].cpu()}}
+    metrics = {
+        "max": float(per_head.max()),
+        "support_recovered": float(top == set(support.tolist())),
+        "chance": float(chance),
+    }
+    render = {
+        "tokens": batch.tokens[0].cpu(),
+        "support": support.cpu(),
+        "readout": readout,
+        "heads": {hooks.head_label(layer, head): pattern[layer, 0, head].cpu()},
+    }
     return ProbeResult("sparse_selection", per_head.cpu(), metrics, render)

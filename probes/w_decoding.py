@@ -38,8 +38,13 @@ def places(n_layers: int) -> list[str]:
     return ["embed"] + [f"L{i}" for i in range(n_layers)]
 
 
-def ridge_r2(train_x: Float[Tensor, "row feature"], train_y: Float[Tensor, "row d"], test_x: Float[Tensor, "row feature"],
-             test_y: Float[Tensor, "row d"], lam: float = RIDGE) -> float:
+def ridge_r2(
+    train_x: Float[Tensor, "row feature"],
+    train_y: Float[Tensor, "row d"],
+    test_x: Float[Tensor, "row feature"],
+    test_y: Float[Tensor, "row d"],
+    lam: float = RIDGE,
+) -> float:
     """Held-out R² of ridge regression y ~ [x, 1] (features standardized on the training rows), in float64."""
     mean, std = train_x.mean(0), train_x.std(0).clamp_min(1e-8)
     a = torch.cat([(train_x - mean) / std, torch.ones(len(train_x), 1, dtype=train_x.dtype, device=train_x.device)], 1)
@@ -62,15 +67,21 @@ def rows(n_examples: int, d: int, at: str) -> list[int]:
     return [2 * i for i in seen]
 
 
-def decode(cache: dict[str, Tensor], n_layers: int, w: Float[Tensor, "batch d"], positions: list[int]) -> dict[str, float]:
+def decode(
+    cache: dict[str, Tensor], n_layers: int, w: Float[Tensor, "batch d"], positions: list[int]
+) -> dict[str, float]:
     """R² of decoding w from the residual stream at `positions`, at each place, fit on the first half of the batch."""
     half = len(w) // 2
     out = {}
     for place, hook in zip(places(n_layers), hooks.residual_stream(n_layers)):
         feats = cache[hook][:, positions].double()  # [batch, row, d_model]
         target = w.double()[:, None].expand(-1, len(positions), -1)
-        out[place] = ridge_r2(feats[:half].flatten(0, 1), target[:half].flatten(0, 1),
-                              feats[half:].flatten(0, 1), target[half:].flatten(0, 1))
+        out[place] = ridge_r2(
+            feats[:half].flatten(0, 1),
+            target[:half].flatten(0, 1),
+            feats[half:].flatten(0, 1),
+            target[half:].flatten(0, 1),
+        )
     return out
 
 
@@ -94,9 +105,13 @@ def figure(tl: "Timeline", task: Any) -> Optional[Figure]:
     return fig
 
 
-SECTION = Section("w_decoding", "Linear decoding of w",
-                  "Held-out R² of ridge regression from the residual stream after each layer to the sequence's weight "
-                  "vector w, at the tokens that have seen at least d examples (solid: y tokens, dotted: x tokens).", figure)
+SECTION = Section(
+    "w_decoding",
+    "Linear decoding of w",
+    "Held-out R² of ridge regression from the residual stream after each layer to the sequence's weight "
+    "vector w, at the tokens that have seen at least d examples (solid: y tokens, dotted: x tokens).",
+    figure,
+)
 
 
 @register("w_decoding", reads={"data": hooks.residual_stream}, truth=("w",), threshold=float("inf"), section=SECTION)
@@ -106,6 +121,8 @@ def w_decoding(view: View) -> ProbeResult:
     n_examples, d = batch.tokens.shape[1] // 2, w.shape[1]
     metrics: dict[str, float] = {}
     for at, prefix in (("y", "r2"), ("x", "r2_x")):
-        metrics |= {f"{prefix}/{place}": v for place, v in decode(cache, view.n_layers, w, rows(n_examples, d, at)).items()}
+        metrics |= {
+            f"{prefix}/{place}": v for place, v in decode(cache, view.n_layers, w, rows(n_examples, d, at)).items()
+        }
     metrics["r2"] = metrics[f"r2/{places(view.n_layers)[-1]}"]
     return ProbeResult("w_decoding", None, metrics)

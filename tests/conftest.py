@@ -28,12 +28,25 @@ os.environ.pop("WANDB_API_KEY", None)
 
 def tiny_config(task: dict, model: dict | None = None, train: dict | None = None, wandb: str = "disabled") -> dict:
     """A config dict for a short CPU run (a small transformer unless `model` names another kind)."""
-    small = {"n_layers": 1, "n_heads": 1, "d_model": 16} if (model or {}).get("kind", "transformer") == "transformer" else {}
-    return {"task": task,
-            "model": {**small, **(model or {})},
-            "train": {"steps": 20, "batch_size": 16, "eval_every": 5, "eval_batch_size": 64,
-                      "checkpoints": 6, "device": "cpu", **(train or {})},
-            "wandb": {"mode": wandb}}
+    small = (
+        {"n_layers": 1, "n_heads": 1, "d_model": 16}
+        if (model or {}).get("kind", "transformer") == "transformer"
+        else {}
+    )
+    return {
+        "task": task,
+        "model": {**small, **(model or {})},
+        "train": {
+            "steps": 20,
+            "batch_size": 16,
+            "eval_every": 5,
+            "eval_batch_size": 64,
+            "checkpoints": 6,
+            "device": "cpu",
+            **(train or {}),
+        },
+        "wandb": {"mode": wandb},
+    }
 
 
 @pytest.fixture
@@ -45,6 +58,7 @@ def tiny():
 def ctrl_c_at(monkeypatch):
     """`ctrl_c_at(TrainerClass, step)`: that class's training raises KeyboardInterrupt when it reaches
     `step`, as Ctrl-C would; returns the function that undoes it."""
+
     def patch(cls, step: int):
         original = cls.train_step
 
@@ -79,9 +93,13 @@ def wandb_plots():
 
 
 def pytest_addoption(parser):
-    parser.addoption("--durations-file", default=None, metavar="PATH",
-                     help="write each test's duration (setup + call + teardown, seconds) to PATH as JSON "
-                          "(the repository keeps one in .test_durations: `python tests/tiers.py` reads it)")
+    parser.addoption(
+        "--durations-file",
+        default=None,
+        metavar="PATH",
+        help="write each test's duration (setup + call + teardown, seconds) to PATH as JSON "
+        "(the repository keeps one in .test_durations: `python tests/tiers.py` reads it)",
+    )
 
 
 class DurationsFile:

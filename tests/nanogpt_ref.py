@@ -42,7 +42,9 @@ class Block(nn.Module):
         super().__init__()
         self.ln_1, self.attn = LayerNorm(n_embd, bias), CausalSelfAttention(n_embd, n_head, bias)
         self.ln_2 = LayerNorm(n_embd, bias)
-        self.mlp = nn.ModuleDict(dict(c_fc=nn.Linear(n_embd, 4 * n_embd, bias=bias), c_proj=nn.Linear(4 * n_embd, n_embd, bias=bias)))
+        self.mlp = nn.ModuleDict(
+            dict(c_fc=nn.Linear(n_embd, 4 * n_embd, bias=bias), c_proj=nn.Linear(4 * n_embd, n_embd, bias=bias))
+        )
 
     def forward(self, x):
         x = x + self.attn(self.ln_1(x))
@@ -50,16 +52,36 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, n_layer: int, n_head: int, n_embd: int, block_size: int, vocab_size: int, bias: bool = True,
-                 dropout: float = 0.0):
+    def __init__(
+        self,
+        n_layer: int,
+        n_head: int,
+        n_embd: int,
+        block_size: int,
+        vocab_size: int,
+        bias: bool = True,
+        dropout: float = 0.0,
+    ):
         super().__init__()
-        self.transformer = nn.ModuleDict(dict(
-            wte=nn.Embedding(vocab_size, n_embd), wpe=nn.Embedding(block_size, n_embd),
-            h=nn.ModuleList([Block(n_embd, n_head, bias) for _ in range(n_layer)]), ln_f=LayerNorm(n_embd, bias)))
+        self.transformer = nn.ModuleDict(
+            dict(
+                wte=nn.Embedding(vocab_size, n_embd),
+                wpe=nn.Embedding(block_size, n_embd),
+                h=nn.ModuleList([Block(n_embd, n_head, bias) for _ in range(n_layer)]),
+                ln_f=LayerNorm(n_embd, bias),
+            )
+        )
         self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)
         self.transformer.wte.weight = self.lm_head.weight  # weight tying, as nanoGPT does
-        self.model_args = dict(n_layer=n_layer, n_head=n_head, n_embd=n_embd, block_size=block_size, bias=bias,
-                               vocab_size=vocab_size, dropout=dropout)
+        self.model_args = dict(
+            n_layer=n_layer,
+            n_head=n_head,
+            n_embd=n_embd,
+            block_size=block_size,
+            bias=bias,
+            vocab_size=vocab_size,
+            dropout=dropout,
+        )
 
     def forward(self, idx):
         pos = torch.arange(idx.shape[1])

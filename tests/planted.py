@@ -36,16 +36,21 @@ def _layer(n_heads: int, d_model: int, d_head: int, g: torch.Generator) -> dict[
 
 def _embeddings(V: int, N: int, d_model: int, d_out: int) -> dict[str, Tensor]:
     """Residual stream = [token one-hot | position one-hot | zeros ...]; the unembedding reads nothing."""
-    sd = {"embed.W_E": torch.zeros(V, d_model), "pos_embed.W_pos": torch.zeros(N, d_model),
-          "unembed.W_U": torch.zeros(d_model, d_out), "unembed.b_U": torch.zeros(d_out)}
+    sd = {
+        "embed.W_E": torch.zeros(V, d_model),
+        "pos_embed.W_pos": torch.zeros(N, d_model),
+        "unembed.W_U": torch.zeros(d_model, d_out),
+        "unembed.b_U": torch.zeros(d_out),
+    }
     sd["embed.W_E"][:, :V] = torch.eye(V)
-    sd["pos_embed.W_pos"][:, V:V + N] = torch.eye(N)
+    sd["pos_embed.W_pos"][:, V : V + N] = torch.eye(N)
     return sd
 
 
 def _config(n_layers: int, n_heads: int, d_model: int, d_head: int) -> models.TransformerConfig:
-    return models.TransformerConfig(n_layers=n_layers, n_heads=n_heads, d_model=d_model, d_head=d_head, attn_only=True,
-                                    normalization="none")
+    return models.TransformerConfig(
+        n_layers=n_layers, n_heads=n_heads, d_model=d_model, d_head=d_head, attn_only=True, normalization="none"
+    )
 
 
 def _others_below(per_head: Tensor, layer: int, head: int, bound: float) -> bool:
@@ -188,7 +193,10 @@ def planted_selection_model(length: int, support: list[int], n_heads: int = 3, s
 
 
 def known_sparse_selection() -> None:
-    for name, params in (("sparse_parity", {"n": 12, "k": 3, "seed": 4}), ("sparse_boolean", {"length": 12, "s": 3, "seed": 4})):
+    for name, params in (
+        ("sparse_parity", {"n": 12, "k": 3, "seed": 4}),
+        ("sparse_boolean", {"length": 12, "s": 3, "seed": 4}),
+    ):
         task = tasks.make(name, params)
         model, head = planted_selection_model(12, task.support.tolist())
         result = probes.run("sparse_selection", model, task)
@@ -206,7 +214,7 @@ def planted_majority_model(task, n_heads: int = 3, seed: int = 0):
     V, N = 3, task.cfg.length + 1
     d_model, d_head = V + N + 2, 4
     sd = _embeddings(V, N, d_model, 2)
-    sd["unembed.W_U"][V + N:, :] = 10 * torch.eye(2)
+    sd["unembed.W_U"][V + N :, :] = 10 * torch.eye(2)
     a = _layer(n_heads, d_model, d_head, g)
     a["W_O"].zero_()
     h = int(torch.randint(n_heads, (1,), generator=g))
@@ -214,7 +222,7 @@ def planted_majority_model(task, n_heads: int = 3, seed: int = 0):
     a["W_Q"][h, V + N - 1, 0] = 100.0
     a["W_K"][h, V + task.support, 0] = 1.0
     a["W_V"][h, :2, :2] = torch.eye(2)  # bit 0 -> d0, bit 1 -> d1
-    a["W_O"][h, :2, V + N:] = torch.eye(2)
+    a["W_O"][h, :2, V + N :] = torch.eye(2)
     sd |= {f"blocks.0.attn.{k}": v for k, v in a.items()}
     return hooked_transformer(_config(1, n_heads, d_model, d_head), V, 2, N, sd), h
 
@@ -331,7 +339,9 @@ class PlantedFourierModel(nn.Module):
     i-th k of K, then `n_noise` neurons of random values and 2 dead ones; the residues' embedding rows vary at
     the frequencies K only. The fourier probe must find K, the logits' loss restricted to K, and chance without K."""
 
-    def __init__(self, p: int, K: list[int], sizes: list[int], linear: tuple[int, int], n_noise: int = 12, seed: int = 0):
+    def __init__(
+        self, p: int, K: list[int], sizes: list[int], linear: tuple[int, int], n_noise: int = 12, seed: int = 0
+    ):
         super().__init__()
         g = torch.Generator().manual_seed(seed)
         self.p, self.K, self.linear = p, K, linear
@@ -339,14 +349,22 @@ class PlantedFourierModel(nn.Module):
         self.hook_dict: dict[str, nn.Module] = {"blocks.0.mlp.hook_post": nn.Identity()}
         x = torch.arange(p, dtype=torch.float64)[:, None]
         d_model = 8
-        residues = sum(torch.cos(2 * math.pi * k * x / p) * torch.randn(d_model, generator=g, dtype=torch.float64)
-                       + torch.sin(2 * math.pi * k * x / p) * torch.randn(d_model, generator=g, dtype=torch.float64)
-                       for k in K)
+        residues = sum(
+            torch.cos(2 * math.pi * k * x / p) * torch.randn(d_model, generator=g, dtype=torch.float64)
+            + torch.sin(2 * math.pi * k * x / p) * torch.randn(d_model, generator=g, dtype=torch.float64)
+            for k in K
+        )
         self.W_E = nn.Parameter(torch.cat([residues, torch.randn(1, d_model, generator=g, dtype=torch.float64)]))
         n_neurons = sum(sizes) + n_noise
-        for name, shape in (("W_Q", (1, 2, d_model, 4)), ("W_K", (1, 2, d_model, 4)), ("W_V", (1, 2, d_model, 4)),
-                            ("W_O", (1, 2, 4, d_model)), ("W_in", (1, d_model, n_neurons)), ("W_out", (1, n_neurons, d_model)),
-                            ("W_U", (d_model, p))):
+        for name, shape in (
+            ("W_Q", (1, 2, d_model, 4)),
+            ("W_K", (1, 2, d_model, 4)),
+            ("W_V", (1, 2, d_model, 4)),
+            ("W_O", (1, 2, 4, d_model)),
+            ("W_in", (1, d_model, n_neurons)),
+            ("W_out", (1, n_neurons, d_model)),
+            ("W_U", (d_model, p)),
+        ):
             setattr(self, name, nn.Parameter(torch.randn(*shape, generator=g, dtype=torch.float64)))
         self.freq_of = [k for k, n in zip(K, sizes) for _ in range(n)]  # each planted neuron's frequency
         self.phases = torch.rand(len(self.freq_of), 2, generator=g, dtype=torch.float64) * 2 * math.pi
@@ -366,12 +384,14 @@ class PlantedFourierModel(nn.Module):
     def run_with_cache(self, tokens: Tensor, names_filter=None):
         a, b = self._answer(tokens)
         w = 2 * math.pi * torch.tensor(self.freq_of, dtype=torch.float64) / self.p
-        planted = torch.relu(torch.cos(w * self.linear[0] * a[:, None] + self.phases[:, 0])
-                             + torch.cos(w * self.linear[1] * b[:, None] + self.phases[:, 1]))
+        planted = torch.relu(
+            torch.cos(w * self.linear[0] * a[:, None] + self.phases[:, 0])
+            + torch.cos(w * self.linear[1] * b[:, None] + self.phases[:, 1])
+        )
         noise = self.noise[tokens[:, 0], tokens[:, 1]]
         acts = torch.zeros(len(tokens), 3, planted.shape[1] + noise.shape[1] + 2, dtype=torch.float64)
-        acts[:, -1, :planted.shape[1]] = planted
-        acts[:, -1, planted.shape[1]:-2] = noise
+        acts[:, -1, : planted.shape[1]] = planted
+        acts[:, -1, planted.shape[1] : -2] = noise
         return self(tokens), {"blocks.0.mlp.hook_post": acts}
 
 
@@ -396,11 +416,11 @@ def known_fourier() -> None:
         assert all(m[f"embed_norm_k{k}"] > 1 for k in (3, 7, 12)), (op, m)
         assert all(m[f"embed_norm_k{k}"] < 1e-9 for k in range(1, 16) if k not in (3, 7, 12)), (op, m)
         assert m["gini_embed"] > 0.75, (op, m)  # 3 equal norms of 15: 0.8
-        squares = sum(float(getattr(model, w).detach().pow(2).sum())
-                      for w in ("W_E", "W_Q", "W_K", "W_V", "W_O", "W_in", "W_out", "W_U"))
+        squares = sum(
+            float(getattr(model, w).detach().pow(2).sum())
+            for w in ("W_E", "W_Q", "W_K", "W_V", "W_O", "W_in", "W_out", "W_U")
+        )
         assert abs(m["weight_norm_sq"] - squares) < 1e-9 * squares, (op, m)
-
-
 
 
 # ---- factual recall ---------------------------------------------------------------------------------
@@ -425,14 +445,18 @@ def planted_recall_weights(task, where: str, seed: int = 0) -> tuple[models.Tran
     S, R, D = task.cfg.subjects, task.cfg.relations, task.cfg.answers
     subj, rel, end, ans = slice(0, S), slice(S, S + R), S + R, slice(S + R + 1, S + R + 1 + R * D)
     d_model, d_head, V = S + R + 1 + R * D, max(S, R), task.spec.d_vocab
-    sd = {"embed.W_E": torch.zeros(V, d_model), "pos_embed.W_pos": torch.zeros(task.spec.n_ctx, d_model),
-          "unembed.W_U": torch.zeros(d_model, R * D), "unembed.b_U": torch.zeros(R * D)}
+    sd = {
+        "embed.W_E": torch.zeros(V, d_model),
+        "pos_embed.W_pos": torch.zeros(task.spec.n_ctx, d_model),
+        "unembed.W_U": torch.zeros(d_model, R * D),
+        "unembed.b_U": torch.zeros(R * D),
+    }
     sd["embed.W_E"][:S, subj] = torch.eye(S)
-    sd["embed.W_E"][S:S + R, rel] = torch.eye(R)
+    sd["embed.W_E"][S : S + R, rel] = torch.eye(R)
     sd["embed.W_E"][task.end_token, end] = 1
     sd["unembed.W_U"][ans] = torch.eye(R * D)
     for r in range(R):
-        sd["unembed.W_U"][S + r, D * r:D * (r + 1)] = TYPE_LOGIT
+        sd["unembed.W_U"][S + r, D * r : D * (r + 1)] = TYPE_LOGIT
     a = {k: v.zero_() for k, v in _layer(2, d_model, d_head, g).items()}
     for h, block, n in ((0, subj, S), (1, rel, R)):
         a["W_Q"][h, end, 0] = 1000.0 * math.sqrt(d_head)
@@ -440,8 +464,12 @@ def planted_recall_weights(task, where: str, seed: int = 0) -> tuple[models.Tran
         a["W_V"][h, block, :n] = torch.eye(n)
     a["W_O"][1, :R, rel] = torch.eye(R)
     n_mlp = S * R
-    mlp = {"W_in": torch.zeros(d_model, n_mlp), "b_in": torch.zeros(n_mlp), "W_out": torch.zeros(n_mlp, d_model),
-           "b_out": torch.zeros(d_model)}
+    mlp = {
+        "W_in": torch.zeros(d_model, n_mlp),
+        "b_in": torch.zeros(n_mlp),
+        "W_out": torch.zeros(n_mlp, d_model),
+        "b_out": torch.zeros(d_model),
+    }
     facts = task.facts
     if where == "mlp":
         a["W_O"][0, :S, subj] = torch.eye(S)
@@ -457,8 +485,9 @@ def planted_recall_weights(task, where: str, seed: int = 0) -> tuple[models.Tran
     else:
         raise ValueError(f"where: 'mlp' or 'attn', got {where!r}")
     sd |= {f"blocks.0.attn.{k}": v for k, v in a.items()} | {f"blocks.0.mlp.{k}": v for k, v in mlp.items()}
-    cfg = models.TransformerConfig(n_layers=1, n_heads=2, d_model=d_model, d_head=d_head, d_mlp=n_mlp,
-                                   normalization="none", act_fn="relu")
+    cfg = models.TransformerConfig(
+        n_layers=1, n_heads=2, d_model=d_model, d_head=d_head, d_mlp=n_mlp, normalization="none", act_fn="relu"
+    )
     return cfg, sd
 
 
@@ -524,8 +553,10 @@ def known_fact_storage() -> None:
         if where == "attn":  # the facts survive the MLP's ablation...
             assert m["acc_no_mlp"] == 1.0 and abs(m["loss_no_mlp"] - m["loss"]) < 1e-9, m
         else:  # ...or fall to the batch's most common answer of each type, the best guess from the type alone
-            common = {r: max(sorted(set(targets)), key=[a for a, q in zip(targets, relations) if q == r].count)
-                      for r in set(relations)}
+            common = {
+                r: max(sorted(set(targets)), key=[a for a, q in zip(targets, relations) if q == r].count)
+                for r in set(relations)
+            }
             assert m["acc_no_mlp"] == sum(a == common[r] for a, r in zip(targets, relations)) / 64 < 0.6, m
         assert m["acc_no_attn"] < 0.5 and m["type_acc_no_attn"] < 0.6, (where, m)  # no subject, no relation
         facts = task.facts.tolist()  # the fact table's most common answer of each relation
@@ -607,8 +638,8 @@ def planted_causal_graph_model(task, n_heads: int = 3, seed: int = 0):
                 A0[parent_head, V + i, V + int(parents[i, 0])] = big
         A1[induction_head] = 0
         slot = d0 * (1 + parent_head)  # where layer 0's parent head wrote: its parent's token first
-        A1[induction_head, :V, slot:slot + V] = big * torch.eye(V)
-        A1[induction_head, V:V + N, [V + j for j in roots]] = -big  # from every query position (one-hot), shun roots
+        A1[induction_head, :V, slot : slot + V] = big * torch.eye(V)
+        A1[induction_head, V : V + N, [V + j for j in roots]] = -big  # from every query position (one-hot), shun roots
     assert A1.shape[-1] == d1
     return model, parent_head, induction_head
 
@@ -649,7 +680,7 @@ class HMMPredictorModel(nn.Module):
     def forward(self, tokens: Tensor) -> Tensor:
         q = self.task.optimal(tokens[:, : self.task.cfg.length]).clamp_min(1e-30).log()
         out = torch.zeros(*tokens.shape, self.task.spec.d_vocab_out)
-        out[:, -q.shape[1]:] = q
+        out[:, -q.shape[1] :] = q
         return out
 
     def run_with_cache(self, tokens: Tensor, names_filter=None):
@@ -663,12 +694,17 @@ def known_hmm_identifiability() -> None:
         task = tasks.make("hmm_masked", params)
         m = probes.run("hmm_identifiability", HMMPredictorModel(task), task).metrics
         assert max(m["O_err"], m["T_err"], m["pi_err"]) < 1e-3 and m["cp_fit"] < 1e-4, (params, m)
-        assert m["kl_joint"] < 1e-6 and m["kruskal_margin"] >= 0 and max(m["floor_O_err"], m["floor_T_err"]) < 1e-3, (params, m)
+        assert m["kl_joint"] < 1e-6 and m["kruskal_margin"] >= 0 and max(m["floor_O_err"], m["floor_T_err"]) < 1e-3, (
+            params,
+            m,
+        )
         recovered = torch.tensor([[m[f"O_hat/x{x}h{h}"] for h in range(task.cfg.k)] for x in range(task.cfg.d)])
         assert (recovered - task.emission).abs().max() < 1e-3, params
         if params["objective"] == "mlm":
             wrong = probes.run("hmm_identifiability", HMMPredictorModel(task, other_seed=7), task).metrics
-            assert wrong["O_err"] > 0.05 and wrong["kl_joint"] > 0.01 and wrong["floor_O_err"] == m["floor_O_err"], wrong
+            assert wrong["O_err"] > 0.05 and wrong["kl_joint"] > 0.01 and wrong["floor_O_err"] == m["floor_O_err"], (
+                wrong
+            )
     task = tasks.make("hmm_masked", {"objective": "pairwise", "concentration": 5.0})
     m = probes.run("hmm_identifiability", HMMPredictorModel(task), task).metrics
     assert m["alt_pred_diff"] < 1e-6 and m["alt_O_diff"] > 0.02 and m["alt_T_diff"] > 0.02, m
@@ -682,7 +718,10 @@ def explicit_hessian(model: nn.Module, batch) -> Tensor:
     with sdpa_kernel(SDPBackend.MATH):  # the fused attention kernels cannot be differentiated twice
         loss = masked_loss(model(batch.tokens), batch)
         g = torch.cat([x.reshape(-1) for x in torch.autograd.grad(loss, params, create_graph=True)])
-        rows = [torch.cat([x.reshape(-1) for x in torch.autograd.grad(g[i], params, retain_graph=True)]) for i in range(len(g))]
+        rows = [
+            torch.cat([x.reshape(-1) for x in torch.autograd.grad(g[i], params, retain_graph=True)])
+            for i in range(len(g))
+        ]
     return torch.stack(rows).double()
 
 
@@ -699,7 +738,13 @@ def known_sharpness() -> None:
     sgd = types.SimpleNamespace(lr=0.05, optimizer="sgd", momentum=0.0)
     assert probes.run("sharpness", model, task, option={"batch": 16}, train=sgd).metrics["stability_limit"] == 2 / 0.05
     heavy = types.SimpleNamespace(lr=0.05, optimizer="sgd", momentum=0.9)
-    assert abs(probes.run("sharpness", model, task, option={"batch": 16}, train=heavy).metrics["stability_limit"] - 3.8 / 0.05) < 1e-9
+    assert (
+        abs(
+            probes.run("sharpness", model, task, option={"batch": 16}, train=heavy).metrics["stability_limit"]
+            - 3.8 / 0.05
+        )
+        < 1e-9
+    )
     adam = types.SimpleNamespace(lr=0.05, optimizer="adam", momentum=0.0)
     assert math.isnan(probes.run("sharpness", model, task, option={"batch": 16}, train=adam).metrics["stability_limit"])
     # Lanczos alone on a known spectrum
@@ -727,7 +772,9 @@ def known_llc() -> None:
         g = torch.Generator().manual_seed(V)
         n = 500
         tokens = torch.randint(V, (n, 1), generator=g)
-        targets = torch.multinomial(torch.softmax(0.5 * torch.randn(V, C, generator=g), -1)[tokens[:, 0]], 1, generator=g)
+        targets = torch.multinomial(
+            torch.softmax(0.5 * torch.randn(V, C, generator=g), -1)[tokens[:, 0]], 1, generator=g
+        )
         counts = torch.zeros(V, C).index_put_((tokens[:, 0], targets[:, 0]), torch.ones(n), accumulate=True)
         batch = Batch(tokens, targets, torch.ones_like(tokens, dtype=torch.bool))
         options = llc.LLCOptions(lr=4e-3, n_beta=float(n), localization=0.1, chains=2, draws=600, batch=n, pool=n)
@@ -738,8 +785,9 @@ def known_llc() -> None:
     off = llc.estimate(SoftmaxTable(torch.zeros(V, C) + 3 * torch.eye(V, C)), batch, options)
     assert off.llc < 0 and any("negative" in t for t in llc.troubles(off)), off
     # A step size far too large: every chain's loss leaves the finite numbers, and what is left is no estimate.
-    blown = llc.estimate(SoftmaxTable((counts / counts.sum(1, keepdim=True)).log()), batch,
-                         replace(options, lr=1e6, draws=20))
+    blown = llc.estimate(
+        SoftmaxTable((counts / counts.sum(1, keepdim=True)).log()), batch, replace(options, lr=1e6, draws=20)
+    )
     assert math.isnan(blown.llc) and blown.kept == [] and "diverged" in llc.troubles(blown), blown
 
 
@@ -773,7 +821,7 @@ def planted_flip_flop_model(length: int, n_heads: int = 3, seed: int = 0, recent
     a["W_K"][h, V + N, 0] = 1.0
     a["W_K"][h, V, 0] = -1.0  # ...which position 0 (a `w` that sees only itself as its previous token) is not
     a["W_Q"][h, 1, 1] = c  # ...the latest of them (or the earliest)
-    a["W_K"][h, V:V + N, 1] = torch.arange(N, dtype=torch.float) * (1 if recent else -1)
+    a["W_K"][h, V : V + N, 1] = torch.arange(N, dtype=torch.float) * (1 if recent else -1)
     a["W_V"][h, :V, :V] = torch.eye(V)
     a["W_O"][h, :V, :V] = 3 * torch.eye(V)  # outvotes the `r` the residual stream still holds
     for layer, a in enumerate(layers):
@@ -788,14 +836,20 @@ def known_read_attention() -> None:
     assert result.top_heads(1)[0][:2] == (1, head) and result.per_head[1, head] >= 0.99, result.per_head
     assert _others_below(result.per_head, 1, head, 0.5), result.per_head
     for split in ("eval", "sparse", "dense"):
-        assert result.metrics[f"{split}/error"] == 0.0 and result.metrics[f"{split}/source_mass"] >= 0.99, result.metrics
+        assert result.metrics[f"{split}/error"] == 0.0 and result.metrics[f"{split}/source_mass"] >= 0.99, (
+            result.metrics
+        )
         assert math.isnan(result.metrics[f"{split}/stale"])  # no wrong read to say anything of
     stale, head = planted_flip_flop_model(32, seed=2, recent=False)
     result = probes.run("read_attention", stale, task, batch_size=256)
     for split, input in (("eval", "eval"), ("dense", "eval_dense")):
         batch = probes.draw("data" if split == "eval" else f"task:{input}", stale, task, 256, 0)
         want = reference_first_write_errors(batch)
-        assert abs(result.metrics[f"{split}/error"] - want) < 1e-6 and want > 0.05, (split, result.metrics[f"{split}/error"], want)
+        assert abs(result.metrics[f"{split}/error"] - want) < 1e-6 and want > 0.05, (
+            split,
+            result.metrics[f"{split}/error"],
+            want,
+        )
         assert result.metrics[f"{split}/stale"] == 1.0 and result.metrics[f"{split}/source_mass_wrong"] < 0.01
     assert result.render["failing"]
 
@@ -865,7 +919,7 @@ def planted_dyck_model(task, balanced: bool, n_heads: int = 2, seed: int = 0):
         a["W_V"][token, t, t] = 1.0
         a["W_V"][token, k + t, t] = -math.exp(offset) if balanced else 0.0
     a["W_V"][token, 2 * k, k] = 1.0
-    a["W_O"][token, :k + 1, values:values + k + 1] = torch.eye(k + 1)
+    a["W_O"][token, : k + 1, values : values + k + 1] = torch.eye(k + 1)
     sd |= {f"blocks.0.attn.{key}": v for key, v in a.items()}
     return hooked_transformer(_config(1, n_heads, d_model, d_head), V, 2 * k, N, sd), token, self_head
 
@@ -881,8 +935,12 @@ def known_dyck_balance() -> None:
             assert m[f"bv/L0H{token}"] > 0.3 and m["bv"] > 0.3, m
         assert math.isnan(m[f"bv/L0H{self_head}"])  # it writes nothing: no balance to speak of
         batch = probes.draw("data", model, task, 64, 0)
-        scored = [(tok, p == top) for tokens, match in zip(batch.tokens.tolist(), batch.truth["match"].tolist())
-                  for p, (tok, top) in enumerate(zip(tokens, match)) if top >= 0]
+        scored = [
+            (tok, p == top)
+            for tokens, match in zip(batch.tokens.tolist(), batch.truth["match"].tolist())
+            for p, (tok, top) in enumerate(zip(tokens, match))
+            if top >= 0
+        ]
         assert m[f"match_mass/L0H{self_head}"] == pytest.approx(sum(on for _, on in scored) / len(scored), abs=1e-5)
         assert 0.2 < m[f"match_mass/L0H{self_head}"] < 0.8  # only a query that is itself the top open is matched
 

@@ -28,7 +28,12 @@ class RegressionPredictor(nn.Module):
         super().__init__()
         self.task, self.strategy = task, strategy
         spec = task.spec
-        self.d_vocab, self.d_vocab_out, self.n_ctx, self.d_input = spec.d_vocab, spec.d_vocab_out, spec.n_ctx, spec.d_input
+        self.d_vocab, self.d_vocab_out, self.n_ctx, self.d_input = (
+            spec.d_vocab,
+            spec.d_vocab_out,
+            spec.n_ctx,
+            spec.d_input,
+        )
         self.hook_dict: dict[str, nn.Module] = {}  # no hooks: regression_strategy reads the output only
         self.anchor = nn.Parameter(torch.zeros(()))  # where the probes put their inputs
 
@@ -115,14 +120,17 @@ def known_single_index_alignment() -> None:
     cfg = parse_config({"task": {"name": "single_index", "d": d}, "model": {"kind": "mlp", "width": width}})
     model = models.build(cfg.model, task.spec)
     random = probes.run("single_index_alignment", model, task, batch_size=8).metrics
-    assert random["alignment_mean"] == random["alignment_mean"] and abs(random["alignment_mean"] - random["chance"]) < 0.05
+    assert (
+        random["alignment_mean"] == random["alignment_mean"] and abs(random["alignment_mean"] - random["chance"]) < 0.05
+    )
     assert random["alignment"] < 0.6, random
     with torch.no_grad():
         model.W_in[:, 5] = -3.0 * task.w_star
     planted = probes.run("single_index_alignment", model, task, batch_size=8).metrics
     assert abs(planted["alignment"] - 1) < 1e-6, planted
-    transformer = models.build(parse_config({"task": {"name": "single_index", "d": d}, "model": {"n_layers": 1}}).model,
-                               task.spec)
+    transformer = models.build(
+        parse_config({"task": {"name": "single_index", "d": d}, "model": {"n_layers": 1}}).model, task.spec
+    )
     with torch.no_grad():  # a transformer's read-in: residual dimension 3 reads x along w*
         transformer.W_E[:, 3] = 0.5 * task.w_star
     assert abs(probes.run("single_index_alignment", transformer, task, batch_size=8).metrics["alignment"] - 1) < 1e-6
@@ -163,8 +171,14 @@ def known_feature_span() -> None:
     assert abs(r["span/p1"]) < 0.1 and abs(r["top/p1"]) < 0.1, r
     neuron = models.build(models.parse({"kind": "neuron"}), task.spec)
     assert "reads a last hidden layer" in probes.why_not("feature_span", neuron, task)
-    assert "needs truth features" in probes.why_not("feature_span", feature_layer(task), tasks.make("single_index", {"d": 6}))
+    assert "needs truth features" in probes.why_not(
+        "feature_span", feature_layer(task), tasks.make("single_index", {"d": 6})
+    )
 
 
-REGRESSION = {"regression_strategy": known_regression_strategy, "w_decoding": known_w_decoding,
-              "single_index_alignment": known_single_index_alignment, "feature_span": known_feature_span}
+REGRESSION = {
+    "regression_strategy": known_regression_strategy,
+    "w_decoding": known_w_decoding,
+    "single_index_alignment": known_single_index_alignment,
+    "feature_span": known_feature_span,
+}

@@ -22,6 +22,7 @@ def gen(seed=0):
 
 # ---- the task ----------------------------------------------------------------------------------------
 
+
 @pytest.mark.reference("associative_memory")
 def test_sequences_and_the_map_match_reference():
     N, M = 13, 4
@@ -92,10 +93,17 @@ def test_sample_is_reproducible_and_the_spec():
         task.enumerate("test")
 
 
-@pytest.mark.parametrize("params, field, match", [
-    ({"inputs": 0}, "task.inputs", "≥ 1"), ({"outputs": 0}, "task.outputs", "≥ 1"),
-    ({"zipf": -0.5}, "task.zipf", "≥ 0"), ({"mapping": "sorted"}, "task.mapping", "not allowed"),
-    ({"inputs": 2**20 + 1}, "task.inputs", "listed"), ({"map": 1}, "task.map", "unknown key")])
+@pytest.mark.parametrize(
+    "params, field, match",
+    [
+        ({"inputs": 0}, "task.inputs", "≥ 1"),
+        ({"outputs": 0}, "task.outputs", "≥ 1"),
+        ({"zipf": -0.5}, "task.zipf", "≥ 0"),
+        ({"mapping": "sorted"}, "task.mapping", "not allowed"),
+        ({"inputs": 2**20 + 1}, "task.inputs", "listed"),
+        ({"map": 1}, "task.map", "unknown key"),
+    ],
+)
 def test_task_config_errors_name_the_field(params, field, match):
     with pytest.raises(ConfigError, match=f"^{field}: .*{match}"):
         tasks.make("associative_memory", params)
@@ -161,7 +169,7 @@ def test_sizes_and_the_papers_parameter_count(cfg):
     for p in range(2):
         for t in range(3):
             w = first.shape[1]
-            torch.testing.assert_close(model.W_pos_in[p, t * w:(t + 1) * w], model.W_E[p, t] @ first)
+            torch.testing.assert_close(model.W_pos_in[p, t * w : (t + 1) * w], model.W_E[p, t] @ first)
 
 
 @pytest.mark.parametrize("cfg", KINDS, ids=lambda c: c.kind)
@@ -177,7 +185,7 @@ def test_side_by_side_models_equal_separate_ones(cfg):
     for i, s in enumerate(singles):
         ref_logits, ref = s.run_with_cache(shared)
         torch.testing.assert_close(logits[i], ref_logits)
-        torch.testing.assert_close(cache["hook_out"][4 * i:4 * (i + 1)], ref["hook_out"])
+        torch.testing.assert_close(cache["hook_out"][4 * i : 4 * (i + 1)], ref["hook_out"])
         torch.testing.assert_close(stacked(own)[i], s(own[i]))
         torch.testing.assert_close(stacked.W_pos_in[i], s.W_pos_in)
 
@@ -186,9 +194,21 @@ def test_side_by_side_models_equal_separate_ones(cfg):
 def test_training_moves_only_the_memory(tmp_path, tiny, passes):
     """Two seeds side by side (per-seed passes rewrap every parameter as trainable): the embeddings stay
     bit-exact, the memory moves, and eval/acc is the fraction of all N inputs the model gets right."""
-    data = tiny({"name": "associative_memory", "inputs": 24}, {"kind": "mlp_memory", "d": 8, "m": 16},
-                {"steps": 12, "checkpoints": 2, "eval_every": 12, "seeds": 2, "seed_passes": passes,
-                 "data": "fixed", "batch_size": 24, "optimizer": "adam", "lr": 0.05})
+    data = tiny(
+        {"name": "associative_memory", "inputs": 24},
+        {"kind": "mlp_memory", "d": 8, "m": 16},
+        {
+            "steps": 12,
+            "checkpoints": 2,
+            "eval_every": 12,
+            "seeds": 2,
+            "seed_passes": passes,
+            "data": "fixed",
+            "batch_size": 24,
+            "optimizer": "adam",
+            "lr": 0.05,
+        },
+    )
     run_dir = train_run(parse_config(data), tmp_path / "run", progress=False)
     for seed in (0, 1):
         run = load_run(run_dir / f"seed_{seed}")
@@ -244,10 +264,15 @@ def test_capacity_grows_with_the_parameter_count(one_thread):
     assert full_batch_accuracy(MLPMemoryConfig(d=16, m=64), 128, 600, 0.03) == 1.0
 
 
-@pytest.mark.parametrize("table, field, match", [
-    ({"kind": "linear_memory", "d": 0}, "model.d", "≥ 1"), ({"kind": "mlp_memory", "m": 0}, "model.m", "≥ 1"),
-    ({"kind": "mlp_memory", "init_range": 0.0}, "model.init_range", "> 0"),
-    ({"kind": "linear_memory", "m": 8}, "model.m", "is a field of kind 'mlp_memory'")])
+@pytest.mark.parametrize(
+    "table, field, match",
+    [
+        ({"kind": "linear_memory", "d": 0}, "model.d", "≥ 1"),
+        ({"kind": "mlp_memory", "m": 0}, "model.m", "≥ 1"),
+        ({"kind": "mlp_memory", "init_range": 0.0}, "model.init_range", "> 0"),
+        ({"kind": "linear_memory", "m": 8}, "model.m", "is a field of kind 'mlp_memory'"),
+    ],
+)
 def test_model_config_errors_name_the_field(table, field, match):
     with pytest.raises(ConfigError) as e:
         models.parse(table)
@@ -255,7 +280,12 @@ def test_model_config_errors_name_the_field(table, field, match):
 
 
 def test_a_transformer_trains_on_the_task_too(tmp_path, tiny):
-    cfg = parse_config(tiny({"name": "associative_memory", "inputs": 16}, {"n_layers": 1, "d_model": 16},
-                            {"steps": 10, "checkpoints": 2}))
+    cfg = parse_config(
+        tiny(
+            {"name": "associative_memory", "inputs": 16},
+            {"n_layers": 1, "d_model": 16},
+            {"steps": 10, "checkpoints": 2},
+        )
+    )
     run = load_run(train_run(cfg, tmp_path / "run", progress=False))
     assert run.steps[-1] == 10 and 0.0 <= run.metrics[-1]["eval/acc"] <= 1.0

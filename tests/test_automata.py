@@ -30,8 +30,12 @@ QUAT = {"1": (1, 0, 0, 0), "i": (0, 1, 0, 0), "j": (0, 0, 1, 0), "k": (0, 0, 0, 
 def hamilton(a, b):
     a1, b1, c1, d1 = a
     a2, b2, c2, d2 = b
-    return (a1 * a2 - b1 * b2 - c1 * c2 - d1 * d2, a1 * b2 + b1 * a2 + c1 * d2 - d1 * c2,
-            a1 * c2 - b1 * d2 + c1 * a2 + d1 * b2, a1 * d2 + b1 * c2 - c1 * b2 + d1 * a2)
+    return (
+        a1 * a2 - b1 * b2 - c1 * c2 - d1 * d2,
+        a1 * b2 + b1 * a2 + c1 * d2 - d1 * c2,
+        a1 * c2 - b1 * d2 + c1 * a2 + d1 * b2,
+        a1 * d2 + b1 * c2 - c1 * b2 + d1 * a2,
+    )
 
 
 def run_reference(name, n, symbols):
@@ -43,9 +47,14 @@ def run_reference(name, n, symbols):
             yield str(s)
     elif name in ("dihedral", "alternating", "symmetric"):
         g = tuple(range(n))
-        gens = {"dihedral": {"r": cyc(n, list(range(n))), "s": tuple((-i) % n for i in range(n))},
-                "alternating": {"(012)": cyc(n, [0, 1, 2]), "cycle": cyc(n, list(range(n)) if n % 2 else list(range(1, n)))},
-                "symmetric": {"(01)": cyc(n, [0, 1]), "cycle": cyc(n, list(range(n)))}}[name]
+        gens = {
+            "dihedral": {"r": cyc(n, list(range(n))), "s": tuple((-i) % n for i in range(n))},
+            "alternating": {
+                "(012)": cyc(n, [0, 1, 2]),
+                "cycle": cyc(n, list(range(n)) if n % 2 else list(range(1, n))),
+            },
+            "symmetric": {"(01)": cyc(n, [0, 1]), "cycle": cyc(n, list(range(n)))},
+        }[name]
         for x in symbols:
             g = perm_then(g, gens[x])
             if name == "dihedral":
@@ -89,8 +98,21 @@ def run_reference(name, n, symbols):
             yield f"{'+' if direction > 0 else '-'}{pos}"
 
 
-CASES = [("parity", 2), ("cyclic", 5), ("dihedral", 3), ("dihedral", 5), ("quaternion", 2), ("alternating", 4),
-         ("alternating", 5), ("symmetric", 5), ("c2_cubed", 2), ("flipflop", 2), ("gridworld", 9), ("dyck", 3), ("car", 2)]
+CASES = [
+    ("parity", 2),
+    ("cyclic", 5),
+    ("dihedral", 3),
+    ("dihedral", 5),
+    ("quaternion", 2),
+    ("alternating", 4),
+    ("alternating", 5),
+    ("symmetric", 5),
+    ("c2_cubed", 2),
+    ("flipflop", 2),
+    ("gridworld", 9),
+    ("dyck", 3),
+    ("car", 2),
+]
 
 
 @pytest.mark.parametrize("name, n", CASES)
@@ -105,9 +127,20 @@ def test_labels_match_reference(name, n):
             assert [states[s] for s in labels] == list(run_reference(name, n, [symbols[x] for x in row]))
 
 
-@pytest.mark.parametrize("name, n, size", [("symmetric", 5, 120), ("alternating", 5, 60), ("quaternion", 3, 8),
-                                           ("dihedral", 3, 6), ("dihedral", 4, 8), ("dihedral", 5, 10),
-                                           ("c2_cubed", 3, 8), ("car", 3, 8), ("cyclic", 7, 7)])
+@pytest.mark.parametrize(
+    "name, n, size",
+    [
+        ("symmetric", 5, 120),
+        ("alternating", 5, 60),
+        ("quaternion", 3, 8),
+        ("dihedral", 3, 6),
+        ("dihedral", 4, 8),
+        ("dihedral", 5, 10),
+        ("c2_cubed", 3, 8),
+        ("car", 3, 8),
+        ("cyclic", 7, 7),
+    ],
+)
 def test_state_counts(name, n, size):
     task = tasks.make("automata", {"automaton": name, "n": n})
     assert task.spec.d_vocab_out == size
@@ -129,8 +162,11 @@ def test_factors_are_consistent():
         b = task.sample(16, gen())
         names = task.spec.target_names
         first, second = ("flip", "rotation") if name == "dihedral" else ("direction", "position")
-        for s, f1, f2 in zip(b.targets.flatten().tolist(), b.truth[f"factor:{first}"].flatten().tolist(),
-                             b.truth[f"factor:{second}"].flatten().tolist()):
+        for s, f1, f2 in zip(
+            b.targets.flatten().tolist(),
+            b.truth[f"factor:{first}"].flatten().tolist(),
+            b.truth[f"factor:{second}"].flatten().tolist(),
+        ):
             assert f1 == int(names[s][0] in "s-") and f2 == int(names[s][1:])
 
 
@@ -149,10 +185,15 @@ def test_metrics_include_last_position_accuracy():
     assert metrics["acc_last"] == 1.0 and metrics["acc_by_position"] == [1.0] * 10
 
 
-@pytest.mark.parametrize("params, field", [({"automaton": "symmetric", "n": 9}, "task.n"),
-                                           ({"automaton": "dyck", "alphabet": "all"}, "task.alphabet"),
-                                           ({"automaton": "parity", "length": 10, "eval_length": 5}, "task.eval_length"),
-                                           ({"automaton": "rubik"}, "task.automaton")])
+@pytest.mark.parametrize(
+    "params, field",
+    [
+        ({"automaton": "symmetric", "n": 9}, "task.n"),
+        ({"automaton": "dyck", "alphabet": "all"}, "task.alphabet"),
+        ({"automaton": "parity", "length": 10, "eval_length": 5}, "task.eval_length"),
+        ({"automaton": "rubik"}, "task.automaton"),
+    ],
+)
 def test_validation(params, field):
     with pytest.raises(ConfigError, match=f"^{field}:"):
         tasks.make("automata", params)
@@ -172,8 +213,14 @@ def liu_reference(name, n, symbols, n_actions=None):
         yield from run_reference(name, n, symbols)
     elif name == "dihedral":  # g = R^p S^t as 2x2 matrices; flip = ·S, move = ·R
         import math
-        R = torch.tensor([[math.cos(2 * math.pi / n), -math.sin(2 * math.pi / n)],
-                          [math.sin(2 * math.pi / n), math.cos(2 * math.pi / n)]], dtype=torch.float64)
+
+        R = torch.tensor(
+            [
+                [math.cos(2 * math.pi / n), -math.sin(2 * math.pi / n)],
+                [math.sin(2 * math.pi / n), math.cos(2 * math.pi / n)],
+            ],
+            dtype=torch.float64,
+        )
         S = torch.tensor([[1.0, 0.0], [0.0, -1.0]], dtype=torch.float64)
         g = torch.eye(2, dtype=torch.float64)
         for x in symbols:
@@ -192,19 +239,28 @@ def liu_reference(name, n, symbols, n_actions=None):
                 gens[f"(12{x})"] = tuple(idx)
         else:
             import itertools
+
             first = [identity, tuple(range(1, n)) + (0,), (1, 0) + tuple(range(2, n))]
             rest = [p for p in itertools.permutations(range(n)) if p not in first]
-            gens = dict(zip(["id", "shift", "swap"] + ["".join(map(str, p)) for p in rest], (first + rest)[:n_actions or 3]))
+            gens = dict(
+                zip(["id", "shift", "swap"] + ["".join(map(str, p)) for p in rest], (first + rest)[: n_actions or 3])
+            )
         g = identity
         for x in symbols:
             g = liu_permutation(g, gens[x])
             yield "".join(map(str, g))
 
 
-LIU = [("cyclic", 3, None, ["0", "1"]), ("cyclic", 5, 4, ["0", "1", "2", "3"]), ("dihedral", 3, None, ["flip", "move"]),
-       ("dihedral", 4, None, ["flip", "move"]), ("quaternion", 2, None, ["1", "i", "j", "k"]),
-       ("alternating", 5, None, ["id", "(123)", "(124)", "(125)"]), ("symmetric", 5, None, ["id", "shift", "swap"]),
-       ("symmetric", 4, 5, ["id", "shift", "swap", "0132", "0213"])]
+LIU = [
+    ("cyclic", 3, None, ["0", "1"]),
+    ("cyclic", 5, 4, ["0", "1", "2", "3"]),
+    ("dihedral", 3, None, ["flip", "move"]),
+    ("dihedral", 4, None, ["flip", "move"]),
+    ("quaternion", 2, None, ["1", "i", "j", "k"]),
+    ("alternating", 5, None, ["id", "(123)", "(124)", "(125)"]),
+    ("symmetric", 5, None, ["id", "shift", "swap"]),
+    ("symmetric", 4, 5, ["id", "shift", "swap", "0132", "0213"]),
+]
 
 
 @pytest.mark.parametrize("name, n, n_actions, symbols", LIU)
@@ -221,11 +277,19 @@ def test_liu_alphabets_match_their_definitions(name, n, n_actions, symbols):
     assert (counts / counts.mean() - 1).abs().max() < 0.05
 
 
-@pytest.mark.parametrize("name, n, size, orders", [
-    ("parity", 2, 2, {"0": 1, "1": 2}), ("cyclic", 3, 3, {"0": 1, "1": 3}), ("dihedral", 3, 6, {"flip": 2, "move": 3}),
-    ("dihedral", 4, 8, {"flip": 2, "move": 4}), ("quaternion", 2, 8, {"1": 1, "i": 4, "j": 4, "k": 4}),
-    ("alternating", 5, 60, {"id": 1, "(123)": 3, "(124)": 3, "(125)": 3}),
-    ("symmetric", 5, 120, {"id": 1, "shift": 5, "swap": 2}), ("gridworld", 9, 9, None)])
+@pytest.mark.parametrize(
+    "name, n, size, orders",
+    [
+        ("parity", 2, 2, {"0": 1, "1": 2}),
+        ("cyclic", 3, 3, {"0": 1, "1": 3}),
+        ("dihedral", 3, 6, {"flip": 2, "move": 3}),
+        ("dihedral", 4, 8, {"flip": 2, "move": 4}),
+        ("quaternion", 2, 8, {"1": 1, "i": 4, "j": 4, "k": 4}),
+        ("alternating", 5, 60, {"id": 1, "(123)": 3, "(124)": 3, "(125)": 3}),
+        ("symmetric", 5, 120, {"id": 1, "shift": 5, "swap": 2}),
+        ("gridworld", 9, 9, None),
+    ],
+)
 def test_liu_alphabets_close_to_the_whole_group(name, n, size, orders):
     task = tasks.make("automata", {"automaton": name, "n": n, "alphabet": "liu"})
     assert task.spec.d_vocab_out == size  # the symbols generate the whole group (every state reachable)
@@ -233,7 +297,11 @@ def test_liu_alphabets_close_to_the_whole_group(name, n, size, orders):
         assert task.table.delta == [[max(s - 1, 0), min(s + 1, 8)] for s in range(9)] and task.table.start == 0
         return
     for symbol, order in orders.items():  # acting on the identity, a symbol returns after exactly its order
-        x, state, steps = task.spec.token_names.index(symbol), task.table.delta[task.table.start][task.spec.token_names.index(symbol)], 1
+        x, state, steps = (
+            task.spec.token_names.index(symbol),
+            task.table.delta[task.table.start][task.spec.token_names.index(symbol)],
+            1,
+        )
         while state != task.table.start:
             state, steps = task.table.delta[state][x], steps + 1
         assert steps == order, symbol
@@ -245,11 +313,15 @@ def test_liu_alphabet_keeps_mechsynths_definitions_where_theirs_has_none():
         assert liu.table.delta == ours.table.delta and liu.spec.token_names == ours.spec.token_names
 
 
-@pytest.mark.parametrize("params, message", [
-    ({"automaton": "cyclic", "n": 3, "n_actions": 3}, "is for alphabet 'liu'"),
-    ({"automaton": "cyclic", "n": 3, "alphabet": "liu", "n_actions": 4}, "cyclic n=3 has 3 actions, got 4"),
-    ({"automaton": "quaternion", "alphabet": "liu", "n_actions": 2}, "with 'quaternion'"),
-    ({"automaton": "gridworld", "alphabet": "all"}, "allows 'generators' or 'liu'")])
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        ({"automaton": "cyclic", "n": 3, "n_actions": 3}, "is for alphabet 'liu'"),
+        ({"automaton": "cyclic", "n": 3, "alphabet": "liu", "n_actions": 4}, "cyclic n=3 has 3 actions, got 4"),
+        ({"automaton": "quaternion", "alphabet": "liu", "n_actions": 2}, "with 'quaternion'"),
+        ({"automaton": "gridworld", "alphabet": "all"}, "allows 'generators' or 'liu'"),
+    ],
+)
 def test_liu_validation(params, message):
     with pytest.raises(ConfigError, match=f"^task.(n_actions|alphabet): .*{message}"):
         tasks.make("automata", params)

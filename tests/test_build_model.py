@@ -47,8 +47,16 @@ def test_a_plain_adam_loop_over_the_fused_model_learns():
 
 def test_its_parameters_have_transformer_lens_names_and_shapes():
     model = mechsynth.build_model(TASK, **FIELDS)
-    tl = mechsynth.hooked_model(n_layers=2, d_model=16, n_heads=1, d_head=16, n_ctx=TASK.spec.n_ctx,
-                                d_vocab=TASK.spec.d_vocab, act_fn="relu", attn_only=True)
+    tl = mechsynth.hooked_model(
+        n_layers=2,
+        d_model=16,
+        n_heads=1,
+        d_head=16,
+        n_ctx=TASK.spec.n_ctx,
+        d_vocab=TASK.spec.d_vocab,
+        act_fn="relu",
+        attn_only=True,
+    )
     ours = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     theirs = {k: tuple(v.shape) for k, v in external.weights_of(tl).items()}  # HookedTransformer's layout on TL 3 and 4
     assert ours == theirs
@@ -61,8 +69,9 @@ def test_the_monitor_takes_it_and_its_checkpoints_probe_as_transformer_lens_mode
     torch.manual_seed(0)
     model = mechsynth.build_model(TASK, **FIELDS)
     kept = [(0, copy.deepcopy(model))]
-    with mechsynth.Monitor(model, tmp_path / "run", TASK, schedule=[4, 12], eval_batch_size=8,
-                           probes=["previous_token"]) as monitor:
+    with mechsynth.Monitor(
+        model, tmp_path / "run", TASK, schedule=[4, 12], eval_batch_size=8, probes=["previous_token"]
+    ) as monitor:
         optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
         data = torch.Generator().manual_seed(1234)
         for step in range(1, 13):
@@ -76,8 +85,9 @@ def test_the_monitor_takes_it_and_its_checkpoints_probe_as_transformer_lens_mode
                 kept.append((step, copy.deepcopy(model)))
     assert mechsynth.load_run(tmp_path / "run").steps == [0, 4, 12]
     # The Monitor's checkpoints of the fused model and TransformerLens's models of the same weights: the same scores.
-    tl = mechsynth.probe_models([(s, models.hooked(m)) for s, m in kept], TASK, tmp_path / "tl",
-                                probes=["previous_token"])
+    tl = mechsynth.probe_models(
+        [(s, models.hooked(m)) for s, m in kept], TASK, tmp_path / "tl", probes=["previous_token"]
+    )
     a, b = monitor.timeline.per_head["previous_token"], tl.per_head["previous_token"]
     assert a.keys() == b.keys() and a
     for head in a:

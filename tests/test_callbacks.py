@@ -28,8 +28,16 @@ def _task():
 
 def _model(task):
     torch.manual_seed(0)
-    return mechsynth.hooked_model(n_layers=2, d_model=16, n_heads=1, d_head=16, n_ctx=task.spec.n_ctx,
-                                  d_vocab=task.spec.d_vocab, act_fn="relu", attn_only=True)
+    return mechsynth.hooked_model(
+        n_layers=2,
+        d_model=16,
+        n_heads=1,
+        d_head=16,
+        n_ctx=task.spec.n_ctx,
+        d_vocab=task.spec.d_vocab,
+        act_fn="relu",
+        attn_only=True,
+    )
 
 
 class Samples(torch.utils.data.Dataset):
@@ -103,13 +111,24 @@ def test_the_hf_trainer_with_the_callback_writes_a_normal_run(tmp_path):
     task = _task()
     model = _model(task)
     initial = external.weights_of(model)
-    args = transformers.TrainingArguments(str(tmp_path / "hf"), use_cpu=True, max_steps=STEPS, per_device_train_batch_size=16,
-                                          learning_rate=3e-3, logging_steps=3, save_strategy="no", report_to="none",
-                                          disable_tqdm=True, seed=0)
-    with mechsynth.Monitor(model, tmp_path / "run", task, steps=STEPS, checkpoints=10, eval_every=5,
-                           probes=["previous_token"]) as monitor:
-        trainer = transformers.Trainer(_HFWrapper(model), args, train_dataset=Samples(task, 16 * STEPS),
-                                       callbacks=[callbacks.hf_callback(monitor)])
+    args = transformers.TrainingArguments(
+        str(tmp_path / "hf"),
+        use_cpu=True,
+        max_steps=STEPS,
+        per_device_train_batch_size=16,
+        learning_rate=3e-3,
+        logging_steps=3,
+        save_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
+        seed=0,
+    )
+    with mechsynth.Monitor(
+        model, tmp_path / "run", task, steps=STEPS, checkpoints=10, eval_every=5, probes=["previous_token"]
+    ) as monitor:
+        trainer = transformers.Trainer(
+            _HFWrapper(model), args, train_dataset=Samples(task, 16 * STEPS), callbacks=[callbacks.hf_callback(monitor)]
+        )
         trainer.train()
     assert trainer.state.global_step == STEPS and monitor.timeline is not None
     logged = {e["step"]: e["loss"] for e in trainer.state.log_history if "loss" in e}
@@ -141,12 +160,23 @@ def test_lightning_with_the_callback_writes_a_normal_run_one_step_per_update(tmp
         def configure_optimizers(self):
             return torch.optim.AdamW(self.parameters(), lr=3e-3)
 
-    loader = torch.utils.data.DataLoader(Samples(task, 8 * 2 * STEPS), batch_size=8, shuffle=True,
-                                         generator=torch.Generator().manual_seed(0))
-    with mechsynth.Monitor(model, tmp_path / "run", task, steps=STEPS, checkpoints=10, eval_every=5, probes=[]) as monitor:
-        trainer = lightning.Trainer(max_steps=STEPS, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
-                                    enable_progress_bar=False, enable_model_summary=False, accumulate_grad_batches=2,
-                                    callbacks=[callbacks.lightning_callback(monitor)])
+    loader = torch.utils.data.DataLoader(
+        Samples(task, 8 * 2 * STEPS), batch_size=8, shuffle=True, generator=torch.Generator().manual_seed(0)
+    )
+    with mechsynth.Monitor(
+        model, tmp_path / "run", task, steps=STEPS, checkpoints=10, eval_every=5, probes=[]
+    ) as monitor:
+        trainer = lightning.Trainer(
+            max_steps=STEPS,
+            accelerator="cpu",
+            devices=1,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            accumulate_grad_batches=2,
+            callbacks=[callbacks.lightning_callback(monitor)],
+        )
         trainer.fit(Module(model), loader)
     assert trainer.global_step == STEPS and len(losses) == STEPS
     _check_run(tmp_path / "run", model, initial, losses)
@@ -169,17 +199,25 @@ def test_a_trainer_of_another_model_is_refused_in_one_line(tmp_path):
 
     with pytest.raises(ConfigError, match="does not hold the monitor's model") as e:
         with mechsynth.Monitor(_model(task), tmp_path / "run", task, steps=3, probes=[]) as monitor:
-            trainer = lightning.Trainer(max_steps=3, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
-                                        enable_progress_bar=False, enable_model_summary=False,
-                                        callbacks=[callbacks.lightning_callback(monitor)])
+            trainer = lightning.Trainer(
+                max_steps=3,
+                accelerator="cpu",
+                devices=1,
+                logger=False,
+                enable_checkpointing=False,
+                enable_progress_bar=False,
+                enable_model_summary=False,
+                callbacks=[callbacks.lightning_callback(monitor)],
+            )
             trainer.fit(Module(), torch.utils.data.DataLoader(Samples(task, 32), batch_size=8))
     assert "\n" not in str(e.value)
     assert load_run(tmp_path / "run").steps == [0]  # what was written stays, and the run is released
     assert not (tmp_path / "run" / rundir.LOCK).exists()
 
 
-@pytest.mark.parametrize("make, hint", [(callbacks.hf_callback, "mechsynth[hf]"),
-                                        (callbacks.lightning_callback, "mechsynth[lightning]")])
+@pytest.mark.parametrize(
+    "make, hint", [(callbacks.hf_callback, "mechsynth[hf]"), (callbacks.lightning_callback, "mechsynth[lightning]")]
+)
 def test_a_missing_package_names_the_extra_to_install(tmp_path, monkeypatch, make, hint):
     real_import = builtins.__import__
 
@@ -218,13 +256,28 @@ def test_the_hf_callback_records_the_trainers_lr_batch_seed_clip_schedule_and_op
 
     task = _task()
     model = _model(task)
-    args = transformers.TrainingArguments(str(tmp_path / "hf"), use_cpu=True, max_steps=4, per_device_train_batch_size=8,
-                                          gradient_accumulation_steps=2, learning_rate=3e-3, seed=1234, max_grad_norm=0.5,
-                                          lr_scheduler_type="cosine", warmup_steps=1, save_strategy="no", report_to="none",
-                                          disable_tqdm=True, logging_steps=1)
-    with mechsynth.Monitor(model, tmp_path / "run", task, steps=4, checkpoints=2, eval_batch_size=8, probes=[]) as monitor:
-        transformers.Trainer(_HFWrapper(model), args, train_dataset=Samples(task, 64),
-                             callbacks=[callbacks.hf_callback(monitor)]).train()
+    args = transformers.TrainingArguments(
+        str(tmp_path / "hf"),
+        use_cpu=True,
+        max_steps=4,
+        per_device_train_batch_size=8,
+        gradient_accumulation_steps=2,
+        learning_rate=3e-3,
+        seed=1234,
+        max_grad_norm=0.5,
+        lr_scheduler_type="cosine",
+        warmup_steps=1,
+        save_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
+        logging_steps=1,
+    )
+    with mechsynth.Monitor(
+        model, tmp_path / "run", task, steps=4, checkpoints=2, eval_batch_size=8, probes=[]
+    ) as monitor:
+        transformers.Trainer(
+            _HFWrapper(model), args, train_dataset=Samples(task, 64), callbacks=[callbacks.hf_callback(monitor)]
+        ).train()
     train, unknown, origin = _recorded(tmp_path / "run")
     assert (train["lr"], train["batch_size"], train["seed"], train["grad_clip"]) == (3e-3, 16, 1234, 0.5)
     assert (train["schedule"], train["warmup_steps"], train["min_lr_frac"]) == ("cosine", 1, 0.0)
@@ -251,10 +304,20 @@ def test_the_lightning_callback_records_the_loader_batch_the_seed_and_the_optimi
         def configure_optimizers(self):
             return torch.optim.Adam(self.parameters(), lr=3e-3)
 
-    with mechsynth.Monitor(model, tmp_path / "run", task, steps=3, checkpoints=2, eval_batch_size=8, probes=[]) as monitor:
-        trainer = lightning.Trainer(max_steps=3, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
-                                    enable_progress_bar=False, enable_model_summary=False, accumulate_grad_batches=2,
-                                    callbacks=[callbacks.lightning_callback(monitor)])
+    with mechsynth.Monitor(
+        model, tmp_path / "run", task, steps=3, checkpoints=2, eval_batch_size=8, probes=[]
+    ) as monitor:
+        trainer = lightning.Trainer(
+            max_steps=3,
+            accelerator="cpu",
+            devices=1,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            accumulate_grad_batches=2,
+            callbacks=[callbacks.lightning_callback(monitor)],
+        )
         trainer.fit(Module(model), torch.utils.data.DataLoader(Samples(task, 64), batch_size=8))
     train, unknown, origin = _recorded(tmp_path / "run")
     assert (train["optimizer"], train["lr"], train["batch_size"], train["seed"]) == ("adam", 3e-3, 16, 1234)

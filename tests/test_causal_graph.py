@@ -37,8 +37,11 @@ def reference_scores(att: torch.Tensor, parents: torch.Tensor) -> tuple[list[flo
             if not ps:
                 continue
             v = [float(att[h, i, j]) for j in range(i + 1)]
-            picks = [set(s) for s in itertools.combinations(range(i + 1), len(ps))
-                     if min(v[j] for j in s) >= max([v[j] for j in range(i + 1) if j not in s], default=-math.inf)]
+            picks = [
+                set(s)
+                for s in itertools.combinations(range(i + 1), len(ps))
+                if min(v[j] for j in s) >= max([v[j] for j in range(i + 1) if j not in s], default=-math.inf)
+            ]
             found += sum(len(s & ps) for s in picks) / len(picks)
             edges += len(ps)
             others = [j for j in range(i + 1) if j not in ps]
@@ -49,9 +52,14 @@ def reference_scores(att: torch.Tensor, parents: torch.Tensor) -> tuple[list[flo
     return recovery, auc
 
 
-@pytest.mark.parametrize("params", [{"k": 3, "length": 9, "graph": "tree", "seed": 4},
-                                    {"k": 3, "length": 9, "graph": "dag", "parents": 2, "seed": 1},
-                                    {"k": 3, "length": 8, "graph": "chain", "target": "next"}])
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"k": 3, "length": 9, "graph": "tree", "seed": 4},
+        {"k": 3, "length": 9, "graph": "dag", "parents": 2, "seed": 1},
+        {"k": 3, "length": 8, "graph": "chain", "target": "next"},
+    ],
+)
 def test_scores_match_plain_loops(params):
     parents = _graph(params)
     g = torch.Generator().manual_seed(0)
@@ -66,15 +74,22 @@ def test_uniform_attention_scores_chance():
     parents = _graph({"k": 3, "length": 12, "graph": "dag", "parents": 2, "seed": 3})
     uniform = (torch.ones(12, 12).tril() / torch.arange(1, 13)[:, None])[None]
     m = (parents[:12] >= 0).sum(-1).double()
-    expected = float((m * m / torch.arange(1, 13)).sum() / m.sum())  # each of i's m_i edges: kept with chance m_i / (i + 1)
+    expected = float(
+        (m * m / torch.arange(1, 13)).sum() / m.sum()
+    )  # each of i's m_i edges: kept with chance m_i / (i + 1)
     assert float(edge_recovery(uniform, parents)) == pytest.approx(expected, abs=1e-12)
     assert float(parent_auc(uniform, parents)) == 0.5
     no_edges = torch.full((4, 1), -1)
     assert math.isnan(float(edge_recovery(uniform[:, :3, :3], no_edges)))
 
 
-@pytest.mark.parametrize("params", [{"k": 3, "length": 10, "graph": "tree", "seed": 2},
-                                    {"k": 2, "length": 10, "graph": "dag", "parents": 2, "seed": 0, "target": "next"}])
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"k": 3, "length": 10, "graph": "tree", "seed": 2},
+        {"k": 2, "length": 10, "graph": "dag", "parents": 2, "seed": 0, "target": "next"},
+    ],
+)
 def test_graph_induction_targets_match_a_plain_loop(params):
     task = tasks.make("causal_icl", {"roots": "uniform", **params})
     batch = task.sample(16, torch.Generator().manual_seed(0), split="eval")
@@ -86,8 +101,13 @@ def test_graph_induction_targets_match_a_plain_loop(params):
             node = parents[t + 1].tolist()
             for j in range(T):
                 own = parents[j].tolist()
-                want = (bool(batch.mask[b, t]) and j <= t and node[0] >= 0 and own[0] >= 0
-                        and all(batch.tokens[b, p] == batch.tokens[b, q] for p, q in zip(own, node)))
+                want = (
+                    bool(batch.mask[b, t])
+                    and j <= t
+                    and node[0] >= 0
+                    and own[0] >= 0
+                    and all(batch.tokens[b, p] == batch.tokens[b, q] for p, q in zip(own, node))
+                )
                 assert bool(got[b, t, j]) == want, (b, t, j)
     assert got.any()
 
@@ -136,9 +156,14 @@ def test_summary_section_and_wandb_read_the_timeline(wandb_plots):
     start = models.build(models.parse({"kind": "disentangled", "n_heads": 3}), task.spec)  # zero: uniform
     results = [probes.run("causal_graph", m, task) for m in (start, planted)]
     steps = [0, 100]
-    tl = Timeline(steps, [1.0, 0.5], {"causal_graph": {f"L0H{h}": [float(r.per_head[0, h]) for r in results]
-                                                       for h in range(3)}},
-                  {"causal_graph": {k: [r.metrics[k] for r in results] for k in results[-1].metrics}}, {"causal_graph": {}}, 50)
+    tl = Timeline(
+        steps,
+        [1.0, 0.5],
+        {"causal_graph": {f"L0H{h}": [float(r.per_head[0, h]) for r in results] for h in range(3)}},
+        {"causal_graph": {k: [r.metrics[k] for r in results] for k in results[-1].metrics}},
+        {"causal_graph": {}},
+        50,
+    )
     tl = Timeline.from_json(tl.to_json())
     probe = probes.PROBES.get("causal_graph")
     lines = probe.summary(tl, task)
@@ -155,9 +180,19 @@ def test_summary_section_and_wandb_read_the_timeline(wandb_plots):
 def test_a_trained_disentangled_transformer_learns_the_graph(tmp_path, tiny):
     """400 steps of Adam on a random tree (a few seconds): layer 0 ends on every parent, layer 1 on the earlier
     children of the query token, far above where the zero init starts (uniform attention)."""
-    data = tiny({"name": "causal_icl", "k": 4, "length": 10, "roots": "uniform", "seed": 2}, {"kind": "disentangled"},
-                {"steps": 400, "batch_size": 64, "lr": 0.03, "optimizer": "adam", "grad_clip": 0, "eval_every": 400,
-                 "checkpoints": 6})
+    data = tiny(
+        {"name": "causal_icl", "k": 4, "length": 10, "roots": "uniform", "seed": 2},
+        {"kind": "disentangled"},
+        {
+            "steps": 400,
+            "batch_size": 64,
+            "lr": 0.03,
+            "optimizer": "adam",
+            "grad_clip": 0,
+            "eval_every": 400,
+            "checkpoints": 6,
+        },
+    )
     run = load_run(train_run(parse_config(data), tmp_path / "run", progress=False))
     tl = timeline.probe_run(run, ["causal_graph"], batch_size=64)
     recovery, m = tl.per_head["causal_graph"]["L0H0"], tl.metrics["causal_graph"]

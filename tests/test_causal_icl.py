@@ -54,9 +54,16 @@ def reference_sample(task, batch_size: int, seed: int) -> tuple[list[list[int]],
     return xs, dists
 
 
-@pytest.mark.parametrize("params", [
-    {"graph": "chain", "k": 4}, {"graph": "tree", "k": 5, "target": "next"}, {"graph": "tree", "roots": "uniform", "seed": 3},
-    {"graph": "dag", "k": 3, "parents": 2, "target": "next"}, {"graph": "dag", "k": 2, "parents": 3, "length": 12, "seed": 5}])
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"graph": "chain", "k": 4},
+        {"graph": "tree", "k": 5, "target": "next"},
+        {"graph": "tree", "roots": "uniform", "seed": 3},
+        {"graph": "dag", "k": 3, "parents": 2, "target": "next"},
+        {"graph": "dag", "k": 2, "parents": 3, "length": 12, "seed": 5},
+    ],
+)
 @pytest.mark.reference("causal_icl")
 def test_sample_is_a_plain_loop_over_the_same_draws(params):
     task = make(**{"length": 10, **params})
@@ -114,8 +121,11 @@ def test_graph_families_follow_their_code():
 def test_children_follow_the_kernel_and_roots_their_distribution():
     """Pooled over sequences, the children of each parent token (context) are distributed as the kernels'
     rows, the roots as the root distributions, the query token uniformly (chi-square)."""
-    for params in ({"graph": "tree", "k": 3, "target": "next", "seed": 1}, {"graph": "dag", "k": 2, "parents": 2},
-                   {"graph": "tree", "k": 3}):
+    for params in (
+        {"graph": "tree", "k": 3, "target": "next", "seed": 1},
+        {"graph": "dag", "k": 2, "parents": 2},
+        {"graph": "tree", "k": 3},
+    ):
         task = make(length=30, **params)
         b = task.sample(3000, gen(2))
         x = torch.cat([b.tokens, b.targets[:, -1:]], 1)
@@ -163,7 +173,13 @@ def test_count_bayes_by_hand():
     Tokens 0 1 2 0 2, alpha 0.5, k 3: after t = 4, context (0, 1) has been followed by 2 twice."""
     parents = torch.tensor([[-1, -1], [-1, -1], [0, 1], [1, 2], [0, 1], [0, 1]])
     bayes = count_bayes(torch.tensor([[0, 1, 2, 0, 2]]), parents, 3, 0.5)[0]
-    expected = [[1 / 3] * 3, [1 / 3] * 3, [1 / 3] * 3, [0.5 / 2.5, 0.5 / 2.5, 1.5 / 2.5], [0.5 / 3.5, 0.5 / 3.5, 2.5 / 3.5]]
+    expected = [
+        [1 / 3] * 3,
+        [1 / 3] * 3,
+        [1 / 3] * 3,
+        [0.5 / 2.5, 0.5 / 2.5, 1.5 / 2.5],
+        [0.5 / 3.5, 0.5 / 3.5, 2.5 / 3.5],
+    ]
     torch.testing.assert_close(bayes, torch.tensor(expected))
     # their InContextTree in query mode: the chain 0 1 0 2 0, then the query token 0; its children so far: 1, 2
     task = make(graph="chain", k=3, length=6, roots="uniform")
@@ -177,16 +193,25 @@ def test_importance_bayes_by_numerical_integration():
     probability E[c]. Against a 2000 x 2000 midpoint grid."""
     a, c = torch.meshgrid(*(2 * [(torch.arange(2000, dtype=torch.float64) + 0.5) / 2000]), indexing="ij")
     pi0 = c / (a + c)
-    expected = [(a * pi0).sum() / pi0.sum(),  # P(x1 = 1 | x0 = 0)
-                (a * pi0 * (1 - a)).sum() / (pi0 * (1 - a)).sum(),  # P(x2 = 1 | 0 0)
-                1 - (c * pi0 * (1 - a) * a).sum() / (pi0 * (1 - a) * a).sum()]  # P(x3 = 1 | 0 0 1)
+    expected = [
+        (a * pi0).sum() / pi0.sum(),  # P(x1 = 1 | x0 = 0)
+        (a * pi0 * (1 - a)).sum() / (pi0 * (1 - a)).sum(),  # P(x2 = 1 | 0 0)
+        1 - (c * pi0 * (1 - a) * a).sum() / (pi0 * (1 - a) * a).sum(),
+    ]  # P(x3 = 1 | 0 0 1)
     parents = torch.arange(-1, 3)[:, None]
     bayes = importance_bayes(torch.tensor([[0, 0, 1]]), parents, parents[:, 0] < 0, 2, 1.0, samples=50_000)[0, :, 1]
     torch.testing.assert_close(bayes, torch.tensor(expected, dtype=torch.float), atol=0.006, rtol=0)
 
 
-@pytest.mark.parametrize("params", [{"graph": "tree", "seed": 4}, {"graph": "tree", "roots": "uniform"},
-                                    {"graph": "dag", "parents": 2}, {"graph": "tree", "seed": 4, "target": "query"}])
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"graph": "tree", "seed": 4},
+        {"graph": "tree", "roots": "uniform"},
+        {"graph": "dag", "parents": 2},
+        {"graph": "tree", "seed": 4, "target": "query"},
+    ],
+)
 @pytest.mark.reference("causal_icl")
 def test_bayes_is_the_generators_own_posterior_predictive(params):
     """For every prefix seen ≥ 2000 times in 400k sequences (k = 2, T = 4), the frequency of the next token
@@ -195,8 +220,10 @@ def test_bayes_is_the_generators_own_posterior_predictive(params):
     task = make(**{"k": 2, "length": 4, "alpha": 0.5, "target": "next", **params})
     if params.get("seed") == 4:
         assert task.graph.stationary_root.nonzero()[:, 0].tolist()[:2] == [0, 2]
-    x = torch.cat([torch.cat([b.tokens, b.targets[:, -1:]], 1) for b in (task.sample(200_000, gen(i)) for i in range(2))])
-    for L in (range(1, 5) if task.cfg.target == "next" else [4]):
+    x = torch.cat(
+        [torch.cat([b.tokens, b.targets[:, -1:]], 1) for b in (task.sample(200_000, gen(i)) for i in range(2))]
+    )
+    for L in range(1, 5) if task.cfg.target == "next" else [4]:
         prefixes = torch.tensor(list(itertools.product([0, 1], repeat=L)))
         tokens = torch.cat([prefixes, torch.zeros(len(prefixes), 4 - L, dtype=torch.long)], 1)
         bayes = task.bayes(tokens, samples=20_000)[:, L - 1, 1]
@@ -215,7 +242,11 @@ def test_same_generator_state_same_batch():
     for params in ({}, {"graph": "dag", "target": "next"}):
         task = make(**params)
         a, b, c = (task.sample(8, gen(s), split="eval") for s in (7, 7, 8))
-        assert torch.equal(a.tokens, b.tokens) and torch.equal(a.targets, b.targets) and not torch.equal(a.tokens, c.tokens)
+        assert (
+            torch.equal(a.tokens, b.tokens)
+            and torch.equal(a.targets, b.targets)
+            and not torch.equal(a.tokens, c.tokens)
+        )
         assert all(torch.equal(a.truth[key], b.truth[key]) for key in task.truth_keys)
         assert set(task.sample(4, gen(), split="train").truth) == set(task.truth_keys) - {"bayes"}
 
@@ -238,16 +269,26 @@ def test_metrics_kl_to_bayes_at_scored_positions():
         assert m["kl_bayes"] == pytest.approx(0.0, abs=1e-6)
         assert task.metrics(torch.zeros(64, 20, 10), b)["kl_bayes"] > 0.05
         # the Bayes predictor loses to the true conditional, and beats ignoring the context
-        nll = {key: -b.truth[key].gather(-1, b.targets[..., None])[..., 0].log()[b.mask].mean().item()
-               for key in ("conditional", "bayes")}
+        nll = {
+            key: -b.truth[key].gather(-1, b.targets[..., None])[..., 0].log()[b.mask].mean().item()
+            for key in ("conditional", "bayes")
+        }
         assert nll["conditional"] < nll["bayes"] < math.log(10)
 
 
-@pytest.mark.parametrize("params, field", [
-    ({"k": 1}, "task.k"), ({"length": 1}, "task.length"), ({"alpha": 0}, "task.alpha"),
-    ({"graph": "dag", "parents": 4}, "task.parents"), ({"graph": "dag", "roots": "stationary"}, "task.roots"),
-    ({"graph": "dag", "k": 2, "parents": 3, "length": 2}, "task.length"), ({"graph": "forest"}, "task.graph"),
-    ({"target": "all"}, "task.target")])
+@pytest.mark.parametrize(
+    "params, field",
+    [
+        ({"k": 1}, "task.k"),
+        ({"length": 1}, "task.length"),
+        ({"alpha": 0}, "task.alpha"),
+        ({"graph": "dag", "parents": 4}, "task.parents"),
+        ({"graph": "dag", "roots": "stationary"}, "task.roots"),
+        ({"graph": "dag", "k": 2, "parents": 3, "length": 2}, "task.length"),
+        ({"graph": "forest"}, "task.graph"),
+        ({"target": "all"}, "task.target"),
+    ],
+)
 def test_validation(params, field):
     with pytest.raises(ConfigError, match=f"^{field}:"):
         tasks.make("causal_icl", params)

@@ -56,8 +56,12 @@ def test_round_trip_of_membership_only_and_of_scores_only():
 # edge by edge, then to_json), its nodes and edges in EAP-IG's order.
 ONE_LAYER = {
     "cfg": {"n_layers": 1, "n_heads": 1, "parallel_attn_mlp": False, "d_model": 4},
-    "nodes": {"input": {"in_graph": True}, "a0.h0": {"in_graph": True}, "m0": {"in_graph": True},
-              "logits": {"in_graph": True}},
+    "nodes": {
+        "input": {"in_graph": True},
+        "a0.h0": {"in_graph": True},
+        "m0": {"in_graph": True},
+        "logits": {"in_graph": True},
+    },
     "edges": {
         "input->a0.h0<q>": {"score": 0.5, "in_graph": True},
         "input->a0.h0<k>": {"score": -0.25, "in_graph": False},
@@ -70,9 +74,16 @@ ONE_LAYER = {
     },
 }
 # the same edges as mechsynth names them
-ONE_LAYER_OURS = {"input->L0H0.q": (0.5, True), "input->L0H0.k": (-0.25, False), "input->L0H0.v": (2.0, True),
-                  "input->MLP0": (0.125, False), "L0H0->MLP0": (-1.5, True), "input->logits": (3.0, True),
-                  "L0H0->logits": (0.0, False), "MLP0->logits": (1.0, True)}
+ONE_LAYER_OURS = {
+    "input->L0H0.q": (0.5, True),
+    "input->L0H0.k": (-0.25, False),
+    "input->L0H0.v": (2.0, True),
+    "input->MLP0": (0.125, False),
+    "L0H0->MLP0": (-1.5, True),
+    "input->logits": (3.0, True),
+    "L0H0->logits": (0.0, False),
+    "MLP0->logits": (1.0, True),
+}
 
 
 def test_a_hand_written_eap_ig_graph_reads_as_the_edges_it_names():
@@ -89,9 +100,11 @@ def test_a_hand_written_eap_ig_graph_reads_as_the_edges_it_names():
     pt = exchange.to_eap_pt(graph, scores, kept, d_model=4)  # EAP-IG's matrices: senders × receivers, its order
     assert pt["src_nodes"] == ["input", "a0.h0", "m0"]
     assert pt["dst_nodes"] == ["a0.h0<q>", "a0.h0<k>", "a0.h0<v>", "m0", "logits"]
-    assert pt["edges_scores"].tolist() == [[0.5, -0.25, 2.0, 0.125, 3.0],
-                                           [0.0, 0.0, 0.0, -1.5, 0.0],
-                                           [0.0, 0.0, 0.0, 0.0, 1.0]]
+    assert pt["edges_scores"].tolist() == [
+        [0.5, -0.25, 2.0, 0.125, 3.0],
+        [0.0, 0.0, 0.0, -1.5, 0.0],
+        [0.0, 0.0, 0.0, 0.0, 1.0],
+    ]
     assert pt["nodes_in_graph"].tolist() == [True, True, True]
 
 
@@ -108,8 +121,13 @@ def attention_only_from_eap_ig() -> dict:
 def test_an_attention_only_model_reads_eap_igs_unscored_mlp_edges_and_writes_none():
     graph = Graph(1, 1, False)
     scores, kept = exchange.from_eap_json(attention_only_from_eap_ig(), graph)
-    assert [graph.edge_name(e) for e in graph.edge_list] == ["input->L0H0.q", "input->L0H0.k", "input->L0H0.v",
-                                                            "input->logits", "L0H0->logits"]
+    assert [graph.edge_name(e) for e in graph.edge_list] == [
+        "input->L0H0.q",
+        "input->L0H0.k",
+        "input->L0H0.v",
+        "input->logits",
+        "L0H0->logits",
+    ]
     assert scores.tolist() == [0.5, -0.25, 2.0, 3.0, 0.0] and kept.tolist() == [True, False, True, True, False]
     written = exchange.to_eap_json(graph, scores, kept)
     assert "m0" not in written["nodes"] and not any("m0" in name for name in written["edges"])
@@ -129,27 +147,59 @@ def edited(change) -> dict:
     return data
 
 
-@pytest.mark.parametrize("change,graph,says", [
-    (lambda d: d["cfg"].update(n_layers=2), Graph(1, 1, True),
-     r"^cfg\.n_layers: the file's graph has 2, this model 1$"),
-    (lambda d: None, Graph(1, 2, True), r"^cfg\.n_heads: the file's graph has 1, this model 2$"),
-    (lambda d: d["cfg"].pop("n_heads"), Graph(1, 1, True), r"^cfg\.n_heads: missing$"),
-    (lambda d: d["cfg"].update(parallel_attn_mlp=True), Graph(1, 1, True), r"^cfg\.parallel_attn_mlp: "),
-    (lambda d: d.pop("edges"), Graph(1, 1, True), r"^edges: missing"),
-    (lambda d: d["nodes"].update({"a0.h3": {"in_graph": True}}), Graph(1, 1, True),
-     r"^nodes: 'a0\.h3' is no node of this model"),
-    (lambda d: d["edges"].update({"m0->a0.h0<q>": {"score": 1.0, "in_graph": True}}), Graph(1, 1, True),
-     r"^edges: 'm0->a0\.h0<q>' is no edge of this model \(1 layers × 1 heads, with MLPs\)$"),
-    (lambda d: d["edges"].pop("a0.h0->m0"), Graph(1, 1, True), r"^edges\['a0\.h0->m0'\]: missing$"),
-    (lambda d: d["edges"]["input->logits"].pop("score"), Graph(1, 1, True),
-     r"^edges\['input->logits'\]\.score: missing \(other edges have it\)$"),
-    (lambda d: (d.update(attention_only_from_eap_ig()), d["edges"]["m0->logits"].update(in_graph=True)),
-     Graph(1, 1, False),
-     r"^edges\['m0->logits'\]: scored or in the circuit, but this attention-only model has no MLP$"),
-    (lambda d: d["nodes"]["a0.h0"].update(neurons=[True, False, True, True]), Graph(1, 1, True),
-     r"^nodes\['a0\.h0'\]\.neurons: a neuron-level circuit"),
-], ids=["layers", "heads", "no-heads", "parallel", "no-edges", "unknown-node", "unknown-edge", "missing-edge",
-        "some-scores", "mlp-edge-of-attn-only", "neurons"])
+@pytest.mark.parametrize(
+    "change,graph,says",
+    [
+        (
+            lambda d: d["cfg"].update(n_layers=2),
+            Graph(1, 1, True),
+            r"^cfg\.n_layers: the file's graph has 2, this model 1$",
+        ),
+        (lambda d: None, Graph(1, 2, True), r"^cfg\.n_heads: the file's graph has 1, this model 2$"),
+        (lambda d: d["cfg"].pop("n_heads"), Graph(1, 1, True), r"^cfg\.n_heads: missing$"),
+        (lambda d: d["cfg"].update(parallel_attn_mlp=True), Graph(1, 1, True), r"^cfg\.parallel_attn_mlp: "),
+        (lambda d: d.pop("edges"), Graph(1, 1, True), r"^edges: missing"),
+        (
+            lambda d: d["nodes"].update({"a0.h3": {"in_graph": True}}),
+            Graph(1, 1, True),
+            r"^nodes: 'a0\.h3' is no node of this model",
+        ),
+        (
+            lambda d: d["edges"].update({"m0->a0.h0<q>": {"score": 1.0, "in_graph": True}}),
+            Graph(1, 1, True),
+            r"^edges: 'm0->a0\.h0<q>' is no edge of this model \(1 layers × 1 heads, with MLPs\)$",
+        ),
+        (lambda d: d["edges"].pop("a0.h0->m0"), Graph(1, 1, True), r"^edges\['a0\.h0->m0'\]: missing$"),
+        (
+            lambda d: d["edges"]["input->logits"].pop("score"),
+            Graph(1, 1, True),
+            r"^edges\['input->logits'\]\.score: missing \(other edges have it\)$",
+        ),
+        (
+            lambda d: (d.update(attention_only_from_eap_ig()), d["edges"]["m0->logits"].update(in_graph=True)),
+            Graph(1, 1, False),
+            r"^edges\['m0->logits'\]: scored or in the circuit, but this attention-only model has no MLP$",
+        ),
+        (
+            lambda d: d["nodes"]["a0.h0"].update(neurons=[True, False, True, True]),
+            Graph(1, 1, True),
+            r"^nodes\['a0\.h0'\]\.neurons: a neuron-level circuit",
+        ),
+    ],
+    ids=[
+        "layers",
+        "heads",
+        "no-heads",
+        "parallel",
+        "no-edges",
+        "unknown-node",
+        "unknown-edge",
+        "missing-edge",
+        "some-scores",
+        "mlp-edge-of-attn-only",
+        "neurons",
+    ],
+)
 def test_a_graph_that_does_not_fit_is_refused_in_one_line(change, graph, says):
     assert re.search(says, refused(edited(change), graph)), says
 
@@ -162,14 +212,17 @@ def test_pt_graphs_that_do_not_fit_are_refused_in_one_line(tmp_path):
     graph = Graph(1, 1, True)
     scores, kept = exchange.from_eap_json(copy.deepcopy(ONE_LAYER), graph)
     pt = exchange.to_eap_pt(graph, scores, kept, d_model=4)
-    cases = [({"src_nodes": ["input", "a0.h1", "m0"]}, r"^src_nodes\[1\]: 'a0\.h1', this model's is 'a0\.h0'$"),
-             ({"edges_scores": torch.zeros(3, 4)}, r"^edges_scores: shape \(3, 4\), this model's is \(3, 5\)$"),
-             ({"edges_scores": pt["edges_scores"].index_put((torch.tensor(2), torch.tensor(0)), torch.tensor(1.0))},
-              r"^edges_scores\[2, 0\]: m0->a0\.h0<q> is scored or in the circuit, but is no edge of this model$")]
+    cases = [
+        ({"src_nodes": ["input", "a0.h1", "m0"]}, r"^src_nodes\[1\]: 'a0\.h1', this model's is 'a0\.h0'$"),
+        ({"edges_scores": torch.zeros(3, 4)}, r"^edges_scores: shape \(3, 4\), this model's is \(3, 5\)$"),
+        (
+            {"edges_scores": pt["edges_scores"].index_put((torch.tensor(2), torch.tensor(0)), torch.tensor(1.0))},
+            r"^edges_scores\[2, 0\]: m0->a0\.h0<q> is scored or in the circuit, but is no edge of this model$",
+        ),
+    ]
     for change, says in cases:
         with pytest.raises(ValueError) as info:
             exchange.from_eap_pt({**pt, **change}, graph)
         assert re.search(says, str(info.value)), str(info.value)
     with pytest.raises(ValueError, match=r"\.txt: EAP-IG graphs are \.json or \.pt files$"):
         exchange.save(tmp_path / "c.txt", graph, scores)
-

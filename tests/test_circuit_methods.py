@@ -39,14 +39,22 @@ def result(planted):
         if key not in done:
             done[key] = probes.run("circuit", model, task, option=options, batch_size=32)
         return done[key]
+
     return get
 
 
 def _timeline(result, **options: Any) -> Timeline:
     """A one-checkpoint timeline holding the circuit probe's result with `options`, as probe_run records it."""
     metrics = {k: [v] for k, v in result(**options).metrics.items()}
-    return Timeline([10], [0.5], {"circuit": {}}, {"circuit": metrics}, {"circuit": {}}, 10,
-                    {"circuit": to_dict(probes.options("circuit", options))})
+    return Timeline(
+        [10],
+        [0.5],
+        {"circuit": {}},
+        {"circuit": metrics},
+        {"circuit": {}},
+        10,
+        {"circuit": to_dict(probes.options("circuit", options))},
+    )
 
 
 def test_each_method_is_kept_beside_the_others_and_survives_a_reload(planted, result, tmp_path):

@@ -45,11 +45,16 @@ import torch
 from mechsynth import circuits
 from mechsynth.models.tl_compat import TL_MAJOR, TL_VERSION, hooked_model
 
-pytestmark = pytest.mark.skipif(TL_MAJOR >= 4, reason="auto-circuit wraps TransformerLens 3's HookedTransformer; on "
-                                f"TransformerLens {TL_VERSION} mechsynth reads a TransformerBridge")
+pytestmark = pytest.mark.skipif(
+    TL_MAJOR >= 4,
+    reason="auto-circuit wraps TransformerLens 3's HookedTransformer; on "
+    f"TransformerLens {TL_VERSION} mechsynth reads a TransformerBridge",
+)
 
-INSTALL = ("pip install --no-deps auto-circuit==1.0.1 && pip install attrs plotly blobfile "
-           "(without --no-deps it also brings jax, dm-haiku, tracr and kaleido, which these tests do not use)")
+INSTALL = (
+    "pip install --no-deps auto-circuit==1.0.1 && pip install attrs plotly blobfile "
+    "(without --no-deps it also brings jax, dm-haiku, tracr and kaleido, which these tests do not use)"
+)
 # float64 throughout: the two implementations agree to ~1e-15 here; these bounds leave room for other BLAS builds
 RTOL, ATOL = 1e-9, 1e-11
 B, P, V = 5, 6, 10
@@ -68,6 +73,7 @@ def _alias_kv_cache() -> None:
 
     try:
         import transformer_lens.past_key_value_caching  # noqa: F401
+
         return
     except ModuleNotFoundError:
         pass
@@ -95,21 +101,40 @@ def ac():
     except ModuleNotFoundError as e:
         missing = str(e)
     if missing is not None:
-        pytest.fail(f"auto-circuit, the peer these tests compare with, does not import on TransformerLens {TL_VERSION} "
-                    f"({missing}); install it: {INSTALL}", pytrace=False)
+        pytest.fail(
+            f"auto-circuit, the peer these tests compare with, does not import on TransformerLens {TL_VERSION} "
+            f"({missing}); install it: {INSTALL}",
+            pytrace=False,
+        )
     return types.SimpleNamespace(
-        PromptDataLoader=PromptDataLoader, PromptDataset=PromptDataset, AblationType=AblationType,
-        mask_gradient=mask_gradient_prune_scores, syed_eap=edge_attribution_patching_prune_scores,
-        src_ablations=src_ablations, patchable_model=patchable_model)
+        PromptDataLoader=PromptDataLoader,
+        PromptDataset=PromptDataset,
+        AblationType=AblationType,
+        mask_gradient=mask_gradient_prune_scores,
+        syed_eap=edge_attribution_patching_prune_scores,
+        src_ablations=src_ablations,
+        patchable_model=patchable_model,
+    )
 
 
 def build(kind: str, seed: int = 0):
     """2 layers × 2 heads (and MLPs), float64, every weight random and of order 1 (TransformerLens's own init gives
     logits too flat to tell a wrong gradient from a right one)."""
     attn_only, norm, positional = KINDS[kind]
-    model = hooked_model(n_layers=2, n_heads=2, d_model=16, d_head=8, d_mlp=None if attn_only else 32, n_ctx=P,
-                         d_vocab=V, act_fn="gelu", attn_only=attn_only, normalization_type=norm,
-                         positional_embedding_type=positional, dtype=torch.float64)
+    model = hooked_model(
+        n_layers=2,
+        n_heads=2,
+        d_model=16,
+        d_head=8,
+        d_mlp=None if attn_only else 32,
+        n_ctx=P,
+        d_vocab=V,
+        act_fn="gelu",
+        attn_only=attn_only,
+        normalization_type=norm,
+        positional_embedding_type=positional,
+        dtype=torch.float64,
+    )
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -128,11 +153,13 @@ def data(seed: int = 1):
 def logit_diff(answer, wrong):
     """mechsynth's metric (logits [copy, batch, pos, vocab] -> [copy]) equal to auto-circuit's avg_diff of the
     logits at the last position."""
+
     def metric(logits: torch.Tensor) -> torch.Tensor:
         last = logits[:, :, -1]
         right = last.gather(-1, answer[None].expand(last.shape[0], -1, -1))
         other = last.gather(-1, wrong[None].expand(last.shape[0], -1, -1))
         return (right - other).mean((1, 2))
+
     return metric
 
 
@@ -163,26 +190,46 @@ class Peer:
         self.tl.set_use_split_qkv_input(True)
         if not self.tl.cfg.attn_only:
             self.tl.set_use_hook_mlp_in(True)
-        self.model = ac.patchable_model(self.tl, factorized=True, slice_output="last_seq", separate_qkv=True,
-                                        seq_len=None, device=torch.device("cpu"))
-        self.loader = ac.PromptDataLoader(ac.PromptDataset(clean, corrupt, answer, wrong), seq_len=None,
-                                          diverge_idx=0, batch_size=B, shuffle=False)
+        self.model = ac.patchable_model(
+            self.tl,
+            factorized=True,
+            slice_output="last_seq",
+            separate_qkv=True,
+            seq_len=None,
+            device=torch.device("cpu"),
+        )
+        self.loader = ac.PromptDataLoader(
+            ac.PromptDataset(clean, corrupt, answer, wrong), seq_len=None, diverge_idx=0, batch_size=B, shuffle=False
+        )
         self.batch = next(iter(self.loader))
 
     def ablation(self, ablation: str):
         """(AblationType, clean_corrupt) of mechsynth's ablation; "clean": the clean run's own outputs."""
         t = self.ac.AblationType
-        return {"resample": (t.RESAMPLE, "corrupt"), "mean": (t.BATCH_TOKENWISE_MEAN, "clean"), "zero": (t.ZERO, None),
-                "clean": (t.RESAMPLE, "clean")}[ablation]
+        return {
+            "resample": (t.RESAMPLE, "corrupt"),
+            "mean": (t.BATCH_TOKENWISE_MEAN, "clean"),
+            "zero": (t.ZERO, None),
+            "clean": (t.RESAMPLE, "clean"),
+        }[ablation]
 
     def by_name(self, prune_scores) -> dict[str, float]:
         return {edge_name(e.name): float(e.prune_score(prune_scores)) for e in self.model.edges}
 
     def eap(self, ablation: str) -> dict[str, float]:
         kind, clean_corrupt = self.ablation(ablation)
-        return self.by_name(self.ac.mask_gradient(self.model, self.loader, None, grad_function="logit",
-                                                  answer_function="avg_diff", mask_val=0.0, ablation_type=kind,
-                                                  clean_corrupt=clean_corrupt))
+        return self.by_name(
+            self.ac.mask_gradient(
+                self.model,
+                self.loader,
+                None,
+                grad_function="logit",
+                answer_function="avg_diff",
+                mask_val=0.0,
+                ablation_type=kind,
+                clean_corrupt=clean_corrupt,
+            )
+        )
 
     def input_node(self, ablation: str) -> torch.Tensor:
         """The input node's ablated output, as auto-circuit computes it (row 0: "Resid Start")."""
@@ -218,8 +265,12 @@ def assert_same(graph: circuits.Graph, ours: dict[str, float], theirs: dict[str,
     missing, extra = sorted(set(ours) - set(theirs)), sorted(set(theirs) - set(ours))
     assert not missing and not extra, f"edges only mechsynth has: {missing}; only auto-circuit has: {extra}"
     names = [graph.edge_name(e) for e in graph.edge_list]
-    torch.testing.assert_close(torch.tensor([ours[n] for n in names], dtype=torch.float64),
-                               torch.tensor([theirs[n] for n in names], dtype=torch.float64), rtol=RTOL, atol=ATOL)
+    torch.testing.assert_close(
+        torch.tensor([ours[n] for n in names], dtype=torch.float64),
+        torch.tensor([theirs[n] for n in names], dtype=torch.float64),
+        rtol=RTOL,
+        atol=ATOL,
+    )
 
 
 def setup(ac, kind: str, ablation: str):

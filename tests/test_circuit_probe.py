@@ -23,16 +23,25 @@ def _train(tmp_path, task: dict, model: dict, name: str) -> str:
 
     cfg = tmp_path / f"{name}.toml"
     data = tiny_config(task, model, {"steps": 40, "checkpoints": 8})
-    cfg.write_text("\n".join(f"[{section}]\n" + "\n".join(f"{k} = {json.dumps(v)}" for k, v in table.items())
-                             for section, table in data.items()) + "\n")
+    cfg.write_text(
+        "\n".join(
+            f"[{section}]\n" + "\n".join(f"{k} = {json.dumps(v)}" for k, v in table.items())
+            for section, table in data.items()
+        )
+        + "\n"
+    )
     assert main(["train", str(cfg), "--out", str(tmp_path / name), "--no-progress"]) == 0
     return str(tmp_path / name)
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
-    return _train(tmp_path_factory.mktemp("circuit"), {"name": "markov_icl", "k": 3, "length": 12},
-                  {"n_layers": 2, "n_heads": 1, "d_model": 16, "attn_only": True}, "run")
+    return _train(
+        tmp_path_factory.mktemp("circuit"),
+        {"name": "markov_icl", "k": 3, "length": 12},
+        {"n_layers": 2, "n_heads": 1, "d_model": 16, "attn_only": True},
+        "run",
+    )
 
 
 @pytest.mark.slow
@@ -60,10 +69,16 @@ def test_circuit_on_a_run_joins_its_timelines_summary_and_report(run_dir, capsys
         assert opened.requests == [] and 'id="circuit"' in opened.dom
 
 
-@pytest.mark.parametrize("assignment, field", [
-    ("circuit.method=magic", "circuit.method"), ("circuit.level=1.5", "circuit.level"),
-    ("circuit.ablation=half", "circuit.ablation"), ("circuit.ig_steps=1", "circuit.ig_steps"),
-    ("circuit.checkpoints=-2", "circuit.checkpoints")])
+@pytest.mark.parametrize(
+    "assignment, field",
+    [
+        ("circuit.method=magic", "circuit.method"),
+        ("circuit.level=1.5", "circuit.level"),
+        ("circuit.ablation=half", "circuit.ablation"),
+        ("circuit.ig_steps=1", "circuit.ig_steps"),
+        ("circuit.checkpoints=-2", "circuit.checkpoints"),
+    ],
+)
 def test_bad_options_are_one_line_before_any_work(run_dir, capsys, assignment, field):
     path = load_run(run_dir).path / timeline.JSON
     before = path.read_bytes() if path.exists() else None
@@ -74,8 +89,12 @@ def test_bad_options_are_one_line_before_any_work(run_dir, capsys, assignment, f
 
 
 def test_a_task_without_counterfactuals_is_refused_in_one_line(tmp_path, capsys):
-    run_dir = _train(tmp_path, {"name": "hmm_masked", "k": 3, "d": 4, "length": 6}, {"n_layers": 1, "n_heads": 1,
-                                                                                      "d_model": 16}, "hmm")
+    run_dir = _train(
+        tmp_path,
+        {"name": "hmm_masked", "k": 3, "d": 4, "length": 6},
+        {"n_layers": 1, "n_heads": 1, "d_model": 16},
+        "hmm",
+    )
     assert "circuit" not in timeline.applicable(load_run(run_dir), costly=True)
     capsys.readouterr()
     assert main(["probe", run_dir, "--probes", "circuit"]) == 2

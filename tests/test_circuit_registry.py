@@ -24,8 +24,14 @@ def induction():
     graph = circuits.Graph.of(model)
     clean, corrupted = repeated(1), repeated(2)
     metric = circuits.patch_metric("logit_diff", clean, corrupted)
-    return model, graph, clean.tokens, circuits.source(model, graph, clean.tokens, corrupted.tokens, "resample"), \
-        metric, truth
+    return (
+        model,
+        graph,
+        clean.tokens,
+        circuits.source(model, graph, clean.tokens, corrupted.tokens, "resample"),
+        metric,
+        truth,
+    )
 
 
 @pytest.mark.parametrize("method", GRADIENT)
@@ -51,14 +57,19 @@ def test_ig_on_activations_batched_equals_each_point_alone(induction):
     batched = attr.along_activations(model, graph, tokens, src, metric, steps)
     clean = forward.sender_outputs(model, graph, tokens)
     groups = attr.sender_groups(graph)
-    assert [[graph.senders[i] for i in g] for g in groups] == [["input"], ["L0H0", "L0H1", "L0H2"], ["L1H0", "L1H1", "L1H2"]]
+    assert [[graph.senders[i] for i in g] for g in groups] == [
+        ["input"],
+        ["L0H0", "L0H1", "L0H2"],
+        ["L1H0", "L1H1", "L1H2"],
+    ]
     total: dict[int, torch.Tensor] = {}
     for group in groups:
         out_of = torch.tensor([s in group for s, _ in graph.edge_list])
         for k in range(1, steps + 1):
             point = src + k / steps * (clean - src)
-            for r, g in attr.gradients(model, graph, tokens, metric, None, None,
-                                       circuits.patching.as_patch(graph, out_of[None]), point).items():
+            for r, g in attr.gradients(
+                model, graph, tokens, metric, None, None, circuits.patching.as_patch(graph, out_of[None]), point
+            ).items():
                 total[r] = total.get(r, 0) + g / (len(groups) * steps)
     assert torch.allclose(batched, attr.edge_scores(graph, clean - src, total), atol=1e-5, rtol=1e-4)
 
@@ -144,13 +155,15 @@ def test_bench_circuits_refuses_a_bad_request_in_one_line_before_any_work(tmp_pa
     from mechsynth.cli import main
 
     (tmp_path / "file").write_text("mine")
-    for args, says in [(["--methods", "eap,nope"], "--methods: unknown circuit method 'nope'"),
-                       (["--methods", "eap_ig", "--set", "eap_ig.ig_steps=1"], "circuit.eap_ig.ig_steps"),
-                       (["--set", "acdc.threshold=0.1"], "--set acdc: options for method 'acdc', which is not run"),
-                       (["--set", "eap_ig"], "expected METHOD.OPTION=VALUE"),
-                       (["--size", "huge"], "--size: 'huge'; allowed: smoke, cpu, full"),
-                       (["--cases", "tracr_nope"], "no zoo case 'tracr_nope'"),
-                       (["--out", str(tmp_path / "file" / "sub")], "--out: cannot write")]:
+    for args, says in [
+        (["--methods", "eap,nope"], "--methods: unknown circuit method 'nope'"),
+        (["--methods", "eap_ig", "--set", "eap_ig.ig_steps=1"], "circuit.eap_ig.ig_steps"),
+        (["--set", "acdc.threshold=0.1"], "--set acdc: options for method 'acdc', which is not run"),
+        (["--set", "eap_ig"], "expected METHOD.OPTION=VALUE"),
+        (["--size", "huge"], "--size: 'huge'; allowed: smoke, cpu, full"),
+        (["--cases", "tracr_nope"], "no zoo case 'tracr_nope'"),
+        (["--out", str(tmp_path / "file" / "sub")], "--out: cannot write"),
+    ]:
         out = str(tmp_path / "bench") if "--out" not in args else args[-1]
         rc = main(["bench-circuits", "--methods", "eap", "--out", out, *args])
         err = capsys.readouterr().err.strip()

@@ -24,8 +24,16 @@ def random_model(attn_only: bool, normalization: str, positional: str = "standar
     """2 layers × 2 heads (and MLPs), every weight random: no structure to hide a wrong patch behind."""
     g = torch.Generator().manual_seed(seed)
     V, N, M, H = 10, 8, 16, 2
-    cfg = TransformerConfig(n_layers=2, n_heads=H, d_model=M, d_head=M // H, attn_only=attn_only,
-                            normalization=normalization, positional=positional, d_mlp=4 * M)
+    cfg = TransformerConfig(
+        n_layers=2,
+        n_heads=H,
+        d_model=M,
+        d_head=M // H,
+        attn_only=attn_only,
+        normalization=normalization,
+        positional=positional,
+        d_mlp=4 * M,
+    )
     r = lambda *shape: torch.randn(*shape, generator=g) * 0.3  # noqa: E731
     sd = {"embed.W_E": r(V, M), "unembed.W_U": r(M, V), "unembed.b_U": r(V)}
     if positional == "standard":
@@ -38,7 +46,12 @@ def random_model(attn_only: bool, normalization: str, positional: str = "standar
             if normalization == "LN":
                 sd |= {p + ln + ".w": 1 + r(M), p + ln + ".b": r(M)}
         if not attn_only:
-            sd |= {p + "mlp.W_in": r(M, 4 * M), p + "mlp.b_in": r(4 * M), p + "mlp.W_out": r(4 * M, M), p + "mlp.b_out": r(M)}
+            sd |= {
+                p + "mlp.W_in": r(M, 4 * M),
+                p + "mlp.b_in": r(4 * M),
+                p + "mlp.W_out": r(4 * M, M),
+                p + "mlp.b_out": r(M),
+            }
     if normalization == "LN":
         sd |= {"ln_final.w": 1 + r(M), "ln_final.b": r(M)}
     return hooked_transformer(cfg, V, V, N, sd)
@@ -66,12 +79,15 @@ def test_patched_forward_agrees_with_transformer_lens(attn_only, normalization, 
         same = forward.run(model, graph, clean, None, None, keep_inputs=True).logits[0]
         assert torch.allclose(same, model(clean), atol=1e-5)
         # every edge patched: every receiver reads what it reads on the corrupted input
-        everything = forward.run(model, graph, clean, as_patch(graph, torch.ones(1, n, dtype=torch.bool)), src).logits[0]
+        everything = forward.run(model, graph, clean, as_patch(graph, torch.ones(1, n, dtype=torch.bool)), src).logits[
+            0
+        ]
         assert torch.allclose(everything, model(corrupted), atol=1e-4)
     # node patching, against TransformerLens's own: each head's z from the corrupted run, in the clean run
     _, corrupted_cache = model.run_with_cache(corrupted)
-    theirs = patching.get_act_patch_attn_head_out_all_pos(model, clean, corrupted_cache,
-                                                          lambda lg: last_logit_diff(lg[None])[0])
+    theirs = patching.get_act_patch_attn_head_out_all_pos(
+        model, clean, corrupted_cache, lambda lg: last_logit_diff(lg[None])[0]
+    )
     ours = circuits.activation_patching(model, graph, clean, src, last_logit_diff, level="node")
     m_clean = float(last_logit_diff(model(clean)[None])[0])
     for layer in range(2):
@@ -91,14 +107,17 @@ def test_an_edge_into_one_query_against_transformer_lens_split_inputs():
     out = forward.sender_outputs(model, graph, clean)
     edge = graph.edge_index("L0H1->L1H0.q")
     with torch.no_grad():
-        ours = forward.run(model, graph, clean, as_patch(graph, torch.eye(len(graph.edge_list), dtype=torch.bool)[edge][None]),
-                           src).logits[0]
+        ours = forward.run(
+            model, graph, clean, as_patch(graph, torch.eye(len(graph.edge_list), dtype=torch.bool)[edge][None]), src
+        ).logits[0]
         model.set_use_split_qkv_input(True)
         try:
+
             def shift(t, hook):
                 t = t.clone()
                 t[:, :, 0] += src[2] - out[2]
                 return t
+
             theirs = model.run_with_hooks(clean, fwd_hooks=[("blocks.1.hook_q_input", shift)])
         finally:
             model.set_use_split_qkv_input(False)
@@ -129,7 +148,9 @@ def test_every_method_recovers_the_planted_circuit(method):
     src = circuits.source(model, graph, clean.tokens, corrupted.tokens, "resample")
     truth = graph.mask(truth_names)
     scores = circuits.discover(method, model, graph, clean.tokens, src, metric)
-    assert circuits.auc(scores, truth) == 1.0, [(graph.edge_name(e), float(s)) for e, s in zip(graph.edge_list, scores) if s]
+    assert circuits.auc(scores, truth) == 1.0, [
+        (graph.edge_name(e), float(s)) for e, s in zip(graph.edge_list, scores) if s
+    ]
     found = circuits.circuit(model, graph, clean.tokens, src, metric, scores, level=0.9)
     assert torch.equal(found.edges, truth) and found.faithfulness == pytest.approx(1.0, abs=1e-5)
     assert found.curve[len(truth_names) - 2] < 0.9  # one edge fewer falls short
@@ -151,8 +172,11 @@ def test_ablations_move_the_planted_circuit_where_they_should(ablation, extra):
 
 
 def test_metrics_and_faithfulness_on_known_values():
-    clean = Batch(torch.zeros(2, 3, dtype=torch.long), torch.tensor([[0, 1, 2], [1, 1, 0]]),
-                  torch.tensor([[False, True, True], [False, True, True]]))
+    clean = Batch(
+        torch.zeros(2, 3, dtype=torch.long),
+        torch.tensor([[0, 1, 2], [1, 1, 0]]),
+        torch.tensor([[False, True, True], [False, True, True]]),
+    )
     corrupted = Batch(clean.tokens, torch.tensor([[0, 2, 2], [1, 0, 0]]), clean.mask)
     logits = torch.zeros(1, 2, 3, 3)
     logits[0, 0, 1] = torch.tensor([0.0, 3.0, 1.0])  # position 1 of sequence 0: right 3, wrong 1
@@ -201,7 +225,10 @@ def test_every_method_recovers_tracr_compiled_circuits(name, method):
         truth = graph.mask(truth_names)
         src = circuits.source(model, graph, clean, corrupted, ablation)
         scores = circuits.discover(method, model, graph, clean, src, metric)
-        assert circuits.auc(scores, truth) == 1.0, (ablation, [(graph.edge_name(e), float(s)) for e, s in zip(graph.edge_list, scores)])
+        assert circuits.auc(scores, truth) == 1.0, (
+            ablation,
+            [(graph.edge_name(e), float(s)) for e, s in zip(graph.edge_list, scores)],
+        )
         found = circuits.circuit(model, graph, clean, src, metric, scores, level=0.9)
         # every true edge ranks first, so the circuit holds true edges only; under zero ablation a method's order can
         # reach the level before the last true edge (eap_ig_activations: 3 of detect_pattern's 7 keep all of it)

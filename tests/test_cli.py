@@ -37,18 +37,21 @@ def write(tmp_path: Path, text: str) -> str:
     return str(p)
 
 
-@pytest.mark.parametrize("edit, sets, field", [
-    ('name = "sparse_parity"', ["task.name=\"nope\""], "task.name"),
-    ("", ["task.colour=3"], "task.colour"),
-    ("", ["task.k=9"], "task.k"),
-    ("", ["model.n_ctx=3"], "model.n_ctx"),
-    ("", ["train.lr=-0.1"], "train.lr"),
-    ("", ["train.optimizer=\"lion\""], "train.optimizer"),
-    ("", ["model.d_model=\"big\""], "model.d_model"),
-    ("", ["extra.x=1"], "extra"),
-    ("", ["task.name=\"automata\""], "task.k"),
-    ("", ["train.steps=0"], "train.steps"),
-])
+@pytest.mark.parametrize(
+    "edit, sets, field",
+    [
+        ('name = "sparse_parity"', ['task.name="nope"'], "task.name"),
+        ("", ["task.colour=3"], "task.colour"),
+        ("", ["task.k=9"], "task.k"),
+        ("", ["model.n_ctx=3"], "model.n_ctx"),
+        ("", ["train.lr=-0.1"], "train.lr"),
+        ("", ['train.optimizer="lion"'], "train.optimizer"),
+        ("", ['model.d_model="big"'], "model.d_model"),
+        ("", ["extra.x=1"], "extra"),
+        ("", ['task.name="automata"'], "task.k"),
+        ("", ["train.steps=0"], "train.steps"),
+    ],
+)
 def test_bad_input_names_field_and_exits_2(tmp_path, capsys, edit, sets, field):
     cfg = write(tmp_path, GOOD)
     args = ["train", cfg, "--out", str(tmp_path / "run")]
@@ -80,8 +83,10 @@ def test_tasks_json_lists_every_registered_task(capsys):
 
     assert main(["tasks", "--json"]) == 0
     table = json.loads(capsys.readouterr().out)
-    assert sorted(table) == tasks.names() and {"sparse_parity", "sparse_boolean", "markov_icl", "automata"} <= set(table)
-    assert {"name": "k", "type": "int", "default": 2} .items() <= table["sparse_parity"]["params"][1].items()
+    assert sorted(table) == tasks.names() and {"sparse_parity", "sparse_boolean", "markov_icl", "automata"} <= set(
+        table
+    )
+    assert {"name": "k", "type": "int", "default": 2}.items() <= table["sparse_parity"]["params"][1].items()
 
 
 def test_train_and_resume_via_cli(tmp_path, capsys):

@@ -10,8 +10,10 @@ HEAVY = ("torch", "transformer_lens", "wandb", "matplotlib", "devinterp", "circu
 
 
 def test_help_imports_none_of_the_heavy_libraries():
-    code = ("import sys\nfrom mechsynth.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit as e:\n"
-            "    assert e.code == 0\nprint(sorted(m for m in sys.modules if m.split('.')[0] in %r))" % (HEAVY,))
+    code = (
+        "import sys\nfrom mechsynth.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit as e:\n"
+        "    assert e.code == 0\nprint(sorted(m for m in sys.modules if m.split('.')[0] in %r))" % (HEAVY,)
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "bench-circuits" in done.stdout and done.stdout.strip().splitlines()[-1] == "[]", done.stdout[-500:]
@@ -35,7 +37,12 @@ def test_type_checkers_and_the_api_reference_see_the_same_names_as_the_lazy_impo
     import mechsynth
 
     tree = ast.parse(Path(mechsynth.__file__).read_text())
-    block = next(node for node in tree.body if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING")
-    static = {alias.name: (node.module if node.module != "mechsynth" else f"mechsynth.{alias.name}")
-              for node in block.body for alias in node.names}
+    block = next(
+        node for node in tree.body if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING"
+    )
+    static = {
+        alias.name: (node.module if node.module != "mechsynth" else f"mechsynth.{alias.name}")
+        for node in block.body
+        for alias in node.names
+    }
     assert static == mechsynth._LAZY

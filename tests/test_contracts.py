@@ -30,8 +30,13 @@ def _reference_markers() -> set[str]:
     named = set()
     for path in Path(__file__).parent.glob("test_*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "reference"
-                    and node.args and isinstance(node.args[0], ast.Constant)):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "reference"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+            ):
                 named.add(node.args[0].value)
     return named
 
@@ -60,11 +65,25 @@ def test_every_task_carries_the_truth_it_declares(name):
 def test_the_circuit_probe_runs_on_every_task_that_makes_counterfactuals(name, tmp_path, tiny):
     """On a few steps of a small transformer, through the timeline as `mechsynth probe --probes circuit` runs
     it; a task without counterfactuals is refused in one line."""
-    small = {"associative_memory": {"inputs": 16}, "modular_arithmetic": {"p": 7},
-             "causal_icl": {"length": 8}, "factual_recall": {"subjects": 8}}.get(name, {})
-    run = load_run(train_run(parse_config(tiny({"name": name, **small}, {"n_layers": 2, "d_model": 16},
-                                               {"steps": 4, "checkpoints": 2, "eval_every": 4})), tmp_path / "run",
-                             progress=False))
+    small = {
+        "associative_memory": {"inputs": 16},
+        "modular_arithmetic": {"p": 7},
+        "causal_icl": {"length": 8},
+        "factual_recall": {"subjects": 8},
+    }.get(name, {})
+    run = load_run(
+        train_run(
+            parse_config(
+                tiny(
+                    {"name": name, **small},
+                    {"n_layers": 2, "d_model": 16},
+                    {"steps": 4, "checkpoints": 2, "eval_every": 4},
+                )
+            ),
+            tmp_path / "run",
+            progress=False,
+        )
+    )
     why = timeline.why_not(run, "circuit")
     if tasks.make(name, small).patch_metric is None:
         assert why is not None and "counterfactual" in why and "\n" not in why
@@ -84,11 +103,15 @@ def _task_for(kind: str) -> dict:
     """sparse_parity, or markov_icl for a kind that cannot read it (the minimal induction model copies tokens), or
     single_index (the neuron reads one vector)."""
     for task in ([FIRST_TASK[kind]] if kind in FIRST_TASK else []) + [
-            {"name": "sparse_parity", "n": 6, "k": 2}, {"name": "markov_icl", "k": 3, "length": 16},
-            {"name": "single_index", "d": 6, "k_star": 2}]:
+        {"name": "sparse_parity", "n": 6, "k": 2},
+        {"name": "markov_icl", "k": 3, "length": 16},
+        {"name": "single_index", "d": 6, "k_star": 2},
+    ]:
         try:
-            models.validate(models.parse({"kind": kind, **KIND_TABLES.get(kind, {})}),
-                            tasks.make(task["name"], {k: v for k, v in task.items() if k != "name"}).spec)
+            models.validate(
+                models.parse({"kind": kind, **KIND_TABLES.get(kind, {})}),
+                tasks.make(task["name"], {k: v for k, v in task.items() if k != "name"}).spec,
+            )
             return task
         except ConfigError:
             continue
@@ -100,7 +123,9 @@ def test_every_kind_trains_checkpoints_resumes_exactly_and_probes(kind, tmp_path
     """8 steps in one go equal 4 steps, then a restart from that checkpoint for 4 more; the hooked view answers
     as the module probes read (`models.probed`: the trained module, or the network a linearized one expands);
     then every checkpoint is probed by the probes that apply."""
-    data = tiny(_task_for(kind), {"kind": kind, **KIND_TABLES.get(kind, {})}, {"steps": 8, "checkpoints": 3, "eval_every": 4})
+    data = tiny(
+        _task_for(kind), {"kind": kind, **KIND_TABLES.get(kind, {})}, {"steps": 8, "checkpoints": 3, "eval_every": 4}
+    )
     whole = load_run(train_run(parse_config(data), tmp_path / "whole", progress=False))
     half = {**data, "train": {**data["train"], "steps": 4}}
     train_run(parse_config(half), tmp_path / "cut", progress=False)
@@ -116,7 +141,10 @@ def test_every_kind_trains_checkpoints_resumes_exactly_and_probes(kind, tmp_path
     tl = timeline.probe_run(whole, names, batch_size=8)
     assert tl.steps == whole.steps and all(len(v) == len(tl.steps) for n in names for v in tl.metrics[n].values())
     # the loss landscape probes apply to every kind too (named, as they run only then)
-    small = {"llc": {"draws": 10, "chains": 2, "pool": 16, "batch": 8, "checkpoints": 2}, "sharpness": {"batch": 8, "iterations": 4}}
+    small = {
+        "llc": {"draws": 10, "chains": 2, "pool": 16, "batch": 8, "checkpoints": 2},
+        "sharpness": {"batch": 8, "iterations": 4},
+    }
     tl = timeline.probe_run(whole, ["llc", "sharpness"], options=small)
     assert all(math.isfinite(tl.metrics[p][m][-1]) for p, m in (("llc", "llc"), ("sharpness", "lambda_max"))), kind
 
@@ -146,8 +174,13 @@ def test_every_continuous_task_trains_resumes_exactly_and_is_probed(name, tmp_pa
         why = timeline.why_not(whole, refused)
         assert why is not None and "token ids" in why and "\n" not in why, (refused, why)
     tl = timeline.probe_run(whole, names, batch_size=8)
-    assert all(len(v) == len(tl.steps) and all(math.isfinite(x) for x in v) for n in names for v in tl.metrics[n].values())
-    small = {"llc": {"draws": 10, "chains": 2, "pool": 16, "batch": 8, "checkpoints": 2}, "sharpness": {"batch": 8, "iterations": 4}}
+    assert all(
+        len(v) == len(tl.steps) and all(math.isfinite(x) for x in v) for n in names for v in tl.metrics[n].values()
+    )
+    small = {
+        "llc": {"draws": 10, "chains": 2, "pool": 16, "batch": 8, "checkpoints": 2},
+        "sharpness": {"batch": 8, "iterations": 4},
+    }
     tl = timeline.probe_run(whole, ["llc", "sharpness"], options=small)
     assert all(math.isfinite(tl.metrics[p][m][-1]) for p, m in (("llc", "llc"), ("sharpness", "lambda_max"))), name
     batch = whole.task.sample(8, torch.Generator().manual_seed(0))  # sharpness's batch (its seed 0)
@@ -178,8 +211,9 @@ device = "cpu"
 
 
 def _cli(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mechsynth.cli", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "mechsynth.cli", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+    )
 
 
 @pytest.mark.smoke
@@ -188,8 +222,10 @@ def test_a_toy_task_probe_kind_and_optimizer_plug_in_from_one_file_each(tmp_path
     its own summary line and report figure, a one-layer attention model kind, and sign descent. Named in
     MECHSYNTH_PLUGINS, they train, probe and report through the CLI, seeds side by side in pool workers
     too; the probe finds the circuit the task needs."""
-    env = {**os.environ, "MECHSYNTH_PLUGINS": os.pathsep.join(str(TOY / f"toy_{k}.py") for k in
-                                                              ("task", "probe", "kind", "optimizer"))}
+    env = {
+        **os.environ,
+        "MECHSYNTH_PLUGINS": os.pathsep.join(str(TOY / f"toy_{k}.py") for k in ("task", "probe", "kind", "optimizer")),
+    }
     (tmp_path / "toy.toml").write_text(TOY_CONFIG + '\n[wandb]\nmode = "disabled"\n')
 
     listed = _cli("tasks", "--json", env=env, cwd=tmp_path)
@@ -212,13 +248,17 @@ def test_a_toy_task_probe_kind_and_optimizer_plug_in_from_one_file_each(tmp_path
     reported = _cli("report", "run", env=env, cwd=tmp_path)
     assert reported.returncode == 0, reported.stderr
     page = (run / "report.html").read_text()
-    section = page[page.index('<section id="toy_source">'):]
+    section = page[page.index('<section id="toy_source">') :]
     assert "Attention to the source" in section and "<img" in section.split("</section>")[0]
     assert "attends" in page.split('<section id="summary">')[1].split("</section>")[0]  # its summary line
 
-    (tmp_path / "sweep.toml").write_text('base = "toy.toml"\n[train]\nsteps = 20\n[sweep]\nname = "toy"\nseeds = 2\n'
-                                         '[sweep.grid]\n"model.n_heads" = [1, 2]\n')
-    swept = _cli("sweep", "sweep.toml", "--out", "sweep", "--workers", "2", "--wandb", "disabled", env=env, cwd=tmp_path)
+    (tmp_path / "sweep.toml").write_text(
+        'base = "toy.toml"\n[train]\nsteps = 20\n[sweep]\nname = "toy"\nseeds = 2\n'
+        '[sweep.grid]\n"model.n_heads" = [1, 2]\n'
+    )
+    swept = _cli(
+        "sweep", "sweep.toml", "--out", "sweep", "--workers", "2", "--wandb", "disabled", env=env, cwd=tmp_path
+    )
     assert swept.returncode == 0, swept.stderr
     for point in ("n_heads=1", "n_heads=2"):
         assert json.loads((tmp_path / "sweep/runs" / point / "config.json").read_text())["train"]["seeds"] == 2

@@ -10,7 +10,15 @@ import torch
 from mechsynth import tasks
 from mechsynth.tasks.base import Batch
 
-SEVEN = {"sparse_parity", "sparse_boolean", "markov_icl", "automata", "modular_arithmetic", "causal_icl", "factual_recall"}
+SEVEN = {
+    "sparse_parity",
+    "sparse_boolean",
+    "markov_icl",
+    "automata",
+    "modular_arithmetic",
+    "causal_icl",
+    "factual_recall",
+}
 PATCHED = sorted(n for n in tasks.names() if tasks.TASKS.get(n).patch_metric is not None)
 UNPATCHED = sorted(set(tasks.names()) - set(PATCHED))
 
@@ -59,9 +67,15 @@ def test_counterfactuals_keep_the_batch_contract(name):
     """Same shapes, dtypes and truth keys; deterministic per generator state; the clean batch untouched; for
     logit_diff, the answer moves in most sequences and a control never moves it."""
     task = tasks.make(name)
-    batch = clean(task, 16 if task.patch_metric == "logit_diff" else 4)  # eval batches of "loss" tasks carry costly predictors
-    before = Batch(batch.tokens.clone(), batch.targets.clone(), batch.mask.clone(),
-                   {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in batch.truth.items()})
+    batch = clean(
+        task, 16 if task.patch_metric == "logit_diff" else 4
+    )  # eval batches of "loss" tasks carry costly predictors
+    before = Batch(
+        batch.tokens.clone(),
+        batch.targets.clone(),
+        batch.mask.clone(),
+        {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in batch.truth.items()},
+    )
     spec = task.spec
     for control in (False, True):
         cf = corrupt(task, batch, control)
@@ -108,8 +122,14 @@ def test_sparse_parity_flips_one_bit_of_s_and_the_label():
     assert all(len(c) == 1 and c[0] not in S for c in changed(batch, ctrl))
     assert torch.equal(ctrl.targets, batch.targets) and torch.equal(ctrl.truth["label"], batch.truth["label"])
     assert {c[0] for c in changed(batch, cf)} == set(S)  # every bit of S is drawn
-    assert corrupt(tasks.make("sparse_parity", {"n": 4, "k": 4}), clean(tasks.make("sparse_parity", {"n": 4, "k": 4})),
-                   control=True) is None
+    assert (
+        corrupt(
+            tasks.make("sparse_parity", {"n": 4, "k": 4}),
+            clean(tasks.make("sparse_parity", {"n": 4, "k": 4})),
+            control=True,
+        )
+        is None
+    )
 
 
 @pytest.mark.parametrize("params", [{"noise": 0.3}, {"noise": 0.3, "n_train": 50}])
@@ -128,8 +148,12 @@ def test_sparse_parity_training_batches_keep_each_label_noise_flip(params):
 # sparse_boolean ------------------------------------------------------------------------------------------
 
 
-FUNCTIONS = {"and": lambda v: int(all(v)), "or": lambda v: int(any(v)), "parity": lambda v: sum(v) % 2,
-             "majority": lambda v: int(2 * sum(v) > len(v))}
+FUNCTIONS = {
+    "and": lambda v: int(all(v)),
+    "or": lambda v: int(any(v)),
+    "parity": lambda v: sum(v) % 2,
+    "majority": lambda v: int(2 * sum(v) > len(v)),
+}
 
 
 @pytest.mark.parametrize("function", sorted(FUNCTIONS))
@@ -171,8 +195,16 @@ def run(task, symbols: list[int]) -> list[int]:
     return out
 
 
-@pytest.mark.parametrize("params", [{}, {"automaton": "dihedral", "n": 4}, {"automaton": "symmetric", "n": 3, "alphabet": "all"},
-                                    {"automaton": "flipflop"}, {"automaton": "dyck", "n": 3}])
+@pytest.mark.parametrize(
+    "params",
+    [
+        {},
+        {"automaton": "dihedral", "n": 4},
+        {"automaton": "symmetric", "n": 3, "alphabet": "all"},
+        {"automaton": "flipflop"},
+        {"automaton": "dyck", "n": 3},
+    ],
+)
 @pytest.mark.parametrize("split", ["eval", "eval_long"])
 def test_automata_change_one_symbol_and_recompute_the_states(params, split):
     task = tasks.make("automata", {"length": 12, **params})
@@ -202,8 +234,15 @@ def test_dyck_words_with_no_valid_change_stay():
 
 
 def python_answer(op: str, a: int, b: int, p: int) -> int:
-    return {"a+b": a + b, "a-b": a - b, "a*b": a * b, "a/b": a * pow(b, p - 2, p), "a^2+b^2": a * a + b * b,
-            "a^2+ab+b^2": a * a + a * b + b * b, "a^3+ab": a**3 + a * b}[op] % p
+    return {
+        "a+b": a + b,
+        "a-b": a - b,
+        "a*b": a * b,
+        "a/b": a * pow(b, p - 2, p),
+        "a^2+b^2": a * a + b * b,
+        "a^2+ab+b^2": a * a + a * b + b * b,
+        "a^3+ab": a**3 + a * b,
+    }[op] % p
 
 
 @pytest.mark.parametrize("op", ["a+b", "a-b", "a*b", "a/b", "a^2+b^2", "a^2+ab+b^2", "a^3+ab"])
@@ -280,7 +319,9 @@ def test_causal_icl_changes_the_answers_parents(params):
         assert torch.equal(ctrl.truth["conditional"][b, -1], batch.truth["conditional"][b, -1])
     for x in (cf, ctrl):
         assert torch.equal(x.targets[:, :-1], x.tokens[:, 1:]) and torch.equal(x.mask, batch.mask)
-        assert torch.allclose(x.truth["conditional"], task.conditional(x.tokens, x.truth["transition"], x.truth["root"]))
+        assert torch.allclose(
+            x.truth["conditional"], task.conditional(x.tokens, x.truth["transition"], x.truth["root"])
+        )
     if split == "eval":
         assert torch.allclose(cf.truth["bayes"], task.bayes(cf.tokens))
     assert torch.equal(ctrl.targets[:, -1], batch.targets[:, -1])

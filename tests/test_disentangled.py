@@ -43,7 +43,7 @@ def reference(As: list[Tensor], W_U: Tensor, tokens: Tensor, d_vocab: int, n_ctx
                     top = max(scores)
                     e = [math.exp(s - top) for s in scores]
                     p = [x / sum(e) for x in e]
-                    patterns[layer][b, head, i, :i + 1] = torch.tensor(p, dtype=torch.float64)
+                    patterns[layer][b, head, i, : i + 1] = torch.tensor(p, dtype=torch.float64)
                     outs.append(sum(p[j] * h[j] for j in range(i + 1)))
                 new.append(torch.cat([h[i], *outs]))
             h = new
@@ -62,15 +62,18 @@ def test_forward_and_hooks_match_a_plain_loop(n_layers, n_heads, n_ctx, seq):
     cfg = DisentangledConfig(n_layers=n_layers, n_heads=n_heads, n_ctx=n_ctx, init_range=0.4, init_seed=7)
     model = models.build(cfg, task.spec)
     tokens = torch.randint(3, (3, seq), generator=torch.Generator().manual_seed(0))
-    want, want_patterns = reference([b.attn.W_A.detach() for b in model.blocks], model.unembed.W_U.detach(), tokens,
-                                    3, model.n_ctx)
+    want, want_patterns = reference(
+        [b.attn.W_A.detach() for b in model.blocks], model.unembed.W_U.detach(), tokens, 3, model.n_ctx
+    )
     assert want_patterns[0].abs().sum() > 0 and want.abs().max() > 0.1  # (a test of something)
     torch.testing.assert_close(model(tokens).double(), want, atol=1e-4, rtol=1e-4)  # fused attention
     logits, cache = model.run_with_cache(tokens)  # unfused, hooked
     torch.testing.assert_close(logits.double(), want, atol=1e-4, rtol=1e-4)
     widths = [3 + model.n_ctx]
     for layer in range(n_layers):
-        torch.testing.assert_close(cache[hooks.attn_pattern(layer)].double(), want_patterns[layer], atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(
+            cache[hooks.attn_pattern(layer)].double(), want_patterns[layer], atol=1e-5, rtol=1e-4
+        )
         assert cache[hooks.resid_pre(layer)].shape == (3, seq, widths[-1])
         assert cache[f"blocks.{layer}.attn.hook_z"].shape == (3, seq, n_heads, widths[-1])
         scores = cache[f"blocks.{layer}.attn.hook_attn_scores"]
@@ -114,7 +117,7 @@ def test_side_by_side_equals_separate_models():
         ref_logits, ref = s.run_with_cache(shared, names_filter=[hook, "blocks.1.attn.hook_z"])
         torch.testing.assert_close(logits[i], ref_logits, atol=1e-5, rtol=1e-5)
         for name in (hook, "blocks.1.attn.hook_z"):
-            torch.testing.assert_close(cache[name][4 * i:4 * (i + 1)], ref[name], atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(cache[name][4 * i : 4 * (i + 1)], ref[name], atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(stacked(own)[i], s(own[i]), atol=1e-5, rtol=1e-5)
         for w in ("W_E", "W_pos", "W_Q", "W_K", "W_V", "W_O", "W_U"):  # the weight views, per model
             assert torch.equal(getattr(stacked, w)[i], getattr(s, w)), w
@@ -128,8 +131,9 @@ def test_it_is_an_attention_only_transformer_lens_model(n_layers, n_heads):
     task = _task(length=6)
     model = models.build(DisentangledConfig(n_layers=n_layers, n_heads=n_heads, init_range=0.3), task.spec)
     d = model.widths
-    tl_cfg = models.TransformerConfig(n_layers=n_layers, n_heads=n_heads, d_model=d[-1], d_head=d[-2], attn_only=True,
-                                      normalization="none")
+    tl_cfg = models.TransformerConfig(
+        n_layers=n_layers, n_heads=n_heads, d_model=d[-1], d_head=d[-2], attn_only=True, normalization="none"
+    )
     tl = hooked_transformer(tl_cfg, 3, 3, model.n_ctx, model.transformer_state_dict())
     tokens = torch.randint(3, (4, 6), generator=torch.Generator().manual_seed(0))
     want, cache = model.run_with_cache(tokens)
@@ -137,7 +141,9 @@ def test_it_is_an_attention_only_transformer_lens_model(n_layers, n_heads):
     assert want.abs().max() > 0.1
     torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
     for layer in range(n_layers):
-        torch.testing.assert_close(tl_cache[hooks.attn_pattern(layer)], cache[hooks.attn_pattern(layer)], atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(
+            tl_cache[hooks.attn_pattern(layer)], cache[hooks.attn_pattern(layer)], atol=1e-5, rtol=1e-4
+        )
 
 
 def test_probes_read_it():
@@ -146,7 +152,8 @@ def test_probes_read_it():
     task = _task(length=10, k=4)
     model = models.build(DisentangledConfig(n_layers=2, n_heads=2), task.spec)
     assert {"causal_graph", "previous_token", "induction", "duplicate_token"} <= {
-        n for n in probes.names() if probes.can_run(n, model, task)}
+        n for n in probes.names() if probes.can_run(n, model, task)
+    }
     V, N = 4, 10
     with torch.no_grad():
         model.blocks[0].attn.W_A[1, V + torch.arange(1, N), V + torch.arange(N - 1)] = 50.0
@@ -170,14 +177,18 @@ def test_config_errors_name_the_field():
         models.parse({"kind": "disentangled", "d_model": 16})
 
 
-@pytest.mark.parametrize("task_name, params", [("causal_icl", {"k": 10, "length": 20, "roots": "uniform"}),
-                                               ("sparse_parity", {"n": 12, "k": 3})])
+@pytest.mark.parametrize(
+    "task_name, params",
+    [("causal_icl", {"k": 10, "length": 20, "roots": "uniform"}), ("sparse_parity", {"n": 12, "k": 3})],
+)
 @pytest.mark.parametrize("kw", [{}, {"n_heads": 3}, {"n_layers": 1}, {"n_layers": 3, "n_ctx": 30}])
 def test_memory_estimate(task_name, params, kw):
     task = tasks.make(task_name, params)
     cfg = DisentangledConfig(**kw)
     assert cfg.param_count(task.spec) == sum(p.numel() for p in models.build(cfg, task.spec).parameters())
-    assert 3 * cfg.param_count(task.spec) == sum(p.numel() for p in models.build(cfg, task.spec, n_models=3).parameters())
+    assert 3 * cfg.param_count(task.spec) == sum(
+        p.numel() for p in models.build(cfg, task.spec, n_models=3).parameters()
+    )
     tokens = task.sample(32, torch.Generator().manual_seed(0), "cpu", task.splits[-1]).tokens
     real = saved_activation_bytes(models.build(dataclasses.replace(cfg, init_range=0.1), task.spec), tokens)
     estimate, pattern = cfg.activation_bytes(task.spec, 32)

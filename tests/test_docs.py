@@ -22,16 +22,22 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "experiments"))
 import results_table  # noqa: E402
 
-needs_chromium = pytest.mark.skipif(browser.find_chromium() is None,
-                                    reason="Chromium not found: install Debian's `chromium` package (.ci/run does)")
+needs_chromium = pytest.mark.skipif(
+    browser.find_chromium() is None, reason="Chromium not found: install Debian's `chromium` package (.ci/run does)"
+)
 
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("site")
-    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})  # Material's banner about MkDocs 2
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )  # Material's banner about MkDocs 2
     assert done.returncode == 0, done.stderr[-3000:]
     return out
 
@@ -43,14 +49,20 @@ def text(page: Path) -> str:
 
 @pytest.mark.smoke
 def test_the_reference_names_every_registered_item(site):
-    for page, names in (("tasks", tasks.names()), ("probes", probes.names()), ("models", models.names()),
-                        ("optimizers", optimizers.names())):
+    for page, names in (
+        ("tasks", tasks.names()),
+        ("probes", probes.names()),
+        ("models", models.names()),
+        ("optimizers", optimizers.names()),
+    ):
         built = (site / "reference" / f"{page}.html").read_text()
         missing = [n for n in names if f"<code>{n}</code>" not in built]
         assert not missing, f"reference/{page}: no section for {missing}"
     tasks_page = (site / "reference" / "tasks.html").read_text()
     for name in tasks.names():  # and each task's fields, as `mechsynth tasks` lists them
-        missing = [f["name"] for f in describe(tasks.TASKS.get(name).Config) if f"<code>{f['name']}</code>" not in tasks_page]
+        missing = [
+            f["name"] for f in describe(tasks.TASKS.get(name).Config) if f"<code>{f['name']}</code>" not in tasks_page
+        ]
         assert not missing, f"reference/tasks: {name} lacks {missing}"
     assert 'id="mechsynth.load_run"' in (site / "reference" / "api.html").read_text()  # mkdocstrings read the code
 
@@ -78,7 +90,9 @@ def test_every_experiment_has_a_page_with_its_verdicts(site):
 def test_no_page_loads_anything_from_the_network(site):
     # A script, image or frame from another host, or a <link> to one (a stylesheet, Google Fonts' preconnect);
     # plain <a href> links are the reader's to follow.
-    remote = re.compile(r'<(?:script|img|iframe)\b[^>]*\bsrc="(?:https?:)?//[^"]*"|<link\b[^>]*\bhref="(?:https?:)?//[^"]*"')
+    remote = re.compile(
+        r'<(?:script|img|iframe)\b[^>]*\bsrc="(?:https?:)?//[^"]*"|<link\b[^>]*\bhref="(?:https?:)?//[^"]*"'
+    )
     for page in site.rglob("*.html"):
         found = remote.findall(page.read_text())
         assert not found, f"{page.relative_to(site)}: {found}"
@@ -92,7 +106,7 @@ def test_the_site_opens_from_file_with_search_working(site, tmp_path):
     assert any(word in doc["text"] and doc["location"].startswith("reference/optimizers.html") for doc in index["docs"])
     # open_page takes a file; Material's search opens with the query in `?q=`, so a page of ours sends it there.
     start = tmp_path / "search.html"
-    start.write_text(f'<script>location.replace({json.dumps((site / "index.html").as_uri() + "?q=" + word)})</script>')
+    start.write_text(f"<script>location.replace({json.dumps((site / 'index.html').as_uri() + '?q=' + word)})</script>")
     opened = browser.open_page(start, budget_ms=8000, screenshot=tmp_path / "index.png")
     assert opened.requests == [], f"the site asked the network for {opened.requests}"
     assert "Getting started" in opened.dom and "Experiments" in opened.dom  # the page and its navigation rendered
@@ -105,7 +119,9 @@ def test_written_pages_take_their_numbers_from_the_json():
     import hooks
 
     out = {"experiment": "toy", "results": {"steps": {"mezo": 10000}, "shares": [0.49, 0.75], "rate": 0.0421}}
-    said = hooks.filled("MeZO ran {{ results.steps.mezo }} steps; {{results.shares}} of Adam's; {{ results.rate }}", out)
+    said = hooks.filled(
+        "MeZO ran {{ results.steps.mezo }} steps; {{results.shares}} of Adam's; {{ results.rate }}", out
+    )
     assert said == "MeZO ran 10000 steps; 0.49–0.75 of Adam's; 0.042"
     assert hooks.filled("{{ results.shares.1 }}", out) == "0.75"
     with pytest.raises(ValueError, match=r"differences/toy.md: \{\{ results.steps.adam \}\} is not in assets/toy.json"):

@@ -134,8 +134,15 @@ def test_close_acc_is_yaos_rule():
     assert task.metrics(logits, b)["close_acc"] == pytest.approx(good / scored) and 0.05 < good / scored < 0.95
 
 
-@pytest.mark.parametrize("field, value, says", [("eval_long_length", 10, "≥ length"), ("k", 0, "task.k"),
-                                               ("depth", 0, "task.depth"), ("loss_on", "opens", "loss_on")])
+@pytest.mark.parametrize(
+    "field, value, says",
+    [
+        ("eval_long_length", 10, "≥ length"),
+        ("k", 0, "task.k"),
+        ("depth", 0, "task.depth"),
+        ("loss_on", "opens", "loss_on"),
+    ],
+)
 def test_bad_config_names_the_field(field, value, says):
     with pytest.raises(ConfigError) as e:
         tasks.make("bounded_dyck", {"length": 12, field: value})
@@ -173,22 +180,39 @@ def reference_balance(model, batch, k: int, D: int) -> dict[str, float]:
             w = {}
             for q in e:
                 z = sum(math.exp(float(qs[q] @ ks[n]) / math.sqrt(a.W_Q.shape[-1])) for n in e)
-                w[q] = {n: math.exp(float(qs[q] @ ks[n]) / math.sqrt(a.W_Q.shape[-1])) / z * (us[n] - us[n].mean())
-                        for n in e}
+                w[q] = {
+                    n: math.exp(float(qs[q] @ ks[n]) / math.sqrt(a.W_Q.shape[-1])) / z * (us[n] - us[n].mean())
+                    for n in e
+                }
             weighted.append(w)
         summed = {q: {n: sum(w[q][n] for w in weighted) for n in e} for q in e}
-        for label, w in [*((hooks.head_label(layer, h), weighted[h]) for h in range(len(weighted))), (f"L{layer}", summed)]:
+        for label, w in [
+            *((hooks.head_label(layer, h), weighted[h]) for h in range(len(weighted))),
+            (f"L{layer}", summed),
+        ]:
             ratios = []
             for t1, d1 in itertools.product(range(k), range(1, D + 1)):
                 q = c(t1, d1)
                 if q not in e:
                     continue
                 get = lambda n: w[q].get(n, torch.zeros_like(w[q]["S"]))  # noqa: E731  (an unseen class adds nothing)
-                num = max(float((get(o(t, d)) + get(c(t, d))).norm()) for t in range(k) for d in range(1, D + 1)
-                          if o(t, d) in e and c(t, d) in e)
-                den = min(float((get("S") + get(o(t1, d1)) + get(q) + sum((get(o(tau[j], j + 1)) for j in range(d1 - 1)),
-                                                                           torch.zeros_like(get("S")))).norm())
-                          for tau in itertools.product(range(k), repeat=d1 - 1))
+                num = max(
+                    float((get(o(t, d)) + get(c(t, d))).norm())
+                    for t in range(k)
+                    for d in range(1, D + 1)
+                    if o(t, d) in e and c(t, d) in e
+                )
+                den = min(
+                    float(
+                        (
+                            get("S")
+                            + get(o(t1, d1))
+                            + get(q)
+                            + sum((get(o(tau[j], j + 1)) for j in range(d1 - 1)), torch.zeros_like(get("S")))
+                        ).norm()
+                    )
+                    for tau in itertools.product(range(k), repeat=d1 - 1)
+                )
                 ratios.append(num / den)
             out[f"bv/{label}"] = sum(ratios) / len(ratios)
     return out
@@ -212,7 +236,9 @@ def test_balance_violation_is_its_definition_on_a_random_model():
     _, cache = fused.run_with_cache(batch.tokens)
     for layer, head in itertools.product(range(2), range(2)):
         pattern = cache[hooks.attn_pattern(layer)][:, head]
-        masses = [float(pattern[b, p, m]) for b in range(32) for p, m in enumerate(batch.truth["match"][b].tolist()) if m >= 0]
+        masses = [
+            float(pattern[b, p, m]) for b in range(32) for p, m in enumerate(batch.truth["match"][b].tolist()) if m >= 0
+        ]
         assert got[f"match_mass/L{layer}H{head}"] == pytest.approx(sum(masses) / len(masses), rel=1e-5)
 
 
@@ -220,8 +246,11 @@ def test_balance_violation_is_its_definition_on_a_random_model():
 
 
 def test_bounded_dyck_trains_and_its_probes_run_on_every_checkpoint(tmp_path, tiny):
-    cfg = tiny({"name": "bounded_dyck", "length": 12, "eval_long_length": 24}, {"n_layers": 2, "d_model": 16},
-               {"steps": 30, "checkpoints": 3, "eval_every": 10})
+    cfg = tiny(
+        {"name": "bounded_dyck", "length": 12, "eval_long_length": 24},
+        {"n_layers": 2, "d_model": 16},
+        {"steps": 30, "checkpoints": 3, "eval_every": 10},
+    )
     run = load_run(train_run(parse_config(cfg), tmp_path / "run", progress=False))
     metrics = run.meta(run.steps[-1])["metrics"]
     assert {"eval/close_acc", "eval_long/close_acc", "eval/loss"} <= set(metrics)
@@ -265,13 +294,25 @@ def test_contrastive_term_is_the_prefixed_logits_mse_and_leaves_sampling_alone()
     b_on, b_off = on.sample(16, gen(6)), off.sample(16, gen(6))
     assert torch.equal(b_on.tokens, b_off.tokens) and "prefix" not in b_off.truth  # the prefix is drawn last
     assert "prefix" not in on.sample(4, gen(6), split="eval").truth
-    model = models.build(parse_config({"task": {"name": "bounded_dyck", "length": 12, "eval_long_length": 40},
-                                       "model": {"n_layers": 1, "d_model": 16, "positional": "none"}}).model, on.spec)
+    model = models.build(
+        parse_config(
+            {
+                "task": {"name": "bounded_dyck", "length": 12, "eval_long_length": 40},
+                "model": {"n_layers": 1, "d_model": 16, "positional": "none"},
+            }
+        ).model,
+        on.spec,
+    )
     logits = model(b_on.tokens)
     assert on.regularised and not off.regularised and off.regulariser(model, b_off, logits) is None
     P = b_on.truth["prefix"].shape[1]
-    want = sum(float(((model(torch.cat([b_on.truth["prefix"][i], b_on.tokens[i]])[None])[0, P:] - logits[i]) ** 2).sum())
-               for i in range(16)) / logits.numel()
+    want = (
+        sum(
+            float(((model(torch.cat([b_on.truth["prefix"][i], b_on.tokens[i]])[None])[0, P:] - logits[i]) ** 2).sum())
+            for i in range(16)
+        )
+        / logits.numel()
+    )
     assert float(on.regulariser(model, b_on, logits)) == pytest.approx(0.3 * want, rel=1e-4) and want > 0
     # A model whose outputs ignore its input (all weights but the unembedding bias zero) pays nothing.
     with torch.no_grad():
@@ -288,7 +329,9 @@ def test_contrastive_training_differs_resumes_bit_exact_and_refuses_what_it_cann
     task = {"name": "bounded_dyck", "length": 12, "eval_long_length": 32, "contrastive": 0.3}
     cfg = tiny(task, {"n_layers": 1, "d_model": 16, "positional": "none"}, {"steps": 12, "checkpoints": 2})
     with_it = train_run(parse_config(cfg), tmp_path / "with", progress=False)
-    without = train_run(parse_config({**cfg, "task": {**task, "contrastive": 0.0}}), tmp_path / "without", progress=False)
+    without = train_run(
+        parse_config({**cfg, "task": {**task, "contrastive": 0.0}}), tmp_path / "without", progress=False
+    )
     weights = lambda d: io.read_tensors(ckpt_dir(d, 12) / "model.safetensors")  # noqa: E731
     a, b = weights(with_it), weights(without)
     assert any(not torch.equal(a[k], b[k]) for k in a)  # the term changes training

@@ -31,8 +31,16 @@ TASK = tasks.make("markov_icl", {"k": 3, "order": 2, "length": 8})
 
 def _model(nan: bool = False) -> torch.nn.Module:
     torch.manual_seed(0)
-    model = mechsynth.hooked_model(n_layers=1, d_model=8, n_heads=1, d_head=8, n_ctx=TASK.spec.n_ctx,
-                                   d_vocab=TASK.spec.d_vocab, act_fn="relu", attn_only=True)
+    model = mechsynth.hooked_model(
+        n_layers=1,
+        d_model=8,
+        n_heads=1,
+        d_head=8,
+        n_ctx=TASK.spec.n_ctx,
+        d_vocab=TASK.spec.d_vocab,
+        act_fn="relu",
+        attn_only=True,
+    )
     if nan:
         with torch.no_grad():
             next(model.parameters()).fill_(float("nan"))
@@ -82,13 +90,20 @@ DAMAGED: dict[str, tuple[str, Callable[[Path], None], str]] = {  # case: (file n
     "zero_bytes_safetensors": ("empty.safetensors", lambda p: p.write_bytes(b""), "empty (0 bytes)"),
     "zero_bytes_tracr_json": ("empty.json", lambda p: p.write_bytes(b""), "empty (0 bytes)"),
     "truncated_pt": ("half_10.pt", lambda p: _truncated(p, _pt), "cannot be read"),
-    "truncated_safetensors": ("half_10.safetensors", lambda p: _truncated(p, lambda q: save_file(_weights(), q)),
-                              "cannot be read"),
+    "truncated_safetensors": (
+        "half_10.safetensors",
+        lambda p: _truncated(p, lambda q: save_file(_weights(), q)),
+        "cannot be read",
+    ),
     "random_bytes_pt": ("noise.pt", lambda p: p.write_bytes(NOISE), "cannot be read"),
     "random_bytes_safetensors": ("noise.safetensors", lambda p: p.write_bytes(NOISE), "cannot be read"),
     "not_a_state_dict": ("list.pt", lambda p: torch.save([1, 2, 3], p), "not a state dict"),
     "nan_weights": ("nan_100.pt", lambda p: _pt(p, _nan_everywhere), "not finite"),
-    "inf_in_one_tensor": ("inf_100.safetensors", lambda p: save_file(_inf_in_one(_weights()), p), "W_Q holds NaN or inf"),
+    "inf_in_one_tensor": (
+        "inf_100.safetensors",
+        lambda p: save_file(_inf_in_one(_weights()), p),
+        "W_Q holds NaN or inf",
+    ),
 }
 
 
@@ -128,27 +143,32 @@ def test_a_missing_source_or_a_used_out_directory_leaves_the_users_files_as_they
     (tmp_path / "used").mkdir()
     (tmp_path / "used" / "notes.txt").write_text("mine")
     before = snapshot(tmp_path)
-    for sources, out, names in [([tmp_path / "missing.pt"], tmp_path / "run", ["missing.pt", "no such file"]),
-                                ([tmp_path / "empty_dir"], tmp_path / "run", ["empty_dir", "no checkpoint file"]),
-                                ([tmp_path / "step_0.pt"], tmp_path / "used", ["--out", "not empty"]),
-                                ([tmp_path / "step_0.pt"], tmp_path / "step_0.pt", ["--out", "step_0.pt"])]:
+    for sources, out, names in [
+        ([tmp_path / "missing.pt"], tmp_path / "run", ["missing.pt", "no such file"]),
+        ([tmp_path / "empty_dir"], tmp_path / "run", ["empty_dir", "no checkpoint file"]),
+        ([tmp_path / "step_0.pt"], tmp_path / "used", ["--out", "not empty"]),
+        ([tmp_path / "step_0.pt"], tmp_path / "step_0.pt", ["--out", "step_0.pt"]),
+    ]:
         assert main(["import", *map(str, sources), "--out", str(out)]) == 2
         check_line(capsys.readouterr().err, names)
     assert snapshot(tmp_path) == before and not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("kwargs, names", [
-    ({"paths": []}, ["checkpoints", "no checkpoint"]),
-    ({"paths": None}, ["checkpoints", "a list of paths"]),
-    ({"paths": 5}, ["checkpoints", "a list of paths"]),
-    ({"paths": [5]}, ["checkpoints", "5"]),
-    ({"model": 5}, ["model", "table"]),
-    ({"model": "gelu"}, ["model", "table"]),
-    ({"model": {"bogus": 1}}, ["model.bogus", "unknown key"]),
-    ({"task": 5}, ["task", "int"]),
-    ({"task": "no_such_task"}, ["task", "no_such_task"]),
-    ({"run_dir": None}, ["--out", "directory path"]),
-])
+@pytest.mark.parametrize(
+    "kwargs, names",
+    [
+        ({"paths": []}, ["checkpoints", "no checkpoint"]),
+        ({"paths": None}, ["checkpoints", "a list of paths"]),
+        ({"paths": 5}, ["checkpoints", "a list of paths"]),
+        ({"paths": [5]}, ["checkpoints", "5"]),
+        ({"model": 5}, ["model", "table"]),
+        ({"model": "gelu"}, ["model", "table"]),
+        ({"model": {"bogus": 1}}, ["model.bogus", "unknown key"]),
+        ({"task": 5}, ["task", "int"]),
+        ({"task": "no_such_task"}, ["task", "no_such_task"]),
+        ({"run_dir": None}, ["--out", "directory path"]),
+    ],
+)
 def test_import_checkpoints_refuses_wrong_arguments_in_one_line(tmp_path, kwargs, names):
     _pt(tmp_path / "step_0.pt")
     args: dict[str, Any] = {"paths": [tmp_path / "step_0.pt"], "run_dir": tmp_path / "run"} | kwargs
@@ -174,8 +194,14 @@ def _wrong_values(hint: Any) -> list[Any]:
     if base is float:  # the learning rate
         return ["3e-3", True, 0.0, -1.0, float("nan"), *none]
     if typing.get_origin(base) is Mapping:  # probe options: {probe: {option: value}}
-        return ["previous_token", {"no_such_probe": {}}, {"previous_token": 3}, {"previous_token": {"no_such_option": 1}},
-                {"llc": {}}, *none]
+        return [
+            "previous_token",
+            {"no_such_probe": {}},
+            {"previous_token": 3},
+            {"previous_token": {"no_such_option": 1}},
+            {"llc": {}},
+            *none,
+        ]
     if typing.get_origin(base) is Sequence and typing.get_args(base) == (str,):  # probe names
         return ["previous_token", [3], ["no_such_probe"], *none]
     if typing.get_origin(base) is Sequence and typing.get_args(base) == (int,):  # checkpoint steps
@@ -185,9 +211,15 @@ def _wrong_values(hint: Any) -> list[Any]:
     raise AssertionError(f"no wrong values for {hint!r}: add them here")
 
 
-MONITOR_HINTS = inspect.get_annotations(mechsynth.Monitor.__init__, eval_str=True)  # (no_type_check hides them from typing)
-MONITOR_CASES = [(name, value) for name, p in inspect.signature(mechsynth.Monitor).parameters.items()
-                 if p.kind is p.KEYWORD_ONLY for value in _wrong_values(MONITOR_HINTS[name])]
+MONITOR_HINTS = inspect.get_annotations(
+    mechsynth.Monitor.__init__, eval_str=True
+)  # (no_type_check hides them from typing)
+MONITOR_CASES = [
+    (name, value)
+    for name, p in inspect.signature(mechsynth.Monitor).parameters.items()
+    if p.kind is p.KEYWORD_ONLY
+    for value in _wrong_values(MONITOR_HINTS[name])
+]
 
 
 def test_the_fuzz_covers_every_keyword_of_the_monitor():
@@ -217,18 +249,31 @@ def test_monitor_steps_0_is_refused_as_steps_minus_5_is(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("model, run_dir, task, names", [
-    (None, "run", TASK, ["model", "got None"]),
-    (torch.nn.Linear(3, 3), "run", TASK, ["model", "Linear"]),
-    ("nan", "run", TASK, ["model", "not finite"]),
-    ("ok", None, TASK, ["run_dir", "directory path"]),
-    ("ok", 3, TASK, ["run_dir", "directory path"]),
-    ("ok", "run", 5, ["task", "int"]),
-    ("ok", "run", "no_such_task", ["task", "no_such_task"]),
-    ("ok", "notes.txt/run", TASK, ["run_dir", "notes.txt"]),
-    ("ok", "used", TASK, ["run_dir", "not empty"]),
-], ids=["model_none", "model_linear", "model_nan", "run_dir_none", "run_dir_int", "task_int", "task_unknown",
-        "run_dir_under_a_file", "run_dir_used"])
+@pytest.mark.parametrize(
+    "model, run_dir, task, names",
+    [
+        (None, "run", TASK, ["model", "got None"]),
+        (torch.nn.Linear(3, 3), "run", TASK, ["model", "Linear"]),
+        ("nan", "run", TASK, ["model", "not finite"]),
+        ("ok", None, TASK, ["run_dir", "directory path"]),
+        ("ok", 3, TASK, ["run_dir", "directory path"]),
+        ("ok", "run", 5, ["task", "int"]),
+        ("ok", "run", "no_such_task", ["task", "no_such_task"]),
+        ("ok", "notes.txt/run", TASK, ["run_dir", "notes.txt"]),
+        ("ok", "used", TASK, ["run_dir", "not empty"]),
+    ],
+    ids=[
+        "model_none",
+        "model_linear",
+        "model_nan",
+        "run_dir_none",
+        "run_dir_int",
+        "task_int",
+        "task_unknown",
+        "run_dir_under_a_file",
+        "run_dir_used",
+    ],
+)
 def test_a_wrong_monitor_argument_leaves_the_users_files_as_they_were(tmp_path, model, run_dir, task, names):
     (tmp_path / "notes.txt").write_text("mine")
     (tmp_path / "used").mkdir()
@@ -244,8 +289,9 @@ def test_a_wrong_monitor_argument_leaves_the_users_files_as_they_were(tmp_path, 
 # ---- the Trainer callbacks --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("make, field", [(callbacks.hf_callback, "hf_callback"),
-                                         (callbacks.lightning_callback, "lightning_callback")])
+@pytest.mark.parametrize(
+    "make, field", [(callbacks.hf_callback, "hf_callback"), (callbacks.lightning_callback, "lightning_callback")]
+)
 def test_a_callback_of_something_other_than_an_open_monitor_is_refused_in_one_line(tmp_path, make, field):
     for wrong in (None, "runs/mine", _model()):
         with pytest.raises(UserError) as e:
@@ -261,24 +307,27 @@ def test_a_callback_of_something_other_than_an_open_monitor_is_refused_in_one_li
 # ---- probe_models and probe options -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("checkpoints, kwargs, names", [
-    ([], {}, ["checkpoints", "no (step, model)"]),
-    (["model"], {}, ["checkpoints", "(step, model) pairs"]),
-    ([("a", "model")], {}, ["checkpoints (step)", "'a'"]),
-    ([(-1, "model")], {}, ["checkpoints (step)", "≥ 0"]),
-    ([(1.5, "model")], {}, ["checkpoints (step)", "1.5"]),
-    ([(0, "nan")], {}, ["model", "not finite"]),
-    ([(0, "model"), (5, "nan")], {}, ["model", "step 5", "not finite"]),
-    ([(0, "model")], {"probes": "previous_token"}, ["probes", "list of probe names"]),
-    ([(0, "model")], {"probes": ["no_such_probe"]}, ["probes", "no_such_probe"]),
-    ([(0, "model")], {"probes": ["sparse_selection"]}, ["probes", "sparse_selection", "does not apply"]),
-    ([(0, "model")], {"options": {"previous_token": {"offset": 0}}}, ["previous_token.offset", "≥ 1"]),
-    ([(0, "model")], {"options": {"previous_token": "offset=2"}}, ["previous_token", "table of options"]),
-    ([(0, "model")], {"options": "previous_token.offset=2"}, ["options"]),
-    ([(0, "model")], {"batch_size": 0}, ["batch_size", "≥ 1"]),
-    ([(0, "model")], {"bogus": 1}, ["bogus", "allowed"]),
-    ([(0, "model")], {"run_dir": 3}, ["run_dir", "directory path"]),
-])
+@pytest.mark.parametrize(
+    "checkpoints, kwargs, names",
+    [
+        ([], {}, ["checkpoints", "no (step, model)"]),
+        (["model"], {}, ["checkpoints", "(step, model) pairs"]),
+        ([("a", "model")], {}, ["checkpoints (step)", "'a'"]),
+        ([(-1, "model")], {}, ["checkpoints (step)", "≥ 0"]),
+        ([(1.5, "model")], {}, ["checkpoints (step)", "1.5"]),
+        ([(0, "nan")], {}, ["model", "not finite"]),
+        ([(0, "model"), (5, "nan")], {}, ["model", "step 5", "not finite"]),
+        ([(0, "model")], {"probes": "previous_token"}, ["probes", "list of probe names"]),
+        ([(0, "model")], {"probes": ["no_such_probe"]}, ["probes", "no_such_probe"]),
+        ([(0, "model")], {"probes": ["sparse_selection"]}, ["probes", "sparse_selection", "does not apply"]),
+        ([(0, "model")], {"options": {"previous_token": {"offset": 0}}}, ["previous_token.offset", "≥ 1"]),
+        ([(0, "model")], {"options": {"previous_token": "offset=2"}}, ["previous_token", "table of options"]),
+        ([(0, "model")], {"options": "previous_token.offset=2"}, ["options"]),
+        ([(0, "model")], {"batch_size": 0}, ["batch_size", "≥ 1"]),
+        ([(0, "model")], {"bogus": 1}, ["bogus", "allowed"]),
+        ([(0, "model")], {"run_dir": 3}, ["run_dir", "directory path"]),
+    ],
+)
 def test_probe_models_refuses_wrong_input_before_writing_a_run(tmp_path, monkeypatch, checkpoints, kwargs, names):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))  # where a run of its own would go
     (tmp_path / "tmp").mkdir()
@@ -291,20 +340,23 @@ def test_probe_models_refuses_wrong_input_before_writing_a_run(tmp_path, monkeyp
         assert not (tmp_path / "run").exists() and not any((tmp_path / "tmp").iterdir())
 
 
-@pytest.mark.parametrize("call, names", [
-    (lambda m: probes.options("previous_token", "offset=2"), ["previous_token", "table of options"]),
-    (lambda m: probes.options("previous_token", ["offset"]), ["previous_token", "table of options"]),
-    (lambda m: probes.options("previous_token", {"offset": 1.5}), ["previous_token.offset", "integer"]),
-    (lambda m: probes.options("previous_token", {"offset": True}), ["previous_token.offset", "integer"]),
-    (lambda m: probes.options("induction", {"threshold": float("nan")}), ["induction.threshold", "finite"]),
-    (lambda m: probes.options("induction", {"no_such_option": 1}), ["induction.no_such_option", "unknown key"]),
-    (lambda m: probes.options("no_such_probe", {}), ["probe.name", "no_such_probe"]),
-    (lambda m: probes.run("previous_token", m, TASK, option="offset=2"), ["previous_token", "table of options"]),
-    (lambda m: probes.run("previous_token", m, TASK, batch_size=0), ["batch_size", "≥ 1"]),
-    (lambda m: probes.run("previous_token", m, TASK, batch_size="8"), ["batch_size", "integer"]),
-    (lambda m: probes.run("previous_token", m, TASK, batch_size=True), ["batch_size", "integer"]),
-    (lambda m: probes.run("previous_token", m, TASK, seed="x"), ["seed", "integer"]),
-])
+@pytest.mark.parametrize(
+    "call, names",
+    [
+        (lambda m: probes.options("previous_token", "offset=2"), ["previous_token", "table of options"]),
+        (lambda m: probes.options("previous_token", ["offset"]), ["previous_token", "table of options"]),
+        (lambda m: probes.options("previous_token", {"offset": 1.5}), ["previous_token.offset", "integer"]),
+        (lambda m: probes.options("previous_token", {"offset": True}), ["previous_token.offset", "integer"]),
+        (lambda m: probes.options("induction", {"threshold": float("nan")}), ["induction.threshold", "finite"]),
+        (lambda m: probes.options("induction", {"no_such_option": 1}), ["induction.no_such_option", "unknown key"]),
+        (lambda m: probes.options("no_such_probe", {}), ["probe.name", "no_such_probe"]),
+        (lambda m: probes.run("previous_token", m, TASK, option="offset=2"), ["previous_token", "table of options"]),
+        (lambda m: probes.run("previous_token", m, TASK, batch_size=0), ["batch_size", "≥ 1"]),
+        (lambda m: probes.run("previous_token", m, TASK, batch_size="8"), ["batch_size", "integer"]),
+        (lambda m: probes.run("previous_token", m, TASK, batch_size=True), ["batch_size", "integer"]),
+        (lambda m: probes.run("previous_token", m, TASK, seed="x"), ["seed", "integer"]),
+    ],
+)
 def test_a_wrong_probe_option_or_argument_is_one_line_naming_it(call, names):
     with pytest.raises(UserError) as e:
         call(_model())

@@ -9,8 +9,14 @@ from experiment_files import judged, loaded, smoke  # (puts experiments/ on sys.
 import verdicts  # noqa: E402
 
 NAME = "attention_glitches"
-CLAIMS = ["transformer_glitches", "recurrent_none", "irregular_across_seeds", "glitches_over_training",
-          "diverse_data_reduces", "glitch_is_attention"]
+CLAIMS = [
+    "transformer_glitches",
+    "recurrent_none",
+    "irregular_across_seeds",
+    "glitches_over_training",
+    "diverse_data_reduces",
+    "glitch_is_attention",
+]
 
 
 @pytest.fixture(scope="module")
@@ -44,16 +50,23 @@ def test_smoke_writes_results_claims_and_figures(exp, tmp_path, monkeypatch):
 
 
 def seed(wrong=(0, 3, 1), reads=(1000, 500, 5000), curve=None, attention=None, i=0):
-    row = {"seed": i, "final": {s: {"reads": n, "wrong": w} for s, w, n in zip(("eval", "sparse", "dense"), wrong, reads)},
-           "curve": curve or {"steps": [0, 50, 100], "eval": [0.5, 0, 0], "sparse": [0.5, 0.01, 0.01], "dense": [0.5, 0, 0.01]}}
+    row = {
+        "seed": i,
+        "final": {s: {"reads": n, "wrong": w} for s, w, n in zip(("eval", "sparse", "dense"), wrong, reads)},
+        "curve": curve
+        or {"steps": [0, 50, 100], "eval": [0.5, 0, 0], "sparse": [0.5, 0.01, 0.01], "dense": [0.5, 0, 0.01]},
+    }
     if attention is not None:
         row["attention"] = attention
     return row
 
 
 def results(transformer, diverse=None, recurrent=None, tokens=10_000 * 16 * 128):
-    return {"groups": {"transformer": transformer, "diverse": diverse or transformer, "recurrent": recurrent or []},
-            "tokens": tokens, "recurrent_tokens": 500 * 16 * 128}
+    return {
+        "groups": {"transformer": transformer, "diverse": diverse or transformer, "recurrent": recurrent or []},
+        "tokens": tokens,
+        "recurrent_tokens": 500 * 16 * 128,
+    }
 
 
 def test_glitches_need_converged_seeds_that_err_rarely():
@@ -86,8 +99,12 @@ def test_spread_across_seeds_counts_a_seed_without_errors_at_half_an_error():
 
 
 def test_over_training_reads_the_last_half_where_in_distribution_is_perfect():
-    persist = {"steps": [0, 100, 200, 300, 400], "eval": [0.5, 0.1, 0, 0, 0], "sparse": [0.5, 0.1, 0.01, 0, 0.02],
-               "dense": [0.5, 0, 0, 0, 0]}
+    persist = {
+        "steps": [0, 100, 200, 300, 400],
+        "eval": [0.5, 0.1, 0, 0, 0],
+        "sparse": [0.5, 0.1, 0.01, 0, 0.02],
+        "dense": [0.5, 0, 0, 0, 0],
+    }
     fades = {**persist, "sparse": [0.5, 0.1, 0.01, 0, 0]}
     noisy = {**persist, "eval": [0.5, 0.1, 0.01, 0.01, 0]}  # in distribution not settled: not counted
     rows = [seed(curve=persist, i=0), seed(curve=persist, i=1), seed(curve=fades, i=2), seed(curve=noisy, i=3)]
@@ -109,8 +126,15 @@ def test_diverse_data_by_a_one_sided_rank_test():
 
 def test_attention_explains_a_seed_only_with_enough_wrong_reads_and_against_right_reads():
     def att(wrong, stale, elsewhere, off_correct):
-        return {"wrong": wrong, "stale": stale, "elsewhere": elsewhere, "right": 1 - stale - elsewhere,
-                "off_correct": off_correct, "head_score": 0.9}
+        return {
+            "wrong": wrong,
+            "stale": stale,
+            "elsewhere": elsewhere,
+            "right": 1 - stale - elsewhere,
+            "off_correct": off_correct,
+            "head_score": 0.9,
+        }
+
     explained = [seed(i=k, attention=att(12, 0.6, 0.2, 0.05)) for k in range(3)]
     assert judged(NAME, "glitch_is_attention", results(explained))["verdict"] == "matches"
     always_off = [seed(i=k, attention=att(12, 0.6, 0.2, 0.5)) for k in range(3)]  # off as often on right reads

@@ -39,8 +39,17 @@ def test_smoke_writes_results_claims_and_figures(exp, tmp_path, monkeypatch):
 
 
 def run(i, bv, long, eval_=1.0, bv_init=1.0, match=0.3, eval_init=0.5, match_init=0.1):
-    return {"group": "nope", "seed": i, "eval": eval_, "long": long, "bv": bv, "bv_init": bv_init, "match_mass": match,
-            "eval_init": eval_init, "match_mass_init": match_init}
+    return {
+        "group": "nope",
+        "seed": i,
+        "eval": eval_,
+        "long": long,
+        "bv": bv,
+        "bv_init": bv_init,
+        "match_mass": match,
+        "eval_init": eval_init,
+        "match_mass_init": match_init,
+    }
 
 
 def results(rows, steps=1440):
@@ -69,8 +78,10 @@ def test_training_balances_by_a_sign_test():
 
 
 def test_attention_not_necessary_needs_solving_runs_without_a_stack_head():
-    some = [run(i, bv=1, long=1, match=0.9) for i in range(4)] + [run(5, bv=1, long=1, match=0.2),
-                                                                    run(6, bv=1, long=1, match=0.1)]
+    some = [run(i, bv=1, long=1, match=0.9) for i in range(4)] + [
+        run(5, bv=1, long=1, match=0.2),
+        run(6, bv=1, long=1, match=0.1),
+    ]
     assert judged(NAME, "interpretable_attention_not_necessary", results(some))["verdict"] == "matches"  # 2/6
     one = some[:5] + [run(6, bv=1, long=1, match=0.8)]
     assert judged(NAME, "interpretable_attention_not_necessary", results(one))["verdict"] == "partly"
@@ -85,12 +96,16 @@ def test_controls_reject_what_the_rules_accept_and_catch_a_by_construction():
     down = [run(i, bv=0.2, long=1, bv_init=1.0) for i in range(6)]
     j = judged(NAME, "training_balances", results(down))
     assert j["verdict"] == "matches" and j["control"]["verdict"] == "does not"
-    some = [run(i, bv=1, long=1, match=0.9) for i in range(4)] + [run(5, bv=1, long=1, match=0.2),
-                                                                    run(6, bv=1, long=1, match=0.1)]
+    some = [run(i, bv=1, long=1, match=0.9) for i in range(4)] + [
+        run(5, bv=1, long=1, match=0.2),
+        run(6, bv=1, long=1, match=0.1),
+    ]
     j = judged(NAME, "interpretable_attention_not_necessary", results(some))
     assert j["verdict"] == "matches" and j["control"]["verdict"] == "inconclusive"
     # an untrained model that already "solved" the task without a stack head: the claim shows nothing
     solved_at_init = [{**r, "eval_init": 1.0} for r in some]
-    assert judged(NAME, "interpretable_attention_not_necessary", results(solved_at_init))["verdict"] == "by construction"
+    assert (
+        judged(NAME, "interpretable_attention_not_necessary", results(solved_at_init))["verdict"] == "by construction"
+    )
     # the log-scale why line
     assert "log10" in judged(NAME, "training_balances", results([run(i, bv=1e9, long=1) for i in range(6)]))["why"]

@@ -63,11 +63,17 @@ def seed_row(seed, type_step, fact_step, plateau=3.6, control=1.3):
     """Planted numbers, with series that agree with them (the negative control reads the series)."""
     log_d = math.log(8)
     late = fact_step if fact_step is not None else math.inf
-    return {"seed": seed, "type_step": type_step, "fact_step": fact_step,
-            "plateau_dwell": math.log(plateau), "control_dwell": math.log(control), "steps": STEPS,
-            "type_acc": [1.0 if s >= type_step else 0.5 for s in STEPS],
-            "acc": [1.0 if s >= late else 0.2 for s in STEPS],
-            "loss": [0.01 if s >= late else log_d if s >= type_step else math.log(16) for s in STEPS]}
+    return {
+        "seed": seed,
+        "type_step": type_step,
+        "fact_step": fact_step,
+        "plateau_dwell": math.log(plateau),
+        "control_dwell": math.log(control),
+        "steps": STEPS,
+        "type_acc": [1.0 if s >= type_step else 0.5 for s in STEPS],
+        "acc": [1.0 if s >= late else 0.2 for s in STEPS],
+        "loss": [0.01 if s >= late else log_d if s >= type_step else math.log(16) for s in STEPS],
+    }
 
 
 def test_rule_on_planted_results(claim):
@@ -86,8 +92,12 @@ def test_rule_on_planted_results(claim):
     j = verdicts.judged(claim, smooth)
     assert j["verdict"] == "partly" and "no plateau" in j["why"], j
     # long enough but no longer than the control band: no plateau either
-    assert verdicts.judged(claim, {"log_D": log_d, "seeds": [seed_row(i, 20, 1000, 2.5, 2.4) for i in range(4)]})[
-        "verdict"] == "partly"
+    assert (
+        verdicts.judged(claim, {"log_D": log_d, "seeds": [seed_row(i, 20, 1000, 2.5, 2.4) for i in range(4)]})[
+            "verdict"
+        ]
+        == "partly"
+    )
     together = {"log_D": log_d, "seeds": [seed_row(i, 600, 1000) for i in range(4)]}
     assert verdicts.judged(claim, together)["verdict"] == "does not"
     # too few seeds learned the facts: inconclusive, and those that did not are said
@@ -119,8 +129,12 @@ def test_dwell_against_brute_force(exp):
     steps = [0, 1, 10, 30, 100, 300, 1000, 3000]
     loss = [2.8, 2.77, 2.3, 2.05, 2.0, 1.6, 0.6, 0.01]
     log_d = math.log(8)
-    for (lo, hi), (start, stop) in [((0.9 * log_d, 1.1 * log_d), (10, 1000)), ((0.4 * log_d, 0.6 * log_d), (10, 1000)),
-                                    ((0.9 * log_d, 1.1 * log_d), (20, 3000)), ((1.0, 3.0), (1, 3000))]:
+    for (lo, hi), (start, stop) in [
+        ((0.9 * log_d, 1.1 * log_d), (10, 1000)),
+        ((0.4 * log_d, 0.6 * log_d), (10, 1000)),
+        ((0.9 * log_d, 1.1 * log_d), (20, 3000)),
+        ((1.0, 3.0), (1, 3000)),
+    ]:
         got = exp.dwell(steps, loss, lo, hi, start, stop)
         assert got == pytest.approx(slow_dwell(steps[1:], loss[1:], lo, hi, start, stop), abs=2e-4)
     # a flat stretch inside the band counts whole; step 0 is left out
@@ -133,7 +147,9 @@ def test_rules_recompute_the_scripts_measurements(exp):
     steps = [0, 1, 10, 30, 100, 300, 1000, 3000]
     loss = [2.8, 2.77, 2.3, 2.05, 2.0, 1.6, 0.6, 0.01]
     for lo, hi, start, stop in [(1.8, 2.3, 10, 1000), (0.8, 1.3, 1, 3000)]:
-        assert rules._dwell(steps, loss, lo, hi, start, stop) == pytest.approx(exp.dwell(steps, loss, lo, hi, start, stop))
+        assert rules._dwell(steps, loss, lo, hi, start, stop) == pytest.approx(
+            exp.dwell(steps, loss, lo, hi, start, stop)
+        )
     for scores in ([0.1, 0.995, 0.98, 0.99, 1.0, 1.0, 1.0, 1.0], [0.1, 0.5, 0.9, 0.99, 1.0, 0.95, 1.0, 0.9]):
         assert rules._learned(steps, scores) == exp.learned_step(steps, scores)
 

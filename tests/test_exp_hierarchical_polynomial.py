@@ -53,31 +53,58 @@ def test_smoke_chains_the_stages_and_measures_recovery_and_the_last_layer(exp, t
     assert torch.equal(s2["W_hidden"], f1["W_hidden"]) and not torch.equal(s2["W_out"], f1["W_out"])
     features = weights(runs / "stage=2,arm=random_features,dim=8,lr=0.1/seed_1", 0)
     assert not torch.equal(features["W_hidden"], z0["W_hidden"])  # a default initialisation, not the small one
-    assert load_run(second).config.train.set_seed == load_run(second.parent.parent / "stage=2,arm=random_features,dim=8,lr=0.1/seed_1").config.train.set_seed == 10_001
+    assert (
+        load_run(second).config.train.set_seed
+        == load_run(second.parent.parent / "stage=2,arm=random_features,dim=8,lr=0.1/seed_1").config.train.set_seed
+        == 10_001
+    )
     assert (tmp_path / out["figures"][0]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_crossing_and_fit(exp):
     ns = [64, 128, 256, 512]
-    assert exp.crossing(ns, [0.1, 0.3, 0.7, 0.9]) == pytest.approx(128 * 2 ** 0.5)  # halfway between in log n
+    assert exp.crossing(ns, [0.1, 0.3, 0.7, 0.9]) == pytest.approx(128 * 2**0.5)  # halfway between in log n
     assert exp.crossing(ns, [0.6, 0.7, 0.8, 0.9]) == 64 and exp.crossing(ns, [0.1, 0.2, 0.3, 0.4]) is None
     dims = [8, 12, 16, 24]
-    f = exp.fit(dims, {d: [3 * d ** 2, 4 * d ** 2, 5 * d ** 2, None, 2 * d ** 2] for d in dims})
-    assert f["slope"] == pytest.approx(2.0) and f["r2"] == pytest.approx(1.0) and f["interval"][0] <= 2 <= f["interval"][1]
+    f = exp.fit(dims, {d: [3 * d**2, 4 * d**2, 5 * d**2, None, 2 * d**2] for d in dims})
+    assert (
+        f["slope"] == pytest.approx(2.0) and f["r2"] == pytest.approx(1.0) and f["interval"][0] <= 2 <= f["interval"][1]
+    )
     assert exp.fit(dims, {d: [None, None, 5.0] for d in dims}) is None
 
 
 def results(slope=2.0, seeds=5, r2=0.99, init=0.0, censored=False, ours=0.7, theirs=0.35, share=0.4, spread=0.02):
     dims = [8, 12, 16, 24]
-    rec = {str(d): {"n_star": [d ** slope * (1 + i / 10) for i in range(seeds)], "censored": [censored] * seeds,
-                    "median": d ** slope, "init_top": [init] * seeds, "ns": [64, 128, 256]} for d in dims}
-    cell = {"n": 16384, "quadratic_share": share,
-            "layerwise": {"explained": [ours + spread * i for i in range(seeds)], "median": ours + spread * (seeds - 1) / 2},
-            "random_features": {"explained": [theirs + spread * i / 2 for i in range(seeds)],
-                                "median": theirs + spread * (seeds - 1) / 4}}
-    return {"threshold": 0.5, "dims": dims, "recovery": rec,
-            "fit": {"slope": slope, "interval": [slope - 0.3, slope + 0.3], "r2": r2},
-            "features": {"dims": [8, 12, 16], "16": cell}, "budget": {"recovery": 17.0, "features": 23.0}}
+    rec = {
+        str(d): {
+            "n_star": [d**slope * (1 + i / 10) for i in range(seeds)],
+            "censored": [censored] * seeds,
+            "median": d**slope,
+            "init_top": [init] * seeds,
+            "ns": [64, 128, 256],
+        }
+        for d in dims
+    }
+    cell = {
+        "n": 16384,
+        "quadratic_share": share,
+        "layerwise": {
+            "explained": [ours + spread * i for i in range(seeds)],
+            "median": ours + spread * (seeds - 1) / 2,
+        },
+        "random_features": {
+            "explained": [theirs + spread * i / 2 for i in range(seeds)],
+            "median": theirs + spread * (seeds - 1) / 4,
+        },
+    }
+    return {
+        "threshold": 0.5,
+        "dims": dims,
+        "recovery": rec,
+        "fit": {"slope": slope, "interval": [slope - 0.3, slope + 0.3], "r2": r2},
+        "features": {"dims": [8, 12, 16], "16": cell},
+        "budget": {"recovery": 17.0, "features": 23.0},
+    }
 
 
 def test_rules_on_planted_results():

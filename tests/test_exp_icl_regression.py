@@ -52,10 +52,14 @@ def results(g=None, shares=None, stage_rows=None, budget=1.0, apart=0.5):
     for M, share in (shares or {1: 0.0, 16: 0.5, 256: 1.0}).items():
         for s in range(4):
             near_ridge = s < round(share * 4)
-            rows.append({"M": M, "seed": s, "to_ridge": 0.1 if near_ridge else 0.3, "to_dmmse": 0.2,
-                         "apart": apart})
-    return {"d": 5, "garg": g or [garg(i) for i in range(3)], "diversity": {"M": sorted({r["M"] for r in rows}), "rows": rows},
-            "stages": stage_rows or [], "budget": {"garg": budget, "diversity": budget, "stages": budget}}
+            rows.append({"M": M, "seed": s, "to_ridge": 0.1 if near_ridge else 0.3, "to_dmmse": 0.2, "apart": apart})
+    return {
+        "d": 5,
+        "garg": g or [garg(i) for i in range(3)],
+        "diversity": {"M": sorted({r["M"] for r in rows}), "rows": rows},
+        "stages": stage_rows or [],
+        "budget": {"garg": budget, "diversity": budget, "stages": budget},
+    }
 
 
 def test_least_squares_needs_the_nearest_and_the_error():
@@ -81,8 +85,11 @@ def test_diversity_needs_ridge_and_dmmse_told_apart_and_its_control():
     # ridge and dMMSE closer to each other than the model is to either: nobody follows either
     close = judged(NAME, "task_diversity_threshold", results(apart=0.05))
     assert close["verdict"] == "does not" and "0/0/4" in close["why"]
-    two = {"d": 5, "diversity": {"M": [1, 16, 256], "rows": [r for r in results()["diversity"]["rows"] if r["seed"] < 2]},
-           "budget": {"diversity": 1.0}}
+    two = {
+        "d": 5,
+        "diversity": {"M": [1, 16, 256], "rows": [r for r in results()["diversity"]["rows"] if r["seed"] < 2]},
+        "budget": {"diversity": 1.0},
+    }
     assert judged(NAME, "task_diversity_threshold", two)["verdict"] == "inconclusive"  # 2 seeds per M < 3
     small = judged(NAME, "task_diversity_threshold", results(budget=0.004))
     assert small["verdict"] == "inconclusive" and "budget" in small["why"]
@@ -97,8 +104,12 @@ def test_least_squares_control_is_the_untrained_checkpoint():
 
 def stage(i, bounds, events):
     steps = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048]
-    return {"seed": i, "llc_boundaries": {"change_points": bounds, "turns": bounds},
-            "boundary_candidates": {"change_points": steps, "turns": steps}, "events": events}
+    return {
+        "seed": i,
+        "llc_boundaries": {"change_points": bounds, "turns": bounds},
+        "boundary_candidates": {"change_points": steps, "turns": steps},
+        "events": events,
+    }
 
 
 def test_llc_stages_against_chance():

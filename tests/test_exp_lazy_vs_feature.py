@@ -10,8 +10,14 @@ from experiment_files import judged, loaded, smoke  # (puts experiments/ on sys.
 import verdicts  # noqa: E402
 
 NAME = "lazy_vs_feature"
-CLAIMS = ["feature_learning", "linearized_no_circuit", "lazy_weights_barely_move", "lazy_tracks_linearization",
-          "parity_feature_learning", "parity_linearized_no_circuit"]
+CLAIMS = [
+    "feature_learning",
+    "linearized_no_circuit",
+    "lazy_weights_barely_move",
+    "lazy_tracks_linearization",
+    "parity_feature_learning",
+    "parity_linearized_no_circuit",
+]
 CONDITIONS = ["real", "linearized", "lazy10", "lazy100"]
 
 
@@ -50,14 +56,22 @@ def test_smoke_writes_results_claims_and_figures(exp, tmp_path, monkeypatch):
         for r in data["seeds"]:
             assert len(r["series"]) == len(r["movement"]) == len(r["steps"]) == len(r["support_recovered"])
             assert r["movement"][0] == 0 and len(r["acc"]) == len(r["eval_steps"]) > 1
-            assert r["head"]["chance"] == pytest.approx(2 / 7, abs=1e-4)  # a uniform head from the readout onto 2 of 6 bits
+            assert r["head"]["chance"] == pytest.approx(
+                2 / 7, abs=1e-4
+            )  # a uniform head from the readout onto 2 of 6 bits
 
 
 def test_movement_is_relative_to_the_weight_matrices_at_init(exp):
-    start = {"base.embed.W_E": torch.ones(2, 2), "base.blocks.0.ln1.w": torch.ones(2), "init.embed.W_E": torch.ones(2, 2)}
+    start = {
+        "base.embed.W_E": torch.ones(2, 2),
+        "base.blocks.0.ln1.w": torch.ones(2),
+        "init.embed.W_E": torch.ones(2, 2),
+    }
     now = {**start, "base.embed.W_E": torch.full((2, 2), 2.0), "base.blocks.0.ln1.w": torch.full((2,), 5.0)}
     assert exp.movement(start, now) == pytest.approx(1.0)  # only W_*, never θ₀'s copy or the norms
-    assert exp.movement({"embed.W_E": torch.ones(4)}, {"embed.W_E": torch.zeros(4)}) == pytest.approx(1.0)  # a plain run
+    assert exp.movement({"embed.W_E": torch.ones(4)}, {"embed.W_E": torch.zeros(4)}) == pytest.approx(
+        1.0
+    )  # a plain run
     p = torch.tensor([[0.5, 0.5]]).log()
     assert exp.kl(p, p) == 0 and exp.kl(p, torch.tensor([[0.25, 0.75]]).log()) > 0
 
@@ -69,12 +83,19 @@ CHANCE = 0.33  # the level for odds 3×: 0.596
 
 
 def seed(i, loss=0.9, unigram=1.0, induction=(0.33, 0.4, 0.8, 0.9), movement=1.0):
-    return {"seed": i, "steps": STEPS, "final": {"loss": loss, "movement": movement},
-            "loss": [1.1, 1.05, (1.05 + loss) / 2, loss], "movement": [0.0, movement / 10, movement / 2, movement],
-            "strategies": {"uniform": 1.1, "unigram": unigram, "bigram": 0.9},
-            "heads": {"induction": {"head": "L1H0", "final": induction[-1], "chance": CHANCE},
-                      "previous_token": {"head": "L0H0", "final": 0.9, "chance": 0.1}},
-            "series": {"induction": list(induction), "previous_token": [0.1, 0.2, 0.9, 0.9]}}
+    return {
+        "seed": i,
+        "steps": STEPS,
+        "final": {"loss": loss, "movement": movement},
+        "loss": [1.1, 1.05, (1.05 + loss) / 2, loss],
+        "movement": [0.0, movement / 10, movement / 2, movement],
+        "strategies": {"uniform": 1.1, "unigram": unigram, "bigram": 0.9},
+        "heads": {
+            "induction": {"head": "L1H0", "final": induction[-1], "chance": CHANCE},
+            "previous_token": {"head": "L0H0", "final": 0.9, "chance": 0.1},
+        },
+        "series": {"induction": list(induction), "previous_token": [0.1, 0.2, 0.9, 0.9]},
+    }
 
 
 FLAT = (0.33, 0.33, 0.34, 0.33)
@@ -85,11 +106,18 @@ def results(n=5, real=None, lin=None, lazy=None, kl=(0.001, 0.1), budget=1.0):
     lin = lin or [seed(i, loss=1.0, induction=FLAT, movement=0.01) for i in range(n)]
     lazy = lazy or [seed(i, loss=1.0, induction=FLAT, movement=0.01) for i in range(n)]
     lazy10 = [seed(i, loss=0.98, induction=FLAT, movement=0.1) for i in range(n)]
-    return {"conditions": {"real": {"scale": 1.0, "seeds": real}, "linearized": {"scale": 100.0, "seeds": lin},
-                           "lazy10": {"scale": 10.0, "seeds": lazy10}, "lazy100": {"scale": 100.0, "seeds": lazy}},
-            "agreement": [{"seed": i, "kl_from_linearized": {"real": kl[1], "lazy10": 0.01, "lazy100": kl[0]}}
-                          for i in range(n)],
-            "budget": budget}
+    return {
+        "conditions": {
+            "real": {"scale": 1.0, "seeds": real},
+            "linearized": {"scale": 100.0, "seeds": lin},
+            "lazy10": {"scale": 10.0, "seeds": lazy10},
+            "lazy100": {"scale": 100.0, "seeds": lazy},
+        },
+        "agreement": [
+            {"seed": i, "kl_from_linearized": {"real": kl[1], "lazy10": 0.01, "lazy100": kl[0]}} for i in range(n)
+        ],
+        "budget": budget,
+    }
 
 
 def test_feature_learning_needs_the_head_and_the_unigram_beaten():
@@ -138,16 +166,28 @@ UNIFORM = (0.2, 0.2, 0.21, 0.2)
 
 
 def parity_seed(i, acc=(0.5, 0.5, 1.0, 1.0), series=SELECTS, recovered=1.0):
-    return {"seed": i, "steps": PARITY_STEPS, "eval_steps": PARITY_STEPS, "acc": list(acc), "series": list(series),
-            "support_recovered": [0.0, 0.0, recovered, recovered], "head": {"head": "L0H0", "final": series[-1], "chance": 0.2},
-            "solved": next((s for s, a in zip(PARITY_STEPS, acc) if a >= 0.99), None),
-            "final": {"acc": acc[-1], "movement": 1.0}}
+    return {
+        "seed": i,
+        "steps": PARITY_STEPS,
+        "eval_steps": PARITY_STEPS,
+        "acc": list(acc),
+        "series": list(series),
+        "support_recovered": [0.0, 0.0, recovered, recovered],
+        "head": {"head": "L0H0", "final": series[-1], "chance": 0.2},
+        "solved": next((s for s, a in zip(PARITY_STEPS, acc) if a >= 0.99), None),
+        "final": {"acc": acc[-1], "movement": 1.0},
+    }
 
 
 def parity(n=5, real=None, lin=None, budget=1.0):
     lin = lin or [parity_seed(i, acc=(0.5, 0.5, 0.55, 0.6), series=UNIFORM, recovered=0.0) for i in range(n)]
-    return {**results(n), "parity": {"conditions": {"real": {"seeds": real or [parity_seed(i) for i in range(n)]},
-                                                    "linearized": {"seeds": lin}}, "budget": budget}}
+    return {
+        **results(n),
+        "parity": {
+            "conditions": {"real": {"seeds": real or [parity_seed(i) for i in range(n)]}, "linearized": {"seeds": lin}},
+            "budget": budget,
+        },
+    }
 
 
 def test_parity_is_learned_by_a_head_that_selects_the_support():
@@ -166,8 +206,10 @@ def test_the_linearized_model_must_not_learn_parity():
     kernel_learns = [parity_seed(i, series=UNIFORM, recovered=0.0) for i in range(5)]  # solves it, without the head
     j = judged(NAME, "parity_linearized_no_circuit", parity(lin=kernel_learns))
     assert j["verdict"] == "does not" and "≥ 0.99 in 5" in j["why"]
-    two_select = [parity_seed(i, acc=(0.5, 0.5, 0.6, 0.6)) if i < 2 else parity_seed(i, acc=(0.5,) * 4, series=UNIFORM)
-                  for i in range(5)]  # a head in the weights θ: reported, not judged
+    two_select = [
+        parity_seed(i, acc=(0.5, 0.5, 0.6, 0.6)) if i < 2 else parity_seed(i, acc=(0.5,) * 4, series=UNIFORM)
+        for i in range(5)
+    ]  # a head in the weights θ: reported, not judged
     assert judged(NAME, "parity_linearized_no_circuit", parity(lin=two_select))["verdict"] == "matches"
     two_learn = [parity_seed(i) if i < 2 else parity_seed(i, acc=(0.5,) * 4, series=UNIFORM) for i in range(5)]
     assert judged(NAME, "parity_linearized_no_circuit", parity(lin=two_learn))["verdict"] == "partly"

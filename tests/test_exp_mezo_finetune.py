@@ -19,11 +19,19 @@ def exp():
 @pytest.mark.smoke
 def test_smoke_fine_tunes_three_ways_from_the_pretrained_weights(exp, tmp_path, monkeypatch):
     out = smoke(exp, tmp_path, monkeypatch)
-    assert [c["id"] for c in out["claims"]] == ["inference_memory", "forward_passes_fine_tune", "comparable_to_backprop"]
+    assert [c["id"] for c in out["claims"]] == [
+        "inference_memory",
+        "forward_passes_fine_tune",
+        "comparable_to_backprop",
+    ]
     assert all(c["verdict"] == "inconclusive" and "≥ 3" in c["why"] for c in out["claims"])  # 2 seeds
     for s in out["results"]["seeds"]:
         assert all(s[arm]["curve"][0] == [0, s["pretrained"]] for arm in exp.ARMS)  # each starts from the same weights
-        assert sum(s["mezo"]["memory"].values()) == 0 and s["adam"]["memory"]["saved"] > 0 and s["adam"]["memory"]["state"] > 0
+        assert (
+            sum(s["mezo"]["memory"].values()) == 0
+            and s["adam"]["memory"]["saved"] > 0
+            and s["adam"]["memory"]["state"] > 0
+        )
         peak = {arm: s[arm]["peak"] for arm in exp.ARMS}  # measured at the CPU allocator: a backward pass shows
         assert all(p["inference"] > 0 for p in peak.values()) and peak["adam"]["step"] > peak["adam"]["inference"]
     assert out["config"]["finetune"]["mezo"]["train"]["optimizer"] == "mezo"
@@ -35,8 +43,12 @@ def seed(pre, adam, sgd, mezo, at_1k=None, peaks=(1.02, 1.6, 1.7)):
     its last step; `peaks`: MeZO's, SGD's and Adam's step peak memory as multiples of an inference pass's."""
     peak = lambda x: {"inference": 1000, "step": round(1000 * x), "measure": "planted"}  # noqa: E731
     at_1k = (pre + mezo) / 2 if at_1k is None else at_1k
-    return {"pretrained": pre, "adam": {"final": adam, "peak": peak(peaks[2])}, "sgd": {"final": sgd, "peak": peak(peaks[1])},
-            "mezo": {"final": mezo, "peak": peak(peaks[0]), "curve": [[0, pre], [1000, at_1k], [10_000, mezo]]}}
+    return {
+        "pretrained": pre,
+        "adam": {"final": adam, "peak": peak(peaks[2])},
+        "sgd": {"final": sgd, "peak": peak(peaks[1])},
+        "mezo": {"final": mezo, "peak": peak(peaks[0]), "curve": [[0, pre], [1000, at_1k], [10_000, mezo]]},
+    }
 
 
 def results(seeds, mezo_steps=10_000):
@@ -48,7 +60,12 @@ def test_rules_on_planted_results():
     for cid in ("inference_memory", "forward_passes_fine_tune", "comparable_to_backprop"):
         out = judged(NAME, cid, results(close))
         assert out["verdict"] == "matches" and out["control"]["verdict"] != "matches", (cid, out)
-    assert judged(NAME, "inference_memory", results(close[:2] + [seed(1.0, 0.5, 0.6, 0.65, peaks=(1.3, 1.6, 1.7))]))["verdict"] == "partly"
+    assert (
+        judged(NAME, "inference_memory", results(close[:2] + [seed(1.0, 0.5, 0.6, 0.65, peaks=(1.3, 1.6, 1.7))]))[
+            "verdict"
+        ]
+        == "partly"
+    )
     some = [seed(1.0, 0.5, 0.6, 0.85, at_1k=1.0) for _ in range(3)]  # 0.15 / 0.5 = 0.3, nothing at 1k steps
     assert judged(NAME, "comparable_to_backprop", results(some))["verdict"] == "partly"
     flat = [seed(1.0, 0.5, 0.6, 1.0) for _ in range(3)]

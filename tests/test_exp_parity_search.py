@@ -43,15 +43,29 @@ def test_smoke(tmp_path, monkeypatch):
     assert set(r) >= {"online", "grid", "grokking"}
     assert len(r["online"]["transformer"]["seeds"]) == len(size["transformer"]["seeds"])
     g = r["grid"]
-    assert len(g["steps"]) == len(size["grid"]["inits"]) and all(len(row) == len(size["grid"]["data"]) for row in g["steps"])
+    assert len(g["steps"]) == len(size["grid"]["inits"]) and all(
+        len(row) == len(size["grid"]["data"]) for row in g["steps"]
+    )
     assert set(g["stats"]) >= {"anova_log_steps", "p_init", "p_data", "exponential"}
     # the grid's cells differ in init and data order separately: each run's stored config says so
     for i in size["grid"]["inits"]:
         for d in size["grid"]["data"]:
             k = size["grid"]["k"]
-            cfg = json.loads((tmp_path / "runs" / "runs" / f"part=grid,n={size['grid']['n']},k={k},init={i}" / f"seed_{d}"
-                              / "config.json").read_text())
-            assert (cfg["model"]["init_seed"], cfg["train"]["seed"], cfg["task"]["seed"]) == (i, d, size["grid"]["task_seed"])
+            cfg = json.loads(
+                (
+                    tmp_path
+                    / "runs"
+                    / "runs"
+                    / f"part=grid,n={size['grid']['n']},k={k},init={i}"
+                    / f"seed_{d}"
+                    / "config.json"
+                ).read_text()
+            )
+            assert (cfg["model"]["init_seed"], cfg["train"]["seed"], cfg["task"]["seed"]) == (
+                i,
+                d,
+                size["grid"]["task_seed"],
+            )
     assert all({"fit_at", "generalized_at", "eval_acc_at_fit"} <= set(s) for s in r["grokking"]["seeds"])
     claims = out["claims"]
     assert [c["id"] for c in claims] == list(CLAIMS)
@@ -69,8 +83,10 @@ def test_smoke(tmp_path, monkeypatch):
 def online(key: str, steps: list, cap: int = 4000, control: list | None = None) -> dict:
     """`control`: the labels-shuffled runs' convergence steps (default: none converges within 500 steps)."""
     shuffled = {"n": 15, "k": 3, "cap": 500, "converged_at": control or [None] * len(steps)}
-    return {"online": {key: {"n": 15, "k": 3, "cap": cap, "converged_at": steps}},
-            "controls_labels_shuffled": {"noise": 0.49, "online": {key: shuffled}}}
+    return {
+        "online": {key: {"n": 15, "k": 3, "cap": cap, "converged_at": steps}},
+        "controls_labels_shuffled": {"noise": 0.49, "online": {key: shuffled}},
+    }
 
 
 @pytest.mark.parametrize("claim,key", [("transformer_learns_online", "transformer"), ("mlp_learns_n40_k4", "mlp_k4")])
@@ -109,7 +125,9 @@ def test_grid_rule_init_dominates_matches():
     steps = [[q(b * (1 + rng.uniform(-0.03, 0.03))) for _ in range(8)] for b in base]
     j = verdict("init_not_random_search", grid(steps))
     assert j["verdict"] == "matches", j["why"]
-    assert j["control"]["verdict"] == "partly" and "share of the variance of log steps 0.00052" in j["control"]["why"]  # transposed
+    assert (
+        j["control"]["verdict"] == "partly" and "share of the variance of log steps 0.00052" in j["control"]["why"]
+    )  # transposed
     s = RULES.grid_stats(steps, 8000, 10)
     assert s["p_init"] < 0.01 and s["anova_log_steps"]["share_init"] > 0.8 and s["exponential"]["p"] < 0.05
 
@@ -152,9 +170,13 @@ def grok_seed(fit, gen, acc) -> dict:
 def grok(seeds, control=None) -> dict:
     """`control`: the labels-shuffled seeds (default: they fit nothing within 1000 steps)."""
     setting = {"n": 30, "k": 3, "n_train": 500, "width": 1000, "weight_decay": 0.01}
-    return {"grokking": {**setting, "cap": 32000, "seeds": seeds},
-            "controls_labels_shuffled": {"noise": 0.49, "grokking": {**setting, "cap": 1000, "seeds": control or
-                                                                     [grok_seed(None, None, None)] * len(seeds)}}}
+    return {
+        "grokking": {**setting, "cap": 32000, "seeds": seeds},
+        "controls_labels_shuffled": {
+            "noise": 0.49,
+            "grokking": {**setting, "cap": 1000, "seeds": control or [grok_seed(None, None, None)] * len(seeds)},
+        },
+    }
 
 
 def test_grokking_rule():
@@ -193,7 +215,9 @@ def test_anova_against_least_squares():
     rows, cols = np.repeat(np.arange(a), b), np.tile(np.arange(b), a)
 
     def rss(*factors):
-        x = np.column_stack([np.ones(a * b)] + [(f == level).astype(float) for f, n in factors for level in range(1, n)])
+        x = np.column_stack(
+            [np.ones(a * b)] + [(f == level).astype(float) for f, n in factors for level in range(1, n)]
+        )
         coef, *_ = np.linalg.lstsq(x, y.ravel(), rcond=None)
         return float(((y.ravel() - x @ coef) ** 2).sum())
 
@@ -212,7 +236,9 @@ def test_ks_against_scipy():
     rng = random.Random(5)
     x = [300 + rng.expovariate(1 / 200) for _ in range(40)]
     loc, scale = RULES.shifted_exponential_fit(x)
-    assert RULES.ks_statistic(x, loc, scale) == pytest.approx(stats.kstest(x, "expon", args=(loc, scale)).statistic, abs=1e-12)
+    assert RULES.ks_statistic(x, loc, scale) == pytest.approx(
+        stats.kstest(x, "expon", args=(loc, scale)).statistic, abs=1e-12
+    )
     # the fit: unbiased shifted-exponential estimates
     n, m, lo = len(x), sum(x) / len(x), min(x)
     assert scale == pytest.approx(n * (m - lo) / (n - 1)) and loc == pytest.approx(lo - scale / n)
@@ -220,14 +246,22 @@ def test_ks_against_scipy():
 
 def test_convergence_and_grokking_steps_by_hand():
     ps = script("parity_search")
-    metrics = [{"step": 0, "eval/acc": 0.5, "train_set/acc": 0.5, "train_set/loss": 0.7, "eval/loss": 0.7},
-               {"step": 50, "train/loss": 0.5},  # a training record without evaluation
-               {"step": 100, "eval/acc": 0.52, "train_set/acc": 0.995, "train_set/loss": 0.1, "eval/loss": 0.7},
-               {"step": 150, "eval/acc": 0.5, "train_set/acc": 0.98, "train_set/loss": 0.1, "eval/loss": 0.7},  # dips: not yet for good
-               {"step": 200, "eval/acc": 0.55, "train_set/acc": 1.0, "train_set/loss": 0.05, "eval/loss": 0.7},
-               {"step": 300, "eval/acc": 0.991, "train_set/acc": 1.0, "train_set/loss": 0.05, "eval/loss": 0.1},
-               {"step": 400, "eval/acc": 0.97, "train_set/acc": 1.0, "train_set/loss": 0.05, "eval/loss": 0.1},
-               {"step": 700, "eval/acc": 1.0, "train_set/acc": 1.0, "train_set/loss": 0.05, "eval/loss": 0.01}]
+    metrics = [
+        {"step": 0, "eval/acc": 0.5, "train_set/acc": 0.5, "train_set/loss": 0.7, "eval/loss": 0.7},
+        {"step": 50, "train/loss": 0.5},  # a training record without evaluation
+        {"step": 100, "eval/acc": 0.52, "train_set/acc": 0.995, "train_set/loss": 0.1, "eval/loss": 0.7},
+        {
+            "step": 150,
+            "eval/acc": 0.5,
+            "train_set/acc": 0.98,
+            "train_set/loss": 0.1,
+            "eval/loss": 0.7,
+        },  # dips: not yet for good
+        {"step": 200, "eval/acc": 0.55, "train_set/acc": 1.0, "train_set/loss": 0.05, "eval/loss": 0.7},
+        {"step": 300, "eval/acc": 0.991, "train_set/acc": 1.0, "train_set/loss": 0.05, "eval/loss": 0.1},
+        {"step": 400, "eval/acc": 0.97, "train_set/acc": 1.0, "train_set/loss": 0.05, "eval/loss": 0.1},
+        {"step": 700, "eval/acc": 1.0, "train_set/acc": 1.0, "train_set/loss": 0.05, "eval/loss": 0.01},
+    ]
     run = SimpleNamespace(metrics=metrics)
     assert ps.converged_at(run) == 300  # the first evaluation ≥ 0.99
     m = ps.grok_measures(run)

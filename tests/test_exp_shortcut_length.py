@@ -62,12 +62,25 @@ def test_smoke_writes_results_claims_and_figures(exp, tmp_path, monkeypatch):
 
 def car_results(standard, rotary=None, chance=(20.0, 12.5), T=16, trained_2T=None, init=25.0):
     """`standard` / `rotary` / `trained_2T` (the control: positions trained to 2T): (within_T, beyond_T) per seed."""
+
     def rows(pairs):
-        return [{"seed": 100 + i, "within_T": w, "beyond_T": b, "last_T": w, "init_within_T": init}
-                for i, (w, b) in enumerate(pairs)]
-    return {"car": {"T": T, "n_layers": 2, "chance": {"within_T": chance[0], "beyond_T": chance[1]},
-                    "runs": {"standard": rows(standard), "rotary": rows(rotary or [(60.0, 30.0)] * 3),
-                             "standard_2T": rows(trained_2T or [(99.9, 99.0)] * len(standard))}}}
+        return [
+            {"seed": 100 + i, "within_T": w, "beyond_T": b, "last_T": w, "init_within_T": init}
+            for i, (w, b) in enumerate(pairs)
+        ]
+
+    return {
+        "car": {
+            "T": T,
+            "n_layers": 2,
+            "chance": {"within_T": chance[0], "beyond_T": chance[1]},
+            "runs": {
+                "standard": rows(standard),
+                "rotary": rows(rotary or [(60.0, 30.0)] * 3),
+                "standard_2T": rows(trained_2T or [(99.9, 99.0)] * len(standard)),
+            },
+        }
+    }
 
 
 def counts(reads, errors, at=1, T=32):
@@ -81,8 +94,15 @@ def ff_results(pairs, reads=(40_000, 100_000), far=None):
     """`pairs`: (in-distribution errors, errors at ignore 0.9) per seed; `far`: the OOD reads at a distance never
     seen in distribution. The control set: in distribution again."""
     at = 20 if far else 1
-    seeds = [{"seed": 100 + i, "in_distribution": counts(reads[0], a), "control": counts(reads[0], a),
-              "ood": {q: counts(reads[1], b, at) for q in ("0.8", "0.9", "0.98")}} for i, (a, b) in enumerate(pairs)]
+    seeds = [
+        {
+            "seed": 100 + i,
+            "in_distribution": counts(reads[0], a),
+            "control": counts(reads[0], a),
+            "ood": {q: counts(reads[1], b, at) for q in ("0.8", "0.9", "0.98")},
+        }
+        for i, (a, b) in enumerate(pairs)
+    ]
     return {"flipflop": {"seeds": seeds, "chance": {"in_distribution": 50.0, "0.8": 50.0, "0.9": 50.0, "0.98": 50.0}}}
 
 
@@ -106,7 +126,9 @@ def test_rule_car_shortcut(rules):
 
 def test_rule_car_beyond_T(rules):
     c = claim(rules, "car_beyond_T")
-    assert verdicts.judged(unfloored(c), car_results([(99.9, 13.0), (99.5, 15.0), (100.0, 11.0)]))["verdict"] == "matches"
+    assert (
+        verdicts.judged(unfloored(c), car_results([(99.9, 13.0), (99.5, 15.0), (100.0, 11.0)]))["verdict"] == "matches"
+    )
     # dropped 40+ points but far above chance: partly; kept its accuracy: does not (both floored by the budget)
     got = verdicts.judged(c, car_results([(99.9, 55.0)] * 3))
     assert got["rule_verdict"] == "partly" and got["verdict"] == "inconclusive"
@@ -125,7 +147,9 @@ def test_rule_flipflop(rules):
     got = verdicts.judged(c, ff_results([(0, 0), (1, 2), (0, 1), (2, 3), (0, 0)]))
     assert got["rule_verdict"] == "does not" and got["verdict"] == "inconclusive"
     # significant in 4 of 5 seeds: the sign test fails, partly
-    assert verdicts.judged(c, ff_results([(0, 8000), (0, 8000), (0, 8000), (0, 8000), (0, 1)]))["rule_verdict"] == "partly"
+    assert (
+        verdicts.judged(c, ff_results([(0, 8000), (0, 8000), (0, 8000), (0, 8000), (0, 1)]))["rule_verdict"] == "partly"
+    )
     # reads not learned in distribution (5 % errors): OOD worse still, but only partly
     assert verdicts.judged(c, ff_results([(2000, 20000)] * 5))["rule_verdict"] == "partly"
     few = verdicts.judged(c, ff_results([(0, 8000)] * 3))
@@ -141,7 +165,10 @@ def test_controls_of_the_shortcut_claims(rules):
     got = verdicts.judged(c, car_results([(99.9, 13.0)] * 3))
     assert got["verdict"] == "matches" and got["control"]["verdict"] == "does not"  # positions trained to 2T
     # a model trained to 2T that still fails beyond T: the failure is not the training length's
-    assert verdicts.judged(c, car_results([(99.9, 13.0)] * 3, trained_2T=[(99.9, 13.0)] * 3))["verdict"] == "by construction"
+    assert (
+        verdicts.judged(c, car_results([(99.9, 13.0)] * 3, trained_2T=[(99.9, 13.0)] * 3))["verdict"]
+        == "by construction"
+    )
     assert verdicts.judged(claim(rules, "car_beyond_T"), car_results([(99.9, 13.0)] * 3))["verdict"] == "inconclusive"
     c = unfloored(claim(rules, "flipflop_ood"))
     got = verdicts.judged(c, ff_results([(0, 8000), (1, 7000), (2, 16000), (0, 9000), (0, 9500)]))
@@ -173,7 +200,22 @@ def flipflop_reference(symbols: list[str]):
 def test_reads_and_distances_match_a_hand_written_flip_flop(exp):
     task = tasks.make("automata", {"automaton": "flipflop", "length": 12, "eval_length": 12})
     names = list(task.table.symbols)
-    seqs = [["ignore", "ignore", "write1", "ignore", "ignore", "write0", "ignore", "write1", "write1", "ignore", "ignore", "ignore"]]
+    seqs = [
+        [
+            "ignore",
+            "ignore",
+            "write1",
+            "ignore",
+            "ignore",
+            "write0",
+            "ignore",
+            "write1",
+            "write1",
+            "ignore",
+            "ignore",
+            "ignore",
+        ]
+    ]
     rng = random.Random(0)
     seqs += [[rng.choice(names) for _ in range(12)] for _ in range(50)]
     x = torch.tensor([[names.index(s) for s in seq] for seq in seqs])

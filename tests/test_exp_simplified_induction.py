@@ -56,11 +56,20 @@ def test_the_first_gradient_is_v_alone_and_decays_quadratically(exp):
 
 
 def seed(i=0, r2=(0.99, 0.9), moved=False, bias2=0.01, argmax=1, share=0.9, halves=(5, 30), stages=None):
-    return {"seed": i, "first_step": {"r2_quadratic": r2[0], "r2_linear": r2[1], "a": 0.05, "w_moved_step1": moved,
-                                      "diag_bias_step2": bias2},
-            "state_c": {"argmax": argmax}, "window": {"from": 2, "to": 30, "share_v2": share},
-            "phase": {"diag_half": halves[0], "v2_half": halves[1]},
-            "stages": stages or ["uniform", "unigram", "bigram"]}
+    return {
+        "seed": i,
+        "first_step": {
+            "r2_quadratic": r2[0],
+            "r2_linear": r2[1],
+            "a": 0.05,
+            "w_moved_step1": moved,
+            "diag_bias_step2": bias2,
+        },
+        "state_c": {"argmax": argmax},
+        "window": {"from": 2, "to": 30, "share_v2": share},
+        "phase": {"diag_half": halves[0], "v2_half": halves[1]},
+        "stages": stages or ["uniform", "unigram", "bigram"],
+    }
 
 
 def flat(i=0):
@@ -70,9 +79,16 @@ def flat(i=0):
 
 def results(minimal, transformer=None, slopes=(0.95, 1.0, 1.05), control=None, control_slopes=(-0.1, -0.2, 0.0)):
     ratio = lambda ss: {"t": [25, 50, 100], "per_seed": [{"seed": i, "slope": s} for i, s in enumerate(ss)]}  # noqa: E731
-    return {"minimal": minimal, "transformer": transformer or [seed(i) for i in range(3)], "ratio": ratio(slopes),
-            "control": {"prior": "unigram", "minimal": control or [flat(i) for i in range(len(minimal))],
-                        "ratio": ratio(control_slopes)}}
+    return {
+        "minimal": minimal,
+        "transformer": transformer or [seed(i) for i in range(3)],
+        "ratio": ratio(slopes),
+        "control": {
+            "prior": "unigram",
+            "minimal": control or [flat(i) for i in range(len(minimal))],
+            "ratio": ratio(control_slopes),
+        },
+    }
 
 
 def test_every_claim_is_rejected_on_its_control_and_by_construction_when_the_control_passes():
@@ -101,8 +117,10 @@ def test_v2_leads_by_hand_and_in_training():
     assert judged(NAME, "v2_gets_largest_gradient", results([seed(i) for i in range(3)]))["verdict"] == "matches"
     by_hand = [seed(i, share=0.5) for i in range(3)]
     assert judged(NAME, "v2_gets_largest_gradient", results(by_hand))["verdict"] == "partly"
-    assert judged(NAME, "v2_gets_largest_gradient",
-                  results([seed(i, argmax=0, share=0.2) for i in range(3)]))["verdict"] == "does not"
+    assert (
+        judged(NAME, "v2_gets_largest_gradient", results([seed(i, argmax=0, share=0.2) for i in range(3)]))["verdict"]
+        == "does not"
+    )
 
 
 def test_ratio_is_linear_when_the_slopes_interval_lies_in_the_region():

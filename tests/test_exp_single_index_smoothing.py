@@ -46,7 +46,7 @@ def rules():
 def test_fit_recovers_a_planted_power_law():
     r = rules()
     dims = [8, 16, 32, 64]
-    f = r.fit(dims, {d: [3 * d ** 2, 4 * d ** 2, 5 * d ** 2, None, 2 * d ** 2] for d in dims})
+    f = r.fit(dims, {d: [3 * d**2, 4 * d**2, 5 * d**2, None, 2 * d**2] for d in dims})
     assert f["slope"] == pytest.approx(2.0) and f["r2"] == pytest.approx(1.0)
     assert f["interval"][0] <= 2.0 <= f["interval"][1]
     assert r.fit(dims, {d: [None, None, 5] for d in dims}) is None  # a median not reached
@@ -59,8 +59,12 @@ DIMS = [8, 16, 32, 64]
 
 def grid(samples, random, best_at=1, factors=(1, 4, 16)):
     """A learning-rate grid whose entry `best_at` has `samples` and the others 10× as many."""
-    return {"grid": [{"lr_factor": f, "samples": [x if i == best_at else 10 * x for x in samples],
-                      "random": random} for i, f in enumerate(factors)]}
+    return {
+        "grid": [
+            {"lr_factor": f, "samples": [x if i == best_at else 10 * x for x in samples], "random": random}
+            for i, f in enumerate(factors)
+        ]
+    }
 
 
 def results(vanilla_slope, smoothed_slope, seeds=6, zigzag=1, edge=False, fewer=True, chance_at=(), random=None):
@@ -71,13 +75,13 @@ def results(vanilla_slope, smoothed_slope, seeds=6, zigzag=1, edge=False, fewer=
     for arm, slope in (("vanilla", vanilla_slope), ("smoothed", smoothed_slope)):
         out[arm] = {}
         for d in DIMS:
-            xs = [round(d ** slope * (1 + i / 10) * (zigzag if d in (16, 64) else 1)) for i in range(seeds)]
+            xs = [round(d**slope * (1 + i / 10) * (zigzag if d in (16, 64) else 1)) for i in range(seeds)]
             rs = [None] * seeds if random is None else random(d, seeds)
             if d in chance_at:
                 xs, rs = [1 + i % 2 for i in range(seeds)], [1 + i % 3 for i in range(seeds)]
             out[arm][str(d)] = grid(xs, rs, best_at=0 if edge and d == 64 else 1)
     if not fewer:
-        out["smoothed"]["64"] = grid([10 ** 6] * seeds, [None] * seeds)
+        out["smoothed"]["64"] = grid([10**6] * seeds, [None] * seeds)
     return out
 
 
@@ -105,7 +109,7 @@ def test_the_sample_floor_leaves_out_chance_recovery():
     # the largest d at chance: no ordering to read there
     assert judged(NAME, "smoothing_needs_fewer", results(2.0, 1.5, chance_at=(64,)))["verdict"] == "inconclusive"
     # a seed at the random direction only after its median, or one in eight before it: above the floor
-    late = results(2.0, 1.5, random=lambda d, n: [d ** 3] * n)
+    late = results(2.0, 1.5, random=lambda d, n: [d**3] * n)
     assert judged(NAME, "vanilla_exponent", late)["verdict"] == "matches"
     one = results(2.0, 1.5, seeds=8, random=lambda d, n: [1] + [None] * (n - 1))
     assert judged(NAME, "vanilla_exponent", one)["verdict"] == "matches"

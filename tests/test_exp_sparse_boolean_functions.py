@@ -88,8 +88,16 @@ def test_norms_match_the_probed_model_weights(exp, smoke):
 # ---- (b) the rules on planted results ----------------------------------------------------------------------
 
 
-def planted(norm, steps=None, seeds=4, s_values=(2, 3, 4, 5), budget=1000, converged=lambda kind, s, i: True, seed=0,
-            init=lambda kind, s, i: 15.0):
+def planted(
+    norm,
+    steps=None,
+    seeds=4,
+    s_values=(2, 3, 4, 5),
+    budget=1000,
+    converged=lambda kind, s, i: True,
+    seed=0,
+    init=lambda kind, s, i: 15.0,
+):
     """runs with norm(kind, s, i), init(kind, s, i) (the step-0 norm) and steps(kind, s, i), a little noise on each."""
     rng, at_init = random.Random(seed), random.Random(seed + 1)
     runs = []
@@ -98,9 +106,17 @@ def planted(norm, steps=None, seeds=4, s_values=(2, 3, 4, 5), budget=1000, conve
             for i in range(seeds):
                 ok = converged(kind, s, i)
                 st = (steps(kind, s, i) if steps else 100) * math.exp(rng.gauss(0, 0.05))
-                runs.append({"kind": kind, "s": s, "seed": i, "converged": ok, "steps_to_99": round(st) if ok else None,
-                             "norm": norm(kind, s, i) * math.exp(rng.gauss(0, 0.03)),
-                             "norm_init": init(kind, s, i) * math.exp(at_init.gauss(0, 0.03))})
+                runs.append(
+                    {
+                        "kind": kind,
+                        "s": s,
+                        "seed": i,
+                        "converged": ok,
+                        "steps_to_99": round(st) if ok else None,
+                        "norm": norm(kind, s, i) * math.exp(rng.gauss(0, 0.03)),
+                        "norm_init": init(kind, s, i) * math.exp(at_init.gauss(0, 0.03)),
+                    }
+                )
     return {"runs": runs, "steps": budget}
 
 
@@ -111,8 +127,10 @@ def test_norm_rule(rules):
     assert j["verdict"] == "matches" and "s=5: 10 vs 20.7" in j["why"] and "p = 0.0002" in j["why"], j
     assert j["control"]["verdict"] == "does not"  # the step-0 checkpoint: no gap
     # a gap already at step 0 (the two kinds built differently) makes the match one by construction
-    built = planted(lambda k, s, i: 10 * (math.exp(0.15 * s) if k == "generic" else 1),
-                    init=lambda k, s, i: 10 * (math.exp(0.15 * s) if k == "generic" else 1))
+    built = planted(
+        lambda k, s, i: 10 * (math.exp(0.15 * s) if k == "generic" else 1),
+        init=lambda k, s, i: 10 * (math.exp(0.15 * s) if k == "generic" else 1),
+    )
     assert verdicts.judged(claim, built)["verdict"] == "by construction"
     # a constant ratio: smaller for symmetric, not growing
     const = planted(lambda k, s, i: 10 * (1.3 if k == "generic" else 1))
@@ -125,8 +143,10 @@ def test_norm_rule(rules):
     j = verdicts.judged(claim, few)
     assert j["verdict"] == "inconclusive" and "0 values of s" in j["why"]
     # generic runs that fail to converge at s ≥ 4 leave two values of s: inconclusive, said why
-    failing = planted(lambda k, s, i: 10 * (math.exp(0.15 * s) if k == "generic" else 1),
-                      converged=lambda k, s, i: not (k == "generic" and s >= 4 and i > 0))
+    failing = planted(
+        lambda k, s, i: 10 * (math.exp(0.15 * s) if k == "generic" else 1),
+        converged=lambda k, s, i: not (k == "generic" and s >= 4 and i > 0),
+    )
     j = verdicts.judged(claim, failing)
     assert j["verdict"] == "inconclusive" and "s=4 4/4, 1/4" in j["why"]
 
@@ -134,8 +154,11 @@ def test_norm_rule(rules):
 def test_steps_rule(rules):
     claim = next(c for c in rules.CLAIMS if c.id == "symmetric_steps")
     # generic slower, more so at larger s, and at s = 5 never within the budget: counted as slowest
-    growing = planted(lambda k, s, i: 10.0, steps=lambda k, s, i: 100 * (2 ** (s - 2) if k == "generic" else 1),
-                      converged=lambda k, s, i: not (k == "generic" and s == 5))
+    growing = planted(
+        lambda k, s, i: 10.0,
+        steps=lambda k, s, i: 100 * (2 ** (s - 2) if k == "generic" else 1),
+        converged=lambda k, s, i: not (k == "generic" and s == 5),
+    )
     j = verdicts.judged(claim, growing)
     assert j["verdict"] == "matches" and "s=5: 101 vs > 1000" in j["why"], j
     assert j["control"]["verdict"] == "does not"  # the kinds swapped
@@ -144,7 +167,7 @@ def test_steps_rule(rules):
     # nothing converges anywhere: no value of s says anything
     none = planted(lambda k, s, i: 10.0, converged=lambda k, s, i: False)
     assert verdicts.judged(claim, none)["verdict"] == "inconclusive"
-    few = planted(lambda k, s, i: 10.0, steps=lambda k, s, i: 100 * (2 ** s if k == "generic" else 1), seeds=2)
+    few = planted(lambda k, s, i: 10.0, steps=lambda k, s, i: 100 * (2**s if k == "generic" else 1), seeds=2)
     assert verdicts.judged(claim, few)["verdict"] == "inconclusive"
 
 
@@ -160,7 +183,7 @@ def test_tables_against_brute_force(exp):
                 rows = list(itertools.product((0, 1), repeat=s))  # MSB first, as the table's index
                 f = {bits: t[int("".join(map(str, bits)), 2)] for bits in rows}
                 sym = all(f[a] == f[b] for a in rows for b in rows if sum(a) == sum(b))
-                dep = all(any(f[a] != f[a[:i] + (1 - a[i],) + a[i + 1:]] for a in rows) for i in range(s))
+                dep = all(any(f[a] != f[a[:i] + (1 - a[i],) + a[i + 1 :]] for a in rows) for i in range(s))
                 assert sym == (kind == "symmetric") and dep
     # the task computes the table's label: a symmetric draw's label is g(number of ones among S)
     from mechsynth import tasks
@@ -176,8 +199,10 @@ def test_tables_against_brute_force(exp):
 
 def test_convergence_step_on_a_hand_made_series(exp):
     class FakeRun:
-        metrics = [{"step": s, "eval/balanced_acc": a} for s, a in
-                   [(0, 0.5), (50, 0.995), (100, 0.97), (150, 0.991), (200, 1.0), (250, 0.999)]]
+        metrics = [
+            {"step": s, "eval/balanced_acc": a}
+            for s, a in [(0, 0.5), (50, 0.995), (100, 0.97), (150, 0.991), (200, 1.0), (250, 0.999)]
+        ]
 
     assert exp.converged_step(FakeRun()) == (150, 0.999)  # the dip at 100 resets it
     FakeRun.metrics[-1]["eval/balanced_acc"] = 0.98
@@ -186,8 +211,10 @@ def test_convergence_step_on_a_hand_made_series(exp):
 
 def test_stratified_test_against_exact_enumeration(rules):
     """The permutation p against the exact one: every relabelling within each s (C(6,3)² = 400)."""
-    cells = {2: {"symmetric": [1.0, 1.2, 0.9], "generic": [1.3, 1.1, 1.5]},
-             3: {"symmetric": [2.0, 2.1, 1.7], "generic": [2.2, 2.6, 1.9]}}
+    cells = {
+        2: {"symmetric": [1.0, 1.2, 0.9], "generic": [1.3, 1.1, 1.5]},
+        3: {"symmetric": [2.0, 2.1, 1.7], "generic": [2.2, 2.6, 1.9]},
+    }
 
     def stat(c):
         return statistics.fmean(statistics.fmean(v["generic"]) - statistics.fmean(v["symmetric"]) for v in c.values())
@@ -196,8 +223,12 @@ def test_stratified_test_against_exact_enumeration(rules):
     splits = []
     for s, v in cells.items():
         pool = v["generic"] + v["symmetric"]
-        splits.append([{"generic": [pool[i] for i in g], "symmetric": [pool[i] for i in range(6) if i not in g]}
-                       for g in itertools.combinations(range(6), 3)])
+        splits.append(
+            [
+                {"generic": [pool[i] for i in g], "symmetric": [pool[i] for i in range(6) if i not in g]}
+                for g in itertools.combinations(range(6), 3)
+            ]
+        )
     exact = statistics.fmean(stat(dict(zip(cells, combo))) >= observed - 1e-12 for combo in itertools.product(*splits))
     got = rules.stratified_test(cells, draws=20000)
     assert got["stat"] == pytest.approx(observed)

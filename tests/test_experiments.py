@@ -60,6 +60,7 @@ def smoke(tmp_path_factory):
             d = tmp_path_factory.mktemp(name)
             done[name] = (run_smoke(name, d), d)
         return done[name]
+
     return get
 
 
@@ -73,7 +74,12 @@ def test_statistical_induction_smoke(smoke):
         for r in c["seeds"]:
             steps = r["steps"]
             # Bayes' predictor where the prior has one, beside (not among) the strategies
-            assert (r["kl_bayes"] is None) == ("ds" in cond) and set(r["transitions"]) == {"nearest", "kl<=0.1", "kl<=0.05", "drop90"}
+            assert (r["kl_bayes"] is None) == ("ds" in cond) and set(r["transitions"]) == {
+                "nearest",
+                "kl<=0.1",
+                "kl<=0.05",
+                "drop90",
+            }
             assert r["transitions"]["nearest"] == r["transition_step"]
             assert steps[0] == 0 and steps == sorted(steps) and len(steps) >= 5
             want = {"uniform", "unigram", "bigram"} | ({"trigram"} if cond == "trigram" else set())
@@ -147,15 +153,33 @@ def test_sparse_parity_hidden_progress_smoke(smoke):
     for k, ns in smoke["scaling"].items():
         for n in ns:
             for seed, t in enumerate(res["scaling"][str(k)]["by_n"][str(n)]["steps"]):
-                cfg = module.mlp_config(n, k, seed, smoke, checkpoints=smoke["checkpoints"] if module.probed(smoke, k, n) else 4)
-                check(runs / f"runs/model=mlp,k={k},n={n},noise=0.0/seed_{seed}", t, smoke["first_budget"], smoke["cap"], cfg)
+                cfg = module.mlp_config(
+                    n, k, seed, smoke, checkpoints=smoke["checkpoints"] if module.probed(smoke, k, n) else 4
+                )
+                check(
+                    runs / f"runs/model=mlp,k={k},n={n},noise=0.0/seed_{seed}",
+                    t,
+                    smoke["first_budget"],
+                    smoke["cap"],
+                    cfg,
+                )
     tf = smoke["transformer"]
     for r in res["hidden_progress_transformer"]["runs"]:
-        check(runs / f"runs/model=transformer,k=3,n={tf['n']}/seed_{r['seed']}", r["converged_at"], tf["first_budget"],
-              tf["cap"], module.transformer_config(tf["n"], 3, r["seed"], smoke))
+        check(
+            runs / f"runs/model=transformer,k=3,n={tf['n']}/seed_{r['seed']}",
+            r["converged_at"],
+            tf["first_budget"],
+            tf["cap"],
+            module.transformer_config(tf["n"], 3, r["seed"], smoke),
+        )
     for r in noisy:
-        check(runs / f"runs/model=mlp,k=3,n={smoke['hp_n']},noise={smoke['noise']}/seed_{r['seed']}", r["converged_at"],
-              smoke["first_budget"], smoke["cap"], module.mlp_config(smoke["hp_n"], 3, r["seed"], smoke, noise=smoke["noise"]))
+        check(
+            runs / f"runs/model=mlp,k=3,n={smoke['hp_n']},noise={smoke['noise']}/seed_{r['seed']}",
+            r["converged_at"],
+            smoke["first_budget"],
+            smoke["cap"],
+            module.mlp_config(smoke["hp_n"], 3, r["seed"], smoke, noise=smoke["noise"]),
+        )
     # Round 1 trains every run; later rounds only those still open; one round per budget at most.
     rounds = res["runs_per_round"]
     assert rounds[0] == len(load_plan(runs).jobs) and out["jobs_trained"] == sum(rounds)
@@ -176,9 +200,19 @@ def test_sparse_parity_hidden_progress_smoke(smoke):
 
 
 def mlp(n: int, steps: int, lr: float = 0.1) -> dict:
-    return {"task": {"name": "sparse_parity", "n": n, "k": 2}, "model": {"kind": "mlp", "width": 8},
-            "train": {"steps": steps, "batch_size": 8, "eval_every": 5, "eval_batch_size": 16, "checkpoints": 2,
-                      "optimizer": "sgd", "lr": lr}}
+    return {
+        "task": {"name": "sparse_parity", "n": n, "k": 2},
+        "model": {"kind": "mlp", "width": 8},
+        "train": {
+            "steps": steps,
+            "batch_size": 8,
+            "eval_every": 5,
+            "eval_batch_size": 16,
+            "checkpoints": 2,
+            "optimizer": "sgd",
+            "lr": lr,
+        },
+    }
 
 
 @pytest.mark.smoke
@@ -190,7 +224,10 @@ def test_rounds_of_explicit_runs_reuse_continue_and_refuse(tmp_path):
     s = harness.Session("rounds", args)
     # Each seed its own support (task.seed): seeds as separate runs.
     first = s.train_runs([({"n": 6}, seed, mlp(6, 10)) for seed in (0, 1)], seed_keys=("task.seed",))
-    assert [(r.config.task_params["seed"], r.config.train.seed, r.steps[-1]) for r in first.all()] == [(0, 0, 10), (1, 1, 10)]
+    assert [(r.config.task_params["seed"], r.config.train.seed, r.steps[-1]) for r in first.all()] == [
+        (0, 0, 10),
+        (1, 1, 10),
+    ]
     assert s.trained == 2 and not (tmp_path / "runs/runs/n=6/config.json").exists()
     untouched = {p: p.stat().st_mtime_ns for p in (tmp_path / "runs/runs/n=6/seed_1").rglob("*") if p.is_file()}
 
@@ -199,11 +236,17 @@ def test_rounds_of_explicit_runs_reuse_continue_and_refuse(tmp_path):
     second = s.train_runs(spec, seed_keys=("task.seed",))
     assert second.run(0, n=6).steps[-1] == 20 and second.run(0, n=8).steps[-1] == 10 and s.trained == 4
     assert {p: p.stat().st_mtime_ns for p in untouched} == untouched
-    assert {j.dir for j in load_plan(tmp_path / "runs").jobs} == {"runs/n=6/seed_0", "runs/n=6/seed_1", "runs/n=8/seed_0"}
+    assert {j.dir for j in load_plan(tmp_path / "runs").jobs} == {
+        "runs/n=6/seed_0",
+        "runs/n=6/seed_1",
+        "runs/n=8/seed_0",
+    }
     s.train_runs(spec, seed_keys=("task.seed",))  # the same round again: nothing trains
     assert s.trained == 4 and s.reused == 2
 
-    with pytest.raises(ConfigError, match="--runs: .*runs/n=6/seed_0 was trained with train.lr=0.1, this one train.lr=0.2"):
+    with pytest.raises(
+        ConfigError, match="--runs: .*runs/n=6/seed_0 was trained with train.lr=0.1, this one train.lr=0.2"
+    ):
         s.train_runs([({"n": 6}, 0, mlp(6, 20, lr=0.2))], seed_keys=("task.seed",))
     # Without seed_keys, a point's seeds 0..S-1 train side by side.
     both = s.train_runs([({"n": 10}, seed, mlp(10, 10)) for seed in (0, 1)])
@@ -214,7 +257,9 @@ def test_rounds_of_explicit_runs_reuse_continue_and_refuse(tmp_path):
 def test_statistics_helpers():
     harness = load("harness")
     fit = harness.power_fit([10, 20, 40], [3 * 10**2.5, 3 * 20**2.5, 3 * 40**2.5])
-    assert fit["exponent"] == pytest.approx(2.5) and fit["prefactor"] == pytest.approx(3) and fit["r2"] == pytest.approx(1)
+    assert (
+        fit["exponent"] == pytest.approx(2.5) and fit["prefactor"] == pytest.approx(3) and fit["r2"] == pytest.approx(1)
+    )
     assert harness.spearman([1, 2, 3, 4], [10, 20, 15, 40]) == pytest.approx(0.8)
     assert harness.spread([3, None, 1, 2]) == {"median": 2, "min": 1, "max": 3, "n": 3, "of": 4}
     steps, scores = [0, 10, 20, 30, 40], [0.1, 0.2, 0.6, 0.5, 0.9]
@@ -245,10 +290,16 @@ def test_sparse_selection_smoke_writes_results(sparse):
     runs = data["runs"]
     for r in runs:
         assert 0.0 <= r["balanced_acc"] <= 1.0 and r["success"] == (r["balanced_acc"] >= data["success_threshold"])
-        assert r["fits"] == (r["train_errors"] == 0) and 0 <= r["train_errors"] <= r["n_train"] and math.isfinite(r["train_loss"])
+        assert (
+            r["fits"] == (r["train_errors"] == 0)
+            and 0 <= r["train_errors"] <= r["n_train"]
+            and math.isfinite(r["train_loss"])
+        )
         assert 0.0 <= r["attention_on_support"] <= 1.0 + 1e-6
         # One sweep directory, a point per (setting, T, n), the draw as the seed; each run has the config the script gives it.
-        stored = load_run(out / f"runs/runs/setting={r['setting']},T={r['T']},n={r['n_train']}/seed_{r['draw']}").config.to_dict()
+        stored = load_run(
+            out / f"runs/runs/setting={r['setting']},T={r['T']},n={r['n_train']}/seed_{r['draw']}"
+        ).config.to_dict()
         cfg = module.config(c, r["setting"], r["T"], r["n_train"], r["draw"], r["steps"])
         cfg["model"]["init_seed"] = cfg["train"]["seed"] = r["draw"]  # one seed per draw: the draw seeds everything
         assert all(stored[section][k] == v for section, table in cfg.items() for k, v in table.items())
@@ -259,9 +310,11 @@ def test_sparse_selection_smoke_writes_results(sparse):
         for T in c["lengths"]:
             sizes = sorted({r["n_train"] for r in runs if r["setting"] == st and r["T"] == T})
             i = c["ladder"].index(sizes[0])
-            assert sizes == c["ladder"][i:i + len(sizes)] and set(c["start"][st]) <= set(sizes)
+            assert sizes == c["ladder"][i : i + len(sizes)] and set(c["start"][st]) <= set(sizes)
             for n in sizes:
-                assert sorted(r["draw"] for r in runs if (r["setting"], r["T"], r["n_train"]) == (st, T, n)) == list(range(c["draws"]))
+                assert sorted(r["draw"] for r in runs if (r["setting"], r["T"], r["n_train"]) == (st, T, n)) == list(
+                    range(c["draws"])
+                )
             row = data["settings"][st]["per_T"][str(T)]
             assert row["runs"] == len(sizes) * c["draws"] and row["grid"] == [sizes[0], sizes[-1]]
             assert row["not_fitted"] == sum(not r["fits"] for r in runs if (r["setting"], r["T"]) == (st, T))
@@ -269,13 +322,18 @@ def test_sparse_selection_smoke_writes_results(sparse):
                 assert row["n50_ci"][0] <= row["n50_ci"][1]
     rounds, continued = data["runs_per_round"], data["runs_continued"]
     assert sum(rounds) == len(runs) and 1 <= len(rounds) <= c["rounds"]
-    assert written["jobs_trained"] == len(runs) + sum(e["runs"] for e in continued) and written["runs_trained"] == len(runs)
+    assert written["jobs_trained"] == len(runs) + sum(e["runs"] for e in continued) and written["runs_trained"] == len(
+        runs
+    )
     # A run trained past `steps` did not fit its training set at `steps`; one left at `steps` fits it.
     assert all(r["steps"] in (c["steps"], c["max_steps"]) and (r["fits"] or r["steps"] == c["max_steps"]) for r in runs)
     assert sum(r["steps"] > c["steps"] for r in runs) == sum(e["runs"] for e in continued)
     assert rounds[0] == sum(len(c["start"][st]) for st in c["settings"]) * len(c["lengths"]) * c["draws"]
     for tl in data["support_timelines"]:
-        assert len(tl["steps"]) == len(tl["attention_on_support"]) == len(tl["support_recovered"]) >= 2 and tl["steps"][0] == 0
+        assert (
+            len(tl["steps"]) == len(tl["attention_on_support"]) == len(tl["support_recovered"]) >= 2
+            and tl["steps"][0] == 0
+        )
     for name in written["figures"]:
         assert is_png(out / name)
 
@@ -292,8 +350,11 @@ def test_sparse_selection_grid_grows_until_it_brackets_the_transition(sparse):
             low, high = row["sizes"][str(lo)]["success"], row["sizes"][str(hi)]["success"]
             assert row["bracketed"] == (low <= module.LOW and high >= module.HIGH)
             if not row["bracketed"]:
-                assert len(data["runs_per_round"]) == c["rounds"] or (low <= module.LOW or lo == c["ladder"][0]) \
+                assert (
+                    len(data["runs_per_round"]) == c["rounds"]
+                    or (low <= module.LOW or lo == c["ladder"][0])
                     and (high >= module.HIGH or hi == c["ladder"][-1])
+                )
                 assert any(p.startswith(f"T={T}: the grid") for p in res["problems"])
 
 
@@ -308,15 +369,21 @@ def test_experiment_reuses_finished_runs_and_refuses_a_different_one(sparse):
     assert again["results"]["runs"] == written["results"]["runs"]
     assert {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("model.safetensors")} == before  # nothing retrained
     harness = module.harness
-    s = harness.Session("sparse_selection", harness.parse_args("sparse_selection", "", ["--smoke", "--runs", str(out / "runs")]))
+    s = harness.Session(
+        "sparse_selection", harness.parse_args("sparse_selection", "", ["--smoke", "--runs", str(out / "runs")])
+    )
     run = written["results"]["runs"][0]
     other = module.config(module.SIZES["smoke"], run["setting"], run["T"], run["n_train"], run["draw"])
     other["train"]["lr"] = 0.5
     point = f"setting={run['setting']},T={run['T']},n={run['n_train']}"
-    with pytest.raises(ConfigError, match=f"--runs: .*{point}/seed_{run['draw']} was trained with "
-                                          "train.lr=0.003, this one train.lr=0.5"):
-        s.train_runs([({"setting": run["setting"], "T": run["T"], "n": run["n_train"]}, run["draw"], other)],
-                     seed_keys=("task.seed",))
+    with pytest.raises(
+        ConfigError,
+        match=f"--runs: .*{point}/seed_{run['draw']} was trained with train.lr=0.003, this one train.lr=0.5",
+    ):
+        s.train_runs(
+            [({"setting": run["setting"], "T": run["T"], "n": run["n_train"]}, run["draw"], other)],
+            seed_keys=("task.seed",),
+        )
     assert {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("model.safetensors")} == before
 
 
@@ -336,7 +403,11 @@ def test_sparse_selection_seeds_of_a_draw_train_side_by_side(tmp_path, monkeypat
         point = tmp_path / f"runs/runs/setting=balanced,T={r['T']},n={r['n_train']},draw={r['draw']}"
         assert json.loads((point / "config.json").read_text())["train"]["seeds"] == 2  # one job, two seeds
         cfg = load_run(point / f"seed_{r['seed']}").config.to_dict()
-        assert (cfg["task"]["seed"], cfg["model"]["init_seed"], cfg["train"]["seed"]) == (r["draw"], r["seed"], r["seed"])
+        assert (cfg["task"]["seed"], cfg["model"]["init_seed"], cfg["train"]["seed"]) == (
+            r["draw"],
+            r["seed"],
+            r["seed"],
+        )
 
 
 def test_logistic_fit_recovers_a_planted_curve_and_its_quantiles():
@@ -362,8 +433,11 @@ def test_logistic_fit_recovers_a_planted_curve_and_its_quantiles():
 
 def test_bootstrap_over_identical_draws_has_no_spread():
     module = load("sparse_selection")
-    rows = [{"draw": d, "n_train": n, "success": n >= 32 if d % 2 else n >= 64, "fits": True}
-            for d in range(4) for n in (16, 32, 64, 128)]
+    rows = [
+        {"draw": d, "n_train": n, "success": n >= 32 if d % 2 else n >= 64, "fits": True}
+        for d in range(4)
+        for n in (16, 32, 64, 128)
+    ]
     same = [dict(r, success=r["n_train"] >= 64) for r in rows]
     est = module.sizes_of(same)["n50"]
     assert 32 < est < 64
@@ -377,15 +451,24 @@ def test_bootstrap_over_identical_draws_has_no_spread():
     assert module.sizes_of(unfit, count_unfitted=True)["n50"] is not None
 
 
-@pytest.mark.parametrize("planted, exponent_ci, slope_ci, problems, want", [
-    (lambda T: 10 + 8 * math.log2(T), (0.2, 0.4), (6.0, 10.0), [], "matches"),
-    (lambda T: 2.0 * T, (0.9, 1.1), (20.0, 40.0), [], "does not"),
-    (lambda T: 10 + 8 * math.log2(T), (0.3, 0.8), (6.0, 10.0), [], "inconclusive"),
-    (lambda T: 10 + 8 * math.log2(T), (0.2, 0.4), (6.0, 10.0), ["T=512: the grid 64..128 does not bracket"], "inconclusive"),
-    (lambda T: 50.0 + (T % 3), (-0.05, 0.1), (-1.0, 1.0), [], "inconclusive"),  # flat: no growth to call log T
-    (lambda T: 100 - 8 * math.log2(T), (-0.4, -0.2), (-10.0, -6.0), [], "does not"),  # falls as T grows
-    (lambda T: 10 + 8 * math.log2(T), (0.2, 0.4), (6.0, 10.0), [], "matches"),
-])
+@pytest.mark.parametrize(
+    "planted, exponent_ci, slope_ci, problems, want",
+    [
+        (lambda T: 10 + 8 * math.log2(T), (0.2, 0.4), (6.0, 10.0), [], "matches"),
+        (lambda T: 2.0 * T, (0.9, 1.1), (20.0, 40.0), [], "does not"),
+        (lambda T: 10 + 8 * math.log2(T), (0.3, 0.8), (6.0, 10.0), [], "inconclusive"),
+        (
+            lambda T: 10 + 8 * math.log2(T),
+            (0.2, 0.4),
+            (6.0, 10.0),
+            ["T=512: the grid 64..128 does not bracket"],
+            "inconclusive",
+        ),
+        (lambda T: 50.0 + (T % 3), (-0.05, 0.1), (-1.0, 1.0), [], "inconclusive"),  # flat: no growth to call log T
+        (lambda T: 100 - 8 * math.log2(T), (-0.4, -0.2), (-10.0, -6.0), [], "does not"),  # falls as T grows
+        (lambda T: 10 + 8 * math.log2(T), (0.2, 0.4), (6.0, 10.0), [], "matches"),
+    ],
+)
 def test_sparse_selection_verdict_rule(planted, exponent_ci, slope_ci, problems, want):
     module = load("sparse_selection")
     lengths = [16, 32, 64, 128, 256, 512]
@@ -402,8 +485,18 @@ def test_automata_depth_smoke_writes_results(smoke):
     module = load("automata_depth")
     out, tmp_path = smoke("automata_depth")
     written, c = out["results"], out["config"]
-    assert (c["groups"], c["depths"], c["seeds"], c["length"], c["alphabet"]) == (["C2", "D8", "S5"], [1, 2], [0, 1], 8, "liu")
-    for point in ("group=S5,n_layers=2", "alphabet=generators,group=S5,n_layers=1", "positional=rotary,group=D8,n_layers=1"):
+    assert (c["groups"], c["depths"], c["seeds"], c["length"], c["alphabet"]) == (
+        ["C2", "D8", "S5"],
+        [1, 2],
+        [0, 1],
+        8,
+        "liu",
+    )
+    for point in (
+        "group=S5,n_layers=2",
+        "alphabet=generators,group=S5,n_layers=1",
+        "positional=rotary,group=D8,n_layers=1",
+    ):
         assert (tmp_path / "runs/runs" / point / "seed_1/config.json").exists()
     assert len(written["runs"]) == len(c["groups"]) * len(c["depths"]) * len(c["seeds"])
     for g in c["groups"]:
@@ -420,17 +513,27 @@ def test_automata_depth_smoke_writes_results(smoke):
     for r in written["runs"]:
         assert len(r["linear"]["state"]) == r["depth"] + 1 and all(0 <= a <= 1 for a in r["linear"]["state"])
         assert len(r["acc_by_position"]) == c["length"] and len(r["entropy_per_head"]) == r["depth"] * c["n_heads"]
-    assert set(written["runs"][-1]["linear"]) == {"state"} and set(written["runs"][4]["linear"]) == {"state", "flip", "rotation"}
+    assert set(written["runs"][-1]["linear"]) == {"state"} and set(written["runs"][4]["linear"]) == {
+        "state",
+        "flip",
+        "rotation",
+    }
     # S5 has 120 states: chance is < 1%, so even a smoke run is far above zero and far below C2's chance of 50%.
     assert written["table"]["S5"]["1"]["all"]["mean"] < written["table"]["C2"]["1"]["all"]["mean"]
     assert written["chance"]["C2"]["last"] == pytest.approx(50, abs=5)
     side = written["alphabets"]["S5"]["1"]
-    assert side["generators"]["symbols"] == ["(01)", "cycle"] and side["liu"]["all"]["mean"] == written["table"]["S5"]["1"]["all"]["mean"]
+    assert (
+        side["generators"]["symbols"] == ["(01)", "cycle"]
+        and side["liu"]["all"]["mean"] == written["table"]["S5"]["1"]["all"]["mean"]
+    )
     # the negative controls (issue 46): Liu et al.'s alphabet with other seeds, the untrained deepest models'
     # decoding, rotary models trained to 2T; and the budget the rules read
     assert len(side["liu_other_seeds"]["all"]["per_seed"]) == len(c["seeds"])
     assert all(("linear_init" in r) == (r["depth"] == max(c["depths"])) for r in written["runs"])
-    assert set(written["length_control"]) == set(written["length"]) and (tmp_path / "runs/runs/positional=rotary_2T,group=D8,n_layers=1/seed_1/config.json").exists()
+    assert (
+        set(written["length_control"]) == set(written["length"])
+        and (tmp_path / "runs/runs/positional=rotary_2T,group=D8,n_layers=1/seed_1/config.json").exists()
+    )
     assert written["budget"]["sequences"] == c["steps"] * c["batch_size"]
     assert all(j["control"]["verdict"] is not None for j in out["claims"])
     assert side["liu"]["chance"] == written["chance"]["S5"] and 0 < side["generators"]["chance"]["last"] < 100
@@ -449,7 +552,11 @@ def test_grid_and_linear_fit():
     module = load("sparse_selection")
     assert module.grid(16, 64, 2) == [16, 23, 32, 45, 64]
     fit = module.harness.linear_fit([1.0, 2.0, 3.0, 4.0], [5.0, 7.0, 9.0, 11.0])
-    assert fit["slope"] == pytest.approx(2.0) and fit["intercept"] == pytest.approx(3.0) and fit["r2"] == pytest.approx(1.0)
+    assert (
+        fit["slope"] == pytest.approx(2.0)
+        and fit["intercept"] == pytest.approx(3.0)
+        and fit["r2"] == pytest.approx(1.0)
+    )
     assert module.harness.linear_fit([2.0, 2.0], [1.0, 3.0]) is None
 
 
@@ -484,11 +591,19 @@ def test_the_same_command_twice_from_scratch_gives_the_same_numbers(name, smoke,
 def test_grokking_phase_events_on_hand_made_curves():
     module = load("grokking")
     steps = [0, 10, 20, 30, 40, 50, 60]
-    curves = {"train_acc": [0.0, 0.5, 1.0, 1.0, 1.0, 1.0, 1.0], "train_loss": [4.0, 1.0, 0.1, 0.001, 0.001, 0.001, 0.001],
-              "restricted_loss": [4.0, 4.0, 3.0, 0.5, 0.1, 0.01, 0.01],
-              "test_acc": [0.0, 0.0, 0.0, 0.1, 0.6, 1.0, 1.0], "test_loss": [4.0, 8.0, 10.0, 6.0, 1.0, 0.01, 0.001]}
+    curves = {
+        "train_acc": [0.0, 0.5, 1.0, 1.0, 1.0, 1.0, 1.0],
+        "train_loss": [4.0, 1.0, 0.1, 0.001, 0.001, 0.001, 0.001],
+        "restricted_loss": [4.0, 4.0, 3.0, 0.5, 0.1, 0.01, 0.01],
+        "test_acc": [0.0, 0.0, 0.0, 0.1, 0.6, 1.0, 1.0],
+        "test_loss": [4.0, 8.0, 10.0, 6.0, 1.0, 0.01, 0.001],
+    }
     ev = module.events(curves, steps)
-    assert ev["memorized"] == {"absolute": 20, "loss": 30, "relative": 30}  # acc ≥ 0.99 from 20; loss ≤ 0.01, ≤ 0.04 from 30
+    assert ev["memorized"] == {
+        "absolute": 20,
+        "loss": 30,
+        "relative": 30,
+    }  # acc ≥ 0.99 from 20; loss ≤ 0.01, ≤ 0.04 from 30
     # restricted ≤ 1 nat from 30; half-way in log from its value when memorized (relative: 0.5 at 30) to
     # its final 0.01 is 0.0707, from 50
     assert ev["circuit"] == {"absolute": 30, "loss": 40, "relative": 50}
@@ -547,7 +662,7 @@ def test_factual_capacity_search_brackets_a_planted_capacity():
             n = module.next_n(family, tried, c)
         cap = module.capacity(tried, "median_0.99")
         above = min(k for k in tried if k > 100)
-        assert cap <= 100 < above and above / cap <= 2 ** 0.25 * 1.1, (family, sorted(tried))
+        assert cap <= 100 < above and above / cap <= 2**0.25 * 1.1, (family, sorted(tried))
         assert module.capacity(tried, "all_seeds_0.99") is None and module.capacity(tried, "median_0.9") == cap
         assert family == "linear_memory" or all(k % c["relations"] == 0 for k in tried)  # S·R facts
 
@@ -590,13 +705,23 @@ def test_hmm_identifiability_smoke(tmp_path):
 def test_llc_stages_smoke(tmp_path):
     out = run_smoke("llc_stages", tmp_path)
     res, module = out["results"], load("llc_stages")
-    assert len(res["seeds"]) == module.SIZES["smoke"]["seeds"] and [c["id"] for c in out["claims"]] == ["llc_finds_stages"]
-    assert out["claims"][0]["verdict"] in ("matches", "partly", "does not", "inconclusive", "by construction") and out["claims"][0]["control"]["verdict"] is not None
+    assert len(res["seeds"]) == module.SIZES["smoke"]["seeds"] and [c["id"] for c in out["claims"]] == [
+        "llc_finds_stages"
+    ]
+    assert (
+        out["claims"][0]["verdict"] in ("matches", "partly", "does not", "inconclusive", "by construction")
+        and out["claims"][0]["control"]["verdict"] is not None
+    )
     for r in res["seeds"]:
         llc = r["llc"]
-        assert 0 < len(llc["steps"]) <= module.SIZES["smoke"]["llc"]["checkpoints"] and llc["steps"][-1] == r["steps"][-1]
+        assert (
+            0 < len(llc["steps"]) <= module.SIZES["smoke"]["llc"]["checkpoints"] and llc["steps"][-1] == r["steps"][-1]
+        )
         assert all(math.isfinite(v) for v in llc["mean"]) and len(llc["std"]) == len(llc["mean"])
-        assert set(r["llc_boundaries"]) == {"change_points", "turns"} and set(r["matches"]) == {"change_points", "turns"}
+        assert set(r["llc_boundaries"]) == {"change_points", "turns"} and set(r["matches"]) == {
+            "change_points",
+            "turns",
+        }
         for found in r["llc_boundaries"].values():
             assert set(found) <= set(llc["steps"])
         # each matched boundary is the nearest in log-step to its event, and the factor says how far
@@ -605,7 +730,11 @@ def test_llc_stages_smoke(tmp_path):
                 assert m["event"] == r["events"][event] and m["factor"] >= 1
     # a second invocation reuses the runs and their LLC timelines
     again = load("llc_stages").main(["--smoke", "--out", str(tmp_path), "--runs", str(tmp_path / "runs")])
-    assert again == 0 and json.loads((tmp_path / "llc_stages.json").read_text())["results"]["seeds"][0]["llc"] == res["seeds"][0]["llc"]
+    assert (
+        again == 0
+        and json.loads((tmp_path / "llc_stages.json").read_text())["results"]["seeds"][0]["llc"]
+        == res["seeds"][0]["llc"]
+    )
 
 
 @pytest.mark.smoke
@@ -634,9 +763,17 @@ def test_circuit_discovery_smoke(tmp_path):
     claims = {c["id"]: c for c in out["claims"]}
     assert set(claims) >= {"planted_circuits_recovered", "induction_circuit_timing", "positions_read"}
     assert claims["planted_circuits_recovered"]["verdict"] == "matches"  # known exactly, whatever the training budget
-    assert {k.split("/")[0] for k in res["planted"]} == {"majority", "induction", "tracr_frac_prevs", "tracr_detect_pattern"}
+    assert {k.split("/")[0] for k in res["planted"]} == {
+        "majority",
+        "induction",
+        "tracr_frac_prevs",
+        "tracr_detect_pattern",
+    }
     # the negative controls (issue 46): the planted models shuffled, every run's untrained model
-    assert set(res["planted_control"]) == set(res["planted"]) and claims["planted_circuits_recovered"]["control"]["verdict"] == "does not"
+    assert (
+        set(res["planted_control"]) == set(res["planted"])
+        and claims["planted_circuits_recovered"]["control"]["verdict"] == "does not"
+    )
     assert all(set(r["methods_init"]) == set(module.METHODS) for rs in res["results"].values() for r in rs)
     assert {c["verdict"] for c in claims.values()} <= {"matches", "partly", "does not", "inconclusive"}
     assert res["seeds"] == list(range(size["seeds"]))
@@ -657,8 +794,14 @@ def test_a_round_may_keep_runs_that_diverge_as_an_outcome(tmp_path):
     harness = load("harness")
     args = harness.parse_args("diverging", "", ["--smoke", "--runs", str(tmp_path / "runs"), "--workers", "1"])
     s = harness.Session("diverging", args)
-    spec = [({"lr": "fine"}, 0, mlp(6, 10)), ({"lr": "huge"}, 0, {**mlp(6, 10, lr=1e30), "train": {
-        **mlp(6, 10, lr=1e30)["train"], "grad_clip": 0, "checkpoints": 11}})]
+    spec = [
+        ({"lr": "fine"}, 0, mlp(6, 10)),
+        (
+            {"lr": "huge"},
+            0,
+            {**mlp(6, 10, lr=1e30), "train": {**mlp(6, 10, lr=1e30)["train"], "grad_clip": 0, "checkpoints": 11}},
+        ),
+    ]
     runs = s.train_runs(spec, seed_keys=("task.seed",), diverged_ok=True)
     assert runs.finished(0, lr="fine") and not runs.finished(0, lr="huge")
     assert runs.run(0, lr="huge").steps[-1] < 10 and runs.run(0, lr="fine").steps[-1] == 10

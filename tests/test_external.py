@@ -24,8 +24,13 @@ from mechsynth.yours import importing
 from tests.nanogpt_ref import GPT
 
 TRACR = Path(__file__).parent.parent / "mechsynth" / "benchmark" / "tracr"  # the zoo's compiled programs
-ARCHITECTURES = [dict(attn_only=True), dict(d_mlp=32, act_fn="gelu"), dict(positional_embedding_type="rotary", attn_only=True),
-                 dict(normalization_type=None, d_mlp=16), dict(normalization_type="LNPre", d_mlp=16, act_fn="gelu_new")]
+ARCHITECTURES = [
+    dict(attn_only=True),
+    dict(d_mlp=32, act_fn="gelu"),
+    dict(positional_embedding_type="rotary", attn_only=True),
+    dict(normalization_type=None, d_mlp=16),
+    dict(normalization_type="LNPre", d_mlp=16, act_fn="gelu_new"),
+]
 
 
 def _task():
@@ -35,8 +40,9 @@ def _task():
 def _model(task, seed=0, **kw):
     torch.manual_seed(seed)
     kw.setdefault("act_fn", "relu")
-    model = mechsynth.hooked_model(n_layers=2, d_model=16, n_heads=2, d_head=8, n_ctx=task.spec.n_ctx,
-                                   d_vocab=task.spec.d_vocab, **kw)
+    model = mechsynth.hooked_model(
+        n_layers=2, d_model=16, n_heads=2, d_head=8, n_ctx=task.spec.n_ctx, d_vocab=task.spec.d_vocab, **kw
+    )
     with torch.no_grad():  # off the init's symmetric values, so every weight (LN too) matters
         for p in model.parameters():
             p.add_(0.1 * torch.randn_like(p))
@@ -88,8 +94,13 @@ def test_a_model_that_does_not_fit_the_task_is_one_line_naming_both_sizes():
 def test_a_landscape_probe_runs_on_the_hooked_model_of_a_run(tmp_path, tiny):
     """`probes.run("llc", run.model(step), task)` with two chains: TL 4's bridge kept graph-attached tensors that
     devinterp's per-chain deepcopy refused; it now differentiates the plain model, as `mechsynth probe` does."""
-    run = load_run(train_run(parse_config(tiny({"name": "markov_icl", "k": 3, "order": 2, "length": 16},
-                                               train={"steps": 10})), tmp_path / "run", progress=False))
+    run = load_run(
+        train_run(
+            parse_config(tiny({"name": "markov_icl", "k": 3, "order": 2, "length": 16}, train={"steps": 10})),
+            tmp_path / "run",
+            progress=False,
+        )
+    )
     option = {"chains": 2, "draws": 10, "checkpoints": 1}
     on_hooked = probes.run("llc", run.model(), run.task, option=option).metrics
     on_plain = probes.run("llc", run.trainable(), run.task, option=option).metrics
@@ -114,10 +125,12 @@ def _save_checkpoints(model, task, folder: Path, steps=(0, 10, 100)) -> list[tor
 def test_import_state_dicts_in_either_layout_gives_the_sources_logits(tmp_path):
     task = _task()
     logits = _save_checkpoints(_model(task, d_mlp=32, act_fn="gelu"), task, tmp_path / "ckpts")
-    hooked_layout = importing.import_checkpoints(sorted((tmp_path / "ckpts").glob("step_*")), tmp_path / "a", task,
-                                                 {"act_fn": "gelu"})
-    native = importing.import_checkpoints(sorted((tmp_path / "ckpts").glob("native_*")), tmp_path / "b", task,
-                                          {"act_fn": "gelu", "n_heads": 2})
+    hooked_layout = importing.import_checkpoints(
+        sorted((tmp_path / "ckpts").glob("step_*")), tmp_path / "a", task, {"act_fn": "gelu"}
+    )
+    native = importing.import_checkpoints(
+        sorted((tmp_path / "ckpts").glob("native_*")), tmp_path / "b", task, {"act_fn": "gelu", "n_heads": 2}
+    )
     for run_dir in (hooked_layout, native):
         run = load_run(run_dir)
         assert run.steps == [0, 10, 100] and run.metrics[0]["eval/loss"] > 0
@@ -145,8 +158,13 @@ def test_import_a_tracr_program_and_probe_it(tmp_path):
     from mechsynth.runs.io import tensors_from_bytes
 
     path = TRACR / "detect_pattern.safetensors"
-    compiled = tl_compat.hooked_transformer(TransformerConfig(**info["config"], n_ctx=info["N"]), info["V"], info["V_out"],
-                                            info["N"], tensors_from_bytes(path.read_bytes(), path))
+    compiled = tl_compat.hooked_transformer(
+        TransformerConfig(**info["config"], n_ctx=info["N"]),
+        info["V"],
+        info["V_out"],
+        info["N"],
+        tensors_from_bytes(path.read_bytes(), path),
+    )
     clean = torch.tensor(info["clean"])
     assert (run.trainable()(clean) - compiled(clean)).abs().max() <= 1e-5
     # L1H0 moves is_a one position on: an exact previous-token head, which the probe must find
@@ -169,12 +187,15 @@ def test_probe_models_gives_the_timeline_of_models_you_hold(tmp_path):
     assert main(["report", str(tmp_path / "run")]) == 0 and (tmp_path / "run" / "report.html").stat().st_size > 10_000
 
 
-@pytest.mark.parametrize("args, field", [
-    (["--task", "markov_icl"], "model.act_fn"),  # MLP weights without their activation: asked, never guessed
-    (["--task", "no_such_task"], "task"),
-    (["--set", "task.k=3"], "--set task"),
-    (["--set", "train.lr=1"], "--set train"),
-])
+@pytest.mark.parametrize(
+    "args, field",
+    [
+        (["--task", "markov_icl"], "model.act_fn"),  # MLP weights without their activation: asked, never guessed
+        (["--task", "no_such_task"], "task"),
+        (["--set", "task.k=3"], "--set task"),
+        (["--set", "train.lr=1"], "--set train"),
+    ],
+)
 def test_import_mistakes_are_one_line(tmp_path, capsys, args, field):
     task = _task()
     _save_checkpoints(_model(task, d_mlp=32), task, tmp_path / "ckpts", steps=(0,))
@@ -226,15 +247,27 @@ def test_a_wrong_head_count_is_refused_where_the_weights_say_it_and_flagged_wher
     model = _one_head(task, tmp_path / "c")
     length = ["--task", "markov_icl", "--set", "task.k=3", "--set", "task.order=2", "--set", "task.length=16"]
     # HookedTransformer layout: W_Q is [n_heads, d_model, d_head], so a wrong count contradicts it: refused
-    rc, _, err = _import(capsys, tmp_path / "c" / "step_0.safetensors", *length, "--set", "model.n_heads=4",
-                         "--out", tmp_path / "a")
+    rc, _, err = _import(
+        capsys, tmp_path / "c" / "step_0.safetensors", *length, "--set", "model.n_heads=4", "--out", tmp_path / "a"
+    )
     assert rc == 2 and err.count("\n") == 0 and not (tmp_path / "a").exists()
     assert "model.n_heads: 4 (from --set), but blocks.0.attn.W_Q is 2×16×8" in err and "--set model.n_heads=2" in err
     # the bridge's layout with the model's TransformerLens config: d_head known, so a wrong count is refused too
     tl = tmp_path / "tl.json"
-    tl.write_text(json.dumps({k: v for k, v in model.cfg.to_dict().items() if isinstance(v, (int, str, bool, type(None)))}))
-    rc, _, err = _import(capsys, tmp_path / "c" / "native_0.pt", *length, "--tl-config", tl, "--set", "model.n_heads=4",
-                         "--out", tmp_path / "b")
+    tl.write_text(
+        json.dumps({k: v for k, v in model.cfg.to_dict().items() if isinstance(v, (int, str, bool, type(None)))})
+    )
+    rc, _, err = _import(
+        capsys,
+        tmp_path / "c" / "native_0.pt",
+        *length,
+        "--tl-config",
+        tl,
+        "--set",
+        "model.n_heads=4",
+        "--out",
+        tmp_path / "b",
+    )
     assert rc == 2 and err.count("\n") == 0 and "model.n_heads: 4 (from --set)" in err and "says 2" in err
     # (imports that succeed use random tokens: markov_icl's held-out Bayes predictors cost seconds per import)
     rc, out, _ = _import(capsys, tmp_path / "c" / "native_0.pt", "--tl-config", tl, "--out", tmp_path / "b")
@@ -251,16 +284,29 @@ def test_a_wrong_head_count_is_refused_where_the_weights_say_it_and_flagged_wher
     assert "cannot confirm" in origin["guessed"]["n_heads"] and origin["architecture"]["n_heads"] == "--set"
 
 
-@pytest.mark.parametrize("sets, field, says", [
-    (["--set", "task.k=5"], "task", "vocabulary is 3 tokens (embed.W_E is 3×16) and task markov_icl's is 5 (d_vocab); "
-                                    "give --set task.k=3"),
-    (["--set", "task.length=100"], "task.length", "the checkpoint has 16 positions (pos_embed.W_pos is 16×16) and task "
-                                                  "markov_icl's sequences are 100 tokens; give the length it was trained "
-                                                  "at: --set task.length=16"),
-    (["--set", "model.d_model=32"], "model.d_model", "32 (from --set), but blocks.0.attn.W_Q is 2×16×8"),
-    (["--set", "model.normalization=LNPre"], "model.normalization", "LNPre (from --set), but the checkpoint has "
-                                                                    "layer-norm weights"),
-])
+@pytest.mark.parametrize(
+    "sets, field, says",
+    [
+        (
+            ["--set", "task.k=5"],
+            "task",
+            "vocabulary is 3 tokens (embed.W_E is 3×16) and task markov_icl's is 5 (d_vocab); give --set task.k=3",
+        ),
+        (
+            ["--set", "task.length=100"],
+            "task.length",
+            "the checkpoint has 16 positions (pos_embed.W_pos is 16×16) and task "
+            "markov_icl's sequences are 100 tokens; give the length it was trained "
+            "at: --set task.length=16",
+        ),
+        (["--set", "model.d_model=32"], "model.d_model", "32 (from --set), but blocks.0.attn.W_Q is 2×16×8"),
+        (
+            ["--set", "model.normalization=LNPre"],
+            "model.normalization",
+            "LNPre (from --set), but the checkpoint has layer-norm weights",
+        ),
+    ],
+)
 def test_each_import_mismatch_is_one_line_naming_both_sizes_and_the_fix(tmp_path, capsys, sets, field, says):
     task = _task()
     _one_head(task, tmp_path / "c")
@@ -301,14 +347,32 @@ def test_save_checkpoint_round_trips_with_nothing_to_tell(tmp_path, capsys):
 def test_an_import_records_what_it_does_not_know_and_prints_what_it_inferred(tmp_path, capsys):
     task = _task()
     _save_checkpoints(_model(task, d_mlp=32, act_fn="gelu"), task, tmp_path / "ckpts")
-    rc, out, _ = _import(capsys, *sorted((tmp_path / "ckpts").glob("step_*")), "--task", "random_tokens", "--set",
-                         "task.d_vocab=3", "--set", "task.n_ctx=16", "--set", "model.act_fn=gelu", "--out", tmp_path / "run")
+    rc, out, _ = _import(
+        capsys,
+        *sorted((tmp_path / "ckpts").glob("step_*")),
+        "--task",
+        "random_tokens",
+        "--set",
+        "task.d_vocab=3",
+        "--set",
+        "task.n_ctx=16",
+        "--set",
+        "model.act_fn=gelu",
+        "--out",
+        tmp_path / "run",
+    )
     lines = out.splitlines()
     assert rc == 0 and lines[-1] == str(tmp_path / "run")
-    assert lines[0] == ("imported 3 checkpoints (steps 0, 10, 100; HookedTransformer state dict) as a 2-layer "
-                        "transformer, 2 heads, d_model 16")
-    assert "  from the weights' shapes: n_layers 2, n_heads 2, d_model 16, d_head 8, attn_only False, d_mlp 32" in lines[1]
-    assert "  from --set: act_fn gelu" in lines and any(line.startswith("  task: random_tokens (d_vocab=3, n_ctx=16") for line in lines)
+    assert lines[0] == (
+        "imported 3 checkpoints (steps 0, 10, 100; HookedTransformer state dict) as a 2-layer "
+        "transformer, 2 heads, d_model 16"
+    )
+    assert (
+        "  from the weights' shapes: n_layers 2, n_heads 2, d_model 16, d_head 8, attn_only False, d_mlp 32" in lines[1]
+    )
+    assert "  from --set: act_fn gelu" in lines and any(
+        line.startswith("  task: random_tokens (d_vocab=3, n_ctx=16") for line in lines
+    )
     stored = json.loads((tmp_path / "run" / "config.json").read_text())
     for key in ("train.batch_size", "train.lr", "train.optimizer", "train.seed", "model.init_seed"):
         assert key in stored["origin"]["not_recorded"] and key in load_run(tmp_path / "run").not_recorded
@@ -339,17 +403,29 @@ def _plain_loop(model, task, run_dir, steps, seed=0, lr=3e-3, **monitor):
 def test_a_plain_pytorch_loop_forms_its_circuits_at_the_steps_mechsynth_train_finds(tmp_path):
     """The same model, init, data stream and optimizer as `mechsynth train` (data_chunk 1, no clipping): the
     monitored run's formation steps equal those of `mechsynth train` + `mechsynth probe` on the same seed."""
-    config = {"task": {"name": "markov_icl", "k": 3, "order": 2, "length": 32},
-              "model": {"n_layers": 2, "n_heads": 1, "d_model": 16, "attn_only": True},
-              "train": {"steps": 400, "batch_size": 64, "lr": 3e-3, "eval_every": 50, "checkpoints": 24,
-                        "data_chunk": 1, "grad_clip": 0, "device": "cpu"}, "wandb": {"mode": "disabled"}}
+    config = {
+        "task": {"name": "markov_icl", "k": 3, "order": 2, "length": 32},
+        "model": {"n_layers": 2, "n_heads": 1, "d_model": 16, "attn_only": True},
+        "train": {
+            "steps": 400,
+            "batch_size": 64,
+            "lr": 3e-3,
+            "eval_every": 50,
+            "checkpoints": 24,
+            "data_chunk": 1,
+            "grad_clip": 0,
+            "device": "cpu",
+        },
+        "wandb": {"mode": "disabled"},
+    }
     cfg = parse_config(config)
     ours = load_run(train_run(cfg, tmp_path / "train", progress=False))
     assert main(["probe", str(ours.path)]) == 0
     task = cfg.build_task()
     init = ours.weights(0)  # the same initial weights, in the TL model the loop trains
-    model = mechsynth.hooked_model(n_layers=2, d_model=16, n_heads=1, d_head=16, n_ctx=task.spec.n_ctx, d_vocab=3,
-                                   act_fn="relu", attn_only=True)
+    model = mechsynth.hooked_model(
+        n_layers=2, d_model=16, n_heads=1, d_head=16, n_ctx=task.spec.n_ctx, d_vocab=3, act_fn="relu", attn_only=True
+    )
     tl_compat.load_weights(model, cfg.model, init)
     mon = _plain_loop(model, task, tmp_path / "loop", 400, checkpoints=24)
     expected = timeline.load(ours.path)
@@ -367,8 +443,15 @@ def test_the_monitor_writes_a_normal_run_and_logs_to_your_wandb_run(tmp_path):
 
     task = _task()
     user_run = wandb.init(mode="offline", project="mine", dir=str(tmp_path), reinit="create_new")
-    mon = _plain_loop(_model(task, attn_only=True), task, tmp_path / "run", 40, wandb=user_run, checkpoints=8,
-                      probes=["previous_token"])
+    mon = _plain_loop(
+        _model(task, attn_only=True),
+        task,
+        tmp_path / "run",
+        40,
+        wandb=user_run,
+        checkpoints=8,
+        probes=["previous_token"],
+    )
     user_run.log({"mine/after": 1.0})  # still open: the monitor never finishes the user's run
     user_run.finish()
     run = load_run(tmp_path / "run")
@@ -381,8 +464,9 @@ def test_the_monitor_writes_a_normal_run_and_logs_to_your_wandb_run(tmp_path):
 
 
 def test_the_monitor_without_a_task_or_a_total_checkpoints_log_spaced(tmp_path):
-    model = mechsynth.hooked_model(n_layers=1, d_model=8, n_heads=1, d_head=8, n_ctx=12, d_vocab=5, act_fn="relu",
-                                   attn_only=True)
+    model = mechsynth.hooked_model(
+        n_layers=1, d_model=8, n_heads=1, d_head=8, n_ctx=12, d_vocab=5, act_fn="relu", attn_only=True
+    )
     with mechsynth.Monitor(model, tmp_path / "run", probes=[]) as mon:
         for step in range(1, 31):
             mon.step(step, loss=1.0, mine=float(step))
@@ -415,10 +499,12 @@ def test_monitor_mistakes_are_one_line_before_anything_is_written(tmp_path):
     (tmp_path / "used").mkdir()
     (tmp_path / "used" / "x").write_text("mine")
     wide = mechsynth.hooked_model(n_layers=1, d_model=8, n_heads=1, d_head=8, n_ctx=16, d_vocab=20, act_fn="relu")
-    for model, run_dir, why in [(wide, tmp_path / "a", "vocabulary has 20 tokens"),
-                                (_model(task), tmp_path / "file" / "sub", "file"),
-                                (_model(task), tmp_path / "used", "not empty"),
-                                (torch.nn.Linear(3, 3), tmp_path / "b", "neither a TransformerLens transformer")]:
+    for model, run_dir, why in [
+        (wide, tmp_path / "a", "vocabulary has 20 tokens"),
+        (_model(task), tmp_path / "file" / "sub", "file"),
+        (_model(task), tmp_path / "used", "not empty"),
+        (torch.nn.Linear(3, 3), tmp_path / "b", "neither a TransformerLens transformer"),
+    ]:
         with pytest.raises(UserError, match=why) as e:
             mechsynth.Monitor(model, run_dir, task)
         assert "\n" not in str(e.value)

@@ -25,7 +25,9 @@ def test_sequences_match_reference():
     b = task.sample(2000, gen(1), split="eval")
     facts = task.facts.tolist()
     t = b.truth
-    assert t["facts"].tolist() == facts and t["answer_set"].tolist() == [[D * r + d for d in range(D)] for r in range(R)]
+    assert t["facts"].tolist() == facts and t["answer_set"].tolist() == [
+        [D * r + d for d in range(D)] for r in range(R)
+    ]
     seen_pairs, seen_pos = set(), set()
     for i, (row, target, mask) in enumerate(zip(b.tokens.tolist(), b.targets.tolist(), b.mask.tolist())):
         s, r = t["subject"][i].item(), t["relation"][i].item()
@@ -113,7 +115,7 @@ def test_uniform_logits_are_log_answers_and_type_matches_relation_only():
     assert m["loss"] == pytest.approx(math.log(12), rel=1e-5) and m["type_loss"] == pytest.approx(math.log(3), rel=1e-5)
     logits = torch.full((256, 10, 12), -30.0)
     for i, r in enumerate(b.truth["relation"].tolist()):
-        logits[i, -1, 4 * r:4 * r + 4] = 0.0
+        logits[i, -1, 4 * r : 4 * r + 4] = 0.0
     m = task.metrics(logits, b)
     assert m["type_acc"] == 1.0 and m["type_loss"] == pytest.approx(0.0, abs=1e-5)
     assert m["loss"] == pytest.approx(math.log(4), rel=1e-4)
@@ -153,17 +155,27 @@ def test_spec_and_labels():
     b = task.sample(1, gen())
     labels = task.token_labels(b.tokens[0])
     t = b.truth
-    assert labels[t["subject_pos"][0]] == f"s{t['subject'][0]}" and labels[t["relation_pos"][0]] == f"r{t['relation'][0]}"
+    assert (
+        labels[t["subject_pos"][0]] == f"s{t['subject'][0]}" and labels[t["relation_pos"][0]] == f"r{t['relation'][0]}"
+    )
     # noise unset: S + R types, as the paper's code.
     default = tasks.make("factual_recall", {"subjects": 10, "relations": 2})
     assert default.cfg.n_noise == 12 and default.spec.d_vocab == 10 + 2 + 12 + 1 and default.spec.n_ctx == 32
 
 
-@pytest.mark.parametrize("params, field, match", [
-    ({"subjects": 0}, "task.subjects", "≥ 1"), ({"relations": 0}, "task.relations", "≥ 1"),
-    ({"answers": 0}, "task.answers", "≥ 1"), ({"noise": 0}, "task.noise", "≥ 1"), ({"length": 2}, "task.length", "≥ 3"),
-    ({"subjects": 2**20, "relations": 32}, "task.subjects", "2\\*\\*24"),
-    ({"relations": 2**11, "answers": 2**10}, "task.answers", "2\\*\\*20"), ({"facts": 3}, "task.facts", "unknown key")])
+@pytest.mark.parametrize(
+    "params, field, match",
+    [
+        ({"subjects": 0}, "task.subjects", "≥ 1"),
+        ({"relations": 0}, "task.relations", "≥ 1"),
+        ({"answers": 0}, "task.answers", "≥ 1"),
+        ({"noise": 0}, "task.noise", "≥ 1"),
+        ({"length": 2}, "task.length", "≥ 3"),
+        ({"subjects": 2**20, "relations": 32}, "task.subjects", "2\\*\\*24"),
+        ({"relations": 2**11, "answers": 2**10}, "task.answers", "2\\*\\*20"),
+        ({"facts": 3}, "task.facts", "unknown key"),
+    ],
+)
 def test_config_errors_name_the_field(params, field, match):
     with pytest.raises(ConfigError, match=f"^{field}: .*{match}"):
         tasks.make("factual_recall", params)
@@ -171,15 +183,24 @@ def test_config_errors_name_the_field(params, field, match):
 
 def test_config_errors_in_python_too():
     cls = tasks.TASKS.get("factual_recall").Config
-    for kw, field in (({"subjects": -1}, "subjects"), ({"length": 1}, "length"), ({"noise": 0}, "noise"),
-                      ({"relations": 2**17, "answers": 16}, "answers")):
+    for kw, field in (
+        ({"subjects": -1}, "subjects"),
+        ({"length": 1}, "length"),
+        ({"noise": 0}, "noise"),
+        ({"relations": 2**17, "answers": 16}, "answers"),
+    ):
         with pytest.raises(ConfigError, match=f"^{field}:"):
             cls(**kw)
 
 
 def test_a_tiny_run_trains_and_evaluates(tmp_path, tiny):
-    cfg = parse_config(tiny({"name": "factual_recall", "subjects": 8, "relations": 2, "answers": 3, "length": 8},
-                            {"n_layers": 1, "n_heads": 2, "d_model": 32}, {"steps": 20, "lr": 1e-3}))
+    cfg = parse_config(
+        tiny(
+            {"name": "factual_recall", "subjects": 8, "relations": 2, "answers": 3, "length": 8},
+            {"n_layers": 1, "n_heads": 2, "d_model": 32},
+            {"steps": 20, "lr": 1e-3},
+        )
+    )
     run = load_run(train_run(cfg, tmp_path / "run", progress=False))
     assert run.steps[-1] == 20
     last = run.metrics[-1]

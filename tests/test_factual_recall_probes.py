@@ -41,14 +41,15 @@ def test_mean_ablation_replaces_the_hook_by_its_batch_mean(task):
         logits, cache = fused.run_with_cache(tokens, names_filter=lambda n: n == "blocks.0.hook_mlp_out")
         ablated = mean_ablated(fused, tokens, cache, ["blocks.0.hook_mlp_out"], m=2)
         for i in range(2):
-            out = cache["blocks.0.hook_mlp_out"][32 * i:32 * (i + 1)]
+            out = cache["blocks.0.hook_mlp_out"][32 * i : 32 * (i + 1)]
             want = logits[i] - (out - out.mean(0)) @ fused.unembed.W_U[i]
             torch.testing.assert_close(ablated[i], want, atol=1e-5, rtol=1e-5)
             single = models.build(dataclasses.replace(cfg, init_seed=i), task.spec)
             hooked = models.hooked(single)
             clean, own = hooked.run_with_cache(tokens, names_filter=lambda n: n == "blocks.0.hook_mlp_out")
-            torch.testing.assert_close(mean_ablated(hooked, tokens, own, ["blocks.0.hook_mlp_out"]), ablated[i],
-                                       atol=1e-5, rtol=1e-4)
+            torch.testing.assert_close(
+                mean_ablated(hooked, tokens, own, ["blocks.0.hook_mlp_out"]), ablated[i], atol=1e-5, rtol=1e-4
+            )
             assert not torch.allclose(clean, ablated[i], atol=1e-3)  # the ablation did something
 
 
@@ -61,17 +62,21 @@ def test_side_by_side_planted_models_are_probed_each_with_its_own_means(task):
     stacked.load_state_dict({k: torch.stack([sd[k] for _, sd in weights]) for k in weights[0][1]})
     together = probes.run_many(NAMES, stacked, task)
     for (cfg, sd), result in zip(weights, together):
-        alone = probes.run_many(NAMES, hooked_transformer(cfg, task.spec.d_vocab, task.spec.d_vocab_out,
-                                                          task.spec.n_ctx, sd), task)[0]
+        alone = probes.run_many(
+            NAMES, hooked_transformer(cfg, task.spec.d_vocab, task.spec.d_vocab_out, task.spec.n_ctx, sd), task
+        )[0]
         for name in NAMES:
             assert close(result[name].metrics, alone[name].metrics), (name, result[name].metrics, alone[name].metrics)
-    assert together[0]["fact_storage"].metrics["acc_no_mlp"] < 0.6 < together[1]["fact_storage"].metrics["acc_no_mlp"] == 1
+    assert (
+        together[0]["fact_storage"].metrics["acc_no_mlp"] < 0.6 < together[1]["fact_storage"].metrics["acc_no_mlp"] == 1
+    )
 
 
 def test_where_the_probes_apply(task):
     attn_only = models.hooked(models.build(models.TransformerConfig(n_layers=1, attn_only=True, d_model=16), task.spec))
     assert probes.why_not("fact_storage", attn_only, task) == (
-        f"{type(attn_only).__name__} is attention-only; probe 'fact_storage' compares ablating its MLP and its attention")
+        f"{type(attn_only).__name__} is attention-only; probe 'fact_storage' compares ablating its MLP and its attention"
+    )
     assert probes.can_run("answer_type", attn_only, task)  # logits only
     parity = tasks.make("sparse_parity", {"n": 6, "k": 2})
     model = models.hooked(models.build(models.TransformerConfig(n_layers=1, d_model=16), parity.spec))
@@ -86,24 +91,44 @@ def test_where_the_probes_apply(task):
 def hand_timeline() -> Timeline:
     """Five checkpoints of a model that learns the type by step 10 and the facts by step 40."""
     steps = [0, 10, 20, 40, 80]
-    answer = {"type_acc": [0.3, 0.95, 0.97, 1.0, 1.0], "acc": [0.05, 0.2, 0.5, 0.95, 1.0],
-              "type_gap": [0.25, 0.75, 0.47, 0.05, 0.0], "loss": [3.0, 1.5, 1.0, 0.2, 0.1],
-              "type_loss": [1.0, 0.1, 0.05, 0.01, 0.0], "fact_loss": [2.0, 1.4, 0.95, 0.19, 0.1],
-              "type_only_acc": [0.4] * 5}
-    storage = {"acc": [0.05, 0.2, 0.5, 0.95, 1.0], "acc_no_mlp": [0.05, 0.2, 0.45, 0.5, 0.55],
-               "acc_no_attn": [0.05, 0.1, 0.1, 0.1, 0.1], "type_acc_no_mlp": [0.3, 0.9, 0.95, 1.0, 1.0],
-               "type_acc_no_attn": [0.3, 0.33, 0.33, 0.33, 0.33], "type_only_acc": [0.4] * 5}
-    return Timeline(steps, answer["loss"], {"answer_type": {}, "fact_storage": {}},
-                    {"answer_type": answer, "fact_storage": storage}, {"answer_type": {}, "fact_storage": {}}, 40)
+    answer = {
+        "type_acc": [0.3, 0.95, 0.97, 1.0, 1.0],
+        "acc": [0.05, 0.2, 0.5, 0.95, 1.0],
+        "type_gap": [0.25, 0.75, 0.47, 0.05, 0.0],
+        "loss": [3.0, 1.5, 1.0, 0.2, 0.1],
+        "type_loss": [1.0, 0.1, 0.05, 0.01, 0.0],
+        "fact_loss": [2.0, 1.4, 0.95, 0.19, 0.1],
+        "type_only_acc": [0.4] * 5,
+    }
+    storage = {
+        "acc": [0.05, 0.2, 0.5, 0.95, 1.0],
+        "acc_no_mlp": [0.05, 0.2, 0.45, 0.5, 0.55],
+        "acc_no_attn": [0.05, 0.1, 0.1, 0.1, 0.1],
+        "type_acc_no_mlp": [0.3, 0.9, 0.95, 1.0, 1.0],
+        "type_acc_no_attn": [0.3, 0.33, 0.33, 0.33, 0.33],
+        "type_only_acc": [0.4] * 5,
+    }
+    return Timeline(
+        steps,
+        answer["loss"],
+        {"answer_type": {}, "fact_storage": {}},
+        {"answer_type": answer, "fact_storage": storage},
+        {"answer_type": {}, "fact_storage": {}},
+        40,
+    )
 
 
 def test_summary_lines_say_when_and_where(task):
     tl = hand_timeline()
     lines = timeline.summary(tl, task)
-    assert ("answer_type      type known at step 10, facts at step 40 (type_acc, acc ≥ 0.9 from then on); widest "
-            "gap type_acc - acc 0.75 at step 10 (fact loss 1.4 nats)") in lines
-    assert ("fact_storage     step 80: acc 1; MLP mean-ablated 0.55 (type 1), attention mean-ablated 0.1 (type 0.33); "
-            "best guess from the relation alone 0.4: facts in the MLP") in lines
+    assert (
+        "answer_type      type known at step 10, facts at step 40 (type_acc, acc ≥ 0.9 from then on); widest "
+        "gap type_acc - acc 0.75 at step 10 (fact loss 1.4 nats)"
+    ) in lines
+    assert (
+        "fact_storage     step 80: acc 1; MLP mean-ablated 0.55 (type 1), attention mean-ablated 0.1 (type 0.33); "
+        "best guess from the relation alone 0.4: facts in the MLP"
+    ) in lines
     tl.metrics["fact_storage"]["acc_no_mlp"][-1] = 0.9  # most of the accuracy survives the MLP's ablation
     assert timeline.summary(tl, task)[-2].endswith("facts in attention (OV)")
     tl.metrics["fact_storage"]["acc"][-1] = 0.8
@@ -119,8 +144,9 @@ def test_figures_and_wandb_plots(task, wandb_plots):
     figs = probe_figures(tl, task)
     assert set(figs) >= set(NAMES)
     labels = {name: [line.get_label() for ax in figs[name].axes for line in ax.get_lines()] for name in NAMES}
-    assert {"type_acc (right answer set)", "acc (the fact)", "fact loss (-log p(answer | type))"} <= \
-        set(labels["answer_type"])
+    assert {"type_acc (right answer set)", "acc (the fact)", "fact loss (-log p(answer | type))"} <= set(
+        labels["answer_type"]
+    )
     assert {"MLP mean-ablated", "attention mean-ablated", "as trained"} <= set(labels["fact_storage"])
 
     for name in NAMES:
@@ -134,9 +160,11 @@ def test_a_trained_run_probed_in_chunks_equals_each_checkpoint_alone(tmp_path, t
     """A tiny run with frozen embeddings: the probes on chunks of checkpoints side by side (the timeline)
     equal the probes on each checkpoint's TransformerLens model, and agree with the trainer's own metrics
     where both measure the same thing (acc on the held-out split is another batch: only the ranges)."""
-    data = tiny({"name": "factual_recall", **RECALL}, {"n_layers": 1, "n_heads": 2, "d_model": 16, "d_mlp": 32,
-                                                       "normalization": "none", "freeze_embeddings": True},
-                {"steps": 12, "checkpoints": 4, "eval_every": 6, "lr": 0.01})
+    data = tiny(
+        {"name": "factual_recall", **RECALL},
+        {"n_layers": 1, "n_heads": 2, "d_model": 16, "d_mlp": 32, "normalization": "none", "freeze_embeddings": True},
+        {"steps": 12, "checkpoints": 4, "eval_every": 6, "lr": 0.01},
+    )
     run = load_run(train_run(parse_config(data), tmp_path / "run", progress=False))
     tl = timeline.probe_run(run, NAMES, batch_size=32)
     assert tl.steps == run.steps and len(tl.steps) >= 3
@@ -144,8 +172,11 @@ def test_a_trained_run_probed_in_chunks_equals_each_checkpoint_alone(tmp_path, t
         alone = probes.run_many(NAMES, run.model(step), run.task, batch_size=32)[0]
         for name in NAMES:
             assert close({k: v[i] for k, v in tl.metrics[name].items()}, alone[name].metrics, 1e-4), (step, name)
-    assert set(tl.metrics["fact_storage"]) == {f"{k}{s}" for k in ("acc", "loss", "type_acc", "type_loss")
-                                               for s in ("", "_no_mlp", "_no_attn")} | {"type_only_acc"}
+    assert set(tl.metrics["fact_storage"]) == {
+        f"{k}{s}" for k in ("acc", "loss", "type_acc", "type_loss") for s in ("", "_no_mlp", "_no_attn")
+    } | {"type_only_acc"}
     assert all(0 <= v <= 1 for v in tl.metrics["answer_type"]["type_acc"])
     lines = timeline.summary(tl, run.task)
-    assert any(line.startswith("answer_type") for line in lines) and any(line.startswith("fact_storage") for line in lines)
+    assert any(line.startswith("answer_type") for line in lines) and any(
+        line.startswith("fact_storage") for line in lines
+    )

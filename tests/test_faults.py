@@ -47,7 +47,9 @@ mode = "disabled"
 
 def write_config(tmp_path: Path, text: str = CONFIG, **train: object) -> str:
     for key, value in train.items():
-        text = re.sub(rf"^{key} = .*\n", "", text, flags=re.M).replace("[train]\n", f"[train]\n{key} = {json.dumps(value)}\n")
+        text = re.sub(rf"^{key} = .*\n", "", text, flags=re.M).replace(
+            "[train]\n", f"[train]\n{key} = {json.dumps(value)}\n"
+        )
     path = tmp_path / "cfg.toml"
     path.write_text(text)
     return str(path)
@@ -81,14 +83,15 @@ def trained(tmp_path_factory) -> Path:
 def _flip(offset: int, n: int = 1):
     def damage(b: bytes) -> bytes:
         at = offset if offset >= 0 else len(b) + offset
-        return b[:at] + bytes(x ^ 0xFF for x in b[at:at + n]) + b[at + n:]
+        return b[:at] + bytes(x ^ 0xFF for x in b[at : at + n]) + b[at + n :]
+
     return damage
 
 
 CKPT = "checkpoints/step_00000020/"
 # name: (file, new contents (bytes, or a function of the old ones; None deletes it))
 DAMAGES = {
-    "weights truncated": (CKPT + "model.safetensors", lambda b: b[:len(b) // 2]),
+    "weights truncated": (CKPT + "model.safetensors", lambda b: b[: len(b) // 2]),
     "weights zeroed": (CKPT + "model.safetensors", lambda b: bytes(len(b))),
     "weights header flipped": (CKPT + "model.safetensors", _flip(12)),
     "16 bytes of tensor data flipped": (CKPT + "model.safetensors", _flip(-40, 16)),
@@ -207,8 +210,12 @@ def test_kill_during_a_checkpoint_write_resumes_bit_exact(tmp_path, capsys, wher
     assert main(["train", cfg, "--out", str(full), "--no-progress"]) == 0
     steps = rundir.steps(full)
     target = f"step_{steps[3]:08d}"
-    proc = subprocess.run([sys.executable, "-c", KILLER, target, where, "train", cfg, "--out", str(cut), "--no-progress"],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", KILLER, target, where, "train", cfg, "--out", str(cut), "--no-progress"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     assert rundir.steps(cut) == steps[:3]
     assert list((cut / "checkpoints").glob(f".{target}.*.tmp")), "the kill left the half-written checkpoint"
@@ -254,8 +261,21 @@ def test_second_writer_is_refused_and_a_dead_ones_lock_is_taken_over(trained, tm
     run = tmp_path / "run"
     shutil.copytree(trained, run)
     # A: continues the run for a long time, in its own process.
-    a = subprocess.Popen([sys.executable, "-m", "mechsynth.cli", "train", "--resume", str(run), "--set",
-                          "train.steps=1000000", "--no-progress"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    a = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mechsynth.cli",
+            "train",
+            "--resume",
+            str(run),
+            "--set",
+            "train.steps=1000000",
+            "--no-progress",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
         deadline = time.time() + 120
         while time.time() < deadline and not ((run / ".lock").exists() and (run / ".lock").read_text().strip()):
@@ -279,8 +299,11 @@ def test_second_writer_is_refused_and_a_dead_ones_lock_is_taken_over(trained, tm
 @pytest.mark.smoke
 def test_two_new_runs_into_one_directory(tmp_path, capsys):
     cfg, out = write_config(tmp_path, steps=2000), tmp_path / "run"
-    a = subprocess.Popen([sys.executable, "-m", "mechsynth.cli", "train", cfg, "--out", str(out), "--no-progress"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    a = subprocess.Popen(
+        [sys.executable, "-m", "mechsynth.cli", "train", cfg, "--out", str(out), "--no-progress"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.time() + 120
         while time.time() < deadline and not (out / "config.json").exists():
@@ -304,7 +327,7 @@ def test_a_run_killed_before_its_first_shared_checkpoint_resumes_from_step_0(tmp
     shutil.copytree(full, cut)
     members = rundir.members(cut, seeds)
     for i, d in enumerate(members):  # seed 0 got its step-0 checkpoint, the others did not
-        for s in rundir.steps(d)[1 if i == 0 and seeds > 1 else 0:]:
+        for s in rundir.steps(d)[1 if i == 0 and seeds > 1 else 0 :]:
             shutil.rmtree(rundir.ckpt_dir(d, s))
         rundir.truncate_metrics(d, 0)
     capsys.readouterr()
@@ -323,7 +346,9 @@ def small_disk(tmp_path):
     mount.mkdir()
     if os.geteuid() != 0 or shutil.which("mount") is None:
         pytest.skip("needs root to mount a small tmpfs")
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1200k", "tmpfs", str(mount)], capture_output=True).returncode:
+    if subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1200k", "tmpfs", str(mount)], capture_output=True
+    ).returncode:
         pytest.skip("this machine does not allow mounting a tmpfs")
     yield mount
     subprocess.run(["umount", "-l", str(mount)], check=False)
@@ -349,9 +374,11 @@ def test_full_disk_is_one_line_keeps_earlier_checkpoints_and_resumes_after(small
 @pytest.mark.smoke
 def test_sweep_with_seeds_side_by_side_keeps_finished_runs_and_user_files(tmp_path, capsys):
     sweep = tmp_path / "sweep.toml"
-    sweep.write_text(f'base = "{REPO / "experiments" / "sparse_parity.toml"}"\n'
-                     "[train]\nsteps = 30\neval_every = 10\ncheckpoints = 4\nseeds = 2\ndevice = \"cpu\"\n"
-                     '[wandb]\nmode = "disabled"\n[sweep]\nseeds = 1\n[sweep.grid]\n"task.n" = [10]\n')
+    sweep.write_text(
+        f'base = "{REPO / "experiments" / "sparse_parity.toml"}"\n'
+        '[train]\nsteps = 30\neval_every = 10\ncheckpoints = 4\nseeds = 2\ndevice = "cpu"\n'
+        '[wandb]\nmode = "disabled"\n[sweep]\nseeds = 1\n[sweep.grid]\n"task.n" = [10]\n'
+    )
     out = tmp_path / "out"
     assert main(["sweep", str(sweep), "--out", str(out), "--workers", "1"]) == 0
     notes = out / "runs/n=10/seed_0/seed_1/notes.txt"
@@ -386,7 +413,7 @@ def test_out_pointing_at_a_file_is_refused_and_the_file_kept(tmp_path, capsys):
     target.write_text("mine")
     cfg = write_config(tmp_path)
     sweep = tmp_path / "sweep.toml"
-    sweep.write_text(CONFIG + '[sweep]\nseeds = 1\n')
+    sweep.write_text(CONFIG + "[sweep]\nseeds = 1\n")
     for argv in (["train", cfg, "--out", str(target)], ["sweep", str(sweep), "--out", str(target)]):
         assert main(argv) == 2
         line = one_error_line(capsys)
@@ -398,9 +425,15 @@ def test_errors_cross_process_boundaries_intact():
     """Sweep workers and Ray tasks send errors back pickled: each must come back as itself."""
     from mechsynth import errors
 
-    for err in (errors.UserError("x"), errors.ConfigError("train.lr", "bad"), errors.RunFileError("a/b", "missing"),
-                errors.CorruptFileError("a/b", "damaged"), errors.DiskFullError("a/b"), errors.RunInUseError("busy"),
-                errors.DivergedError("diverged", 7, 5, [1])):
+    for err in (
+        errors.UserError("x"),
+        errors.ConfigError("train.lr", "bad"),
+        errors.RunFileError("a/b", "missing"),
+        errors.CorruptFileError("a/b", "damaged"),
+        errors.DiskFullError("a/b"),
+        errors.RunInUseError("busy"),
+        errors.DivergedError("diverged", 7, 5, [1]),
+    ):
         back = pickle.loads(pickle.dumps(err))
         assert type(back) is type(err) and str(back) == str(err) and vars(back) == vars(err)
 

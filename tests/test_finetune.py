@@ -31,7 +31,9 @@ def weights(run_dir, step):
 def test_a_run_starts_from_the_last_checkpoint_or_a_named_one(pretrained, tmp_path, tiny):
     last = load_run(pretrained).steps[-1]
     for source, step in ((pretrained, last), (ckpt_dir(pretrained, 0), 0)):
-        cfg = tiny(TASK, MODEL, {"steps": 6, "checkpoints": 2, "seed": 5, "optimizer": "mezo", "init_from": str(source)})
+        cfg = tiny(
+            TASK, MODEL, {"steps": 6, "checkpoints": 2, "seed": 5, "optimizer": "mezo", "init_from": str(source)}
+        )
         out = train_run(parse_config(cfg), tmp_path / f"from_{step}", progress=False)
         start, want = weights(out, 0), weights(pretrained, step)
         assert set(start) == set(want) and all(torch.equal(start[k], want[k]) for k in want)
@@ -50,16 +52,20 @@ def test_seeds_side_by_side_all_start_from_it(pretrained, tmp_path, tiny):
 def test_what_cannot_start_a_run_is_one_line_and_leaves_nothing(pretrained, tmp_path, tiny, capsys):
     empty = tmp_path / "empty"
     empty.mkdir()
-    cases = [(tmp_path / "missing", MODEL, "not a run or checkpoint directory"),
-             (empty, MODEL, "has no checkpoint"),
-             (pretrained, {**MODEL, "d_model": 32}, "do not fit this run's model")]
+    cases = [
+        (tmp_path / "missing", MODEL, "not a run or checkpoint directory"),
+        (empty, MODEL, "has no checkpoint"),
+        (pretrained, {**MODEL, "d_model": 32}, "do not fit this run's model"),
+    ]
     for i, (source, model, says) in enumerate(cases):
         cfg = tiny(TASK, model, {"steps": 4, "init_from": str(source)})
         with pytest.raises(UserError, match=says):
             train_run(parse_config(cfg), tmp_path / f"bad{i}", progress=False)
         assert not (tmp_path / f"bad{i}").exists()
     toml = tmp_path / "bad.toml"
-    toml.write_text(f'[task]\nname = "markov_icl"\nk = 3\nlength = 12\n[train]\nsteps = 4\ninit_from = "{tmp_path / "missing"}"\n')
+    toml.write_text(
+        f'[task]\nname = "markov_icl"\nk = 3\nlength = 12\n[train]\nsteps = 4\ninit_from = "{tmp_path / "missing"}"\n'
+    )
     assert main(["train", str(toml), "--out", str(tmp_path / "cli"), "--no-progress"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "train.init_from" in err[0] and not (tmp_path / "cli").exists()
@@ -73,7 +79,9 @@ def test_a_fine_tuning_run_resumes_from_its_own_checkpoint(pretrained, tmp_path,
 
     source = shutil.copytree(pretrained, tmp_path / "source")
     train = {"steps": 10, "checkpoints": 4, "seed": 5}
-    full = train_run(parse_config(tiny(TASK, MODEL, {**train, "init_from": str(pretrained)})), tmp_path / "full", progress=False)
+    full = train_run(
+        parse_config(tiny(TASK, MODEL, {**train, "init_from": str(pretrained)})), tmp_path / "full", progress=False
+    )
     cfg = parse_config(tiny(TASK, MODEL, {**train, "init_from": str(source)}))
     undo = ctrl_c_at(Trainer, 6)
     with pytest.raises(KeyboardInterrupt):

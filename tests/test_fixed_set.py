@@ -49,8 +49,10 @@ def test_full_batch_and_the_set_is_fixed_by_its_own_seed():
 
 
 def test_train_set_metrics_are_the_whole_set_and_resume_mid_epoch_is_bit_exact(tmp_path, tiny, ctrl_c_at):
-    data = tiny({"name": "sparse_parity", "n": 8, "k": 2},
-                train={"steps": 30, "data": "fixed", "n_train": 40, "batch_size": 16, "checkpoints": 6})
+    data = tiny(
+        {"name": "sparse_parity", "n": 8, "k": 2},
+        train={"steps": 30, "data": "fixed", "n_train": 40, "batch_size": 16, "checkpoints": 6},
+    )
     cfg = parse_config(data)
     full = load_run(train_run(cfg, tmp_path / "full", progress=False))
     last = full.metrics[-1]
@@ -63,17 +65,22 @@ def test_train_set_metrics_are_the_whole_set_and_resume_mid_epoch_is_bit_exact(t
         train_run(cfg, tmp_path / "cut", progress=False)
     undo()
     train_run(cfg, tmp_path / "cut", resume=True, progress=False)
-    a, b = io.read_tensors(ckpt_dir(full.path, 30) / "model.safetensors"), \
-        io.read_tensors(ckpt_dir(tmp_path / "cut", 30) / "model.safetensors")
+    a, b = (
+        io.read_tensors(ckpt_dir(full.path, 30) / "model.safetensors"),
+        io.read_tensors(ckpt_dir(tmp_path / "cut", 30) / "model.safetensors"),
+    )
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
-@pytest.mark.parametrize("train, field, message", [
-    ({"n_train": 10}, "train.n_train", "train.data is 'online'"),
-    ({"data": "fixed"}, "train.n_train", "missing: task sparse_parity samples"),
-    ({"data": "fixed", "n_train": 0}, "train.n_train", ""),
-    ({"data": "fixed!"}, "train.data", ""),
-])
+@pytest.mark.parametrize(
+    "train, field, message",
+    [
+        ({"n_train": 10}, "train.n_train", "train.data is 'online'"),
+        ({"data": "fixed"}, "train.n_train", "missing: task sparse_parity samples"),
+        ({"data": "fixed", "n_train": 0}, "train.n_train", ""),
+        ({"data": "fixed!"}, "train.data", ""),
+    ],
+)
 def test_fixed_set_mistakes_name_the_field(tiny, train, field, message):
     with pytest.raises(ConfigError, match=field) as e:
         parse_config(tiny({"name": "sparse_parity", "n": 8, "k": 2}, train=train))
@@ -90,8 +97,13 @@ def test_a_listed_task_trains_on_its_whole_split_and_is_evaluated_on_every_held_
     assert rows(held_out["eval"].tokens) == rows(task.enumerate("eval").tokens)
     assert rows(held_out["train_set"].tokens) == rows(task.enumerate("train").tokens)
     with pytest.raises(ConfigError, match="train.n_train: 100 is more than the 24 examples"):
-        parse_config(tiny({"name": "modular_arithmetic", "p": 7, "train_frac": 0.5}, train={"data": "fixed", "n_train": 100}))
+        parse_config(
+            tiny({"name": "modular_arithmetic", "p": 7, "train_frac": 0.5}, train={"data": "fixed", "n_train": 100})
+        )
     # n_train of a listed split: that many distinct examples of it
-    some = Trainer(models.build(models.TransformerConfig(n_layers=1, d_model=8), task.spec), task,
-                   TrainConfig(data="fixed", n_train=10, device="cpu")).data.set
+    some = Trainer(
+        models.build(models.TransformerConfig(n_layers=1, d_model=8), task.spec),
+        task,
+        TrainConfig(data="fixed", n_train=10, device="cpu"),
+    ).data.set
     assert len(rows(some.tokens)) == 10 and set(rows(some.tokens)) <= set(rows(task.enumerate("train").tokens))

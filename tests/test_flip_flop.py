@@ -46,7 +46,12 @@ def test_sequences_follow_the_definition(split):
     assert torch.equal(b.tokens[:, 1:], b.targets[:, :-1])
     counts, free_bits = {W: 0, R: 0, I: 0}, []
     for row, seq in enumerate(seqs.tolist()):
-        assert seq[0] == W and seq[-2] == R and all(t in (W, R, I) for t in seq[0::2]) and all(t >= BIT0 for t in seq[1::2])
+        assert (
+            seq[0] == W
+            and seq[-2] == R
+            and all(t in (W, R, I) for t in seq[0::2])
+            and all(t >= BIT0 for t in seq[1::2])
+        )
         last = None
         for p in range(0, len(seq), 2):
             if seq[p] == W:
@@ -95,8 +100,9 @@ def test_metrics_count_wrong_reads_and_sequences_with_one():
     assert m["acc"] == pytest.approx(1 - wrong / reads) and 0.1 < m["error"] < 0.6
 
 
-@pytest.mark.parametrize("field, value, says", [("length", 7, "even"), ("p_ignore", 1.5, "[0, 1]"),
-                                               ("loss_on", "bits", "loss_on")])
+@pytest.mark.parametrize(
+    "field, value, says", [("length", 7, "even"), ("p_ignore", 1.5, "[0, 1]"), ("loss_on", "bits", "loss_on")]
+)
 def test_bad_config_names_the_field(field, value, says):
     with pytest.raises(ConfigError) as e:
         tasks.make("flip_flop", {field: value})
@@ -111,8 +117,13 @@ def reference_logits(model, tokens: torch.Tensor) -> torch.Tensor:
     cfg = model.cfg
     rnn = torch.nn.LSTM if cfg.cell == "lstm" else torch.nn.GRU
     net = rnn(cfg.d_model, cfg.d_model, num_layers=cfg.n_layers, batch_first=True)
-    net.load_state_dict({f"{name}_l{layer}": getattr(block, name) for layer, block in enumerate(model.blocks)
-                         for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")})
+    net.load_state_dict(
+        {
+            f"{name}_l{layer}": getattr(block, name)
+            for layer, block in enumerate(model.blocks)
+            for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+        }
+    )
     return net(model.W_E[tokens])[0] @ model.W_U + model.b_U
 
 
@@ -130,8 +141,10 @@ def test_recurrent_kind_is_pytorchs_cell_and_side_by_side_models_are_single_ones
         torch.testing.assert_close(step_by_step(cell, weights, x), model._layer(weights, x), atol=1e-5, rtol=1e-5)
         stacked = models.build(cfg, task.spec, n_models=3)
         for i in range(3):
-            single = models.build(models.parse({"kind": "recurrent", "cell": cell, "n_layers": 2, "d_model": 12,
-                                                "init_seed": 5 + i}), task.spec)
+            single = models.build(
+                models.parse({"kind": "recurrent", "cell": cell, "n_layers": 2, "d_model": 12, "init_seed": 5 + i}),
+                task.spec,
+            )
             torch.testing.assert_close(stacked(tokens)[i], single(tokens), atol=1e-6, rtol=1e-6)
     assert sum(p.numel() for p in model.parameters()) == cfg.param_count(task.spec)
     assert models.describe(cfg) == f"2-layer {cell.upper()}, d_model 12"
@@ -149,8 +162,11 @@ def test_attention_probes_refuse_a_recurrent_model_in_one_line():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model", [{"n_layers": 2, "d_model": 16, "n_heads": 2},
-                                   {"kind": "recurrent", "d_model": 16}], ids=["transformer", "lstm"])
+@pytest.mark.parametrize(
+    "model",
+    [{"n_layers": 2, "d_model": 16, "n_heads": 2}, {"kind": "recurrent", "d_model": 16}],
+    ids=["transformer", "lstm"],
+)
 def test_flip_flop_runs_train_and_every_applicable_probe_llc_and_stages_run(model, tmp_path, tiny):
     cfg = tiny({"name": "flip_flop", "length": 16}, model, {"steps": 30, "checkpoints": 4, "eval_every": 10})
     run = load_run(train_run(parse_config(cfg), tmp_path / "run", progress=False))
@@ -158,8 +174,12 @@ def test_flip_flop_runs_train_and_every_applicable_probe_llc_and_stages_run(mode
     assert {f"{s}/{m}" for s in ("eval", "eval_sparse", "eval_dense") for m in ("error", "seq_error")} <= set(metrics)
     names = timeline.applicable(run)
     assert ("read_attention" in names) == (model.get("kind") != "recurrent")
-    tl = timeline.probe_run(run, names + ["llc"], batch_size=16,
-                            options={"llc": {"draws": 10, "chains": 2, "pool": 16, "batch": 8, "checkpoints": 2}})
+    tl = timeline.probe_run(
+        run,
+        names + ["llc"],
+        batch_size=16,
+        options={"llc": {"draws": 10, "chains": 2, "pool": 16, "batch": 8, "checkpoints": 2}},
+    )
     assert math.isfinite(tl.metrics["llc"]["llc"][-1])
     if "read_attention" in names:
         m = tl.metrics["read_attention"]

@@ -66,8 +66,9 @@ def test_planted_logits_restricted_keep_the_loss_and_excluded_are_uniform(linear
     assert full < part["restricted_loss"] < math.log(P) and out["train_loss"] < part["excluded_loss"] < math.log(P)
     # a constant per output survives restriction (Nanda et al.'s bias correction), and only that
     shifted = logits + torch.linspace(-1, 1, P, dtype=torch.float64)
-    torch.testing.assert_close(fo.restricted_logits(shifted, K, linear) - fo.restricted_logits(logits, K, linear),
-                               shifted - logits)
+    torch.testing.assert_close(
+        fo.restricted_logits(shifted, K, linear) - fo.restricted_logits(logits, K, linear), shifted - logits
+    )
 
 
 def test_the_directions_follow_the_operation():
@@ -83,7 +84,9 @@ def test_the_directions_follow_the_operation():
         fo.sum_directions(P, [57], (1, 1))
 
 
-def planted_neurons(p: int, sizes: dict[int, int], linear: tuple[int, int], n_noise: int, seed: int = 0) -> torch.Tensor:
+def planted_neurons(
+    p: int, sizes: dict[int, int], linear: tuple[int, int], n_noise: int, seed: int = 0
+) -> torch.Tensor:
     """[a, b, neuron]: for each frequency k, sizes[k] neurons — half cos(w_k(c_a a + c_b b) + φ), half Nanda et
     al.'s ReLU(cos(w_k c_a a + φ) + cos(w_k c_b b + ψ)) — then noise neurons and 3 dead ones."""
     g = torch.Generator().manual_seed(seed)
@@ -93,8 +96,11 @@ def planted_neurons(p: int, sizes: dict[int, int], linear: tuple[int, int], n_no
         for i in range(n):
             phi, psi = (torch.rand(2, generator=g, dtype=torch.float64) * 2 * math.pi).tolist()
             w = 2 * math.pi * k / p
-            out.append(wave(p, k, linear, phi) if i % 2 else
-                       torch.relu(torch.cos(w * linear[0] * a + phi) + torch.cos(w * linear[1] * b + psi)))
+            out.append(
+                wave(p, k, linear, phi)
+                if i % 2
+                else torch.relu(torch.cos(w * linear[0] * a + phi) + torch.cos(w * linear[1] * b + psi))
+            )
     out += [torch.randn(p, p, generator=g, dtype=torch.float64) for _ in range(n_noise)] + [torch.zeros(p, p)] * 3
     return torch.stack(out, -1)
 
@@ -120,20 +126,27 @@ def test_key_frequencies_of_planted_neurons(linear):
 def test_embedding_norms_and_gini():
     g = torch.Generator().manual_seed(0)
     x = torch.arange(P, dtype=torch.float64)[:, None]
-    W_E = sum(torch.cos(2 * math.pi * k * x / P) * torch.randn(32, generator=g, dtype=torch.float64)
-              + torch.sin(2 * math.pi * k * x / P) * torch.randn(32, generator=g, dtype=torch.float64) for k in K)
+    W_E = sum(
+        torch.cos(2 * math.pi * k * x / P) * torch.randn(32, generator=g, dtype=torch.float64)
+        + torch.sin(2 * math.pi * k * x / P) * torch.randn(32, generator=g, dtype=torch.float64)
+        for k in K
+    )
     norms = fo.embed_norms(W_E)
     assert norms.shape == (56,) and all(norms[k - 1] > 1 for k in K)
     assert float(norms[[k - 1 for k in range(1, 57) if k not in K]].max()) < 1e-9
     assert fo.gini(norms) > 0.9
     assert fo.gini(fo.embed_norms(torch.randn(P, 32, generator=g, dtype=torch.float64))) < 0.15
-    assert fo.gini(torch.ones(10)) == pytest.approx(0) and fo.gini(torch.tensor([0.0] * 9 + [1.0])) == pytest.approx(0.9)
+    assert fo.gini(torch.ones(10)) == pytest.approx(0) and fo.gini(torch.tensor([0.0] * 9 + [1.0])) == pytest.approx(
+        0.9
+    )
     assert fo.gini(torch.zeros(4)) == 0.0
 
 
 def test_to_grid_reorders_by_the_pairs_and_refuses_missing_ones():
     a, b = torch.tensor([1, 0, 1, 0]), torch.tensor([1, 1, 0, 0])
-    torch.testing.assert_close(fo.to_grid(torch.tensor([3.0, 1.0, 2.0, 0.0]), a, b, 2), torch.tensor([[0.0, 1.0], [2.0, 3.0]]))
+    torch.testing.assert_close(
+        fo.to_grid(torch.tensor([3.0, 1.0, 2.0, 0.0]), a, b, 2), torch.tensor([[0.0, 1.0], [2.0, 3.0]])
+    )
     with pytest.raises(ValueError, match="exactly once"):
         fo.to_grid(torch.zeros(4), torch.tensor([0, 0, 1, 1]), torch.tensor([0, 0, 1, 1]), 2)
 
@@ -153,7 +166,9 @@ def test_probe_applies_to_linear_modular_tasks_and_models_with_an_mlp():
     for m in (attn_only, models.hooked(attn_only)):
         assert re.search("attention-only|mlp.hook_post", probes.why_not("fourier", m, add))
     # an MLP baseline of another task is refused first for its input size, which no MLP can fix
-    assert "vocabulary has 3 tokens" in probes.why_not("fourier", models.build(models.MLPConfig(width=8), parity.spec), add)
+    assert "vocabulary has 3 tokens" in probes.why_not(
+        "fourier", models.build(models.MLPConfig(width=8), parity.spec), add
+    )
     assert "ground truth" in probes.why_not("fourier", model)
     with pytest.raises(ProbeError, match="cannot .it only samples."):
         probes.draw("all", model, parity, 8, 0)
@@ -234,8 +249,14 @@ def test_a_tiny_transformer_groks_with_few_key_frequencies(wandb_plots):
     drop = next(i for i, f in enumerate(fixed) if f["test_loss"] < math.log(31) / 2)
     assert drop >= 1 and fixed[drop - 1]["restricted_loss"] < fixed[drop - 1]["test_loss"] / 2, fixed
 
-    tl = Timeline(steps, [r.metrics["test_loss"] for r in results], {"fourier": {}},
-                  {"fourier": {k: [r.metrics[k] for r in results] for k in last}}, {"fourier": {}}, 500)
+    tl = Timeline(
+        steps,
+        [r.metrics["test_loss"] for r in results],
+        {"fourier": {}},
+        {"fourier": {k: [r.metrics[k] for r in results] for k in last}},
+        {"fourier": {}},
+        500,
+    )
     tl = Timeline.from_json(tl.to_json())
     probe = probes.PROBES.get("fourier")
     lines = probe.summary(tl, task)

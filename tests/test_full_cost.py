@@ -18,14 +18,31 @@ def test_the_costed_runs_are_the_runs_the_script_trains(tmp_path, monkeypatch):
     trained = smoke(script("dyck_balance"), tmp_path / "real", monkeypatch)
     assert len(plan.jobs) == trained["runs_trained"] > 0
     assert sorted(j.dir for j in plan.jobs) == sorted(
-        str(p.relative_to(tmp_path / "real" / "runs")) for p in (tmp_path / "real" / "runs" / "runs").glob("*/seed_*"))
+        str(p.relative_to(tmp_path / "real" / "runs")) for p in (tmp_path / "real" / "runs" / "runs").glob("*/seed_*")
+    )
 
-    assert full_cost.main(["--size", "smoke", "--only", "dyck_balance", "--steps", "2", "--warmup", "1",
-                           "--out", str(tmp_path / "cost")]) == 0
+    assert (
+        full_cost.main(
+            [
+                "--size",
+                "smoke",
+                "--only",
+                "dyck_balance",
+                "--steps",
+                "2",
+                "--warmup",
+                "1",
+                "--out",
+                str(tmp_path / "cost"),
+            ]
+        )
+        == 0
+    )
     entry = json.loads((tmp_path / "cost" / "full_cost.json").read_text())["cpu"]
     costed = entry["experiments"]["dyck_balance"]
     assert costed["runs"] == len(plan.jobs) and costed["model_steps"] == sum(
-        j.config["train"]["steps"] * j.config["train"].get("seeds", 1) for j in plan.jobs)
+        j.config["train"]["steps"] * j.config["train"].get("seeds", 1) for j in plan.jobs
+    )
     assert 0 < costed["longest_run_hours"] <= costed["hours"] and entry["size"] == "smoke"
     assert costed["configs_timed"] == costed["configs"] > 0 and costed["peak_gib"] > 0
     assert not list((tmp_path / "cost").glob("runs*"))  # planned, not trained

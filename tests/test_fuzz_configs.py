@@ -53,7 +53,10 @@ BASES: dict[str, dict[str, dict[str, Any]]] = {
     "markov_icl": {"task": {"name": "markov_icl", "k": 3, "length": 16}, "model": SMALL},
     "automata": {"task": {"name": "automata", "automaton": "parity", "length": 8}, "model": SMALL},
     "modular_arithmetic": {"task": {"name": "modular_arithmetic", "p": 7}, "model": SMALL},
-    "factual_recall": {"task": {"name": "factual_recall", "subjects": 8, "relations": 2, "answers": 3, "length": 8}, "model": SMALL},
+    "factual_recall": {
+        "task": {"name": "factual_recall", "subjects": 8, "relations": 2, "answers": 3, "length": 8},
+        "model": SMALL,
+    },
     "causal_icl": {"task": {"name": "causal_icl", "k": 3, "length": 8}, "model": SMALL},
     "associative_memory": {"task": {"name": "associative_memory", "inputs": 16}, "model": SMALL},
     "hmm_masked": {"task": {"name": "hmm_masked", "k": 2, "d": 3, "length": 4}, "model": SMALL},
@@ -62,25 +65,43 @@ BASES: dict[str, dict[str, dict[str, Any]]] = {
     "bounded_dyck": {"task": {"name": "bounded_dyck", "length": 8, "eval_long_length": 8}, "model": SMALL},
     "linear_regression": {"task": {"name": "linear_regression", "d": 3, "k": 4, "n_tasks": 4}, "model": SMALL},
     "single_index": {"task": {"name": "single_index", "d": 4, "k_star": 2}, "model": {"kind": "mlp", "width": 4}},
-    "hierarchical_polynomial": {"task": {"name": "hierarchical_polynomial", "d": 4}, "model": {"kind": "mlp", "width": 4}},
+    "hierarchical_polynomial": {
+        "task": {"name": "hierarchical_polynomial", "d": 4},
+        "model": {"kind": "mlp", "width": 4},
+    },
     "mlp": {"task": {"name": "sparse_parity", "n": 6, "k": 2}, "model": {"kind": "mlp", "width": 8}},
     "sin": {"task": {"name": "sparse_parity", "n": 6, "k": 3}, "model": {"kind": "sin"}},
     "polynet": {"task": {"name": "sparse_parity", "n": 6, "k": 3}, "model": {"kind": "polynet", "degree": 3}},
     "disentangled": {"task": {"name": "causal_icl", "k": 3, "length": 8}, "model": {"kind": "disentangled"}},
     "linear_memory": {"task": {"name": "associative_memory", "inputs": 16}, "model": {"kind": "linear_memory", "d": 8}},
-    "mlp_memory": {"task": {"name": "associative_memory", "inputs": 16}, "model": {"kind": "mlp_memory", "d": 8, "m": 8}},
+    "mlp_memory": {
+        "task": {"name": "associative_memory", "inputs": 16},
+        "model": {"kind": "mlp_memory", "d": 8, "m": 8},
+    },
     "recurrent": {"task": {"name": "flip_flop", "length": 8}, "model": {"kind": "recurrent", "d_model": 8}},
     "minimal_induction": {"task": {"name": "markov_icl", "k": 3, "length": 16}, "model": {"kind": "minimal_induction"}},
-    "neuron": {"task": {"name": "single_index", "d": 4, "k_star": 3, "loss": "correlation"},
-               "model": {"kind": "neuron", "degree": 3, "smoothing": 1.0}},
-    "linearized": {"task": {"name": "markov_icl", "k": 3, "length": 16},
-                   "model": {"kind": "linearized", "base": {"n_layers": 1, "d_model": 16, "attn_only": True}}},
+    "neuron": {
+        "task": {"name": "single_index", "d": 4, "k_star": 3, "loss": "correlation"},
+        "model": {"kind": "neuron", "degree": 3, "smoothing": 1.0},
+    },
+    "linearized": {
+        "task": {"name": "markov_icl", "k": 3, "length": 16},
+        "model": {"kind": "linearized", "base": {"n_layers": 1, "d_model": 16, "attn_only": True}},
+    },
 }
-KIND_BASES = {"transformer": "sparse_parity", "mlp": "mlp", "sin": "sin", "polynet": "polynet",
-              "disentangled": "disentangled",
-              "linear_memory": "linear_memory", "mlp_memory": "mlp_memory", "recurrent": "recurrent",
-              "minimal_induction": "minimal_induction", "neuron": "neuron",
-              "linearized": "linearized"}  # a base config whose model is of that kind
+KIND_BASES = {
+    "transformer": "sparse_parity",
+    "mlp": "mlp",
+    "sin": "sin",
+    "polynet": "polynet",
+    "disentangled": "disentangled",
+    "linear_memory": "linear_memory",
+    "mlp_memory": "mlp_memory",
+    "recurrent": "recurrent",
+    "minimal_induction": "minimal_induction",
+    "neuron": "neuron",
+    "linearized": "linearized",
+}  # a base config whose model is of that kind
 REQUIRES = {
     "no_cuda": lambda: not torch.cuda.is_available(),
     "no_mps": lambda: not torch.backends.mps.is_available(),
@@ -108,8 +129,11 @@ def toml_value(v: Any) -> str:
 
 def base_toml(name: str, drop: tuple[str, ...] = ()) -> str:
     sections = {**BASES[name], "train": TRAIN, "wandb": {"mode": "disabled"}}
-    return "".join(f"[{s}]\n" + "".join(f"{k} = {toml_value(v)}\n" for k, v in table.items())
-                   for s, table in sections.items() if s not in drop)
+    return "".join(
+        f"[{s}]\n" + "".join(f"{k} = {toml_value(v)}\n" for k, v in table.items())
+        for s, table in sections.items()
+        if s not in drop
+    )
 
 
 def expand(text: str) -> str:
@@ -166,8 +190,10 @@ def config_classes() -> list[tuple[str, type, str, bool]]:
     """(section, dataclass, base config, type errors only) for every config dataclass."""
     out = [("task", tasks.TASKS.get(name).Config, name if name in BASES else "", False) for name in tasks.names()]
     out += [("model", models.MODEL_KINDS.get(kind), KIND_BASES.get(kind, ""), False) for kind in models.names()]
-    out += [("train", TrainConfig, "sparse_parity", False),
-            ("wandb", WandbConfig, "sparse_parity", True)]  # WandbConfig is another module's: its types only
+    out += [
+        ("train", TrainConfig, "sparse_parity", False),
+        ("wandb", WandbConfig, "sparse_parity", True),
+    ]  # WandbConfig is another module's: its types only
     return out
 
 
@@ -180,8 +206,15 @@ def generated_cases() -> list[Case]:
             if not f.init:
                 continue
             for i, v in enumerate(wrong_values(hints[f.name], f.metadata, types_only)):
-                out.append(Case(f"gen-{base}-{section}.{f.name}={v[:12]}", base_toml(base),
-                                (f"{section}.{f.name}={v}",), f"{section}.{f.name}", more=i > 0))
+                out.append(
+                    Case(
+                        f"gen-{base}-{section}.{f.name}={v[:12]}",
+                        base_toml(base),
+                        (f"{section}.{f.name}={v}",),
+                        f"{section}.{f.name}",
+                        more=i > 0,
+                    )
+                )
     return out
 
 
@@ -193,7 +226,7 @@ PARAMS = [pytest.param(c, id=c.id, marks=[pytest.mark.slow] if c.more else []) f
 def names_field(line: str, field: str) -> bool:
     """`mechsynth: error: FIELD: ...` (or `FIELD[i]: ...` for an element of a list)."""
     head = f"mechsynth: error: {field}"
-    return line.startswith(head) and line[len(head):len(head) + 1] in (":", "[")
+    return line.startswith(head) and line[len(head) : len(head) + 1] in (":", "[")
 
 
 @pytest.mark.parametrize("case", PARAMS)
@@ -217,23 +250,50 @@ def test_corpus_is_large_and_has_every_reported_failure():
     entries = [json.loads(line) for line in CORPUS.read_text(encoding="utf-8").splitlines()]
     ids = [e["id"] for e in entries]
     assert len(entries) >= 200 and len(set(ids)) == len(ids)
-    reported = ["section-task-is-int", "section-model-is-list", "section-train-is-int", "section-wandb-is-list",
-                "device-cpu:abc", "device-mps-unavailable", "device-cuda-unavailable", "seed-train.seed-sparse_parity-2**64",
-                "seed-model.init_seed-sparse_parity-2**64", "seed-task.seed-sparse_parity-2**64", "seeds-2**64",
-                "toml-deep-array-5000", "size-train.steps-100000000000000000000", "size-train.checkpoints-1000000000",
-                "size-model.n_layers-100000000", "alpha-inf", "float-train.weight_decay-inf", "float-model.init_range-inf",
-                "memory-sparse_parity-model.n_layers", "memory-sparse_parity-train.batch_size"]
+    reported = [
+        "section-task-is-int",
+        "section-model-is-list",
+        "section-train-is-int",
+        "section-wandb-is-list",
+        "device-cpu:abc",
+        "device-mps-unavailable",
+        "device-cuda-unavailable",
+        "seed-train.seed-sparse_parity-2**64",
+        "seed-model.init_seed-sparse_parity-2**64",
+        "seed-task.seed-sparse_parity-2**64",
+        "seeds-2**64",
+        "toml-deep-array-5000",
+        "size-train.steps-100000000000000000000",
+        "size-train.checkpoints-1000000000",
+        "size-model.n_layers-100000000",
+        "alpha-inf",
+        "float-train.weight_decay-inf",
+        "float-model.init_range-inf",
+        "memory-sparse_parity-model.n_layers",
+        "memory-sparse_parity-train.batch_size",
+    ]
     assert set(reported) <= set(ids), set(reported) - set(ids)
     assert len(CASES) >= len(entries) + 300  # the generated cases
 
 
 # ---- the memory estimate ---------------------------------------------------------------------------
 
-TASKS = [("markov_icl", {"k": 3, "length": 32}), ("sparse_parity", {"n": 20, "k": 2}),
-         ("automata", {"automaton": "dihedral", "n": 4, "length": 12}), ("sparse_boolean", {"length": 10, "s": 2})]
-VARIANTS = [{}, {"attn_only": True}, {"n_heads": 4, "d_model": 32, "d_mlp": 48}, {"normalization": "none"},
-            {"normalization": "LNPre", "d_head": 6}, {"positional": "rotary", "n_heads": 2}, {"n_layers": 3, "d_model": 64},
-            {"n_ctx": 100}]
+TASKS = [
+    ("markov_icl", {"k": 3, "length": 32}),
+    ("sparse_parity", {"n": 20, "k": 2}),
+    ("automata", {"automaton": "dihedral", "n": 4, "length": 12}),
+    ("sparse_boolean", {"length": 10, "s": 2}),
+]
+VARIANTS = [
+    {},
+    {"attn_only": True},
+    {"n_heads": 4, "d_model": 32, "d_mlp": 48},
+    {"normalization": "none"},
+    {"normalization": "LNPre", "d_head": 6},
+    {"positional": "rotary", "n_heads": 2},
+    {"n_layers": 3, "d_model": 64},
+    {"n_ctx": 100},
+]
 
 
 @pytest.mark.parametrize("task_name, params", TASKS, ids=[t for t, _ in TASKS])
@@ -276,17 +336,32 @@ def test_estimate_scales_with_seeds_and_counts_the_data():
     assert budget.describe(bigger_chunk)["data"] == 4 * budget.describe(one)["data"]
 
 
-@pytest.mark.parametrize("model, train, task_params, available, field", [
-    ({"n_layers": 8, "d_model": 512}, {"batch_size": 1, "eval_batch_size": 1}, {}, 2**20, "model.n_layers"),
-    ({"n_layers": 1, "d_model": 512}, {"batch_size": 1, "eval_batch_size": 1}, {}, 2**20, "model.d_model"),
-    ({"n_layers": 1, "d_model": 64, "d_mlp": 65536}, {"batch_size": 1, "eval_batch_size": 1}, {}, 2**20, "model.d_mlp"),
-    ({"n_layers": 1, "d_model": 64, "n_ctx": 60000}, {"eval_batch_size": 1}, {}, 2**24, "model.n_ctx"),
-    ({"d_model": 64}, {"batch_size": 4096, "eval_batch_size": 16}, {}, 2**26, "train.batch_size"),
-    ({"d_model": 16}, {"batch_size": 8, "eval_batch_size": 4096}, {}, 2**26, "train.eval_batch_size"),
-    ({"d_model": 16, "n_heads": 16}, {"batch_size": 8, "eval_batch_size": 8}, {"length": 4096}, 2**30, "task.length"),
-    ({"d_model": 64}, {"seeds": 64}, {}, 2**27, "train.seeds"),
-    ({"d_model": 16}, {"data_chunk": 4096, "batch_size": 64}, {"k": 64, "order": 2}, 2**33, "train.data_chunk"),
-])
+@pytest.mark.parametrize(
+    "model, train, task_params, available, field",
+    [
+        ({"n_layers": 8, "d_model": 512}, {"batch_size": 1, "eval_batch_size": 1}, {}, 2**20, "model.n_layers"),
+        ({"n_layers": 1, "d_model": 512}, {"batch_size": 1, "eval_batch_size": 1}, {}, 2**20, "model.d_model"),
+        (
+            {"n_layers": 1, "d_model": 64, "d_mlp": 65536},
+            {"batch_size": 1, "eval_batch_size": 1},
+            {},
+            2**20,
+            "model.d_mlp",
+        ),
+        ({"n_layers": 1, "d_model": 64, "n_ctx": 60000}, {"eval_batch_size": 1}, {}, 2**24, "model.n_ctx"),
+        ({"d_model": 64}, {"batch_size": 4096, "eval_batch_size": 16}, {}, 2**26, "train.batch_size"),
+        ({"d_model": 16}, {"batch_size": 8, "eval_batch_size": 4096}, {}, 2**26, "train.eval_batch_size"),
+        (
+            {"d_model": 16, "n_heads": 16},
+            {"batch_size": 8, "eval_batch_size": 8},
+            {"length": 4096},
+            2**30,
+            "task.length",
+        ),
+        ({"d_model": 64}, {"seeds": 64}, {}, 2**27, "train.seeds"),
+        ({"d_model": 16}, {"data_chunk": 4096, "batch_size": 64}, {"k": 64, "order": 2}, 2**33, "train.data_chunk"),
+    ],
+)
 def test_the_error_names_what_drives_the_estimate(model, train, task_params, available, field):
     task = tasks.make("markov_icl", {"k": 3, "length": 64, **task_params})
     model_cfg, train_cfg = TransformerConfig(**model), TrainConfig(**train)
@@ -340,6 +415,7 @@ def test_a_finished_run_opens_without_its_device():
 
 
 # ---- bounds hold however a config is made, and say so ----------------------------------------------
+
 
 def test_bounds_hold_for_configs_built_in_python():
     with pytest.raises(ConfigError, match="^steps: must be ≤ 10\\*\\*9"):

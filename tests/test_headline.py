@@ -71,11 +71,46 @@ def test_a_loss_without_a_plateau_gets_no_invented_transition():
 
 # The demo config's held-out loss, recorded (its first 400 steps, 40 checkpoints; `mechsynth demo` trains 2000):
 # it falls fastest per log-step at step 2, from the initialisation; the transition is near 200-250.
-DEMO = [(0, 1.242), (1, 1.151), (2, 1.089), (3, 1.054), (4, 1.043), (5, 1.043), (7, 1.036), (9, 1.032), (12, 1.024),
-        (17, 1.021), (21, 1.017), (23, 1.017), (32, 1.013), (42, 1.01), (44, 1.009), (60, 1.007), (63, 1.006),
-        (83, 1.004), (84, 1.004), (105, 1.01), (113, 1.004), (126, 0.999), (147, 0.994), (155, 0.989), (168, 0.98),
-        (189, 0.958), (211, 0.941), (213, 0.941), (232, 0.934), (253, 0.921), (274, 0.916), (292, 0.911),
-        (295, 0.914), (316, 0.91), (337, 0.908), (358, 0.906), (379, 0.905), (400, 0.906)]
+DEMO = [
+    (0, 1.242),
+    (1, 1.151),
+    (2, 1.089),
+    (3, 1.054),
+    (4, 1.043),
+    (5, 1.043),
+    (7, 1.036),
+    (9, 1.032),
+    (12, 1.024),
+    (17, 1.021),
+    (21, 1.017),
+    (23, 1.017),
+    (32, 1.013),
+    (42, 1.01),
+    (44, 1.009),
+    (60, 1.007),
+    (63, 1.006),
+    (83, 1.004),
+    (84, 1.004),
+    (105, 1.01),
+    (113, 1.004),
+    (126, 0.999),
+    (147, 0.994),
+    (155, 0.989),
+    (168, 0.98),
+    (189, 0.958),
+    (211, 0.941),
+    (213, 0.941),
+    (232, 0.934),
+    (253, 0.921),
+    (274, 0.916),
+    (292, 0.911),
+    (295, 0.914),
+    (316, 0.91),
+    (337, 0.908),
+    (358, 0.906),
+    (379, 0.905),
+    (400, 0.906),
+]
 
 
 def test_the_demo_curve_headline_points_at_its_transition():
@@ -84,7 +119,8 @@ def test_the_demo_curve_headline_points_at_its_transition():
     exit, fastest = loss_transition(steps, loss)
     assert exit in found and 100 <= exit <= 200 and 200 <= fastest <= 300, (exit, fastest, found)
     assert drop_line(Timeline(steps, loss, loss_drop_step=fastest)).startswith(
-        f"loss falls fastest at step {fastest}, after leaving its plateau at step {exit}")
+        f"loss falls fastest at step {fastest}, after leaving its plateau at step {exit}"
+    )
 
 
 def test_a_monitor_run_headline_points_where_its_change_points_are(tmp_path):
@@ -94,7 +130,9 @@ def test_a_monitor_run_headline_points_where_its_change_points_are(tmp_path):
     model = models.build(models.TransformerConfig(n_layers=2, n_heads=1, d_model=16, attn_only=True), task.spec)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     data = torch.Generator().manual_seed(0)
-    with mechsynth.Monitor(model, tmp_path / "run", task, steps=300, checkpoints=30, probes=["previous_token"]) as monitor:
+    with mechsynth.Monitor(
+        model, tmp_path / "run", task, steps=300, checkpoints=30, probes=["previous_token"]
+    ) as monitor:
         for step in range(1, 301):
             batch = task.sample(64, data)
             logits = model(batch.tokens)
@@ -114,8 +152,11 @@ def test_a_monitor_run_headline_points_where_its_change_points_are(tmp_path):
 
 def test_a_run_without_a_plateau_says_so(tmp_path, tiny):
     # 1 layer on in-context bigrams: it learns the unigram stage from the first steps and cannot go on to bigrams
-    data = tiny({"name": "markov_icl", "k": 3, "order": 2, "length": 32}, {"n_layers": 1, "attn_only": True},
-                {"steps": 150, "checkpoints": 30, "batch_size": 32, "lr": 1e-2, "eval_every": 10})
+    data = tiny(
+        {"name": "markov_icl", "k": 3, "order": 2, "length": 32},
+        {"n_layers": 1, "attn_only": True},
+        {"steps": 150, "checkpoints": 30, "batch_size": 32, "lr": 1e-2, "eval_every": 10},
+    )
     run = load_run(train_run(parse_config(data), tmp_path / "run", progress=False))
     tl = timeline.probe_run(run, [], batch_size=16)
     found = stages.change_points(tl.steps, tl.loss)

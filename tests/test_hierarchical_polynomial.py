@@ -24,8 +24,13 @@ def hermite_np(z: float, q: int) -> float:
 
 
 @pytest.mark.reference("hierarchical_polynomial")
-@pytest.mark.parametrize("params", [{"d": 5, "degree": 3, "linear": 0.7, "seed": 2},
-                                    {"d": 6, "features": 3, "rank": 3, "degree": 2, "noise": 0.0, "seed": 1}])
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"d": 5, "degree": 3, "linear": 0.7, "seed": 2},
+        {"d": 6, "features": 3, "rank": 3, "degree": 2, "noise": 0.0, "seed": 1},
+    ],
+)
 def test_samples_are_the_link_of_the_quadratic_features(params):
     """Slow reference: p_i and f* from their definition, in plain Python loops over the truth's matrices A_i, the link's
     mean from the features' moments sampled here."""
@@ -42,8 +47,11 @@ def test_samples_are_the_link_of_the_quadratic_features(params):
         assert eig == sorted([1.0 if j % 2 == 0 else -1.0 for j in range(k)] + [0.0] * (d - k))
     big = task.sample(200_000, torch.Generator().manual_seed(1))
     coef = [0] * q + [1]
-    means = [float(np.polynomial.hermite_e.hermeval(big.truth["features"][:, i].double().numpy(), coef).mean())
-             / math.sqrt(math.factorial(q)) for i in range(r)]
+    means = [
+        float(np.polynomial.hermite_e.hermeval(big.truth["features"][:, i].double().numpy(), coef).mean())
+        / math.sqrt(math.factorial(q))
+        for i in range(r)
+    ]
     for n, (x, y) in enumerate(zip(b.tokens[:12, 0].tolist(), b.targets[:12, 0].tolist())):
         total = 0.0
         for i in range(r):
@@ -69,8 +77,11 @@ def test_the_links_mean_is_exact():
     weights = weights / weights.sum()
     for q in range(1, 7):
         one = sum(w * hermite_np((z * z - 1) / math.sqrt(2), q) for z, w in zip(nodes, weights))
-        two = sum(w1 * w2 * hermite_np((z1 * z1 - z2 * z2) / 2, q)
-                  for z1, w1 in zip(nodes, weights) for z2, w2 in zip(nodes, weights))
+        two = sum(
+            w1 * w2 * hermite_np((z1 * z1 - z2 * z2) / 2, q)
+            for z1, w1 in zip(nodes, weights)
+            for z2, w2 in zip(nodes, weights)
+        )
         assert link_mean([1.0], q) == pytest.approx(one, abs=1e-9)
         assert link_mean([1.0, -1.0], q) == pytest.approx(two, abs=1e-9)
     assert link_mean([1.0], 3) == pytest.approx(8 / math.sqrt(8) / math.sqrt(6))  # E[p³] = E[(z² − 1)³]/2^{3/2}
@@ -91,7 +102,9 @@ def test_metrics_and_mistakes():
     exact = task.metrics(b.targets[:, :, None], b)
     assert exact["loss"] == 0 and exact["explained"] == 1
     mean = task.metrics(torch.full_like(b.targets, float(b.targets.mean()))[:, :, None], b)
-    assert mean["explained"] == pytest.approx(0, abs=1e-6) and mean["loss"] == pytest.approx(float(b.targets.var(unbiased=False)), rel=1e-5)
+    assert mean["explained"] == pytest.approx(0, abs=1e-6) and mean["loss"] == pytest.approx(
+        float(b.targets.var(unbiased=False)), rel=1e-5
+    )
     for bad, field in (({"d": 4, "rank": 5}, "task.rank"), ({"noise": -1.0}, "task.noise")):
         with pytest.raises(ConfigError, match=f"^{field}:"):
             parse_config({"task": {"name": "hierarchical_polynomial", **bad}})
@@ -141,7 +154,9 @@ def top_np(X: np.ndarray, y: np.ndarray, fit: int, k: int) -> float:
 @pytest.mark.parametrize("width, depth, features", [(6, 2, 1), (5, 1, 2), (12, 3, 2)])
 def test_the_probe_is_numpys_ridge_and_principal_components(width, depth, features):
     task = tasks.make("hierarchical_polynomial", {"d": 4, "features": features, "linear": 1.0})
-    model = models.build(models.parse({"kind": "mlp", "width": width, "depth": depth, "first_act_fn": "poly"}), task.spec)
+    model = models.build(
+        models.parse({"kind": "mlp", "width": width, "depth": depth, "first_act_fn": "poly"}), task.spec
+    )
     batch = probes.draw("data", model, task, 160, 0)
     _, cache = model.run_with_cache(batch.tokens)
     X = cache["hook_post" if depth == 1 else f"hook_hidden.{depth - 2}"].double().numpy()

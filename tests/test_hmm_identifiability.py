@@ -88,8 +88,10 @@ def test_a_rotated_hmm_has_the_same_pairwise_predictor(k, gap):
         torch.testing.assert_close(R @ R.T, torch.eye(k, dtype=torch.float64))
         torch.testing.assert_close(R @ ones, ones)
     joint = brute_joint(O, T, pi, gap)
-    for true, other in ((joint, brute_joint(Ot, Tt, pt, 1)),  # (Tt is already the g-step chain)
-                        (list(map(list, zip(*joint))), list(map(list, zip(*brute_joint(Ot, Tt, pt, 1)))))):
+    for true, other in (
+        (joint, brute_joint(Ot, Tt, pt, 1)),  # (Tt is already the g-step chain)
+        (list(map(list, zip(*joint))), list(map(list, zip(*brute_joint(Ot, Tt, pt, 1))))),
+    ):
         assert max(abs(a - b) for r, s in zip(rows(true), rows(other)) for a, b in zip(r, s)) < 1e-12
     relabelled = min(float((Ot[:, list(p)] - O).abs().max()) for p in itertools.permutations(range(k)))
     assert relabelled > 0.02 and float((Tt - torch.linalg.matrix_power(T, gap)).abs().max()) > 0.02, relabelled

@@ -42,8 +42,10 @@ def brute_answer(task, shown: dict[int, int], asked: tuple[int, ...]) -> list[fl
     O, d = plain(task)[0], task.cfg.d
     paths = path_weights(task, shown)
     total = sum(w for _, w in paths)
-    return [sum(w * math.prod(O[v][h[t]] for v, t in zip(values, asked)) for h, w in paths) / total
-            for values in itertools.product(range(d), repeat=len(asked))]
+    return [
+        sum(w * math.prod(O[v][h[t]] for v, t in zip(values, asked)) for h, w in paths) / total
+        for values in itertools.product(range(d), repeat=len(asked))
+    ]
 
 
 @pytest.mark.reference("hmm_masked")
@@ -213,15 +215,26 @@ def test_listed_inputs_for_the_probe():
     assert listed.tokens[:3, :4].tolist() == [[3, x, 3, 3] for x in range(3)]
     assert listed.tokens[3 + 5, :4].tolist() == [3, 1, 3, 2]  # (x_{t1}, x_{t2}) = (1, 2), x_{t1}-major
     assert torch.equal(listed.mask[:, 4:], listed.tokens[:, :4] == 3)
-    assert torch.equal(listed.targets[:, 4:][listed.mask[:, 4:]], listed.truth["optimal"][listed.mask[:, 4:]].argmax(-1))
+    assert torch.equal(
+        listed.targets[:, 4:][listed.mask[:, 4:]], listed.truth["optimal"][listed.mask[:, 4:]].argmax(-1)
+    )
 
 
-@pytest.mark.parametrize("params, field, match", [
-    ({"k": 1}, "task.k", "≥ 2"), ({"d": 65}, "task.d", "≤ 64"), ({"t2": 8}, "task.t2", "< length=8"),
-    ({"t2": 0}, "task.t2", "distinct"), ({"t3": 1}, "task.t3", "distinct"),
-    ({"mask_ratio": 0.0}, "task.mask_ratio", "\\(0, 1\\]"),
-    ({"concentration": 0}, "task.concentration", "10\\*\\*4"), ({"objective": "pairs"}, "task.objective", "allowed"),
-    ({"emission": "x"}, "task.emission", "allowed"), ({"length": 2}, "task.t3", "< length=2")])
+@pytest.mark.parametrize(
+    "params, field, match",
+    [
+        ({"k": 1}, "task.k", "≥ 2"),
+        ({"d": 65}, "task.d", "≤ 64"),
+        ({"t2": 8}, "task.t2", "< length=8"),
+        ({"t2": 0}, "task.t2", "distinct"),
+        ({"t3": 1}, "task.t3", "distinct"),
+        ({"mask_ratio": 0.0}, "task.mask_ratio", "\\(0, 1\\]"),
+        ({"concentration": 0}, "task.concentration", "10\\*\\*4"),
+        ({"objective": "pairs"}, "task.objective", "allowed"),
+        ({"emission": "x"}, "task.emission", "allowed"),
+        ({"length": 2}, "task.t3", "< length=2"),
+    ],
+)
 def test_config_errors_name_the_field(params, field, match):
     with pytest.raises(ConfigError, match=f"^{field}: .*{match}"):
         tasks.make("hmm_masked", params)
@@ -235,8 +248,9 @@ def test_config_accepts_what_pairwise_leaves_unused():
 
 
 def test_a_tiny_run_trains_and_evaluates(tmp_path, tiny):
-    cfg = parse_config(tiny({"name": "hmm_masked", "objective": "triplet", "d": 4}, {"n_layers": 1},
-                            {"steps": 20, "lr": 3e-3}))
+    cfg = parse_config(
+        tiny({"name": "hmm_masked", "objective": "triplet", "d": 4}, {"n_layers": 1}, {"steps": 20, "lr": 3e-3})
+    )
     run = load_run(train_run(cfg, tmp_path / "run", progress=False))
     first, last = run.metrics[0], run.metrics[-1]
     assert last["eval/kl_optimal"] < first["eval/kl_optimal"] and last["eval/loss"] > last["eval/optimal_loss"] > 0

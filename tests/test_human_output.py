@@ -23,8 +23,10 @@ MISSING = re.compile(r"\bNone\b|\bnan\b", re.IGNORECASE)  # (fourier's "key freq
 # a small run of each task whose probes print summary lines, with a learning rate too small to learn anything
 FLAT = {
     "markov_icl": ({"name": "markov_icl", "k": 3, "length": 12}, {"n_layers": 2, "attn_only": True}),
-    "factual_recall": ({"name": "factual_recall", "subjects": 8, "relations": 2, "answers": 3, "length": 8},
-                       {"n_layers": 1, "d_mlp": 32}),
+    "factual_recall": (
+        {"name": "factual_recall", "subjects": 8, "relations": 2, "answers": 3, "length": 8},
+        {"n_layers": 1, "d_mlp": 32},
+    ),
     "modular_arithmetic": ({"name": "modular_arithmetic", "p": 7}, {"n_layers": 1, "d_mlp": 32}),
     "sparse_parity": ({"name": "sparse_parity", "n": 6, "k": 2}, {"n_layers": 1}),
     "hmm_masked": ({"name": "hmm_masked", "d": 4}, {"n_layers": 1}),
@@ -89,7 +91,10 @@ def test_no_loss_at_all_is_said_so():
 
 
 def test_a_sentence_ends_at_its_full_stop_not_at_an_abbreviation():
-    assert first_sentence("Automata (Liu et al. 2023, \"Shortcuts\"). More here.") == "Automata (Liu et al. 2023, \"Shortcuts\")."
+    assert (
+        first_sentence('Automata (Liu et al. 2023, "Shortcuts"). More here.')
+        == 'Automata (Liu et al. 2023, "Shortcuts").'
+    )
     assert first_sentence("Stages as Edelman et al. find them. Then more.") == "Stages as Edelman et al. find them."
     assert first_sentence("Reads e.g. The Pile and i.e. Books. Next one.") == "Reads e.g. The Pile and i.e. Books."
     assert first_sentence("Can it be read back? (Liu 2022.)\n\nSecond paragraph.") == "Can it be read back?"
@@ -108,8 +113,9 @@ def test_every_description_is_a_whole_sentence(command, capsys):
         assert doc.count("(") == doc.count(")") and doc.count('"') % 2 == 0, (name, doc)
     if command == "tasks":  # cut at "et al." before: "Automata (Liu et al."
         assert table["automata"]["doc"] == 'Automata (Liu et al. 2023, "Transformers learn shortcuts to automata").'
-        assert table["markov_icl"]["doc"] == ("In-context Markov chains (Edelman et al. 2024): each sequence has its own "
-                                              "transition matrix.")
+        assert table["markov_icl"]["doc"] == (
+            "In-context Markov chains (Edelman et al. 2024): each sequence has its own transition matrix."
+        )
 
 
 def test_every_probe_has_its_own_description(capsys):
@@ -141,19 +147,41 @@ def test_the_probe_measures_how_far_apart_the_predictors_are():
         kl = lambda x, y: torch.nn.functional.kl_div(y.log(), x, reduction="none").sum(-1).mean()  # noqa: E731 KL(x ‖ y)
         assert result.metrics[f"apart/{a}/{b}"] == pytest.approx(float(kl(p, q) + kl(q, p)) / 2, rel=1e-4)
     assert result.metrics["apart/ngram/bayes"] > 1e-3  # at alpha 0.5 they differ: the model is Bayes alone
-    assert stages(Timeline([0], [1.0], {"icl_strategy": {}}, {"icl_strategy": {k: [v] for k, v in result.metrics.items()}},
-                           {"icl_strategy": {}})) == [("bayes", 0)]
+    assert stages(
+        Timeline(
+            [0],
+            [1.0],
+            {"icl_strategy": {}},
+            {"icl_strategy": {k: [v] for k, v in result.metrics.items()}},
+            {"icl_strategy": {}},
+        )
+    ) == [("bayes", 0)]
 
 
 def strategy_timeline(kl_ngram: list[float], kl_bayes: list[float], apart: float | None) -> Timeline:
     n = len(kl_ngram)
-    m = {"kl/uniform": [1.0] * n, "kl/unigram": [0.5] * n, "kl/ngram": kl_ngram, "kl/bayes": kl_bayes,
-         "stage": [2.0 if a <= b else 3.0 for a, b in zip(kl_ngram, kl_bayes)]}
+    m = {
+        "kl/uniform": [1.0] * n,
+        "kl/unigram": [0.5] * n,
+        "kl/ngram": kl_ngram,
+        "kl/bayes": kl_bayes,
+        "stage": [2.0 if a <= b else 3.0 for a, b in zip(kl_ngram, kl_bayes)],
+    }
     if apart is not None:
-        m |= {f"apart/{a}/{b}": [0.3] * n for a, b in [("uniform", "unigram"), ("uniform", "ngram"),
-                                                      ("uniform", "bayes"), ("unigram", "ngram"), ("unigram", "bayes")]}
+        m |= {
+            f"apart/{a}/{b}": [0.3] * n
+            for a, b in [
+                ("uniform", "unigram"),
+                ("uniform", "ngram"),
+                ("uniform", "bayes"),
+                ("unigram", "ngram"),
+                ("unigram", "bayes"),
+            ]
+        }
         m["apart/ngram/bayes"] = [apart] * n
-    return Timeline(list(range(0, 10 * n, 10)), [1.0] * n, {"icl_strategy": {}}, {"icl_strategy": m}, {"icl_strategy": {}})
+    return Timeline(
+        list(range(0, 10 * n, 10)), [1.0] * n, {"icl_strategy": {}}, {"icl_strategy": m}, {"icl_strategy": {}}
+    )
 
 
 def test_predictors_closer_together_than_the_model_is_to_either_are_one_stage():
@@ -162,8 +190,9 @@ def test_predictors_closer_together_than_the_model_is_to_either_are_one_stage():
     tl = strategy_timeline(near_n, near_b, 0.0017)
     assert stages(tl) == [("ngram≈bayes", 0)]
     line = probes.PROBES.get("icl_strategy").summary(tl, None)
-    assert line == ["icl_strategy     stages: ngram≈bayes (step 0); ngram≈bayes: closer to each other than the model "
-                    "is to either"]
+    assert line == [
+        "icl_strategy     stages: ngram≈bayes (step 0); ngram≈bayes: closer to each other than the model is to either"
+    ]
     # a model that comes closer to Bayes than the n-gram estimate is to it has left the n-gram: a stage of its own
     tl = strategy_timeline(near_n + [0.0030], near_b + [0.0010], 0.0017)
     assert stages(tl) == [("ngram≈bayes", 0), ("bayes", 40)]

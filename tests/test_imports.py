@@ -36,7 +36,9 @@ def imports(path: Path, name: str, known: set[str]) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                base = ".".join(
+                    package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else [])
+                )
             subs = {f"{base}.{a.name}" for a in node.names}
             found |= subs & known
             if not subs <= known:  # names defined in the module itself (not `from package import submodule`)
@@ -45,9 +47,19 @@ def imports(path: Path, name: str, known: set[str]) -> set[str]:
 
 
 # The layers, lowest first (docs/layout.md): a package imports its own layer and those below, never one above.
-LAYERS = [("errors", "config", "registry", "plugins", "hooks", "util", "configs"), ("tasks",), ("models",),
-          ("optimizers", "circuits"), ("training",), ("runs",), ("probes",), ("analysis",), ("yours", "benchmark"),
-          ("sweep",), ("cli",)]
+LAYERS = [
+    ("errors", "config", "registry", "plugins", "hooks", "util", "configs"),
+    ("tasks",),
+    ("models",),
+    ("optimizers", "circuits"),
+    ("training",),
+    ("runs",),
+    ("probes",),
+    ("analysis",),
+    ("yours", "benchmark"),
+    ("sweep",),
+    ("cli",),
+]
 LAYER = {package: i for i, layer in enumerate(LAYERS) for package in layer}
 
 
@@ -59,13 +71,18 @@ def package_of(module: str) -> str:
 def test_layers_only_point_down():
     mods = modules()
     assert {package_of(m) for m in mods} - {"mechsynth"} == set(LAYER), "a package docs/layout.md gives no layer"
-    up = sorted(f"{name} -> {target} ({package_of(name)} is below {package_of(target)})"
-                for name, path in mods.items() if name != "mechsynth"
-                for target in imports(path, name, set(mods))
-                if target == "mechsynth" or LAYER[package_of(target)] > LAYER[package_of(name)])
+    up = sorted(
+        f"{name} -> {target} ({package_of(name)} is below {package_of(target)})"
+        for name, path in mods.items()
+        if name != "mechsynth"
+        for target in imports(path, name, set(mods))
+        if target == "mechsynth" or LAYER[package_of(target)] > LAYER[package_of(name)]
+    )
     assert not up, "imports that point up a layer (docs/layout.md):\n" + "\n".join(up)
     layout = (REPO / "docs" / "layout.md").read_text()
-    assert " → ".join(" ".join(layer) for layer in LAYERS) in layout, "docs/layout.md names the layers as LAYERS has them"
+    assert " → ".join(" ".join(layer) for layer in LAYERS) in layout, (
+        "docs/layout.md names the layers as LAYERS has them"
+    )
 
 
 def test_no_import_cycles():
@@ -77,7 +94,7 @@ def test_no_import_cycles():
         state[node] = "open"
         for nxt in sorted(graph[node]):
             if state.get(nxt) == "open":
-                cycles.append(stack[stack.index(nxt):] + [nxt])
+                cycles.append(stack[stack.index(nxt) :] + [nxt])
             elif nxt not in state:
                 visit(nxt, stack + [nxt])
         state[node] = "done"
@@ -86,22 +103,35 @@ def test_no_import_cycles():
         if name not in state:
             visit(name, [name])
     assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
-    assert "mechsynth.runs.rundir" in graph and \
-        graph["mechsynth.runs.rundir"] <= {"mechsynth.runs.io", "mechsynth.errors", "mechsynth.plugins"}, \
-        "the run-directory module is a leaf: it knows files (and the plugins a run came from), not models or training"
+    assert "mechsynth.runs.rundir" in graph and graph["mechsynth.runs.rundir"] <= {
+        "mechsynth.runs.io",
+        "mechsynth.errors",
+        "mechsynth.plugins",
+    }, "the run-directory module is a leaf: it knows files (and the plugins a run came from), not models or training"
     assert graph["mechsynth.plugins"] <= {"mechsynth.errors"}, "plugins are imported before any registry is looked up"
 
 
 def test_each_edge_is_imported_in_one_place():
-    owners = {"wandb": "mechsynth.runs.wandb_log", "ray": "mechsynth.sweep.ray_backend",
-              "circuitsvis": "mechsynth.analysis.views", "transformer_lens": "mechsynth.models.tl_compat",
-              "transformers": "mechsynth.yours.callbacks", "lightning": "mechsynth.yours.callbacks",
-              "pytorch_lightning": "mechsynth.yours.callbacks", "devinterp": "mechsynth.probes.llc"}
+    owners = {
+        "wandb": "mechsynth.runs.wandb_log",
+        "ray": "mechsynth.sweep.ray_backend",
+        "circuitsvis": "mechsynth.analysis.views",
+        "transformer_lens": "mechsynth.models.tl_compat",
+        "transformers": "mechsynth.yours.callbacks",
+        "lightning": "mechsynth.yours.callbacks",
+        "pytorch_lightning": "mechsynth.yours.callbacks",
+        "devinterp": "mechsynth.probes.llc",
+    }
     users: dict[str, set[str]] = {k: set() for k in owners}
     for name, path in modules().items():
         for node in ast.walk(ast.parse(path.read_text())):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and not node.level
+                else []
+            )
             for n in names:
                 if n.split(".")[0] in owners:
                     users[n.split(".")[0]].add(name)
@@ -111,8 +141,20 @@ def test_each_edge_is_imported_in_one_place():
 # What the top of mechsynth/ holds (docs/layout.md): the package's face, the CLI and what every part shares (config
 # fields, errors, hook names, the registries and their plugins); everything else lives in a folder by purpose.
 TOP_MODULES = {"__init__.py", "cli.py", "config.py", "errors.py", "hooks.py", "plugins.py", "registry.py"}
-PACKAGES = {"analysis", "benchmark", "circuits", "configs", "models", "optimizers", "runs", "sweep", "tasks", "training",
-            "util", "yours"}
+PACKAGES = {
+    "analysis",
+    "benchmark",
+    "circuits",
+    "configs",
+    "models",
+    "optimizers",
+    "runs",
+    "sweep",
+    "tasks",
+    "training",
+    "util",
+    "yours",
+}
 
 
 def test_the_top_level_stays_small():
@@ -135,7 +177,9 @@ def test_every_package_ships():
         import tomli as tomllib
     listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     found = {name for name, path in modules().items() if path.name == "__init__.py"}
-    assert listed == found, f"missing from pyproject.toml: {sorted(found - listed)}; not in the tree: {sorted(listed - found)}"
+    assert listed == found, (
+        f"missing from pyproject.toml: {sorted(found - listed)}; not in the tree: {sorted(listed - found)}"
+    )
 
 
 def test_packaging_alone_maps_the_probes():
@@ -174,16 +218,38 @@ def test_a_wheel_install_passes_the_import_and_contract_tests(tmp_path):
         shutil.copytree(REPO / name, work / name, ignore=shutil.ignore_patterns("__pycache__", "runs"))
     shutil.copy(REPO / "pyproject.toml", work / "pyproject.toml")  # pytest's options and markers
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
-    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "dist"), str(src)],
-                   check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "dist"), str(src)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     wheel = next((tmp_path / "dist").glob("mechsynth-*.whl"))
-    subprocess.run([*pip, "install", "--no-deps", "--target", str(site), str(wheel)], check=True, capture_output=True,
-                   timeout=300)
+    subprocess.run(
+        [*pip, "install", "--no-deps", "--target", str(site), str(wheel)], check=True, capture_output=True, timeout=300
+    )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"PYTHONPATH": str(site)}
-    done = subprocess.run([sys.executable, "-c", WHEEL_CHECK, str(site)], cwd=work, env=env, capture_output=True,
-                          text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", WHEEL_CHECK, str(site)], cwd=work, env=env, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-2000:]
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow and not smoke",
-                           "tests/test_contracts.py", "tests/test_cli_imports.py"], cwd=work, env=env, capture_output=True,
-                          text=True, timeout=1200)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-m",
+            "not slow and not smoke",
+            "tests/test_contracts.py",
+            "tests/test_cli_imports.py",
+        ],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]

@@ -32,9 +32,13 @@ def install_commands(tmp_path: Path, gpu: bool, *make_args: str) -> str:
     env = {**{k: v for k, v in os.environ.items() if k not in outer}, "PATH": os.pathsep.join([str(bin_dir), *keep])}
     venv = tmp_path / "venv"
     # CPU_INDEX_ANSWERS set: no request to PyTorch's index (tests stay off the network)
-    out = subprocess.run(["make", "-n", f"VENV={venv}", "CPU_INDEX_ANSWERS=", f"{venv}/.installed", *make_args],
-                         cwd=ROOT, env=env,
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        ["make", "-n", f"VENV={venv}", "CPU_INDEX_ANSWERS=", f"{venv}/.installed", *make_args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout
 
@@ -55,7 +59,8 @@ def test_with_a_gpu_the_cuda_build(tmp_path):
 def test_the_build_and_requirement_can_be_chosen(tmp_path):
     commands = install_commands(tmp_path, True, "TORCH_BUILD=cpu", "TORCH=torch==2.13.0")
     assert "triton" in commands and '"torch==2.13.0"' in commands
-    out = subprocess.run(["make", f"VENV={tmp_path}/v", "test", "TORCH_BUILD=rocm"], cwd=ROOT, capture_output=True,
-                         text=True)
+    out = subprocess.run(
+        ["make", f"VENV={tmp_path}/v", "test", "TORCH_BUILD=rocm"], cwd=ROOT, capture_output=True, text=True
+    )
     assert out.returncode == 2 and "TORCH_BUILD must be cpu or cuda, got 'rocm'" in out.stderr
     assert len(out.stderr.splitlines()) == 1 and not (tmp_path / "v").exists()

@@ -16,15 +16,35 @@ from mechsynth.cli import main
 from mechsynth.probes import ProbeError
 from mechsynth.runs.run import load_run
 
-CONFIG = {"task": {"name": "markov_icl", "k": 3, "length": 12}, "model": {"n_layers": 2, "n_heads": 1, "d_model": 16, "attn_only": True}}
-SMALL = ["--set", "llc.draws=20", "--set", "llc.chains=2", "--set", "llc.checkpoints=4", "--set", "llc.pool=64",
-         "--set", "llc.batch=16", "--set", "sharpness.checkpoints=5", "--set", "sharpness.batch=32"]
+CONFIG = {
+    "task": {"name": "markov_icl", "k": 3, "length": 12},
+    "model": {"n_layers": 2, "n_heads": 1, "d_model": 16, "attn_only": True},
+}
+SMALL = [
+    "--set",
+    "llc.draws=20",
+    "--set",
+    "llc.chains=2",
+    "--set",
+    "llc.checkpoints=4",
+    "--set",
+    "llc.pool=64",
+    "--set",
+    "llc.batch=16",
+    "--set",
+    "sharpness.checkpoints=5",
+    "--set",
+    "sharpness.batch=32",
+]
 
 
 def _train(tmp_path, tiny, name: str, train: dict) -> str:
     cfg = tmp_path / f"{name}.toml"
     data = tiny(CONFIG["task"], CONFIG["model"], {"steps": 40, "checkpoints": 8, **train})
-    lines = [f"[{section}]\n" + "\n".join(f"{k} = {json.dumps(v)}" for k, v in table.items()) for section, table in data.items()]
+    lines = [
+        f"[{section}]\n" + "\n".join(f"{k} = {json.dumps(v)}" for k, v in table.items())
+        for section, table in data.items()
+    ]
     cfg.write_text("\n".join(lines) + "\n")
     assert main(["train", str(cfg), "--out", str(tmp_path / name), "--no-progress"]) == 0
     return str(tmp_path / name)
@@ -61,11 +81,23 @@ def test_llc_and_sharpness_on_a_run_join_its_circuit_timelines_and_report(run_di
         assert heading.lower() in page.lower(), heading
 
 
-@pytest.mark.parametrize("assignment, field", [
-    ("llc.draws=-1", "llc.draws"), ("llc.colour=1", "llc.colour"), ('sharpness.lr="fast"', "sharpness.lr"),
-    ("llc.lr=0", "llc.lr"), ("induction.x=1", "--set induction"), ("llc", "--set")])
+@pytest.mark.parametrize(
+    "assignment, field",
+    [
+        ("llc.draws=-1", "llc.draws"),
+        ("llc.colour=1", "llc.colour"),
+        ('sharpness.lr="fast"', "sharpness.lr"),
+        ("llc.lr=0", "llc.lr"),
+        ("induction.x=1", "--set induction"),
+        ("llc", "--set"),
+    ],
+)
 def test_bad_probe_options_are_one_line_before_any_work(run_dir, capsys, assignment, field):
-    before = (load_run(run_dir).path / timeline.JSON).read_bytes() if (load_run(run_dir).path / timeline.JSON).exists() else None
+    before = (
+        (load_run(run_dir).path / timeline.JSON).read_bytes()
+        if (load_run(run_dir).path / timeline.JSON).exists()
+        else None
+    )
     assert main(["probe", run_dir, "--probes", "llc,sharpness", "--set", assignment]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and field in err and "Traceback" not in err, err
@@ -86,11 +118,17 @@ def test_landscape_probes_run_only_when_named_and_on_one_model(run_dir):
 def test_sharpness_of_a_full_batch_run_is_taken_on_its_training_set(tmp_path, tiny):
     """With train.data = fixed, the probe differentiates the loss on the run's own training set: its loss
     there is the train_set/loss the trainer recorded at that checkpoint."""
-    run_dir = _train(tmp_path, tiny, "fixed", {"data": "fixed", "n_train": 24, "batch_size": 24, "optimizer": "sgd",
-                                               "lr": 0.1, "grad_clip": 0})
+    run_dir = _train(
+        tmp_path,
+        tiny,
+        "fixed",
+        {"data": "fixed", "n_train": 24, "batch_size": 24, "optimizer": "sgd", "lr": 0.1, "grad_clip": 0},
+    )
     run = load_run(run_dir)
     tl = timeline.probe_run(run, ["sharpness"], options={"sharpness": {"checkpoints": 0}})
-    for step, loss, limit in zip(tl.steps, tl.metrics["sharpness"]["train_loss"], tl.metrics["sharpness"]["stability_limit"]):
+    for step, loss, limit in zip(
+        tl.steps, tl.metrics["sharpness"]["train_loss"], tl.metrics["sharpness"]["stability_limit"]
+    ):
         assert abs(loss - run.meta(step)["metrics"]["train_set/loss"]) < 1e-5 and limit == pytest.approx(20.0)
 
 

@@ -44,8 +44,15 @@ def reference_predictions(x: np.ndarray, y: np.ndarray, noise: float, pool: np.n
 
 
 @pytest.mark.reference("linear_regression")
-@pytest.mark.parametrize("params", [{"d": 3, "k": 8}, {"d": 4, "k": 10, "noise": 0.5, "n_tasks": 5},
-                                    {"d": 5, "k": 7, "sparsity": 2, "n_tasks": 3}, {"d": 2, "k": 6, "noise": 0.2}])
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"d": 3, "k": 8},
+        {"d": 4, "k": 10, "noise": 0.5, "n_tasks": 5},
+        {"d": 5, "k": 7, "sparsity": 2, "n_tasks": 3},
+        {"d": 2, "k": 6, "noise": 0.2},
+    ],
+)
 def test_predictors_match_a_per_sequence_reference(params):
     task = tasks.make("linear_regression", params)
     pool = None if task.pool is None else task.pool.double().numpy()
@@ -129,10 +136,10 @@ def test_predictors_at_known_points():
     for name in ("least_squares", "ridge", "averaging", "nearest_neighbours"):
         assert not batch.truth[name][:, 0].any(), name
     torch.testing.assert_close(batch.truth["dmmse"][:, 0], x[:, 0] @ task.pool.mean(0))
-    exact = batch.targets[:, 2 * 3::2]
+    exact = batch.targets[:, 2 * 3 :: 2]
     for name in ("least_squares", "ridge"):
-        assert (batch.truth[name][:, 2 * 3::2] - exact).abs().max() < 1e-3, name
-    assert (batch.truth["averaging"][:, 2 * 3::2] - exact).abs().mean() > 0.1
+        assert (batch.truth[name][:, 2 * 3 :: 2] - exact).abs().max() < 1e-3, name
+    assert (batch.truth["averaging"][:, 2 * 3 :: 2] - exact).abs().mean() > 0.1
 
 
 def test_squared_error_loss_and_metrics():
@@ -148,10 +155,16 @@ def test_squared_error_loss_and_metrics():
     assert task.metrics(batch.targets[..., None], batch)["loss"] == 0
     # side by side: each model's own loss on its own batch, as masked_loss gives it
     other = task.sample(64, gen(8), split="eval")
-    stacked = per_model_loss(torch.stack([ridge, torch.zeros_like(ridge)]), torch.stack([batch.targets, other.targets]),
-                             torch.stack([batch.mask, other.mask]), "squared_error")
+    stacked = per_model_loss(
+        torch.stack([ridge, torch.zeros_like(ridge)]),
+        torch.stack([batch.targets, other.targets]),
+        torch.stack([batch.mask, other.mask]),
+        "squared_error",
+    )
     assert float(stacked[0]) == pytest.approx(want, rel=1e-5)
-    assert float(stacked[1]) == pytest.approx(float(masked_loss(torch.zeros_like(ridge), other, "squared_error")), rel=1e-6)
+    assert float(stacked[1]) == pytest.approx(
+        float(masked_loss(torch.zeros_like(ridge), other, "squared_error")), rel=1e-6
+    )
 
 
 @pytest.mark.parametrize("kind", [k for k in models.names() if not models.MODEL_KINDS.get(k).reads_vectors])
@@ -163,8 +176,15 @@ def test_kinds_that_read_token_ids_refuse_vectors_in_one_line(kind):
     assert "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize("params, field", [({"sparsity": 5, "d": 4}, "task.sparsity"), ({"noise": -1.0}, "task.noise"),
-                                           ({"n_tasks": 0}, "task.n_tasks"), ({"k": 0}, "task.k")])
+@pytest.mark.parametrize(
+    "params, field",
+    [
+        ({"sparsity": 5, "d": 4}, "task.sparsity"),
+        ({"noise": -1.0}, "task.noise"),
+        ({"n_tasks": 0}, "task.n_tasks"),
+        ({"k": 0}, "task.k"),
+    ],
+)
 def test_bad_parameters_name_their_field(params, field):
     with pytest.raises(ConfigError) as err:
         tasks.make("linear_regression", params)

@@ -47,8 +47,9 @@ def tokens_of(task, n: int = 4, seed: int = 1) -> torch.Tensor:
     return task.sample(n, torch.Generator().manual_seed(seed)).tokens
 
 
-@pytest.mark.parametrize("base, task", [(SMALL, MARKOV), ({"kind": "mlp", "width": 8}, PARITY),
-                                        ({"kind": "linear_memory", "d": 8}, MARKOV)])
+@pytest.mark.parametrize(
+    "base, task", [(SMALL, MARKOV), ({"kind": "mlp", "width": 8}, PARITY), ({"kind": "linear_memory", "d": 8}, MARKOV)]
+)
 @pytest.mark.parametrize("linearize", [True, False])
 def test_at_initialization_the_output_is_zero(base, task, linearize):
     model = models.build(linearized(base, linearize=linearize, scale=3.0), task.spec)
@@ -57,8 +58,10 @@ def test_at_initialization_the_output_is_zero(base, task, linearize):
     assert torch.count_nonzero(out) == 0
 
 
-@pytest.mark.parametrize("base, task, only", [({"kind": "mlp", "width": 8}, PARITY, ("W_out", "b_out")),
-                                              ({"kind": "linear_memory", "d": 8}, MARKOV, ())])
+@pytest.mark.parametrize(
+    "base, task, only",
+    [({"kind": "mlp", "width": 8}, PARITY, ("W_out", "b_out")), ({"kind": "linear_memory", "d": 8}, MARKOV, ())],
+)
 def test_a_network_linear_in_its_parameters_is_its_own_linearization(base, task, only):
     """The MLP with only its last layer moved, and the linear associative memory (logits u_yᵀ W e(x)), are
     linear in what moved: their first-order expansion is exact, f_lin(θ) = α·(f(θ) − f(θ₀)) however far θ is."""
@@ -85,9 +88,11 @@ def test_a_transformer_s_linearization_is_its_directional_derivative():
     torch.testing.assert_close(ours, (plus - minus) / (2 * eps), atol=1e-8, rtol=1e-6)
 
 
-SPECS = (TaskSpec(3, 2, 9, ("0", "1", "?"), ("0", "1"), token_values=(1.0, -1.0, 0.0)),  # 8 bits and a readout
-         TaskSpec(3, 3, 9, ("0", "1", "2"), ("0", "1", "2")),  # a 3-state chain: for kinds that copy tokens
-         TaskSpec(8, 1, 1, ("x",), ("y",), d_input=8))  # one vector: for kinds that read only that
+SPECS = (
+    TaskSpec(3, 2, 9, ("0", "1", "?"), ("0", "1"), token_values=(1.0, -1.0, 0.0)),  # 8 bits and a readout
+    TaskSpec(3, 3, 9, ("0", "1", "2"), ("0", "1", "2")),  # a 3-state chain: for kinds that copy tokens
+    TaskSpec(8, 1, 1, ("x",), ("y",), d_input=8),
+)  # one vector: for kinds that read only that
 
 
 @pytest.mark.parametrize("kind", [k for k in models.names() if k != "linearized"])
@@ -187,21 +192,27 @@ def test_the_config_round_trips_and_names_its_parts():
     assert models.parse(json.loads(json.dumps(stored))) == cfg
     old = {**stored, "base": {**stored["base"], "n_layers": 2}}  # a field of another kind, as old runs stored them
     assert models.parse(models.stored_table(old)) == cfg and models.stored_table(stored) == stored
-    assert models.describe(linearized(SMALL)) == "linearized (NTK) 2-layer attention-only transformer, 1 heads, d_model 16, α = 1"
+    assert (
+        models.describe(linearized(SMALL))
+        == "linearized (NTK) 2-layer attention-only transformer, 1 heads, d_model 16, α = 1"
+    )
     assert models.describe(cfg) == "centred MLP, width 8, α = 10"
     assert models.describe(models.parse({"kind": "linearized"})).startswith("linearized (NTK) 2-layer transformer")
 
 
-@pytest.mark.parametrize("table, field, message", [
-    ({"base": {"n_layers": 0}}, "model.base.n_layers", "must be ≥ 1"),
-    ({"base": {"kind": "linearized"}}, "model.base.kind", "cannot be linearized again"),
-    ({"base": {"init_seed": 3}}, "model.base.init_seed", "is set by model.init_seed"),
-    ({"base": {"width": 8}}, "model.base.width", "is a field of kind 'mlp', not 'transformer'"),
-    ({"base": {"kind": "rnn"}}, "model.base.kind", "'rnn' is not allowed"),
-    ({"base": 5}, "model.base", "expected a table"),
-    ({"scale": 0}, "model.scale", "must be > 0"),
-    ({"n_layers": 2}, "model.n_layers", "is a field of kinds"),
-])
+@pytest.mark.parametrize(
+    "table, field, message",
+    [
+        ({"base": {"n_layers": 0}}, "model.base.n_layers", "must be ≥ 1"),
+        ({"base": {"kind": "linearized"}}, "model.base.kind", "cannot be linearized again"),
+        ({"base": {"init_seed": 3}}, "model.base.init_seed", "is set by model.init_seed"),
+        ({"base": {"width": 8}}, "model.base.width", "is a field of kind 'mlp', not 'transformer'"),
+        ({"base": {"kind": "rnn"}}, "model.base.kind", "'rnn' is not allowed"),
+        ({"base": 5}, "model.base", "expected a table"),
+        ({"scale": 0}, "model.scale", "must be > 0"),
+        ({"n_layers": 2}, "model.n_layers", "is a field of kinds"),
+    ],
+)
 def test_a_bad_nested_config_is_one_line_naming_its_key(table, field, message):
     with pytest.raises(ConfigError) as e:
         models.parse({"kind": "linearized", **table})
@@ -219,11 +230,16 @@ def test_a_base_that_cannot_read_the_task_is_named_as_the_base():
 
 def test_the_cli_refuses_a_bad_base_in_one_line(tmp_path, tiny, capsys):
     path = tmp_path / "cfg.toml"
-    path.write_text('[task]\nname = "markov_icl"\nk = 3\nlength = 16\n[model]\nkind = "linearized"\n'
-                    'base = { n_layers = 1, d_model = 16, attn_only = true }\n[train]\nsteps = 2\ndevice = "cpu"\n'
-                    '[wandb]\nmode = "disabled"\n')
-    for bad, field in (("model.base.d_model=0", "model.base.d_model"), ("model.base.colour=1", "model.base.colour"),
-                       ('model.base.kind="linearized"', "model.base.kind")):
+    path.write_text(
+        '[task]\nname = "markov_icl"\nk = 3\nlength = 16\n[model]\nkind = "linearized"\n'
+        'base = { n_layers = 1, d_model = 16, attn_only = true }\n[train]\nsteps = 2\ndevice = "cpu"\n'
+        '[wandb]\nmode = "disabled"\n'
+    )
+    for bad, field in (
+        ("model.base.d_model=0", "model.base.d_model"),
+        ("model.base.colour=1", "model.base.colour"),
+        ('model.base.kind="linearized"', "model.base.kind"),
+    ):
         assert main(["train", str(path), "--set", bad, "--out", str(tmp_path / "run"), "--no-progress"]) == 2
         err = capsys.readouterr().err.splitlines()
         assert len(err) == 1 and err[0].startswith(f"mechsynth: error: {field}:"), err
@@ -233,7 +249,11 @@ def test_the_cli_refuses_a_bad_base_in_one_line(tmp_path, tiny, capsys):
 def test_the_memory_estimate_counts_both_weights_and_names_the_base():
     cfg = linearized({"n_layers": 2, "d_model": 16})
     model = models.build(cfg, MARKOV.spec)
-    assert cfg.param_count(MARKOV.spec) == sum(p.numel() for p in model.parameters()) == 2 * cfg.base.param_count(MARKOV.spec)
+    assert (
+        cfg.param_count(MARKOV.spec)
+        == sum(p.numel() for p in model.parameters())
+        == 2 * cfg.base.param_count(MARKOV.spec)
+    )
     assert sum(p.numel() for p in model.parameters() if p.requires_grad) == cfg.base.param_count(MARKOV.spec)
     big = linearized({"n_layers": 64, "d_model": 1024})
     with pytest.raises(ConfigError) as e:
@@ -253,8 +273,11 @@ def test_seeds_side_by_side_follow_separate_runs(tmp_path, tiny, passes):
     """Per-seed passes run the JVPs on worker threads (one at a time: forward-mode AD is process-wide)."""
     data = tiny(TASK, MODEL, {**TRAIN, "seeds": 2, "seed_passes": passes})
     train_run(parse_config(data), tmp_path / "two", progress=False)
-    one = load_run(train_run(parse_config(tiny(TASK, {**MODEL, "init_seed": 1}, {**TRAIN, "seed": 1})), tmp_path / "one",
-                             progress=False))
+    one = load_run(
+        train_run(
+            parse_config(tiny(TASK, {**MODEL, "init_seed": 1}, {**TRAIN, "seed": 1})), tmp_path / "one", progress=False
+        )
+    )
     two = load_run(tmp_path / "two" / "seed_1")
     a, b = one.weights(8), two.weights(8)
     assert a.keys() == b.keys() and {k for k in a if k.startswith("init.")}
@@ -274,7 +297,11 @@ def test_a_run_resumes_bit_for_bit_and_keeps_its_base(tmp_path, tiny, capsys):
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert torch.equal(a["init.unembed.W_U"], whole.weights(0)["base.unembed.W_U"])  # θ₀ is the step-0 θ
     stored = json.loads((whole.path / "config.json").read_text())["model"]
-    assert stored["kind"] == "linearized" and "init_seed" not in stored["base"] and whole.config.model == parse_config(data).model
+    assert (
+        stored["kind"] == "linearized"
+        and "init_seed" not in stored["base"]
+        and whole.config.model == parse_config(data).model
+    )
     # --resume reads the stored config; a change to the base is refused, naming it
     assert main(["train", "--resume", str(tmp_path / "cut"), "--set", "model.base.d_model=32", "--no-progress"]) == 2
     err = capsys.readouterr().err.splitlines()
@@ -295,18 +322,27 @@ def test_probes_see_the_network_at_the_current_weights(tmp_path, tiny):
 
 
 def test_sweeps_set_keys_inside_the_base(tmp_path):
-    base = ('[task]\nname = "markov_icl"\nk = 3\nlength = 16\n[model]\nkind = "linearized"\n'
-            '[model.base]\nn_layers = 1\nd_model = 16\nattn_only = true\n[train]\nsteps = 4\ndevice = "cpu"\n'
-            '[wandb]\nmode = "disabled"\n')
-    for grid in ('"model.base.n_layers" = [1, 2]\n"model.scale" = [1.0, 10.0]',
-                 'model.base.n_layers = [1, 2]\nmodel.scale = [1.0, 10.0]'):
+    base = (
+        '[task]\nname = "markov_icl"\nk = 3\nlength = 16\n[model]\nkind = "linearized"\n'
+        '[model.base]\nn_layers = 1\nd_model = 16\nattn_only = true\n[train]\nsteps = 4\ndevice = "cpu"\n'
+        '[wandb]\nmode = "disabled"\n'
+    )
+    for grid in (
+        '"model.base.n_layers" = [1, 2]\n"model.scale" = [1.0, 10.0]',
+        "model.base.n_layers = [1, 2]\nmodel.scale = [1.0, 10.0]",
+    ):
         path = tmp_path / "sweep.toml"
-        path.write_text(base + f'[sweep]\nseeds = 2\n[sweep.grid]\n{grid}\n')
+        path.write_text(base + f"[sweep]\nseeds = 2\n[sweep.grid]\n{grid}\n")
         plan = load_sweep(path)
         assert [a.key for a in plan.axes] == ["model.base.n_layers", "model.scale"] and len(plan.jobs) == 8
         job = next(j for j in plan.jobs if j.dir == "runs/n_layers=2,scale=10.0/seed_1")
         cfg = parse_config(job.config)
-        assert (cfg.model.base.n_layers, cfg.model.scale, cfg.model.init_seed, cfg.model.base.init_seed) == (2, 10.0, 1, 1)
+        assert (cfg.model.base.n_layers, cfg.model.scale, cfg.model.init_seed, cfg.model.base.init_seed) == (
+            2,
+            10.0,
+            1,
+            1,
+        )
         assert cfg.model.base.d_model == 16
     over = load_sweep(path, ("sweep.grid.model.base.d_model=[8, 16]",))
     assert [a.key for a in over.axes] == ["model.base.n_layers", "model.scale", "model.base.d_model"]

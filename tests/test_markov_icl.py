@@ -17,7 +17,9 @@ def gen(seed=0):
     return torch.Generator().manual_seed(seed)
 
 
-def reference_predictors(tokens: list[int], k: int, order: int, alpha: float, prior: str, start: str) -> dict[str, list]:
+def reference_predictors(
+    tokens: list[int], k: int, order: int, alpha: float, prior: str, start: str
+) -> dict[str, list]:
     """Per position t: the distribution of the token after t from tokens[0..t], by counting. Bayes' predictor
     is the conjugate count estimate where the first order-1 tokens say nothing about the chain (drawn
     uniformly), or are iid draws from the one shared row (the unigram prior, stationary start)."""
@@ -28,7 +30,7 @@ def reference_predictors(tokens: list[int], k: int, order: int, alpha: float, pr
         out["uniform"].append([1 / k] * k)
         out["unigram"].append([(uni[j] + 1) / (t + 1 + k) for j in range(k)])
         if prior == "unigram":
-            evidence = Counter(seen[order - 1:] if start == "uniform" else seen)
+            evidence = Counter(seen[order - 1 :] if start == "uniform" else seen)
             n = sum(evidence.values())
             out["bayes"].append([(evidence[j] + alpha) / (n + k * alpha) for j in range(k)])
         if t < order - 2:  # no full context yet
@@ -45,12 +47,21 @@ def reference_predictors(tokens: list[int], k: int, order: int, alpha: float, pr
     return out
 
 
-@pytest.mark.parametrize("k, order, prior, alpha, start", [
-    (3, 2, "dirichlet", 1.0, "uniform"), (2, 3, "dirichlet", 0.5, "uniform"), (4, 2, "unigram", 2.0, "stationary"),
-    (3, 3, "unigram", 1.0, "uniform"), (3, 2, "doubly_stochastic", 1.0, "stationary")])
+@pytest.mark.parametrize(
+    "k, order, prior, alpha, start",
+    [
+        (3, 2, "dirichlet", 1.0, "uniform"),
+        (2, 3, "dirichlet", 0.5, "uniform"),
+        (4, 2, "unigram", 2.0, "stationary"),
+        (3, 3, "unigram", 1.0, "uniform"),
+        (3, 2, "doubly_stochastic", 1.0, "stationary"),
+    ],
+)
 @pytest.mark.reference("markov_icl")
 def test_predictors_match_reference(k, order, prior, alpha, start):
-    task = tasks.make("markov_icl", {"k": k, "order": order, "length": 24, "prior": prior, "alpha": alpha, "start": start})
+    task = tasks.make(
+        "markov_icl", {"k": k, "order": order, "length": 24, "prior": prior, "alpha": alpha, "start": start}
+    )
     b = task.sample(6, gen(), split="eval")
     assert torch.equal(b.tokens[:, 1:], b.targets[:, :-1]) and b.mask.all()
     for i, row in enumerate(b.tokens.tolist()):
@@ -68,8 +79,9 @@ def test_bayes_is_the_generators_own_posterior_predictive(order):
     itself: for every prefix of up to 4 tokens seen ≥ 2000 times in 800k sequences, the frequency of the
     next token equals the importance-weighted predictor (20,000 draws) within 4.5 standard errors."""
     task = tasks.make("markov_icl", {"k": 2, "order": order, "length": 5})
-    x = torch.cat([torch.cat([b.tokens, b.targets[:, -1:]], 1)
-                   for b in (task.sample(200_000, gen(i)) for i in range(4))])
+    x = torch.cat(
+        [torch.cat([b.tokens, b.targets[:, -1:]], 1) for b in (task.sample(200_000, gen(i)) for i in range(4))]
+    )
     for L in range(1, 5):
         prefixes = torch.tensor(list(itertools.product([0, 1], repeat=L)))
         tokens = torch.cat([prefixes, torch.zeros(len(prefixes), 5 - L, dtype=torch.long)], 1)
@@ -148,9 +160,16 @@ def test_model_kl_metrics():
     assert m["kl_bayes"] == pytest.approx(0.0, abs=1e-6) and m["kl_uniform"] > 0
 
 
-@pytest.mark.parametrize("params, field", [({"k": 1}, "task.k"), ({"order": 1}, "task.order"),
-                                           ({"alpha": 0}, "task.alpha"), ({"prior": "doubly_stochastic", "order": 3}, "task.prior"),
-                                           ({"length": 1}, "task.length")])
+@pytest.mark.parametrize(
+    "params, field",
+    [
+        ({"k": 1}, "task.k"),
+        ({"order": 1}, "task.order"),
+        ({"alpha": 0}, "task.alpha"),
+        ({"prior": "doubly_stochastic", "order": 3}, "task.prior"),
+        ({"length": 1}, "task.length"),
+    ],
+)
 def test_validation(params, field):
     with pytest.raises(ConfigError, match=f"^{field}:"):
         tasks.make("markov_icl", params)

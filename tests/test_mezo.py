@@ -36,14 +36,17 @@ def test_a_step_moves_along_z_by_the_directional_derivative():
     projected = sum(float((zi * wi.grad).sum()) for zi, wi in zip(zs, w))
     for p, p0, zi in zip(params, before, zs):
         torch.testing.assert_close(p, p0 * (1 - 0.05 * 0.1) - 0.05 * projected * zi)
-    assert float(loss) == pytest.approx(float(quadratic(before, A, b)), abs=10 * EPS ** 2 * float(A.norm()))
+    assert float(loss) == pytest.approx(float(quadratic(before, A, b)), abs=10 * EPS**2 * float(A.norm()))
     assert opt.param_groups[0]["step"] == 1  # the next step draws from SEED + 1
 
 
 def test_it_needs_the_loss_and_keeps_no_gradients_or_state():
     task = tasks.make("markov_icl", {"k": 3, "length": 12})
-    trainer = Trainer(models.build(models.TransformerConfig(n_layers=1, d_model=8), task.spec), task,
-                      TrainConfig(optimizer="mezo", lr=1e-3, batch_size=8, device="cpu"))
+    trainer = Trainer(
+        models.build(models.TransformerConfig(n_layers=1, d_model=8), task.spec),
+        task,
+        TrainConfig(optimizer="mezo", lr=1e-3, batch_size=8, device="cpu"),
+    )
     for _ in range(3):
         trainer.train_step()
     assert all(p.grad is None for p in trainer.module.parameters())
@@ -73,9 +76,13 @@ def test_weights_stacked_side_by_side_share_the_projected_gradient():
 
 @pytest.mark.slow
 def test_mezo_lowers_a_transformers_loss():
-    cfg = parse_config({"task": {"name": "markov_icl", "k": 3, "length": 12},
-                        "model": {"n_layers": 1, "n_heads": 1, "d_model": 8, "attn_only": True},
-                        "train": {"optimizer": "mezo", "lr": 3e-3, "batch_size": 64, "steps": 300, "device": "cpu"}})
+    cfg = parse_config(
+        {
+            "task": {"name": "markov_icl", "k": 3, "length": 12},
+            "model": {"n_layers": 1, "n_heads": 1, "d_model": 8, "attn_only": True},
+            "train": {"optimizer": "mezo", "lr": 3e-3, "batch_size": 64, "steps": 300, "device": "cpu"},
+        }
+    )
     task = cfg.build_task()
     trainer = Trainer(models.build(cfg.model, task.spec), task, cfg.train)
     first = trainer.evaluate()["eval/loss"]

@@ -61,7 +61,7 @@ def test_the_bigram_and_unigram_solutions_count_tokens():
             for y in range(k):
                 follows = sum(seq[j - 1] == seq[i] and seq[j] == y for j in range(1, i + 1))
                 assert bigram[row, i, y] == follows
-                assert unigram[row, i, y] == sum(s == y for s in seq[:i + 1])
+                assert unigram[row, i, y] == sum(s == y for s in seq[: i + 1])
 
 
 def test_one_sgd_step_moves_v_at_its_own_learning_rate():

@@ -29,7 +29,9 @@ VARIANTS = [
 RELATIVE = dict(positional="relative", n_heads=2)  # not TransformerLens's: probed as FusedTransformer itself
 
 
-@pytest.mark.parametrize("kw", VARIANTS + [RELATIVE], ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()) or "default")
+@pytest.mark.parametrize(
+    "kw", VARIANTS + [RELATIVE], ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()) or "default"
+)
 def test_fused_equals_hooked(kw):
     if kw.get("positional", "standard") not in POSITIONAL + ("relative",):
         pytest.skip(f"{kw['positional']} is not in TransformerLens {TL_VERSION}")
@@ -54,7 +56,9 @@ def test_fused_equals_hooked(kw):
 VECTORS = TaskSpec(d_vocab=5, d_vocab_out=1, n_ctx=12, token_names=("x", "y"), target_names=("y",), d_input=5)
 
 
-@pytest.mark.parametrize("kw", VARIANTS + [RELATIVE], ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()) or "default")
+@pytest.mark.parametrize(
+    "kw", VARIANTS + [RELATIVE], ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()) or "default"
+)
 def test_fused_equals_hooked_on_vectors(kw):
     """Continuous inputs, read in linearly (x @ W_E): TransformerLens's model of the same weights gives the same
     outputs, every hook it shares with ours holds the same activation (hook_embed: the read-in's output), it
@@ -177,8 +181,15 @@ def test_our_hooks_give_transformer_lens_activations(kw):
     ours_logits, ours = model.run_with_cache(tokens)
     theirs_logits, theirs = hooked(model).run_with_cache(tokens)
     shared = set(ours.keys()) & set(theirs.keys())
-    expected = {"hook_embed", "blocks.0.hook_resid_pre", "blocks.1.attn.hook_pattern", "blocks.1.attn.hook_z",
-                "blocks.0.attn.hook_q", "blocks.0.hook_attn_out", "blocks.1.hook_resid_post"}
+    expected = {
+        "hook_embed",
+        "blocks.0.hook_resid_pre",
+        "blocks.1.attn.hook_pattern",
+        "blocks.1.attn.hook_z",
+        "blocks.0.attn.hook_q",
+        "blocks.0.hook_attn_out",
+        "blocks.1.hook_resid_post",
+    }
     assert expected <= shared, expected - shared
     for name in sorted(shared):
         a, b = ours[name], theirs[name]
@@ -196,8 +207,11 @@ def test_our_hooks_give_transformer_lens_activations(kw):
 @pytest.mark.parametrize("kind", ["transformer", "mlp", "deep_mlp"])
 def test_side_by_side_models_equal_separate_ones(kind):
     spec = SPEC if kind == "transformer" else TaskSpec(2, 2, 9, ("0", "1"), ("0", "1"), token_values=(1.0, -1.0))
-    cfg = TransformerConfig(n_layers=2, n_heads=2, d_model=16, init_seed=5) if kind == "transformer" else \
-        MLPConfig(width=8, depth=3 if kind == "deep_mlp" else 1, init_seed=5)
+    cfg = (
+        TransformerConfig(n_layers=2, n_heads=2, d_model=16, init_seed=5)
+        if kind == "transformer"
+        else MLPConfig(width=8, depth=3 if kind == "deep_mlp" else 1, init_seed=5)
+    )
     stacked = build(cfg, spec, n_models=3)
     singles = [build(dataclasses.replace(cfg, init_seed=5 + i), spec) for i in range(3)]
     for name, p in stacked.named_parameters():
@@ -210,7 +224,7 @@ def test_side_by_side_models_equal_separate_ones(kind):
     for i, s in enumerate(singles):
         ref_logits, ref = s.run_with_cache(shared)
         torch.testing.assert_close(logits[i], ref_logits, atol=1e-5, rtol=1e-5)
-        torch.testing.assert_close(cache[hook][4 * i:4 * (i + 1)], ref[hook], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(cache[hook][4 * i : 4 * (i + 1)], ref[hook], atol=1e-5, rtol=1e-5)
     out = stacked(own)
     for i, s in enumerate(singles):
         torch.testing.assert_close(out[i], s(own[i]), atol=1e-5, rtol=1e-5)
@@ -222,7 +236,9 @@ PARITY = TaskSpec(3, 2, 9, ("0", "1", "?"), ("0", "1"), token_values=(1.0, -1.0,
 CHAIN = TaskSpec(3, 3, 9, ("0", "1", "2"), ("0", "1", "2"))  # a 3-state chain: for kinds that copy tokens
 
 
-ONE_VECTOR = TaskSpec(8, 1, 1, ("x",), ("y",), d_input=8)  # one Gaussian vector, a real target: for kinds that read only that
+ONE_VECTOR = TaskSpec(
+    8, 1, 1, ("x",), ("y",), d_input=8
+)  # one Gaussian vector, a real target: for kinds that read only that
 
 
 def spec_for(cfg) -> TaskSpec:
@@ -268,8 +284,10 @@ def test_every_kind_keeps_the_contract(kind):
 
 
 def test_describe_names_the_architecture():
-    assert models.describe(TransformerConfig(n_layers=2, n_heads=1, d_model=32, attn_only=True)) == \
-        "2-layer attention-only transformer, 1 heads, d_model 32"
+    assert (
+        models.describe(TransformerConfig(n_layers=2, n_heads=1, d_model=32, attn_only=True))
+        == "2-layer attention-only transformer, 1 heads, d_model 32"
+    )
     assert models.describe(MLPConfig(width=100)) == "MLP, width 100"
 
 
@@ -278,13 +296,24 @@ def test_input_weights_are_declared_by_the_kind():
     assert TransformerConfig(positional="rotary", n_heads=2, d_model=16).input_weights() is None
 
 
-@pytest.mark.parametrize("table, field, message", [
-    ({"width": 8}, "model.width", "is a field of kind 'mlp', not 'transformer'"),
-    ({"kind": "mlp", "n_layers": 2}, "model.n_layers", "is a field of kinds 'disentangled', 'recurrent', 'transformer', not 'mlp'"),
-    ({"kind": "rnn"}, "model.kind", "'rnn' is not allowed; allowed: 'disentangled', 'linear_memory', 'linearized', 'minimal_induction', 'mlp', 'mlp_memory', 'neuron', 'polynet', 'recurrent', 'sin', 'transformer'"),
-    ({"kind": "mlp", "act_fn": "gelu"}, "model.act_fn", "'gelu' is not allowed"),
-    ({"layers": 2}, "model.layers", "unknown key"),
-])
+@pytest.mark.parametrize(
+    "table, field, message",
+    [
+        ({"width": 8}, "model.width", "is a field of kind 'mlp', not 'transformer'"),
+        (
+            {"kind": "mlp", "n_layers": 2},
+            "model.n_layers",
+            "is a field of kinds 'disentangled', 'recurrent', 'transformer', not 'mlp'",
+        ),
+        (
+            {"kind": "rnn"},
+            "model.kind",
+            "'rnn' is not allowed; allowed: 'disentangled', 'linear_memory', 'linearized', 'minimal_induction', 'mlp', 'mlp_memory', 'neuron', 'polynet', 'recurrent', 'sin', 'transformer'",
+        ),
+        ({"kind": "mlp", "act_fn": "gelu"}, "model.act_fn", "'gelu' is not allowed"),
+        ({"layers": 2}, "model.layers", "unknown key"),
+    ],
+)
 def test_parse_names_the_key(table, field, message):
     with pytest.raises(ConfigError) as e:
         models.parse(table)
@@ -298,9 +327,23 @@ def test_a_run_stored_with_every_kinds_fields_still_opens(tmp_path, tiny):
         data = tiny({"name": "sparse_parity", "n": 6, "k": 2}, model, {"steps": 4, "checkpoints": 2})
         run_dir = train_run(parse_config(data), tmp_path / models.parse(model).kind, progress=False)
         stored = json.loads((run_dir / "config.json").read_text())
-        old = {"kind": "transformer", "n_layers": 2, "n_heads": 1, "d_model": 64, "d_head": None, "d_mlp": None,
-               "attn_only": False, "positional": "standard", "normalization": "LN", "act_fn": "relu",
-               "poly_degree": 2, "width": 100, "n_ctx": None, "init_seed": 0, "init_range": None}
+        old = {
+            "kind": "transformer",
+            "n_layers": 2,
+            "n_heads": 1,
+            "d_model": 64,
+            "d_head": None,
+            "d_mlp": None,
+            "attn_only": False,
+            "positional": "standard",
+            "normalization": "LN",
+            "act_fn": "relu",
+            "poly_degree": 2,
+            "width": 100,
+            "n_ctx": None,
+            "init_seed": 0,
+            "init_range": None,
+        }
         stored["model"] = {**old, **stored["model"]}  # the old layout: every field of both kinds
         (run_dir / "config.json").write_text(json.dumps(stored))
         run = load_run(run_dir)

@@ -17,8 +17,15 @@ def gen(seed=0):
 
 def reference(op: str, a: int, b: int, p: int) -> int:
     """a ∘ b mod p straight from the definition (division: Fermat's inverse of b)."""
-    return {"a+b": a + b, "a-b": a - b, "a*b": a * b, "a/b": a * pow(b, p - 2, p) if b else None,
-            "a^2+b^2": a * a + b * b, "a^2+ab+b^2": a * a + a * b + b * b, "a^3+ab": a**3 + a * b}[op] % p
+    return {
+        "a+b": a + b,
+        "a-b": a - b,
+        "a*b": a * b,
+        "a/b": a * pow(b, p - 2, p) if b else None,
+        "a^2+b^2": a * a + b * b,
+        "a^2+ab+b^2": a * a + a * b + b * b,
+        "a^3+ab": a**3 + a * b,
+    }[op] % p
 
 
 def reference_pairs(op: str, p: int) -> list[tuple[int, int]]:
@@ -108,11 +115,19 @@ def test_linear_truth_exactly_for_linear_ops(op):
         assert all((ca * x + cb * y) % 13 == c for (x, y), c in zip(pairs_of(b), b.targets[:, -1].tolist()))
 
 
-@pytest.mark.parametrize("params, field, match", [
-    ({"p": 15}, "task.p", "prime"), ({"p": 1}, "task.p", "≥ 2"), ({"p": 4099}, "task.p", "≤"),
-    ({"op": "a%b"}, "task.op", "'a/b'"), ({"train_frac": 0.0}, "task.train_frac", r"\(0, 1\)"),
-    ({"train_frac": 1.0}, "task.train_frac", r"\(0, 1\)"), ({"p": 2, "train_frac": 0.1}, "task.train_frac", "empty"),
-    ({"p": 2, "train_frac": 0.9}, "task.train_frac", "empty")])
+@pytest.mark.parametrize(
+    "params, field, match",
+    [
+        ({"p": 15}, "task.p", "prime"),
+        ({"p": 1}, "task.p", "≥ 2"),
+        ({"p": 4099}, "task.p", "≤"),
+        ({"op": "a%b"}, "task.op", "'a/b'"),
+        ({"train_frac": 0.0}, "task.train_frac", r"\(0, 1\)"),
+        ({"train_frac": 1.0}, "task.train_frac", r"\(0, 1\)"),
+        ({"p": 2, "train_frac": 0.1}, "task.train_frac", "empty"),
+        ({"p": 2, "train_frac": 0.9}, "task.train_frac", "empty"),
+    ],
+)
 def test_config_errors_name_the_field(params, field, match):
     with pytest.raises(ConfigError, match=f"^{field}: .*{match}"):
         tasks.make("modular_arithmetic", params)
@@ -126,8 +141,13 @@ def test_config_errors_in_python_too():
 
 
 def test_a_tiny_run_trains_and_evaluates(tmp_path, tiny):
-    cfg = parse_config(tiny({"name": "modular_arithmetic", "p": 7, "op": "a-b", "train_frac": 0.5},
-                            {"n_layers": 1, "n_heads": 2, "d_model": 32}, {"steps": 20, "lr": 1e-3}))
+    cfg = parse_config(
+        tiny(
+            {"name": "modular_arithmetic", "p": 7, "op": "a-b", "train_frac": 0.5},
+            {"n_layers": 1, "n_heads": 2, "d_model": 32},
+            {"steps": 20, "lr": 1e-3},
+        )
+    )
     run = load_run(train_run(cfg, tmp_path / "run", progress=False))
     assert run.steps[-1] == 20
     last = run.metrics[-1]

@@ -25,8 +25,16 @@ STEPS = 8
 
 def _model(n_ctx: int = TASK.spec.n_ctx) -> torch.nn.Module:
     torch.manual_seed(1234)
-    return mechsynth.hooked_model(n_layers=1, d_model=8, n_heads=1, d_head=8, n_ctx=n_ctx, d_vocab=TASK.spec.d_vocab,
-                                  act_fn="relu", attn_only=True)
+    return mechsynth.hooked_model(
+        n_layers=1,
+        d_model=8,
+        n_heads=1,
+        d_head=8,
+        n_ctx=n_ctx,
+        d_vocab=TASK.spec.d_vocab,
+        act_fn="relu",
+        attn_only=True,
+    )
 
 
 def _loop(model, run_dir, opt, loop_batch=32, loop_seed=1234, **monitor):
@@ -62,7 +70,9 @@ def _config_rows(run) -> dict[str, dict[str, str]]:
 def test_a_loop_with_adam_batch_32_seed_1234_is_recorded_as_such_and_the_rest_as_not_recorded(tmp_path):
     model = _model()
     opt = torch.optim.Adam(model.parameters(), lr=3e-3, betas=(0.8, 0.99))
-    _loop(model, tmp_path / "run", opt, loop_batch=32, loop_seed=1234, optimizer=opt, batch_size=32, seed=1234, probes=[])
+    _loop(
+        model, tmp_path / "run", opt, loop_batch=32, loop_seed=1234, optimizer=opt, batch_size=32, seed=1234, probes=[]
+    )
     stored = _stored(tmp_path / "run")
     train = stored["train"]
     assert (train["optimizer"], train["lr"], train["batch_size"], train["seed"]) == ("adam", 3e-3, 32, 1234)
@@ -107,8 +117,10 @@ def test_the_optimizer_is_read_where_it_is_mechsynths_and_named_where_it_is_not(
     assert "optimizer" not in stored["train"] and stored["train"]["lr"] == 1e-3
     assert stored["origin"]["optimizer"] == "torch.optim.rmsprop.RMSprop"
     # groups that disagree (no decay on biases) record no weight decay; a scheduler's start is the peak lr
-    groups = [{"params": [p for p in model.parameters() if p.ndim > 1], "weight_decay": 0.1},
-              {"params": [p for p in model.parameters() if p.ndim <= 1], "weight_decay": 0.0}]
+    groups = [
+        {"params": [p for p in model.parameters() if p.ndim > 1], "weight_decay": 0.1},
+        {"params": [p for p in model.parameters() if p.ndim <= 1], "weight_decay": 0.0},
+    ]
     adamw = torch.optim.AdamW(groups, lr=2e-3)
     torch.optim.lr_scheduler.LinearLR(adamw, start_factor=0.1)
     _loop(model, tmp_path / "adamw", adamw, optimizer=adamw, probes=[])
@@ -131,15 +143,27 @@ def test_old_runs_without_a_not_recorded_list_read_and_report_as_stored(tmp_path
 # ---- refused before the loop ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kwargs, model, names", [
-    ({"probes": ["inducton"]}, None, ["probes:", "'inducton'", "allowed:"]),
-    ({"probes": ["induction"], "options": {"previous_token": {}}}, None, ["options:", "previous_token", "probes="]),
-    ({"options": {"previous_token": {"ofset": 2}}}, None, ["options:", "ofset"]),
-    ({"lr": 1e-3, "optimizer": "__adam__"}, None, ["optimizer:", "allowed:", "adamw", "optimizer=opt"]),
-    ({"lr": -1.0}, None, ["lr:", "positive"]),
-    ({"batch_size": 0}, None, ["batch_size:", "≥ 1"]),
-    ({}, 4, ["model:", "n_ctx", "build the model with n_ctx ≥ 8"]),
-], ids=["probe_typo", "options_of_an_unnamed_probe", "option_typo", "optimizer_name", "lr", "batch_size", "short_context"])
+@pytest.mark.parametrize(
+    "kwargs, model, names",
+    [
+        ({"probes": ["inducton"]}, None, ["probes:", "'inducton'", "allowed:"]),
+        ({"probes": ["induction"], "options": {"previous_token": {}}}, None, ["options:", "previous_token", "probes="]),
+        ({"options": {"previous_token": {"ofset": 2}}}, None, ["options:", "ofset"]),
+        ({"lr": 1e-3, "optimizer": "__adam__"}, None, ["optimizer:", "allowed:", "adamw", "optimizer=opt"]),
+        ({"lr": -1.0}, None, ["lr:", "positive"]),
+        ({"batch_size": 0}, None, ["batch_size:", "≥ 1"]),
+        ({}, 4, ["model:", "n_ctx", "build the model with n_ctx ≥ 8"]),
+    ],
+    ids=[
+        "probe_typo",
+        "options_of_an_unnamed_probe",
+        "option_typo",
+        "optimizer_name",
+        "lr",
+        "batch_size",
+        "short_context",
+    ],
+)
 def test_a_monitor_mistake_is_one_line_naming_the_fix_before_the_loop_runs(tmp_path, kwargs, model, names):
     with pytest.raises(UserError) as e:
         mechsynth.Monitor(_model(model) if model else _model(), tmp_path / "run", TASK, steps=STEPS, **kwargs)
@@ -150,7 +174,9 @@ def test_a_monitor_mistake_is_one_line_naming_the_fix_before_the_loop_runs(tmp_p
 
 def test_a_probe_that_does_not_apply_is_refused_on_entry(tmp_path):
     for task, probe in ((None, "icl_strategy"), (TASK, "fourier")):  # (no task: random tokens, no ground truth)
-        with pytest.raises(ConfigError, match=rf"^probes: '{probe}' does not apply: .*truth.*; allowed: .*previous_token") as e:
+        with pytest.raises(
+            ConfigError, match=rf"^probes: '{probe}' does not apply: .*truth.*; allowed: .*previous_token"
+        ) as e:
             mechsynth.Monitor(_model(), tmp_path / "run", task, probes=[probe])
         assert "\n" not in str(e.value) and not (tmp_path / "run").exists()
 
@@ -158,7 +184,9 @@ def test_a_probe_that_does_not_apply_is_refused_on_entry(tmp_path):
 def test_an_optimizer_and_an_lr_that_disagree_are_refused(tmp_path):
     model = _model()
     with pytest.raises(ConfigError, match=r"^lr: 0\.001, but your optimizer's learning rate is 0\.003; give one"):
-        mechsynth.Monitor(model, tmp_path / "run", TASK, optimizer=torch.optim.Adam(model.parameters(), lr=3e-3), lr=1e-3)
+        mechsynth.Monitor(
+            model, tmp_path / "run", TASK, optimizer=torch.optim.Adam(model.parameters(), lr=3e-3), lr=1e-3
+        )
 
 
 # ---- progress and overwrite --------------------------------------------------------------------------
@@ -188,8 +216,11 @@ def test_an_existing_run_is_replaced_only_with_overwrite(tmp_path):
     model = _model()
     _loop(model, tmp_path / "run", torch.optim.Adam(model.parameters()), probes=[])
     first = (tmp_path / "run" / "config.json").read_text()
-    with pytest.raises(ConfigError, match=r"^run_dir: .* already exists and is not empty; choose another directory, or "
-                                          r"pass overwrite=True to replace the run there$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^run_dir: .* already exists and is not empty; choose another directory, or "
+        r"pass overwrite=True to replace the run there$",
+    ):
         mechsynth.Monitor(model, tmp_path / "run", TASK)
     with pytest.raises(ConfigError, match="^probes:"):  # a mistake with overwrite=True deletes nothing
         mechsynth.Monitor(model, tmp_path / "run", TASK, overwrite=True, probes=["inducton"])
@@ -201,6 +232,8 @@ def test_an_existing_run_is_replaced_only_with_overwrite(tmp_path):
     assert load_run(tmp_path / "run").steps == [0, 2] and not (tmp_path / "run" / "checkpoints" / "extra.txt").exists()
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("not a run")
-    with pytest.raises(ConfigError, match=r"^run_dir: .* holds files but no mechsynth run .*overwrite=True replaces only"):
+    with pytest.raises(
+        ConfigError, match=r"^run_dir: .* holds files but no mechsynth run .*overwrite=True replaces only"
+    ):
         mechsynth.Monitor(model, tmp_path / "mine", TASK, overwrite=True)
     assert (tmp_path / "mine" / "notes.txt").read_text() == "not a run"

@@ -55,8 +55,9 @@ def test_polynet_forward_by_hand():
     _, cache = model.run_with_cache(tokens)
     torch.testing.assert_close(cache["hook_pre"], torch.tensor([[-1.0, -1.5], [3.0, 2.5]]))
     torch.testing.assert_close(cache["hook_out"], torch.tensor(f))
-    with_bias = set_weights(build(PolyNetConfig(degree=2, bias=True), SPEC3), [[1.0, 0.5], [2.0, -1.0], [0.0, 3.0]],
-                            [2.0, -0.5])
+    with_bias = set_weights(
+        build(PolyNetConfig(degree=2, bias=True), SPEC3), [[1.0, 0.5], [2.0, -1.0], [0.0, 3.0]], [2.0, -0.5]
+    )
     torch.testing.assert_close(with_bias(tokens[:1])[0, 0, 0], torch.tensor((1 - 2 + 2) * (0.5 + 1 - 3 - 0.5) / 2))
 
 
@@ -86,9 +87,17 @@ def test_the_planted_solution_answers_every_input_with_the_tasks_label(kind, k):
     torch.testing.assert_close((logits[:, 0] - logits[:, 1]).abs(), torch.ones(len(tokens)), atol=1e-6, rtol=0)
 
 
-@pytest.mark.parametrize("cfg", [SinConfig(init_seed=5), SinConfig(bias=True, init_seed=5), PolyNetConfig(init_seed=5),
-                                 PolyNetConfig(degree=2, bias=True, init_range=0.3, init_seed=5),
-                                 MLPConfig(width=8, init_sparsity=3, init_seed=5)], ids=str)
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        SinConfig(init_seed=5),
+        SinConfig(bias=True, init_seed=5),
+        PolyNetConfig(init_seed=5),
+        PolyNetConfig(degree=2, bias=True, init_range=0.3, init_seed=5),
+        MLPConfig(width=8, init_sparsity=3, init_seed=5),
+    ],
+    ids=str,
+)
 def test_side_by_side_models_equal_separate_ones(cfg):
     spec = TaskSpec(3, 2, 9, ("+1", "-1", "?"), ("+1", "-1"), token_values=(1.0, -1.0, 0.0))
     stacked = build(cfg, spec, n_models=3)
@@ -102,23 +111,31 @@ def test_side_by_side_models_equal_separate_ones(cfg):
     for i, s in enumerate(singles):
         ref_logits, ref = s.run_with_cache(shared)
         torch.testing.assert_close(logits[i], ref_logits)
-        torch.testing.assert_close(cache["hook_pre"][4 * i:4 * (i + 1)], ref["hook_pre"])
+        torch.testing.assert_close(cache["hook_pre"][4 * i : 4 * (i + 1)], ref["hook_pre"])
     out = stacked(own)
     for i, s in enumerate(singles):
         torch.testing.assert_close(out[i], s(own[i]))
 
 
-@pytest.mark.parametrize("table, task, field, message", [
-    ({"kind": "polynet", "degree": 0}, None, "model.degree", "must be ≥ 1"),
-    ({"kind": "polynet", "degree": 65}, None, "model.degree", "must be ≤ 64"),
-    ({"kind": "sin", "init_range": -1.0}, None, "model.init_range", "must be > 0"),
-    ({"kind": "sin", "degree": 3}, None, "model.degree", "is a field of kinds 'neuron', 'polynet', not 'sin'"),
-    ({"kind": "polynet", "width": 3}, None, "model.width", "is a field of kind 'mlp', not 'polynet'"),
-    ({"kind": "sin"}, ("markov_icl", {"k": 3, "length": 16}), "model.kind", "needs a task with numeric inputs"),
-    ({"kind": "polynet"}, ("automata", {"automaton": "parity", "length": 8}), "model.kind", "numeric inputs"),
-    ({"kind": "mlp", "init_sparsity": 0}, None, "model.init_sparsity", "must be ≥ 1"),
-    ({"kind": "mlp", "init_sparsity": 7}, ("sparse_parity", {"n": 6, "k": 2}), "model.init_sparsity", "allowed: 1 to 6"),
-])
+@pytest.mark.parametrize(
+    "table, task, field, message",
+    [
+        ({"kind": "polynet", "degree": 0}, None, "model.degree", "must be ≥ 1"),
+        ({"kind": "polynet", "degree": 65}, None, "model.degree", "must be ≤ 64"),
+        ({"kind": "sin", "init_range": -1.0}, None, "model.init_range", "must be > 0"),
+        ({"kind": "sin", "degree": 3}, None, "model.degree", "is a field of kinds 'neuron', 'polynet', not 'sin'"),
+        ({"kind": "polynet", "width": 3}, None, "model.width", "is a field of kind 'mlp', not 'polynet'"),
+        ({"kind": "sin"}, ("markov_icl", {"k": 3, "length": 16}), "model.kind", "needs a task with numeric inputs"),
+        ({"kind": "polynet"}, ("automata", {"automaton": "parity", "length": 8}), "model.kind", "numeric inputs"),
+        ({"kind": "mlp", "init_sparsity": 0}, None, "model.init_sparsity", "must be ≥ 1"),
+        (
+            {"kind": "mlp", "init_sparsity": 7},
+            ("sparse_parity", {"n": 6, "k": 2}),
+            "model.init_sparsity",
+            "allowed: 1 to 6",
+        ),
+    ],
+)
 def test_config_errors_name_the_field(table, task, field, message):
     with pytest.raises(ConfigError) as e:
         cfg = models.parse(table)
@@ -207,25 +224,45 @@ def test_width_samples_summary_counts_cells_and_states_the_claim():
     runs at 100 samples), the sparse width-100 row from 100 samples: the table, the smallest training
     set with half converged, and the claim's two conditions follow by hand."""
     module = _experiment()
-    grid = dict(n=8, k=3, widths=[10, 100], sparse=dict(widths=[100], s=3), samples=[100, 1000, None], data=2, seeds=2,
-                cap=500)
-    wins = {("10", "dense", "online"): 4, ("100", "dense", "100"): 2, ("100", "dense", "1000"): 4,
-            ("100", "dense", "online"): 4, ("100", "s3", "100"): 4, ("100", "s3", "1000"): 4, ("100", "s3", "online"): 3}
+    grid = dict(
+        n=8, k=3, widths=[10, 100], sparse=dict(widths=[100], s=3), samples=[100, 1000, None], data=2, seeds=2, cap=500
+    )
+    wins = {
+        ("10", "dense", "online"): 4,
+        ("100", "dense", "100"): 2,
+        ("100", "dense", "1000"): 4,
+        ("100", "dense", "online"): 4,
+        ("100", "s3", "100"): 4,
+        ("100", "s3", "1000"): 4,
+        ("100", "s3", "online"): 3,
+    }
     cells = []
     for _, w, sparsity in module.grid_rows(grid):
         for m in grid["samples"]:
             won = wins.get((str(w), module.init_label(sparsity), module.samples_label(m)), 0)
             for d in range(2):
                 first = min(2, max(0, won - 2 * d))  # data set 0 takes the first two wins
-                cells.append({"labels": {"width": w, "init": module.init_label(sparsity), "samples": module.samples_label(m),
-                                         "data": d}, "converged_at": {s: (100 if s < first else None) for s in range(2)}})
+                cells.append(
+                    {
+                        "labels": {
+                            "width": w,
+                            "init": module.init_label(sparsity),
+                            "samples": module.samples_label(m),
+                            "data": d,
+                        },
+                        "converged_at": {s: (100 if s < first else None) for s in range(2)},
+                    }
+                )
     out = module.grid_summary(cells, grid)
     assert out["rows"] == ["10", "100", "100, sparse 3"]
     assert [out["table"]["100"][m]["percent"] for m in ("100", "1000", "online")] == [50.0, 100.0, 100.0]
     assert out["table"]["100"]["100"]["by_data_set"] == [2, 0] and out["table"]["10"]["online"]["converged"] == 4
     assert out["samples_for_half_converged"] == {"10": None, "100": 100}
-    assert out["wider_is_more_sample_efficient"] == {"never_worse_with_width": True, "widest_beats_narrowest": True,
-                                                    "ranks": [2, 0]}
+    assert out["wider_is_more_sample_efficient"] == {
+        "never_worse_with_width": True,
+        "widest_beats_narrowest": True,
+        "ranks": [2, 0],
+    }
     assert out["sparse_minus_dense_percent"] == {"100, sparse 3": {"100": 50.0, "1000": 0.0, "online": -25.0}}
 
 
@@ -236,8 +273,14 @@ def test_prediction_rewards_a_measure_that_crosses_at_a_fixed_fraction():
     runs = []
     for conv in (1000, 2000, 4000, 3000):
         steps = list(range(0, 5001, 100))
-        r = {"converged_at": conv, "steps": steps, "loss": [0.69] * len(steps), "drift_inf": [s / 100 for s in steps],
-             "drift_ratio": [1 + s / conv for s in steps], "topk_drift_ratio": [2.0] * len(steps)}
+        r = {
+            "converged_at": conv,
+            "steps": steps,
+            "loss": [0.69] * len(steps),
+            "drift_inf": [s / 100 for s in steps],
+            "drift_ratio": [1 + s / conv for s in steps],
+            "topk_drift_ratio": [2.0] * len(steps),
+        }
         for m in module.MEASURES:
             for th in module.THRESHOLDS:
                 r[f"{m}_{th}_at"] = int(0.8 * conv) if m == "drift_ratio" else 100

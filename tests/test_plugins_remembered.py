@@ -84,7 +84,7 @@ mode = "disabled"
 # A script that imports the plugin by hand (no MECHSYNTH_PLUGINS), trains a run, and sweeps two runs in a
 # spawn pool, whose workers start without the plugin. Everything under main(): a spawn worker imports
 # this file again, and must not import the plugin that way.
-BY_HAND = '''
+BY_HAND = """
 import json
 import sys
 
@@ -106,7 +106,7 @@ def main():
 
 if __name__ == "__main__":
     main()
-'''
+"""
 
 
 def _env(plugin_path: str | None = None) -> dict[str, str]:
@@ -115,12 +115,20 @@ def _env(plugin_path: str | None = None) -> dict[str, str]:
 
 
 def _cli(*args: str, cwd: Path, plugin_path: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mechsynth.cli", *args], cwd=cwd, env=_env(plugin_path),
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "mechsynth.cli", *args],
+        cwd=cwd,
+        env=_env(plugin_path),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def _python(code: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", code], cwd=cwd, env=_env(), capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=cwd, env=_env(), capture_output=True, text=True, timeout=600
+    )
 
 
 def _files(run: Path) -> dict[str, bytes]:
@@ -163,8 +171,11 @@ def test_a_run_records_its_plugin_and_later_commands_need_no_variable(trained, t
     assert reported.returncode == 0, reported.stderr
     assert "lag_copy" in (run / "report.html").read_text()
 
-    loaded = _python("from mechsynth import load_run\nr = load_run('run')\n"
-                     "print(r.config.task_name, r.steps, type(r.task).__name__)", cwd=tmp_path)
+    loaded = _python(
+        "from mechsynth import load_run\nr = load_run('run')\n"
+        "print(r.config.task_name, r.steps, type(r.task).__name__)",
+        cwd=tmp_path,
+    )
     assert loaded.returncode == 0, loaded.stderr
     assert loaded.stdout.split()[0] == "lag_copy" and loaded.stdout.split()[-1] == "LagCopy", loaded.stdout
 
@@ -181,8 +192,14 @@ def test_a_plugin_imported_by_hand_is_recorded_and_reaches_sweep_workers(tmp_pat
     plugin.write_text(PLUGIN)
     (tmp_path / "lag.toml").write_text(CONFIG)
     (tmp_path / "by_hand.py").write_text(BY_HAND)
-    out = subprocess.run([sys.executable, "by_hand.py", str(tmp_path / "plugins")], cwd=tmp_path, env=_env(),
-                         capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [sys.executable, "by_hand.py", str(tmp_path / "plugins")],
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout.splitlines()[-1]) == []  # both sweep runs trained in the pool's workers
 
@@ -212,8 +229,11 @@ def test_a_moved_plugin_is_one_line_naming_it_and_leaves_the_run_as_it_was(tmp_p
         assert out.stderr.startswith("mechsynth: error: run/config.json: trained with plugin ")
         assert f"{plugin}, which cannot be found" in out.stderr and "MECHSYNTH_PLUGINS" in out.stderr
         assert "cannot be read" not in out.stderr  # not reported as a damaged file
-    loaded = _python("from mechsynth import load_run\nfrom mechsynth.errors import PluginError\n"
-                     "try:\n    load_run('run')\nexcept PluginError as e:\n    print(e)\n", cwd=tmp_path)
+    loaded = _python(
+        "from mechsynth import load_run\nfrom mechsynth.errors import PluginError\n"
+        "try:\n    load_run('run')\nexcept PluginError as e:\n    print(e)\n",
+        cwd=tmp_path,
+    )
     assert loaded.returncode == 0 and f"trained with plugin {plugin}, which cannot be found" in loaded.stdout, loaded
 
     plugin.write_text("import no_such_module_here\n")  # a file there again, but one that fails to import
@@ -224,8 +244,9 @@ def test_a_moved_plugin_is_one_line_naming_it_and_leaves_the_run_as_it_was(tmp_p
     plugin.unlink()
 
     # The way out: the variable says where the plugin is now; a resume records the new place.
-    resumed = _cli("train", "--resume", "run", "--set", "train.steps=30", "--no-progress", cwd=tmp_path,
-                   plugin_path=str(moved))
+    resumed = _cli(
+        "train", "--resume", "run", "--set", "train.steps=30", "--no-progress", cwd=tmp_path, plugin_path=str(moved)
+    )
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads((run / "config.json").read_text())["plugins"] == [str(moved)]
     probed = _cli("probe", "run", cwd=tmp_path)

@@ -26,8 +26,14 @@ def test_every_probe_has_a_planted_known_answer():
 
 @pytest.mark.parametrize("name", ["sparse_parity", "sparse_boolean", "markov_icl", "automata"])
 def test_tasks_declare_the_truth_their_batches_carry(name):
-    for params in ({}, {"prior": "doubly_stochastic"} if name == "markov_icl" else {"automaton": "dihedral", "n": 4}
-                   if name == "automata" else {}):
+    for params in (
+        {},
+        {"prior": "doubly_stochastic"}
+        if name == "markov_icl"
+        else {"automaton": "dihedral", "n": 4}
+        if name == "automata"
+        else {},
+    ):
         task = tasks.make(name, params)
         for split in task.splits:
             batch = task.sample(4, torch.Generator().manual_seed(0), "cpu", split)
@@ -43,18 +49,24 @@ def test_probes_apply_by_the_truth_they_need():
     model = models.hooked(models.build(models.TransformerConfig(n_layers=1, n_heads=2, d_model=16), markov.spec))
     assert probes.can_run("icl_strategy", model, markov) and not probes.can_run("sparse_selection", model, markov)
     why = probes.why_not("sparse_selection", model, markov)
-    assert why == ("probe 'sparse_selection' needs truth support, readout, which task 'markov_icl' does not provide "
-                   "(it provides: transition, stationary, uniform, unigram, ngram, bayes)")
+    assert why == (
+        "probe 'sparse_selection' needs truth support, readout, which task 'markov_icl' does not provide "
+        "(it provides: transition, stationary, uniform, unigram, ngram, bayes)"
+    )
     with pytest.raises(ProbeError) as err:
         probes.run("sparse_selection", model, markov)
     assert str(err.value) == why and "\n" not in why
     with pytest.raises(ProbeError, match="needs truth uniform, unigram, ngram, which task 'sparse_parity'"):
-        probes.run("icl_strategy", models.hooked(models.build(models.TransformerConfig(n_layers=1), parity.spec)), parity)
+        probes.run(
+            "icl_strategy", models.hooked(models.build(models.TransformerConfig(n_layers=1), parity.spec)), parity
+        )
     with pytest.raises(ProbeError, match="reads the task's ground truth \\(states\\); pass the task"):
         probes.run("automaton_shortcut", model)
     for name in probes.names():
         probe = probes.PROBES.get(name)
-        assert probe.needs_task == bool(probe.truth or probe.task_check or any(i.startswith("task:") for i in probe.reads))
+        assert probe.needs_task == bool(
+            probe.truth or probe.task_check or any(i.startswith("task:") for i in probe.reads)
+        )
 
 
 def test_hidden_progress_reads_the_weights_the_model_names():
@@ -78,9 +90,11 @@ def test_icl_strategy_without_bayes_where_the_task_has_none():
 def test_scores_agree_with_transformer_lens_detection_patterns(planted):
     """Our induction score on one sequence = TL's 'mul' similarity score with the first-copy queries
     zeroed (TL averages over every query; ours over the second copy, where a perfect head scores 1)."""
-    from transformer_lens.head_detector import (compute_head_attention_similarity_score,
-                                                get_induction_head_detection_pattern,
-                                                get_previous_token_head_detection_pattern)
+    from transformer_lens.head_detector import (
+        compute_head_attention_similarity_score,
+        get_induction_head_detection_pattern,
+        get_previous_token_head_detection_pattern,
+    )
 
     model, _, _ = planted
     result = probes.run("induction", model, batch_size=1)
@@ -91,20 +105,31 @@ def test_scores_agree_with_transformer_lens_detection_patterns(planted):
         for head in range(4):
             pattern = cache[hooks.attn_pattern(layer)][0, head].clone()
             pattern[:half] = 0
-            tl = compute_head_attention_similarity_score(pattern, get_induction_head_detection_pattern(tokens.cpu()),
-                                                         exclude_bos=False, exclude_current_token=False, error_measure="mul")
+            tl = compute_head_attention_similarity_score(
+                pattern,
+                get_induction_head_detection_pattern(tokens.cpu()),
+                exclude_bos=False,
+                exclude_current_token=False,
+                error_measure="mul",
+            )
             from mechsynth.probes.duplicate_token import target_mass
             from mechsynth.probes.induction import induction_targets
 
             second = torch.zeros(1, 40, dtype=torch.bool)
             second[:, half:] = True
-            ours = target_mass(cache[hooks.attn_pattern(layer)][None, :, head:head + 1],
-                               induction_targets(tokens) & second[:, :, None])
+            ours = target_mass(
+                cache[hooks.attn_pattern(layer)][None, :, head : head + 1],
+                induction_targets(tokens) & second[:, :, None],
+            )
             assert ours.item() == pytest.approx(tl, abs=1e-5)
             full = cache[hooks.attn_pattern(layer)][0, head]
-            tl_prev = compute_head_attention_similarity_score(full, get_previous_token_head_detection_pattern(tokens.cpu()),
-                                                              exclude_bos=False, exclude_current_token=False,
-                                                              error_measure="mul")
+            tl_prev = compute_head_attention_similarity_score(
+                full,
+                get_previous_token_head_detection_pattern(tokens.cpu()),
+                exclude_bos=False,
+                exclude_current_token=False,
+                error_measure="mul",
+            )
             ours_prev = full.diagonal(-1).sum().item() / 40  # TL averages over all 40 queries
             assert ours_prev == pytest.approx(tl_prev, abs=1e-5)
     assert result.per_head.shape == (2, 4)
@@ -112,7 +137,9 @@ def test_scores_agree_with_transformer_lens_detection_patterns(planted):
 
 def test_random_init_scores_low_and_results_reproducible():
     task = tasks.make("markov_icl", {"k": 3, "length": 32})
-    model = models.hooked(models.build(models.TransformerConfig(n_layers=2, n_heads=2, d_model=32, attn_only=True), task.spec))
+    model = models.hooked(
+        models.build(models.TransformerConfig(n_layers=2, n_heads=2, d_model=32, attn_only=True), task.spec)
+    )
     a = probes.run("induction", model, task, seed=1)
     b = probes.run("induction", model, task, seed=1)
     assert torch.equal(a.per_head, b.per_head) and a.metrics == b.metrics
@@ -165,8 +192,14 @@ def test_shortcut_probe_on_a_random_model():
     model = models.hooked(models.build(models.TransformerConfig(n_layers=2, n_heads=2, d_model=32), task.spec))
     result = probes.run("automaton_shortcut", model, task)
     assert result.per_head.shape == (2, 2)
-    assert {"linear/state/L1", "linear/flip/L0", "linear/rotation/embed", "acc_long", "linear_beyond/state/L1",
-            "linear_beyond/flip/embed"} <= set(result.metrics)
+    assert {
+        "linear/state/L1",
+        "linear/flip/L0",
+        "linear/rotation/embed",
+        "acc_long",
+        "linear_beyond/state/L1",
+        "linear_beyond/flip/embed",
+    } <= set(result.metrics)
 
 
 def test_decoding_beyond_the_training_length_reads_only_those_positions():
@@ -181,7 +214,10 @@ def test_decoding_beyond_the_training_length_reads_only_those_positions():
     code = torch.randn(8, d_model, generator=g)
     after = torch.randn(batch, length, d_model, generator=g)
     after[:, T:] = code[states[:, T:]] + 0.01 * after[:, T:]
-    cache = {hooks.residual_stream(1)[0]: torch.randn(batch, length, d_model, generator=g), hooks.residual_stream(1)[1]: after}
+    cache = {
+        hooks.residual_stream(1)[0]: torch.randn(batch, length, d_model, generator=g),
+        hooks.residual_stream(1)[1]: after,
+    }
     beyond = decode_layers(cache, 1, {"state": states}, "linear_beyond", start=T)
     assert beyond["linear_beyond/state/L0"] == 1.0 and beyond["linear_beyond/state/embed"] < 0.2
     everywhere = decode_layers(cache, 1, {"state": states}, "linear")["linear/state/L0"]
@@ -194,9 +230,22 @@ def test_hidden_progress_rises_on_the_loss_plateau(tmp_path):
     from mechsynth import load_run, parse_config, train_run
     from mechsynth.analysis.timeline import applicable, probe_run
 
-    data = {"task": {"name": "sparse_parity", "n": 20, "k": 3}, "model": {"kind": "mlp", "width": 100},
-            "train": {"steps": 1500, "batch_size": 32, "lr": 0.1, "optimizer": "sgd", "grad_clip": 0, "eval_every": 100,
-                      "checkpoints": 40, "device": "cpu", "eval_batch_size": 1024}, "wandb": {"mode": "disabled"}}
+    data = {
+        "task": {"name": "sparse_parity", "n": 20, "k": 3},
+        "model": {"kind": "mlp", "width": 100},
+        "train": {
+            "steps": 1500,
+            "batch_size": 32,
+            "lr": 0.1,
+            "optimizer": "sgd",
+            "grad_clip": 0,
+            "eval_every": 100,
+            "checkpoints": 40,
+            "device": "cpu",
+            "eval_batch_size": 1024,
+        },
+        "wandb": {"mode": "disabled"},
+    }
     run = load_run(train_run(parse_config(data), tmp_path / "run", progress=False))
     assert applicable(run) == ["hidden_progress"]
     tl = probe_run(run, ["hidden_progress"])

@@ -18,17 +18,32 @@ from mechsynth.util import browser
 
 
 def train(tmp_path_factory, name: str, task: dict, model: dict, steps: int = 40, wandb: str = "disabled"):
-    data = {"task": task, "model": model,
-            "train": {"steps": steps, "batch_size": 32, "lr": 3e-3, "eval_every": 10, "eval_batch_size": 64,
-                      "checkpoints": 6 if steps < 100 else 10, "device": "cpu"},
-            "wandb": {"mode": wandb}}
+    data = {
+        "task": task,
+        "model": model,
+        "train": {
+            "steps": steps,
+            "batch_size": 32,
+            "lr": 3e-3,
+            "eval_every": 10,
+            "eval_batch_size": 64,
+            "checkpoints": 6 if steps < 100 else 10,
+            "device": "cpu",
+        },
+        "wandb": {"mode": wandb},
+    }
     return train_run(parse_config(data), tmp_path_factory.mktemp(name) / "run", progress=False)
 
 
 @pytest.fixture(scope="module")
 def markov_run(tmp_path_factory):
-    return train(tmp_path_factory, "markov", {"name": "markov_icl", "k": 3, "length": 24},
-                 {"n_layers": 2, "n_heads": 2, "d_model": 32, "attn_only": True}, steps=120)
+    return train(
+        tmp_path_factory,
+        "markov",
+        {"name": "markov_icl", "k": 3, "length": 24},
+        {"n_layers": 2, "n_heads": 2, "d_model": 32, "attn_only": True},
+        steps=120,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +64,16 @@ def test_markov_report_has_its_sections_and_probes_first_when_needed(markov_run,
     page = (markov_run / "report.html").read_text()
     assert page == markov_report.html and markov_report.probed
     assert (markov_run / "probes.json").exists() and (markov_run / "probes.csv").exists()
-    assert section_ids(page) == {"summary", "config", "curves", "timelines", "stages", "strategy_kl", "attention", "metrics"}
+    assert section_ids(page) == {
+        "summary",
+        "config",
+        "curves",
+        "timelines",
+        "stages",
+        "strategy_kl",
+        "attention",
+        "metrics",
+    }
     assert page.count("var CircuitsVis=") == 1, "the circuitsvis bundle is inlined once"
     assert len(props_of(page)) == len(markov_report.views) == 3  # previous_token, induction, duplicate_token
     assert page.count("data:image/png;base64,") == 4  # curves, timelines, stages, strategy KL
@@ -79,19 +103,30 @@ def test_renders_are_the_models_attention_at_the_named_checkpoints(markov_run, m
 
 def test_figures_draw_the_probed_series(markov_report):
     tl = markov_report.timeline
-    kl = {line.get_label(): list(line.get_ydata()) for line in markov_report.figures["strategy_kl"].axes[0].lines
-          if line.get_label() in ("uniform", "unigram", "ngram", "bayes")}
+    kl = {
+        line.get_label(): list(line.get_ydata())
+        for line in markov_report.figures["strategy_kl"].axes[0].lines
+        if line.get_label() in ("uniform", "unigram", "ngram", "bayes")
+    }
     assert kl and all(kl[s] == pytest.approx(tl.metrics["icl_strategy"][f"kl/{s}"]) for s in kl)
     panels = markov_report.figures["timelines"].axes
     induction = next(ax for ax in panels if ax.get_ylabel() == "induction")
-    drawn = {line.get_label().split(" ")[0]: list(line.get_ydata()) for line in induction.lines if line.get_label()[0] == "L"}
+    drawn = {
+        line.get_label().split(" ")[0]: list(line.get_ydata()) for line in induction.lines if line.get_label()[0] == "L"
+    }
     assert drawn == {h: pytest.approx(s) for h, s in tl.per_head["induction"].items()}
 
 
 def test_checkpoints_before_during_and_after_formation():
     steps = [0, 1, 2, 5, 10, 20, 50, 100, 200, 400]
-    tl = Timeline(steps, [1.0] * 10, {"p": {"L0H0": [0.0] * 10, "L0H1": [0.0] * 10}}, {"p": {}},
-                  {"p": {"L0H0": 100, "L0H1": 50}}, loss_drop_step=20)
+    tl = Timeline(
+        steps,
+        [1.0] * 10,
+        {"p": {"L0H0": [0.0] * 10, "L0H1": [0.0] * 10}},
+        {"p": {}},
+        {"p": {"L0H0": 100, "L0H1": 50}},
+        loss_drop_step=20,
+    )
     assert report._moments(tl, "p") == [(20, "before"), (50, "forms"), (400, "end")]
     assert report._top_heads(tl, "p") == ["L0H1", "L0H0"]
     tl.formation["p"] = {"L0H0": None, "L0H1": None}
@@ -99,14 +134,23 @@ def test_checkpoints_before_during_and_after_formation():
 
 
 def test_automata_report_shows_linear_probes_per_layer(tmp_path_factory):
-    run_dir = train(tmp_path_factory, "automata", {"name": "automata", "automaton": "dihedral", "n": 3, "length": 8},
-                    {"n_layers": 2, "n_heads": 1, "d_model": 16})
+    run_dir = train(
+        tmp_path_factory,
+        "automata",
+        {"name": "automata", "automaton": "dihedral", "n": 3, "length": 8},
+        {"n_layers": 2, "n_heads": 1, "d_model": 16},
+    )
     rep = report.write(run_dir, batch_size=16)
-    assert {"linear_probes", "timelines", "attention"} <= section_ids(rep.html) and "strategy_kl" not in section_ids(rep.html)
+    assert {"linear_probes", "timelines", "attention"} <= section_ids(rep.html) and "strategy_kl" not in section_ids(
+        rep.html
+    )
     metrics = rep.timeline.metrics["automaton_shortcut"]
     over_time = rep.figures["linear_probes"].axes[1]
-    assert {line.get_label(): list(line.get_ydata()) for line in over_time.lines if line.get_label() in ("embed", "L0", "L1")} == \
-        {d: pytest.approx(metrics[f"linear/state/{d}"]) for d in ("embed", "L0", "L1")}
+    assert {
+        line.get_label(): list(line.get_ydata())
+        for line in over_time.lines
+        if line.get_label() in ("embed", "L0", "L1")
+    } == {d: pytest.approx(metrics[f"linear/state/{d}"]) for d in ("embed", "L0", "L1")}
     props = view_props(rep, "automaton_shortcut")
     assert all("→" in t for t in props["tokens"]), "automaton tokens are labelled with the state they lead to"
 
@@ -169,8 +213,9 @@ class Rendered(html.parser.HTMLParser):
                 self.roots[r]["text"] += data
 
 
-needs_chromium = pytest.mark.skipif(browser.find_chromium() is None,
-                                    reason="Chromium not found: install Debian's `chromium` package (.ci/run does)")
+needs_chromium = pytest.mark.skipif(
+    browser.find_chromium() is None, reason="Chromium not found: install Debian's `chromium` package (.ci/run does)"
+)
 
 
 @pytest.mark.smoke
@@ -197,11 +242,17 @@ def test_the_network_check_sees_a_page_that_asks(tmp_path):
     """The check above must be able to fail: a page that loads a stylesheet, an image, a fetch and a
     websocket is caught, each request by URL."""
     page = tmp_path / "asks.html"
-    page.write_text('<!doctype html><link rel="stylesheet" href="https://fonts.invalid/css"><img src="http://img.invalid/a.png">'
-                    '<script>fetch("https://api.invalid/q").catch(() => 0); new WebSocket("wss://ws.invalid/s");</script>')
+    page.write_text(
+        '<!doctype html><link rel="stylesheet" href="https://fonts.invalid/css"><img src="http://img.invalid/a.png">'
+        '<script>fetch("https://api.invalid/q").catch(() => 0); new WebSocket("wss://ws.invalid/s");</script>'
+    )
     opened = browser.open_page(page, budget_ms=3000)
-    assert opened.requests == ["http://img.invalid/a.png", "https://api.invalid/q", "https://fonts.invalid/css",
-                               "wss://ws.invalid/s"]
+    assert opened.requests == [
+        "http://img.invalid/a.png",
+        "https://api.invalid/q",
+        "https://fonts.invalid/css",
+        "wss://ws.invalid/s",
+    ]
 
 
 def test_the_summary_box_wraps_its_lines(markov_report):
@@ -216,9 +267,13 @@ def test_the_summary_box_wraps_its_lines(markov_report):
 def summary_box_widths(page: str, path) -> tuple[int, int]:
     """(scrollWidth, clientWidth) of the report's summary box in headless Chromium, with a long line in it."""
     long = "icl_strategy     stages: " + " -> ".join(f"ngram (step {s})" for s in range(40)) + " " + "x" * 300
-    page = page.replace('<section id="summary"><h2>Summary</h2>\n<pre>', f'<section id="summary"><h2>Summary</h2>\n<pre>{long}\n', 1)
-    probe = ("<script>const box = document.querySelector('#summary pre'); "
-             "document.body.setAttribute('data-widths', box.scrollWidth + ' ' + box.clientWidth);</script>")
+    page = page.replace(
+        '<section id="summary"><h2>Summary</h2>\n<pre>', f'<section id="summary"><h2>Summary</h2>\n<pre>{long}\n', 1
+    )
+    probe = (
+        "<script>const box = document.querySelector('#summary pre'); "
+        "document.body.setAttribute('data-widths', box.scrollWidth + ' ' + box.clientWidth);</script>"
+    )
     path.write_text(page.replace("</body>", probe + "</body>"), encoding="utf-8")
     opened = browser.open_page(path, width=1000, budget_ms=3000)
     scroll, client = map(int, re.search(r'data-widths="(\d+) (\d+)"', opened.dom).groups())

@@ -19,21 +19,24 @@ def rule(results):
     """Matches above the threshold."""
     return "matches" if verdicts.strict(results["x"], THRESHOLD) else "does not"
 '''
-VERDICTS = '''def strict(x, bar):
+VERDICTS = """def strict(x, bar):
     return x > bar
 
 
 def provenance(name):
     return {"commit": None}
-'''
+"""
 
 
 def test_layout_comments_docstrings_and_import_paths_leave_the_logic():
     base = rule_logic.logic_hash(RULES, VERDICTS)
-    reformatted = (RULES.replace('"""Claims of a toy experiment."""\n', "# the toy's claims\n")
-                   .replace("import verdicts\n", "from experiments import verdicts\n")
-                   .replace('    """Matches above the threshold."""\n', "")
-                   .replace('"matches" if', '(\n        "matches"  # above it\n        if') .replace('else "does not"', 'else "does not"\n    )'))
+    reformatted = (
+        RULES.replace('"""Claims of a toy experiment."""\n', "# the toy's claims\n")
+        .replace("import verdicts\n", "from experiments import verdicts\n")
+        .replace('    """Matches above the threshold."""\n', "")
+        .replace('"matches" if', '(\n        "matches"  # above it\n        if')
+        .replace('else "does not"', 'else "does not"\n    )')
+    )
     assert reformatted != RULES and rule_logic.logic_hash(reformatted, VERDICTS) == base
     unreached = VERDICTS.replace('{"commit": None}', '{"commit": "abc", "logic": None}')
     assert rule_logic.logic_hash(RULES, unreached) == base
@@ -43,8 +46,12 @@ def test_any_change_of_what_the_rules_do_shows():
     base = rule_logic.logic_hash(RULES, VERDICTS)
     assert rule_logic.logic_hash(RULES.replace("0.5", "0.4"), VERDICTS) != base
     assert rule_logic.logic_hash(RULES, VERDICTS.replace("x > bar", "x >= bar")) != base  # a helper the rules call
-    assert rule_logic.logic_hash(RULES.replace("from verdicts import Claim", "from verdicts import Claim as Rule"),
-                                 VERDICTS) != base
+    assert (
+        rule_logic.logic_hash(
+            RULES.replace("from verdicts import Claim", "from verdicts import Claim as Rule"), VERDICTS
+        )
+        != base
+    )
 
 
 def test_a_json_keeps_its_verdicts_through_a_reformat_but_not_a_new_threshold(tmp_path, monkeypatch):

@@ -15,10 +15,14 @@ import verdicts  # noqa: E402
 
 
 def cs_seed(recovery: float, kl_end: float = 0.08, at: int = 100, kl_at: int = 400) -> dict:
-    return {"edge_recovery": [0.14, recovery], "auc": [0.5, recovery], "kl_bayes": [0.4, kl_end], "steps": [0, 2000],
-            "final": {"edge_recovery": recovery, "auc": recovery, "kl_bayes": kl_end, "graph_induction": 0.8},
-            "events": {"recovered": {"loose": at if recovery >= 0.9 else None},
-                       "bayes": {"relative": kl_at}}}
+    return {
+        "edge_recovery": [0.14, recovery],
+        "auc": [0.5, recovery],
+        "kl_bayes": [0.4, kl_end],
+        "steps": [0, 2000],
+        "final": {"edge_recovery": recovery, "auc": recovery, "kl_bayes": kl_end, "graph_induction": 0.8},
+        "events": {"recovered": {"loose": at if recovery >= 0.9 else None}, "bayes": {"relative": kl_at}},
+    }
 
 
 def cs_results(theirs: list, ours: list, graph: str = "chain") -> dict:
@@ -57,8 +61,15 @@ def test_graph_claim_budgets_follow_the_papers():
     c = verdicts.rules_of("causal_structure")
     assert c.BUDGET == pytest.approx(0.0019, abs=1e-4) and c.DAG_BUDGET == pytest.approx(0.019, abs=1e-3)
     assert c.OURS_BUDGET == pytest.approx(0.0029, abs=1e-4)
-    assert [x.id for x in c.CLAIMS] == ["graph_chain", "graph_tree", "graph_dag", "graph_chain_standard",
-                                        "graph_tree_standard", "graph_dag_standard", "loss_reaches_bayes"]
+    assert [x.id for x in c.CLAIMS] == [
+        "graph_chain",
+        "graph_tree",
+        "graph_dag",
+        "graph_chain_standard",
+        "graph_tree_standard",
+        "graph_dag_standard",
+        "loss_reaches_bayes",
+    ]
     assert [x.scale for x in c.CLAIMS] == [False] * 6 + [True]
 
 
@@ -73,6 +84,7 @@ def test_loss_reaches_bayes():
     c = verdicts.rules_of("causal_structure")
     claim = next(x for x in c.CLAIMS if x.id == "loss_reaches_bayes")
     import dataclasses
+
     full = dataclasses.replace(claim, budget=1.0)
     assert verdicts.judged(full, good)["verdict"] == "matches"
     # the order holds but the KL stays at 0.08: partly, capped by the budget
@@ -94,8 +106,9 @@ def test_loss_reaches_bayes():
 GUESS = {"O": 0.24, "T": 0.7}
 
 
-def hmm_final(o: float, t: float, kl: float = 0.001, o0: float = 0.8, t0: float = 0.7, kl0: float = 1.0,
-              **extra) -> dict:
+def hmm_final(
+    o: float, t: float, kl: float = 0.001, o0: float = 0.8, t0: float = 0.7, kl0: float = 1.0, **extra
+) -> dict:
     """A seed's final numbers and its series [step 0, final] (the negative control reads step 0)."""
     final = {"O_err": o, "T_err": t, "floor_O_err": 1e-8, "kl_optimal": kl, "kl_joint": kl, **extra}
     start = {"O_err": o0, "T_err": t0, "kl_optimal": kl0, "kl_joint": kl0}
@@ -149,7 +162,9 @@ def test_masking_ratio():
     budget = hmm_results(tri, pair, {0.15: [bad] * 3, 0.85: [bad] * 3})
     assert judged("hmm_identifiability", "masking_ratio", budget)["verdict"] == "inconclusive"
     # ... but not when the triplet model itself did not recover: its fit is no yardstick
-    no_yardstick = hmm_results([hmm_final(0.17, 0.4, kl=0.0015)] * 3, pair, {0.85: [hmm_final(0.17, 0.4, kl=0.0015)] * 3})
+    no_yardstick = hmm_results(
+        [hmm_final(0.17, 0.4, kl=0.0015)] * 3, pair, {0.85: [hmm_final(0.17, 0.4, kl=0.0015)] * 3}
+    )
     assert judged("hmm_identifiability", "masking_ratio", no_yardstick)["verdict"] == "inconclusive"
     few = hmm_results(tri, pair, {0.5: [good] * 2})
     assert judged("hmm_identifiability", "masking_ratio", few)["verdict"] == "inconclusive"
@@ -159,16 +174,26 @@ def test_masking_ratio():
 
 
 def fc_row(size: int, params: float, cap: int, above: float = 0.3, seeds: int = 3) -> dict:
-    return {"size": size, "params": params, "capacity": {"median_0.99": cap},
-            "tried": {str(cap): [1.0] * seeds, str(int(cap * 1.2) + 1): [above] * seeds}}
+    return {
+        "size": size,
+        "params": params,
+        "capacity": {"median_0.99": cap},
+        "tried": {str(cap): [1.0] * seeds, str(int(cap * 1.2) + 1): [above] * seeds},
+    }
 
 
-def fc_family(exponent: float, sizes=(8, 12, 16, 24, 32, 48), above: float = 0.3, seeds: int = 3, noise=None,
-              prefactor: float = 0.5) -> dict:
+def fc_family(
+    exponent: float,
+    sizes=(8, 12, 16, 24, 32, 48),
+    above: float = 0.3,
+    seeds: int = 3,
+    noise=None,
+    prefactor: float = 0.5,
+) -> dict:
     rows = []
     for i, d in enumerate(sizes):
         p = d * d
-        n = max(2, round(prefactor * p ** exponent * (noise[i] if noise else 1.0)))
+        n = max(2, round(prefactor * p**exponent * (noise[i] if noise else 1.0)))
         rows.append(fc_row(d, p, n, above, seeds))
     return {"sizes": rows}
 
@@ -195,7 +220,10 @@ def test_linear_memory_capacity():
 def test_mlp_memory_capacity_soft_edge_caps_a_failure():
     cid = "mlp_memory_capacity"
     assert judged("factual_capacity", cid, {"mlp_memory": fc_family(0.95, noise=NOISE)})["verdict"] == "matches"
-    assert judged("factual_capacity", cid, {"mlp_memory": fc_family(0.4, noise=NOISE, prefactor=4)})["verdict"] == "does not"
+    assert (
+        judged("factual_capacity", cid, {"mlp_memory": fc_family(0.4, noise=NOISE, prefactor=4)})["verdict"]
+        == "does not"
+    )
     # the same failure where accuracy above each capacity is still ≥ 0.8: the budget sets N
     out = judged("factual_capacity", cid, {"mlp_memory": fc_family(0.4, above=0.9, noise=NOISE, prefactor=4)})
     assert out["verdict"] == "inconclusive" and "soft" in out["why"]
@@ -203,14 +231,18 @@ def test_mlp_memory_capacity_soft_edge_caps_a_failure():
 
 def test_interval_brackets_the_slope():
     fc = verdicts.rules_of("factual_capacity")
-    pts = [(p, 0.5 * p ** 0.9 * k) for p, k in zip([64, 144, 256, 576, 1024, 2304], NOISE)]
+    pts = [(p, 0.5 * p**0.9 * k) for p, k in zip([64, 144, 256, 576, 1024, 2304], NOISE)]
     lo, hi = fc._interval(pts)
     assert lo < fc._slope(pts) < hi and hi - lo < 0.3
-    assert fc._place((0.85, 1.1)) == "inside" and fc._place((0.5, 0.7)) == "outside" and fc._place((0.7, 0.9)) == "straddles"
+    assert (
+        fc._place((0.85, 1.1)) == "inside"
+        and fc._place((0.5, 0.7)) == "outside"
+        and fc._place((0.7, 0.9)) == "straddles"
+    )
 
 
 def transformer(att_exp: float, mlp_caps: list, above: float = 0.3) -> dict:
-    att = [fc_row(h, 1024 * h, max(4, round(12 * h ** att_exp)), above) for h in (1, 2, 4, 8)]
+    att = [fc_row(h, 1024 * h, max(4, round(12 * h**att_exp)), above) for h in (1, 2, 4, 8)]
     mlp = [fc_row(m, 1024 + 64 * m, c, above) | {"mlp_params": 64 * m} for m, c in zip((16, 32, 64, 128), mlp_caps)]
     return {"attention": {"sizes": att}, "mlp": {"sizes": mlp}}
 

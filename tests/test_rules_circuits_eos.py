@@ -14,8 +14,15 @@ import verdicts  # noqa: E402
 
 def test_claims_are_complete():
     ids = [c.id for c in verdicts.rules_of("circuit_discovery").CLAIMS]
-    assert ids == ["planted_circuits_recovered", "induction_circuit_patching", "induction_circuit_eap",
-                   "induction_circuit_eap_ig", "induction_circuit_acdc", "induction_circuit_timing", "positions_read"]
+    assert ids == [
+        "planted_circuits_recovered",
+        "induction_circuit_patching",
+        "induction_circuit_eap",
+        "induction_circuit_eap_ig",
+        "induction_circuit_acdc",
+        "induction_circuit_timing",
+        "positions_read",
+    ]
     assert [c.id for c in verdicts.rules_of("edge_of_stability").CLAIMS] == ["edge_of_stability"]
     for c in verdicts.rules_of("circuit_discovery").CLAIMS + verdicts.rules_of("edge_of_stability").CLAIMS:
         assert c.min_n >= 3 and c.rule and c.claim and c.paper and c.control and c.control_note
@@ -28,15 +35,24 @@ def test_claims_are_complete():
 # ---- circuit_discovery: planted ------------------------------------------------------------------------------
 
 METHODS = ("patching", "eap", "eap_ig", "acdc")
-CASES = ("majority/resample", "induction/resample", "tracr_frac_prevs/zero", "tracr_frac_prevs/resample",
-         "tracr_detect_pattern/zero", "tracr_detect_pattern/resample")
+CASES = (
+    "majority/resample",
+    "induction/resample",
+    "tracr_frac_prevs/zero",
+    "tracr_frac_prevs/resample",
+    "tracr_detect_pattern/zero",
+    "tracr_detect_pattern/resample",
+)
 
 
 def planted(auc: float = 1.0, exact: bool = True, cases=CASES, control_auc: float = 0.5) -> dict:
     out = {c: {m: {"auc": 1.0, "exact": True, "edges": 23, "truth": 5} for m in METHODS} for c in cases}
     out[cases[0]]["eap"] = {"auc": auc, "exact": exact, "edges": 13, "truth": 2}
     # the control: the planted models with their weights shuffled
-    ctl = {c: {m: {"auc": control_auc, "exact": control_auc == 1.0, "edges": 23, "truth": 5} for m in METHODS} for c in cases}
+    ctl = {
+        c: {m: {"auc": control_auc, "exact": control_auc == 1.0, "edges": 23, "truth": 5} for m in METHODS}
+        for c in cases
+    }
     return {"planted": out, "planted_control": ctl}
 
 
@@ -44,7 +60,10 @@ def test_planted():
     out = judged("circuit_discovery", "planted_circuits_recovered", planted())
     assert out["verdict"] == "matches" and out["control"]["verdict"] == "does not"
     # discovery that "finds" the planted circuit in shuffled weights too: by construction
-    assert judged("circuit_discovery", "planted_circuits_recovered", planted(control_auc=1.0))["verdict"] == "by construction"
+    assert (
+        judged("circuit_discovery", "planted_circuits_recovered", planted(control_auc=1.0))["verdict"]
+        == "by construction"
+    )
     # no control in the results: a match is not shown
     bare = {"planted": planted()["planted"]}
     assert judged("circuit_discovery", "planted_circuits_recovered", bare)["verdict"] == "inconclusive"
@@ -62,24 +81,50 @@ def test_planted():
 # ---- circuit_discovery: the induction circuit and its timing ------------------------------------------------
 
 KNOWN = ["input->L0H0.v", "L0H0->L1H0.k", "input->L1H0.q", "input->L1H0.v", "L1H0->logits"]
-EDGES = KNOWN + ["input->L0H0.q", "input->L0H0.k", "input->L1H0.k", "input->logits", "L0H0->L1H0.q",
-                 "L0H0->L1H0.v", "L0H0->logits"]
+EDGES = KNOWN + [
+    "input->L0H0.q",
+    "input->L0H0.k",
+    "input->L1H0.k",
+    "input->logits",
+    "L0H0->L1H0.q",
+    "L0H0->L1H0.v",
+    "L0H0->logits",
+]
 FINE = [0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2000]
 COARSE = [0, 2, 8, 26, 77, 228, 675, 2000]
 
 
-def markov_seed(seed: int, auc: float = 1.0, formed: int = 128, induction=100, previous=150,
-                steps=FINE, init_auc: float = 0.5) -> dict:
+def markov_seed(
+    seed: int, auc: float = 1.0, formed: int = 128, induction=100, previous=150, steps=FINE, init_auc: float = 0.5
+) -> dict:
     circuit = KNOWN if auc == 1.0 else KNOWN + ["input->logits"]
-    method = {"auc_known": auc, "circuit": circuit, "scores": {e: 0.1 for e in EDGES}, "faithfulness": 0.93,
-              "formed": formed}
+    method = {
+        "auc_known": auc,
+        "circuit": circuit,
+        "scores": {e: 0.1 for e in EDGES},
+        "faithfulness": 0.93,
+        "formed": formed,
+    }
     # the control: the untrained model's circuit and AUC against the same known edges
-    init = {"auc_known": init_auc, "circuit": EDGES[5:], "scores": {e: 0.0 for e in EDGES}, "faithfulness": 0.9,
-            "formed": None}
-    return {"seed": seed, "known_edges": KNOWN, "steps": steps, "loss_drop": 120,
-            "pattern_formation": {"induction": {"L0H0": None, "L1H0": induction},
-                                  "previous_token": {"L0H0": previous, "L1H0": None}},
-            "methods": {m: dict(method) for m in METHODS}, "methods_init": {m: dict(init) for m in METHODS}}
+    init = {
+        "auc_known": init_auc,
+        "circuit": EDGES[5:],
+        "scores": {e: 0.0 for e in EDGES},
+        "faithfulness": 0.9,
+        "formed": None,
+    }
+    return {
+        "seed": seed,
+        "known_edges": KNOWN,
+        "steps": steps,
+        "loss_drop": 120,
+        "pattern_formation": {
+            "induction": {"L0H0": None, "L1H0": induction},
+            "previous_token": {"L0H0": previous, "L1H0": None},
+        },
+        "methods": {m: dict(method) for m in METHODS},
+        "methods_init": {m: dict(init) for m in METHODS},
+    }
 
 
 def markov(*seeds: dict) -> dict:
@@ -96,8 +141,16 @@ def test_induction_circuit(method):
     # the untrained model scores the known edges as high: by construction
     same = markov(*(markov_seed(s, init_auc=0.95) for s in (100, 101, 102)))
     assert judged("circuit_discovery", cid, same)["verdict"] == "by construction"
-    assert judged("circuit_discovery", cid, markov(markov_seed(0), markov_seed(1, 0.8), markov_seed(2, 0.7)))["verdict"] == "partly"
-    assert judged("circuit_discovery", cid, markov(markov_seed(0, 0.6), markov_seed(1, 0.5), markov_seed(2, 0.9)))["verdict"] == "does not"
+    assert (
+        judged("circuit_discovery", cid, markov(markov_seed(0), markov_seed(1, 0.8), markov_seed(2, 0.7)))["verdict"]
+        == "partly"
+    )
+    assert (
+        judged("circuit_discovery", cid, markov(markov_seed(0, 0.6), markov_seed(1, 0.5), markov_seed(2, 0.9)))[
+            "verdict"
+        ]
+        == "does not"
+    )
     assert judged("circuit_discovery", cid, markov(markov_seed(0), markov_seed(1)))["verdict"] == "inconclusive"
     # a seed with no induction pattern yet lacks the mechanism: not counted, whatever its AUC
     early = markov(markov_seed(0, 0.4, induction=None), markov_seed(1, 0.4, previous=None), markov_seed(2))
@@ -109,8 +162,11 @@ def test_timing():
     cid = "induction_circuit_timing"
     # each seed's circuit within 2× of its own pattern (16 · 10, 128 · 100, 1024 · 1000): 3/3 hits, chance ~0.18
     # each; another seed's pattern (the control) is more than 2× away from every circuit
-    own = markov(markov_seed(0, formed=16, induction=10), markov_seed(1, formed=128, induction=100),
-                 markov_seed(2, formed=1024, induction=1000))
+    own = markov(
+        markov_seed(0, formed=16, induction=10),
+        markov_seed(1, formed=128, induction=100),
+        markov_seed(2, formed=1024, induction=1000),
+    )
     out = judged("circuit_discovery", cid, own)
     assert out["verdict"] == "matches" and "within 2× in 3" in out["why"] and out["control"]["verdict"] == "does not"
     # the circuit at 128, the pattern at 100, in every seed: the rule hits with any seed's pattern, by construction
@@ -129,7 +185,11 @@ def test_timing():
     # into [83, 334] around a pattern at 167: unresolved, not a miss (the earlier runs' case)
     coarse = markov(*(markov_seed(s, formed=675, induction=167, steps=COARSE) for s in range(3)))
     out = judged("circuit_discovery", cid, coarse)
-    assert out["verdict"] == "inconclusive" and out["n"] == 0 and "unresolved between probed checkpoints in 3" in out["why"]
+    assert (
+        out["verdict"] == "inconclusive"
+        and out["n"] == 0
+        and "unresolved between probed checkpoints in 3" in out["why"]
+    )
     none = markov(*(markov_seed(s, induction=None) for s in range(3)))
     assert judged("circuit_discovery", cid, none)["verdict"] == "inconclusive"
 
@@ -147,8 +207,12 @@ def test_chance_and_poisson_binomial():
 
 
 def position_seed(auc: float = 1.0, learned: bool = True, control: float = 1e-5, init_auc: float = 0.5) -> dict:
-    return {"seed": 100, "learned": learned, "methods": {"patching": {"auc_positions": auc, "control": control}},
-            "methods_init": {"patching": {"auc_positions": init_auc, "control": 0.3}}}
+    return {
+        "seed": 100,
+        "learned": learned,
+        "methods": {"patching": {"auc_positions": auc, "control": control}},
+        "methods_init": {"patching": {"auc_positions": init_auc, "control": 0.3}},
+    }
 
 
 def positions(boolean, causal) -> dict:
@@ -176,8 +240,18 @@ def test_positions():
 # ---- edge_of_stability --------------------------------------------------------------------------------------
 
 
-def eos_run(lr: float, seed: int, *, approach: str = "below", reached: int | None = 400, within: float = 0.9,
-            rises_after: int = 15, rises_before: int = 0, low: float = 25.0, checkpoints: int = 56) -> dict:
+def eos_run(
+    lr: float,
+    seed: int,
+    *,
+    approach: str = "below",
+    reached: int | None = 400,
+    within: float = 0.9,
+    rises_after: int = 15,
+    rises_before: int = 0,
+    low: float = 25.0,
+    checkpoints: int = 56,
+) -> dict:
     limit = 2 / lr
     steps = list(range(0, 25 * checkpoints, 25))
     start = 0.8 * limit if approach == "below" else 1.8 * limit
@@ -186,18 +260,36 @@ def eos_run(lr: float, seed: int, *, approach: str = "below", reached: int | Non
         reached = steps[1 + checkpoints // 4]
     else:
         lam = [start] + [low] * (checkpoints - 1)
-    near = {"reached_step": reached, "median_ratio_after": 1.0 if reached else None,
-            "fraction_within_after": within if reached else None, "max_ratio_after": 1.1 if reached else None,
-            "loss_increases_before": rises_before, "evals_before": 100,
-            "loss_increases_after": rises_after if reached else 0, "evals_after": 200 if reached else 0}
+    near = {
+        "reached_step": reached,
+        "median_ratio_after": 1.0 if reached else None,
+        "fraction_within_after": within if reached else None,
+        "max_ratio_after": 1.1 if reached else None,
+        "loss_increases_before": rises_before,
+        "evals_before": 100,
+        "loss_increases_after": rises_after if reached else 0,
+        "evals_after": 200 if reached else 0,
+    }
     low_at = min(range(len(lam)), key=lam.__getitem__)
     # the full-batch loss at every checkpoint: falling, and (from the edge on) rising at every other step
     at = steps.index(reached) if reached is not None else len(steps)
     loss = [1.0 - 0.001 * i if i < at else 0.5 + 0.01 * ((i - at) % 2) for i in range(len(steps))]
-    return {"seed": seed, "steps": steps, "lambda_max": lam, "limit": limit, "loss": loss,
-            "loss_steps": list(steps), "initial": start, "min": lam[low_at], "min_step": steps[low_at],
-            "max_after_min": max(lam[low_at:]), "sharpening": max(lam[low_at:]) / lam[low_at], "approach": approach,
-            "near0.1": dict(near), "near0.2": dict(near, fraction_within_after=1.0 if reached else None)}
+    return {
+        "seed": seed,
+        "steps": steps,
+        "lambda_max": lam,
+        "limit": limit,
+        "loss": loss,
+        "loss_steps": list(steps),
+        "initial": start,
+        "min": lam[low_at],
+        "min_step": steps[low_at],
+        "max_after_min": max(lam[low_at:]),
+        "sharpening": max(lam[low_at:]) / lam[low_at],
+        "approach": approach,
+        "near0.1": dict(near),
+        "near0.2": dict(near, fraction_within_after=1.0 if reached else None),
+    }
 
 
 def control(seed: int, rises: int = 0, checkpoints: int = 56) -> dict:

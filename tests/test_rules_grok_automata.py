@@ -17,7 +17,12 @@ auto = verdicts.rules_of("automata_depth")
 
 
 def test_claims_in_the_readme_order_with_rules_in_words():
-    assert [c.id for c in grok.CLAIMS] == ["fit_long_before_heldout", "three_phases", "fraction_and_decay", "parity_grokking"]
+    assert [c.id for c in grok.CLAIMS] == [
+        "fit_long_before_heldout",
+        "three_phases",
+        "fraction_and_decay",
+        "parity_grokking",
+    ]
     assert [c.id for c in auto.CLAIMS] == ["depth_ordering", "alphabet", "linear_decoding", "beyond_training_length"]
     for c in grok.CLAIMS + auto.CLAIMS:
         assert c.rule and c.claim and c.paper and c.min_n >= 3 and c.budget_note and c.control and c.control_note
@@ -25,7 +30,9 @@ def test_claims_in_the_readme_order_with_rules_in_words():
     assert [c.id for c in grok.CLAIMS if not c.scale] == ["three_phases", "parity_grokking"]
     # the automata budget: sequences seen against the paper's fewest, 600k (the earlier runs: 19,200, unrecorded)
     budget = claim(auto, "depth_ordering").budget
-    assert budget({}) == pytest.approx(0.032) and budget({"budget": {"sequences": 1_280_000}}) == pytest.approx(2.13, abs=0.01)
+    assert budget({}) == pytest.approx(0.032) and budget({"budget": {"sequences": 1_280_000}}) == pytest.approx(
+        2.13, abs=0.01
+    )
     # grokking: our steps over Power et al.'s 10⁵ (fit) and Nanda et al.'s 40 000 (phases)
     assert claim(grok, "fit_long_before_heldout").budget(phases(phase_seed())) == pytest.approx(0.04)
     assert claim(grok, "three_phases").budget(phases(phase_seed())) == pytest.approx(0.1)
@@ -42,11 +49,15 @@ def phase_seed(mem=100, circuit=200, grokked=1000, clean=2000, acc_at_mem=0.02, 
     if mem is not None:
         test_acc[steps.index(mem)] = acc_at_mem
     train_acc = [1.0 if mem is not None and t >= mem else 0.5 for t in steps]
-    return {"steps": steps, "curves": {"test_acc": test_acc, "train_acc": train_acc},
-            "events": {e: {d: t for d in grok.DEFINITIONS} for e, t in ev.items()},
-            "excluded_loss_at": {"memorized": 9.0, "grokked": 11.0 if signatures else 8.0},
-            "restricted_minus_test_at_grokked": -1.0 if signatures else 0.5,
-            "weight_norm_peak_step": 500 if signatures else 4000, "weight_norm_end_over_peak": 0.5 if signatures else 1.0}
+    return {
+        "steps": steps,
+        "curves": {"test_acc": test_acc, "train_acc": train_acc},
+        "events": {e: {d: t for d in grok.DEFINITIONS} for e, t in ev.items()},
+        "excluded_loss_at": {"memorized": 9.0, "grokked": 11.0 if signatures else 8.0},
+        "restricted_minus_test_at_grokked": -1.0 if signatures else 0.5,
+        "weight_norm_peak_step": 500 if signatures else 4000,
+        "weight_norm_end_over_peak": 0.5 if signatures else 1.0,
+    }
 
 
 def phases(*seeds):
@@ -68,8 +79,11 @@ def test_fit_long_before_heldout():
     assert small["rule_verdict"] == "matches" and small["verdict"] == "inconclusive" and "0.04" in small["why"]
     # the audit's case: held-out 0.20-0.46 at the fit (chance 0.017), ≥ 0.99 10-20× later or not by the end:
     # a late rise from well above chance is not grokking -> does not (at this budget, inconclusive)
-    audit = phases(phase_seed(acc_at_mem=0.34, clean=1000), phase_seed(acc_at_mem=0.2, clean=None),
-                   phase_seed(acc_at_mem=0.46, clean=2000))
+    audit = phases(
+        phase_seed(acc_at_mem=0.34, clean=1000),
+        phase_seed(acc_at_mem=0.2, clean=None),
+        phase_seed(acc_at_mem=0.46, clean=2000),
+    )
     out = verdict(grok, "fit_long_before_heldout", audit)
     assert out["rule_verdict"] == "does not" and out["n"] == 3 and "not yet ≥ 0.99 at the run's end" in out["why"]
     assert out["verdict"] == "inconclusive"
@@ -94,14 +108,19 @@ def test_three_phases_ties_are_not_in_order():
     tied = phases(*[phase_seed(circuit=100) for _ in range(3)])
     out = verdict(grok, "three_phases", tied)
     assert out["verdict"] == "partly" and "0/3 seeds" in out["why"] and "memorized = circuit" in out["why"]
-    assert verdict(grok, "three_phases", phases(*[phase_seed(circuit=100, signatures=False) for _ in range(3)]))["verdict"] == "does not"
+    assert (
+        verdict(grok, "three_phases", phases(*[phase_seed(circuit=100, signatures=False) for _ in range(3)]))["verdict"]
+        == "does not"
+    )
     assert verdict(grok, "three_phases", phases(phase_seed(), phase_seed()))["verdict"] == "inconclusive"
 
 
 def grid(steps, acc, seeds=3, cap=10000):
     """steps[(frac, decay)] the steps to ≥ 0.99 of every seed (None: censored); acc the held-out accuracy at the cap."""
-    cells = {f"{f},{d}": {"frac": f, "weight_decay": d, "steps_to_0.99": [t] * seeds, "final_test_acc": [acc[f, d]] * seeds}
-             for (f, d), t in steps.items()}
+    cells = {
+        f"{f},{d}": {"frac": f, "weight_decay": d, "steps_to_0.99": [t] * seeds, "final_test_acc": [acc[f, d]] * seeds}
+        for (f, d), t in steps.items()
+    }
     return {"grid": {"cap": cap, "p": 31, "chance_acc": 1 / 31, "cells": cells}}
 
 
@@ -143,7 +162,10 @@ def test_parity_grokking_only_where_the_regime_can_show_it():
     assert big["verdict"] == big["rule_verdict"] == "inconclusive" and "100 n" in big["why"]
     # too few parameters to memorize the set: inconclusive too
     assert verdict(grok, "parity_grokking", parity(params=200))["rule_verdict"] == "inconclusive"
-    assert verdict(grok, "parity_grokking", parity(fit=(1000, 1000), gen=(5000, 5000), acc=(0.5, 0.5)))["verdict"] == "inconclusive"
+    assert (
+        verdict(grok, "parity_grokking", parity(fit=(1000, 1000), gen=(5000, 5000), acc=(0.5, 0.5)))["verdict"]
+        == "inconclusive"
+    )
 
 
 # ---- automata ------------------------------------------------------------------------------------------
@@ -155,8 +177,10 @@ def stat(values):
 
 def table(acc, depths=(1, 2, 3, 4, 6, 8), seeds=3):
     """acc(row, depth) -> the accuracy (%) of every seed."""
-    return {g: {str(d): {"all": stat([acc(g, d)] * seeds), "last": stat([acc(g, d) - 5] * seeds)} for d in depths}
-            for g in auto.PAPER_TABLE}
+    return {
+        g: {str(d): {"all": stat([acc(g, d)] * seeds), "last": stat([acc(g, d) - 5] * seeds)} for d in depths}
+        for g in auto.PAPER_TABLE
+    }
 
 
 def as_paper(g, d):
@@ -186,11 +210,14 @@ def test_depth_ordering():
 
 
 def alphabets(gen, liu, seeds=3, other=(16.1, 16.5, 17.0)):
-    cell = lambda g_acc, l_acc: {  # noqa: E731
-        "generators": {"all": stat(g_acc[:seeds]), "chance": {"all": 27.0, "last": 26.0}},
-        "liu": {"all": stat(l_acc[:seeds]), "chance": {"all": 14.0, "last": 13.0}},
-        # the control: Liu et al.'s alphabet again, other seeds
-        "liu_other_seeds": {"all": stat(list(other)[:seeds]), "chance": {"all": 14.0, "last": 13.0}}}
+    cell = (
+        lambda g_acc, l_acc: {  # noqa: E731
+            "generators": {"all": stat(g_acc[:seeds]), "chance": {"all": 27.0, "last": 26.0}},
+            "liu": {"all": stat(l_acc[:seeds]), "chance": {"all": 14.0, "last": 13.0}},
+            # the control: Liu et al.'s alphabet again, other seeds
+            "liu_other_seeds": {"all": stat(list(other)[:seeds]), "chance": {"all": 14.0, "last": 13.0}},
+        }
+    )
     return {"alphabets": {"Q8": {"1": cell(gen, liu), "2": cell(gen, liu)}}}
 
 
@@ -210,9 +237,17 @@ def decoding(curves, seeds=3, learned=("Dyck", "Grid9"), budget=None, init=None)
     untrained models (the control)."""
     budget, init = budget or {}, init or {}
     t = table(lambda g, d: 95.0 if g in learned else 30.0, depths=(1, 4), seeds=seeds)
-    runs = [{"group": g, "depth": 4, "seed": s, "linear": {"state": curves.get(g, [0.2, 0.22, 0.25, 0.28, 0.3])},
-             "linear_init": {"state": init.get(g, [0.2, 0.21, 0.21, 0.22, 0.22])}}  # the untrained model's
-            for g in auto.PAPER_TABLE for s in range(seeds)]
+    runs = [
+        {
+            "group": g,
+            "depth": 4,
+            "seed": s,
+            "linear": {"state": curves.get(g, [0.2, 0.22, 0.25, 0.28, 0.3])},
+            "linear_init": {"state": init.get(g, [0.2, 0.21, 0.21, 0.22, 0.22])},
+        }  # the untrained model's
+        for g in auto.PAPER_TABLE
+        for s in range(seeds)
+    ]
     return {"table": t, "runs": runs, **budget}
 
 
@@ -228,15 +263,24 @@ def test_linear_decoding():
     assert verdict(auto, "linear_decoding", decoding({"Dyck": jump, "Grid9": jump}))["rule_verdict"] == "does not"
     one_row = verdict(auto, "linear_decoding", decoding({"Dyck": gradual}, learned=("Dyck",)))
     assert one_row["rule_verdict"] == "inconclusive" and "≥ 2 rows learned" in one_row["why"]
-    assert verdict(auto, "linear_decoding", decoding({"Dyck": gradual, "Grid9": gradual}, seeds=2))["verdict"] == "inconclusive"
+    assert (
+        verdict(auto, "linear_decoding", decoding({"Dyck": gradual, "Grid9": gradual}, seeds=2))["verdict"]
+        == "inconclusive"
+    )
 
 
 def length(within, beyond, seeds=3, control=98.0, budget=FULL):
     """`control`: the accuracy at T..2T of the rotary models trained to 2T."""
-    entry = lambda w, b: {"within_T": stat([w] * seeds), "beyond_T_at_2T": stat([b] * seeds),  # noqa: E731
-                          "beyond_T_at_4T": stat([b - 10] * seeds)}
-    return {"length": {g: {"standard": entry(within, 30.0), "rotary": entry(within, beyond)} for g in ("Dyck", "Grid9")},
-            "length_control": {g: {"rotary": entry(within, control)} for g in ("Dyck", "Grid9")}, **budget}
+    entry = lambda w, b: {
+        "within_T": stat([w] * seeds),
+        "beyond_T_at_2T": stat([b] * seeds),  # noqa: E731
+        "beyond_T_at_4T": stat([b - 10] * seeds),
+    }
+    return {
+        "length": {g: {"standard": entry(within, 30.0), "rotary": entry(within, beyond)} for g in ("Dyck", "Grid9")},
+        "length_control": {g: {"rotary": entry(within, control)} for g in ("Dyck", "Grid9")},
+        **budget,
+    }
 
 
 def test_beyond_training_length():
@@ -260,4 +304,6 @@ def test_paper_table_and_the_cell_by_cell_table():
     text = auto.tables(copy.deepcopy(results))
     lines = [line for line in text.splitlines() if line.startswith("| C2 |")]
     # an illegible paper cell is "?"; a depth we did not run shows the paper's cell alone
-    assert lines == ["| C2 | ? · **50** (50–50) / 45 | 99.8 · **100** (100–100) / 95 | 99.9 | 100 | 100 | 99.5 | 100 | 99.7 | 100 | 100 |"]
+    assert lines == [
+        "| C2 | ? · **50** (50–50) / 45 | 99.8 · **100** (100–100) / 95 | 99.9 | 100 | 100 | 99.5 | 100 | 99.7 | 100 | 100 |"
+    ]

@@ -32,15 +32,25 @@ CONDS = ("k3", "k2", "paper_k2")
 
 def seed(n: int, *, stages=("uniform", "unigram", "bigram"), min_kl=0.01, switch=128, prev_at=128, ind_at=128):
     """A seed whose heads jump from chance to formed at prev_at / ind_at (None: never)."""
+
     def series(chance, formed, at):
         return [formed if at is not None and s >= at else chance for s in STEPS]
 
-    return {"seed": n, "steps": STEPS, "stages": list(stages), "transition_step": switch,
-            "unigram_plateau": {"min_kl": min_kl} if min_kl is not None else None,
-            "heads": {"previous_token": {"head": "L0H0", "start": 0.04, "chance": 0.04},
-                      "induction": {"head": "L1H0", "start": 0.34, "chance": 0.34}},
-            "series": {"previous_token": {"L0H0": series(0.04, 0.5, prev_at), "L1H0": [0.0] * len(STEPS)},
-                       "induction": {"L1H0": series(0.34, 0.9, ind_at), "L0H0": [0.3] * len(STEPS)}}}
+    return {
+        "seed": n,
+        "steps": STEPS,
+        "stages": list(stages),
+        "transition_step": switch,
+        "unigram_plateau": {"min_kl": min_kl} if min_kl is not None else None,
+        "heads": {
+            "previous_token": {"head": "L0H0", "start": 0.04, "chance": 0.04},
+            "induction": {"head": "L1H0", "start": 0.34, "chance": 0.34},
+        },
+        "series": {
+            "previous_token": {"L0H0": series(0.04, 0.5, prev_at), "L1H0": [0.0] * len(STEPS)},
+            "induction": {"L1H0": series(0.34, 0.9, ind_at), "L0H0": [0.3] * len(STEPS)},
+        },
+    }
 
 
 def conditions(per_cond: dict[str, list[dict]]) -> dict:
@@ -53,8 +63,9 @@ def one_layer(i: int) -> dict:
 
 
 def same(n: int = 5, control=one_layer, **kw) -> dict:
-    return conditions({**{c: [seed(i, **kw) for i in range(n)] for c in CONDS},
-                       "k3_1layer": [control(i) for i in range(n)]})
+    return conditions(
+        {**{c: [seed(i, **kw) for i in range(n)] for c in CONDS}, "k3_1layer": [control(i) for i in range(n)]}
+    )
 
 
 def test_phases():
@@ -105,11 +116,17 @@ def test_heads_without_a_recorded_chance_use_the_score_at_step_0():
 def prior(n: int = 5, ds_kl=0.04, di_kl=0.01, ds_step=64, di_step=256, nearest=None) -> dict:
     """Planted prior pairs: converged (on the Dirichlet chains) at ds_step / di_step; bigram nearest at `nearest`
     (the same steps when None); KL(bigram) ≤ 0.05 later for the doubly-stochastic runs, as their floor is higher."""
-    effect = {"min_kl_unigram_doubly_stochastic": [ds_kl] * n, "min_kl_unigram_dirichlet": [di_kl] * n,
-              "converged": {"paired_steps": [[di_step, ds_step]] * n, "final_kl_bayes_dirichlet": [0.01] * n,
-                            "final_kl_bayes_doubly_stochastic": [0.03] * n},
-              "nearest": {"paired_steps": [list(nearest or (di_step, ds_step))] * n},
-              "kl<=0.05": {"paired_steps": [[di_step, 2 * di_step]] * n}}
+    effect = {
+        "min_kl_unigram_doubly_stochastic": [ds_kl] * n,
+        "min_kl_unigram_dirichlet": [di_kl] * n,
+        "converged": {
+            "paired_steps": [[di_step, ds_step]] * n,
+            "final_kl_bayes_dirichlet": [0.01] * n,
+            "final_kl_bayes_doubly_stochastic": [0.03] * n,
+        },
+        "nearest": {"paired_steps": [list(nearest or (di_step, ds_step))] * n},
+        "kl<=0.05": {"paired_steps": [[di_step, 2 * di_step]] * n},
+    }
     return {"claims": {"doubly_stochastic": {"ours": effect, "paper": effect}}}
 
 
@@ -131,7 +148,10 @@ def test_doubly_stochastic_prior_judges_convergence_not_the_nearest_strategy():
     # no plateau but later: partly, and the swapped priors (Dirichlet sooner) are partly as well
     assert out["rule_verdict"] == "partly" and out["verdict"] == "by construction"
     assert "converged sooner on the Dirichlet chains in 0/5 pairs, later in 5" in out["why"]
-    assert "bigram nearest sooner in 5/5" in out["why"] and "≤ 0.05 on its own chains sooner in 0/5, later in 5" in out["why"]
+    assert (
+        "bigram nearest sooner in 5/5" in out["why"]
+        and "≤ 0.05 on its own chains sooner in 0/5, later in 5" in out["why"]
+    )
 
 
 def test_doubly_stochastic_prior_control_swaps_the_priors():
@@ -142,13 +162,25 @@ def test_doubly_stochastic_prior_control_swaps_the_priors():
 
 
 def trigram(n: int = 5, bad: int = 0, back2: float = 0.8, at_step0: float = 0.04) -> dict:
-    rows = [{"seed": i, "stages": ["uniform", "unigram", "bigram", "trigram"], "transition": 700,
-             "back1": {"head": "L0H0", "final": 0.9}, "back2": {"head": "L0H1", "final": 0.05 if i < bad else back2}}
-            for i in range(n)]
-    runs = [{"seed": i, "segments": [{"strategy": "uniform", "from": 0, "to": 8}],
-             "heads": {"back1": {"head": "L0H0"}, "back2": {"head": "L0H1"}},
-             "series": {"previous_token": {"L0H0": [at_step0, 0.9]}, "offset2": {"L0H1": [at_step0, 0.8]}}}
-            for i in range(n)]
+    rows = [
+        {
+            "seed": i,
+            "stages": ["uniform", "unigram", "bigram", "trigram"],
+            "transition": 700,
+            "back1": {"head": "L0H0", "final": 0.9},
+            "back2": {"head": "L0H1", "final": 0.05 if i < bad else back2},
+        }
+        for i in range(n)
+    ]
+    runs = [
+        {
+            "seed": i,
+            "segments": [{"strategy": "uniform", "from": 0, "to": 8}],
+            "heads": {"back1": {"head": "L0H0"}, "back2": {"head": "L0H1"}},
+            "series": {"previous_token": {"L0H0": [at_step0, 0.9]}, "offset2": {"L0H1": [at_step0, 0.8]}},
+        }
+        for i in range(n)
+    ]
     return {"claims": {"trigram": rows}, "conditions": {"trigram": {"seeds": runs}}}
 
 
@@ -170,12 +202,19 @@ CANDIDATES = [4, 8, 16, 32, 64, 128, 256, 512, 1024]
 
 
 def llc_seed(change_points, events=None, turns=(), shuffled=(1024,)):
-    events = events or {"unigram_starts": 8, "bigram_nearest": 256, "induction_rise50": 256,
-                        "previous_token_rise50": 256}
-    return {"seed": 0, "llc_boundaries": {"change_points": list(change_points), "turns": list(turns)},
-            "control": {"llc_boundaries": {"change_points": list(shuffled), "turns": []}},
-            "boundary_candidates": {"change_points": CANDIDATES, "turns": CANDIDATES},
-            "events": {**events, "bigram_kl<=0.1": 200, "loss_drop": 250}}
+    events = events or {
+        "unigram_starts": 8,
+        "bigram_nearest": 256,
+        "induction_rise50": 256,
+        "previous_token_rise50": 256,
+    }
+    return {
+        "seed": 0,
+        "llc_boundaries": {"change_points": list(change_points), "turns": list(turns)},
+        "control": {"llc_boundaries": {"change_points": list(shuffled), "turns": []}},
+        "boundary_candidates": {"change_points": CANDIDATES, "turns": CANDIDATES},
+        "events": {**events, "bigram_kl<=0.1": 200, "loss_drop": 250},
+    }
 
 
 def test_llc_beats_random_placement_for_matches_and_partly():
@@ -201,7 +240,7 @@ def test_llc_control_is_the_shuffled_llc():
 
 def test_llc_candidates_of_runs_without_them_are_the_valid_checkpoints_less_the_margins():
     r = {"llc": {"steps": [0, 1, 2, 3, 5, 9, 13, 18, 26, 38, 62, 92]}, "diagnostics": {"negative": [0, 1]}}
-    assert LLC.candidates(r, "change_points") == [9, 13, 18, 26, 38]   # 10 valid: indices 3..7
+    assert LLC.candidates(r, "change_points") == [9, 13, 18, 26, 38]  # 10 valid: indices 3..7
     assert LLC.candidates(r, "turns") == [3, 5, 9, 13, 18, 26, 38, 62]
 
 

@@ -27,32 +27,45 @@ from mechsynth.training.train import TrainConfig
 
 CASES = {
     # MLP layers, AdamW with weight decay, a warmup and cosine schedule, clipping far below the gradient norm.
-    "transformer": ({"name": "markov_icl", "k": 3, "length": 16},
-                    {"n_layers": 2, "n_heads": 2, "d_model": 16, "init_seed": 4},
-                    {"steps": 30, "grad_clip": 0.05, "weight_decay": 0.1, "warmup_steps": 5, "schedule": "cosine"}),
+    "transformer": (
+        {"name": "markov_icl", "k": 3, "length": 16},
+        {"n_layers": 2, "n_heads": 2, "d_model": 16, "init_seed": 4},
+        {"steps": 30, "grad_clip": 0.05, "weight_decay": 0.1, "warmup_steps": 5, "schedule": "cosine"},
+    ),
     # Edelman et al.'s setup: relative positions, decay on the matrices only (two param groups).
-    "relative": ({"name": "markov_icl", "k": 2, "length": 16},
-                 {"n_layers": 2, "d_model": 16, "attn_only": True, "positional": "relative", "init_range": 0.02, "init_seed": 4},
-                 {"steps": 30, "betas": [0.9, 0.95], "weight_decay": 0.1, "decay": "matrices"}),
+    "relative": (
+        {"name": "markov_icl", "k": 2, "length": 16},
+        {"n_layers": 2, "d_model": 16, "attn_only": True, "positional": "relative", "init_range": 0.02, "init_seed": 4},
+        {"steps": 30, "betas": [0.9, 0.95], "weight_decay": 0.1, "decay": "matrices"},
+    ),
     # A fixed training set of 40 examples in epochs of 3 batches (the last short): the seeds share the set.
-    "fixed": ({"name": "sparse_parity", "n": 8, "k": 2},
-              {"n_layers": 1, "d_model": 16, "init_seed": 4},
-              {"steps": 30, "data": "fixed", "n_train": 40, "set_seed": 3, "batch_size": 16}),
+    "fixed": (
+        {"name": "sparse_parity", "n": 8, "k": 2},
+        {"n_layers": 1, "d_model": 16, "init_seed": 4},
+        {"steps": 30, "data": "fixed", "n_train": 40, "set_seed": 3, "batch_size": 16},
+    ),
     # Continuous inputs and the squared error: in-context linear regression over a pool of tasks, with clipping.
-    "vectors": ({"name": "linear_regression", "d": 3, "k": 6, "n_tasks": 8, "noise": 0.1},
-                {"n_layers": 2, "n_heads": 2, "d_model": 16, "init_seed": 4},
-                {"steps": 30, "grad_clip": 0.05, "warmup_steps": 5, "schedule": "cosine"}),
+    "vectors": (
+        {"name": "linear_regression", "d": 3, "k": 6, "n_tasks": 8, "noise": 0.1},
+        {"n_layers": 2, "n_heads": 2, "d_model": 16, "init_seed": 4},
+        {"steps": 30, "grad_clip": 0.05, "warmup_steps": 5, "schedule": "cosine"},
+    ),
     # The MLP baseline with SGD + momentum on sparse parity (scored at the readout only).
-    "mlp": ({"name": "sparse_parity", "n": 8, "k": 2},
-            {"kind": "mlp", "width": 32, "init_seed": 4},
-            {"steps": 30, "optimizer": "sgd", "momentum": 0.9, "lr": 0.05, "grad_clip": 0.5}),
+    "mlp": (
+        {"name": "sparse_parity", "n": 8, "k": 2},
+        {"kind": "mlp", "width": 32, "init_seed": 4},
+        {"steps": 30, "optimizer": "sgd", "momentum": 0.9, "lr": 0.05, "grad_clip": 0.5},
+    ),
 }
 
 
 def alone(data: dict, i: int) -> dict:
     """The config of seed i as a separate run."""
-    return {**data, "model": {**data["model"], "init_seed": data["model"].get("init_seed", 0) + i},
-            "train": {**data["train"], "seed": data["train"].get("seed", 0) + i, "seeds": 1}}
+    return {
+        **data,
+        "model": {**data["model"], "init_seed": data["model"].get("init_seed", 0) + i},
+        "train": {**data["train"], "seed": data["train"].get("seed", 0) + i, "seeds": 1},
+    }
 
 
 def weights(run_dir, step) -> dict[str, torch.Tensor]:
@@ -90,7 +103,9 @@ def test_batched_seeds_equal_separate_runs(tmp_path, tiny, kind, passes):
                 # A key bias gets no gradient in exact arithmetic (softmax ignores a shift shared by all
                 # keys), so Adam scales float noise up to ±lr steps; every other weight agrees to rounding.
                 if not k.endswith("b_K"):
-                    torch.testing.assert_close(ours[k], theirs[k], atol=2e-6, rtol=1e-5, msg=f"seed {i} {k} step {step}")
+                    torch.testing.assert_close(
+                        ours[k], theirs[k], atol=2e-6, rtol=1e-5, msg=f"seed {i} {k} step {step}"
+                    )
     # The seeds are independent models, not copies of one.
     a, b = weights(seed_dir(batched, 0), 30), weights(seed_dir(batched, 1), 30)
     assert not any(torch.equal(a[k], b[k]) for k in a if k.startswith(("W_", "blocks.0.attn.W_")))
@@ -100,8 +115,10 @@ def test_batched_seeds_equal_separate_runs(tmp_path, tiny, kind, passes):
 def test_clip_per_model_is_clip_grad_norm_of_each_model():
     g = torch.Generator().manual_seed(0)
     shapes = [(4, 3, 5), (4, 7), (4,)]
-    grads = [torch.randn(s, generator=g) * torch.tensor([0.01, 1.0, 10.0, 0.3]).view(-1, *(1,) * (len(s) - 1))
-             for s in shapes]
+    grads = [
+        torch.randn(s, generator=g) * torch.tensor([0.01, 1.0, 10.0, 0.3]).view(-1, *(1,) * (len(s) - 1))
+        for s in shapes
+    ]
     stacked = [torch.zeros(s, requires_grad=True) for s in shapes]
     for p, gr in zip(stacked, grads):
         p.grad = gr.clone()
@@ -134,15 +151,20 @@ def test_saved_activation_bytes_counts_what_backward_keeps():
     w = torch.randn(5, 7, requires_grad=True)
     # x @ w keeps x [3, 5] for w's gradient (not w: x needs none); relu keeps its output [3, 7]
     assert saved_activation_bytes(lambda x: torch.relu(x @ w), torch.randn(3, 5)) == (15 + 21) * 4
-    assert saved_activation_bytes(lambda x: torch.relu(x @ w), torch.randn(3, 5, requires_grad=True)) == (15 + 35 + 21) * 4
+    assert (
+        saved_activation_bytes(lambda x: torch.relu(x @ w), torch.randn(3, 5, requires_grad=True)) == (15 + 35 + 21) * 4
+    )
 
 
-@pytest.mark.parametrize("task, model, batch, expected", [
-    # the demo model: 8 MiB of activations per seed, past a core's cache: per-seed passes
-    ({"name": "markov_icl", "k": 3, "length": 64}, {"n_layers": 2, "d_model": 32, "attn_only": True}, 64, False),
-    # the parity MLP: 31 KiB per seed, overhead-bound: one stacked pass
-    ({"name": "sparse_parity", "n": 50, "k": 3}, {"kind": "mlp", "width": 100}, 32, True),
-])
+@pytest.mark.parametrize(
+    "task, model, batch, expected",
+    [
+        # the demo model: 8 MiB of activations per seed, past a core's cache: per-seed passes
+        ({"name": "markov_icl", "k": 3, "length": 64}, {"n_layers": 2, "d_model": 32, "attn_only": True}, 64, False),
+        # the parity MLP: 31 KiB per seed, overhead-bound: one stacked pass
+        ({"name": "sparse_parity", "n": 50, "k": 3}, {"kind": "mlp", "width": 100}, 32, True),
+    ],
+)
 def test_auto_seed_passes_on_cpu(task, model, batch, expected):
     t = tasks.make(task.pop("name"), task)
     m = models.build(models.parse(model), t.spec, n_models=2)
@@ -153,9 +175,11 @@ def test_auto_seed_passes_on_cpu(task, model, batch, expected):
 
 @pytest.mark.slow
 def test_batched_resume_is_bit_exact(tmp_path, tiny, ctrl_c_at):
-    data = tiny({"name": "markov_icl", "k": 3, "length": 16},
-                {"n_layers": 2, "n_heads": 2, "d_model": 16, "attn_only": True},
-                {"steps": 40, "checkpoints": 8, "warmup_steps": 5, "schedule": "cosine", "seeds": 3, "data_chunk": 3})
+    data = tiny(
+        {"name": "markov_icl", "k": 3, "length": 16},
+        {"n_layers": 2, "n_heads": 2, "d_model": 16, "attn_only": True},
+        {"steps": 40, "checkpoints": 8, "warmup_steps": 5, "schedule": "cosine", "seeds": 3, "data_chunk": 3},
+    )
     cfg = parse_config(data)
     full = train_run(cfg, tmp_path / "full", progress=False)
 
@@ -183,8 +207,11 @@ def test_batched_resume_is_bit_exact(tmp_path, tiny, ctrl_c_at):
 def test_ctrl_c_midway_through_a_step_finishes_it_first(tmp_path, tiny, monkeypatch, seeds):
     """A real SIGINT raised inside step 23's loss (on a worker thread, side by side): the step completes,
     the run stops with a checkpoint at 24, and resuming it ends exactly where an uncut run does."""
-    data = tiny({"name": "markov_icl", "k": 3, "length": 16}, {"n_layers": 2, "n_heads": 2, "d_model": 16},
-                {"steps": 40, "checkpoints": 8, "seeds": seeds, "data_chunk": 5, "seed_passes": "per_seed"})
+    data = tiny(
+        {"name": "markov_icl", "k": 3, "length": 16},
+        {"n_layers": 2, "n_heads": 2, "d_model": 16},
+        {"steps": 40, "checkpoints": 8, "seeds": seeds, "data_chunk": 5, "seed_passes": "per_seed"},
+    )
     cfg = parse_config(data)
     full = train_run(cfg, tmp_path / "full", progress=False)
     module = train_module if seeds == 1 else seeds_module
@@ -211,17 +238,26 @@ def test_ctrl_c_midway_through_a_step_finishes_it_first(tmp_path, tiny, monkeypa
 
 @pytest.mark.smoke
 def test_sigkill_then_resume_matches_uninterrupted_batched_run(tmp_path, tiny):
-    data = tiny({"name": "automata", "automaton": "cyclic", "n": 3, "length": 12},
-                {"n_layers": 1, "n_heads": 2, "d_model": 16},
-                {"steps": 150, "checkpoints": 24, "eval_every": 50, "seeds": 2})
+    data = tiny(
+        {"name": "automata", "automaton": "cyclic", "n": 3, "length": 12},
+        {"n_layers": 1, "n_heads": 2, "d_model": 16},
+        {"steps": 150, "checkpoints": 24, "eval_every": 50, "seeds": 2},
+    )
     cfg = parse_config(data)
     full = train_run(cfg, tmp_path / "full", progress=False)
     toml = tmp_path / "cfg.toml"
-    toml.write_text("\n".join(f"[{section}]\n" + "\n".join(f"{k} = {json.dumps(v)}" for k, v in table.items() if v is not None)
-                              for section, table in cfg.to_dict().items()))
+    toml.write_text(
+        "\n".join(
+            f"[{section}]\n" + "\n".join(f"{k} = {json.dumps(v)}" for k, v in table.items() if v is not None)
+            for section, table in cfg.to_dict().items()
+        )
+    )
     cut = tmp_path / "cut"
-    proc = subprocess.Popen([sys.executable, "-m", "mechsynth.cli", "train", str(toml), "--out", str(cut), "--no-progress"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mechsynth.cli", "train", str(toml), "--out", str(cut), "--no-progress"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.time() + 120
     while time.time() < deadline and len(list((cut / "seed_1" / "checkpoints").glob("step_*"))) < 8:
         time.sleep(0.05)
@@ -237,8 +273,11 @@ def test_sigkill_then_resume_matches_uninterrupted_batched_run(tmp_path, tiny):
 
 @pytest.mark.slow
 def test_seed_directories_are_ordinary_runs(tmp_path, tiny, capsys):
-    data = tiny({"name": "markov_icl", "k": 3, "length": 16}, {"n_layers": 2, "attn_only": True},
-                {"seeds": 2, "steps": 12, "checkpoints": 4})
+    data = tiny(
+        {"name": "markov_icl", "k": 3, "length": 16},
+        {"n_layers": 2, "attn_only": True},
+        {"seeds": 2, "steps": 12, "checkpoints": 4},
+    )
     run_dir = train_run(parse_config(data), tmp_path / "run", progress=False)
     parent = load_run(run_dir)
     assert [r.path for r in parent.seeds] == [run_dir / "seed_0", run_dir / "seed_1"]
@@ -266,8 +305,9 @@ def test_seed_directories_are_ordinary_runs(tmp_path, tiny, capsys):
     assert "continued on its own" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("value, message", [("0", "must be ≥ 1, got 0"), ("1.5", "expected an integer"),
-                                            ('"many"', "expected an integer")])
+@pytest.mark.parametrize(
+    "value, message", [("0", "must be ≥ 1, got 0"), ("1.5", "expected an integer"), ('"many"', "expected an integer")]
+)
 def test_bad_seeds_value_is_one_line(tmp_path, capsys, value, message):
     cfg = tmp_path / "cfg.toml"
     cfg.write_text('[task]\nname = "sparse_parity"\nn = 6\nk = 2\n[train]\nsteps = 4\n[wandb]\nmode = "disabled"\n')
@@ -298,13 +338,17 @@ def test_seeds_side_by_side_refuse_an_optimizer_that_is_not_elementwise(monkeypa
     data = tiny({"name": "sparse_parity", "n": 6, "k": 2}, None, {"seeds": 2, "optimizer": "normalized"})
     with pytest.raises(ConfigError) as e:
         parse_config(data)
-    assert str(e.value) == ("train.optimizer: 'normalized' is not elementwise, so seeds side by side would couple the "
-                            f"seeds; allowed with train.seeds > 1: {', '.join(optimizers.elementwise())}")
+    assert str(e.value) == (
+        "train.optimizer: 'normalized' is not elementwise, so seeds side by side would couple the "
+        f"seeds; allowed with train.seeds > 1: {', '.join(optimizers.elementwise())}"
+    )
     assert "normalized" not in optimizers.elementwise() and {"adam", "adamw", "sgd"} <= set(optimizers.elementwise())
     assert parse_config(tiny(data["task"], None, {"optimizer": "normalized"})).train.optimizer == "normalized"
 
     toml = tmp_path / "cfg.toml"
-    toml.write_text("\n".join(f"[{s}]\n" + "\n".join(f"{k} = {json.dumps(v)}" for k, v in t.items()) for s, t in data.items()))
+    toml.write_text(
+        "\n".join(f"[{s}]\n" + "\n".join(f"{k} = {json.dumps(v)}" for k, v in t.items()) for s, t in data.items())
+    )
     assert main(["train", str(toml), "--out", str(tmp_path / "run"), "--no-progress"]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith("mechsynth: error: train.optimizer: 'normalized' is not elementwise")

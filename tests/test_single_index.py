@@ -40,7 +40,7 @@ def test_samples_are_the_link_of_the_projection():
     assert torch.allclose(w.norm(), torch.tensor(1.0)) and torch.equal(b.truth["w_star"][7], w)
     for x, y in zip(b.tokens[:20, 0].tolist(), b.targets[:20, 0].tolist()):  # slow reference, one sample at a time
         z = sum(a * c for a, c in zip(x, w.tolist()))
-        assert y == pytest.approx((z ** 3 - 3 * z) / math.sqrt(6), rel=1e-4, abs=1e-5)
+        assert y == pytest.approx((z**3 - 3 * z) / math.sqrt(6), rel=1e-4, abs=1e-5)
     assert abs(float(b.tokens.mean())) < 0.1 and abs(float(b.tokens.std()) - 1) < 0.1
     assert torch.equal(task.sample(200, torch.Generator().manual_seed(0)).tokens, b.tokens)
     # a run's data stream starts from its train.seed: with train.seed = task.seed its first x must not be w*
@@ -55,8 +55,9 @@ def test_samples_are_the_link_of_the_projection():
 
 def test_models_that_read_it_and_those_that_refuse():
     task = tasks.make("single_index", {"d": 6})
-    mlp = models.build(parse_config({"task": {"name": "single_index", "d": 6}, "model": {"kind": "mlp", "width": 7}}).model,
-                       task.spec)
+    mlp = models.build(
+        parse_config({"task": {"name": "single_index", "d": 6}, "model": {"kind": "mlp", "width": 7}}).model, task.spec
+    )
     b = task.sample(9, torch.Generator())
     out = mlp(b.tokens)
     want = torch.relu(b.tokens[:, 0] @ mlp.W_in + mlp.b_in) @ mlp.W_out + mlp.b_out
@@ -67,8 +68,11 @@ def test_models_that_read_it_and_those_that_refuse():
 
 
 def test_an_mlp_learns_a_degree_one_link_and_its_units_align(tmp_path, tiny):
-    cfg = tiny({"name": "single_index", "d": 16, "k_star": 1}, {"kind": "mlp", "width": 8},
-               {"steps": 300, "batch_size": 64, "lr": 1e-2, "checkpoints": 4, "eval_every": 100})
+    cfg = tiny(
+        {"name": "single_index", "d": 16, "k_star": 1},
+        {"kind": "mlp", "width": 8},
+        {"steps": 300, "batch_size": 64, "lr": 1e-2, "checkpoints": 4, "eval_every": 100},
+    )
     run = load_run(train_run(parse_config(cfg), tmp_path / "run", progress=False))
     assert run.metrics[-1]["eval/explained"] > 0.9, run.metrics[-1]
     tl = timeline.probe_run(run, ["single_index_alignment"], batch_size=16)
@@ -78,11 +82,18 @@ def test_an_mlp_learns_a_degree_one_link_and_its_units_align(tmp_path, tiny):
 
 # ---- the neuron kind: Damian et al.'s student --------------------------------------------------------------
 
+
 def neuron(d: int, degree: int, smoothing: float = 0.0, n_models=None, init_seed: int = 3):
     spec = tasks.make("single_index", {"d": d, "k_star": degree}).spec
-    return models.build(models.parse({"kind": "neuron", "degree": degree, "smoothing": smoothing, "init_seed": init_seed}),
-                        spec) if n_models is None else \
-        models.parse({"kind": "neuron", "degree": degree, "smoothing": smoothing, "init_seed": init_seed}).build(spec, n_models)
+    return (
+        models.build(
+            models.parse({"kind": "neuron", "degree": degree, "smoothing": smoothing, "init_seed": init_seed}), spec
+        )
+        if n_models is None
+        else models.parse({"kind": "neuron", "degree": degree, "smoothing": smoothing, "init_seed": init_seed}).build(
+            spec, n_models
+        )
+    )
 
 
 @pytest.mark.parametrize("k", [1, 2, 3, 4])
@@ -118,7 +129,9 @@ def test_the_neuron_starts_on_the_sphere_away_from_w_star_and_stays_on_it():
     loss = masked_loss(f, b, task.loss_kind)
     assert float(loss) == pytest.approx(float((1 - f[:, 0, 0] * b.targets[:, 0]).mean()), rel=1e-6)
     assert task.metrics(f, b)["loss"] == pytest.approx(float(loss), rel=1e-5)
-    assert task.metrics(f, b)["squared_error"] == pytest.approx(float((f[:, 0, 0] - b.targets[:, 0]).square().mean()), rel=1e-5)
+    assert task.metrics(f, b)["squared_error"] == pytest.approx(
+        float((f[:, 0, 0] - b.targets[:, 0]).square().mean()), rel=1e-5
+    )
 
 
 def test_neurons_side_by_side_are_separate_ones():
@@ -149,17 +162,32 @@ def test_spherical_online_sgd_recovers_w_star_and_resumes_bit_exact(tmp_path, ti
     """k* = 2 at d = 8: the neuron's direction comes near w* (up to sign; at a constant rate the noise keeps it
     near 0.9); the alignment probe reads it as the one unit's |cos|; a run stopped half-way and resumed ends
     with the weights of one straight through, and seeds side by side with those of separate runs."""
+
     def train(steps, path, seeds=1, resume=False):
-        cfg = tiny({"name": "single_index", "d": 8, "k_star": 2, "loss": "correlation"},
-                   {"kind": "neuron", "degree": 2, "smoothing": 0.5},
-                   {"steps": steps, "seeds": seeds, "batch_size": 8, "optimizer": "sgd", "lr": 0.05,
-                    "schedule": "constant", "grad_clip": 0.0, "eval_every": 100, "checkpoints": 8})
+        cfg = tiny(
+            {"name": "single_index", "d": 8, "k_star": 2, "loss": "correlation"},
+            {"kind": "neuron", "degree": 2, "smoothing": 0.5},
+            {
+                "steps": steps,
+                "seeds": seeds,
+                "batch_size": 8,
+                "optimizer": "sgd",
+                "lr": 0.05,
+                "schedule": "constant",
+                "grad_clip": 0.0,
+                "eval_every": 100,
+                "checkpoints": 8,
+            },
+        )
         return train_run(parse_config(cfg), path, resume=resume, progress=False)
+
     run = load_run(train(1000, tmp_path / "straight"))
     w = run.model(1000).W_in.detach()[:, 0]
     assert float(w.norm()) == pytest.approx(1.0, abs=1e-5) and abs(float(w @ run.task.w_star)) > 0.85
     tl = timeline.probe_run(run, ["single_index_alignment"])
-    assert tl.metrics["single_index_alignment"]["alignment"][-1] == pytest.approx(abs(float(w @ run.task.w_star)), abs=1e-5)
+    assert tl.metrics["single_index_alignment"]["alignment"][-1] == pytest.approx(
+        abs(float(w @ run.task.w_star)), abs=1e-5
+    )
     half = train(500, tmp_path / "cut")
     train(1000, half, resume=True)
     assert torch.equal(load_run(half).model(1000).W_in, run.model(1000).W_in)

@@ -93,8 +93,10 @@ def test_truth_table_enumerates_all_inputs():
         assert truth_table("majority", 3)[row].item() == REFERENCE["majority"](list(bits))
 
 
-@pytest.mark.parametrize("params, field", [
-    ({"n": 3, "k": 4}, "task.k"), ({"noise": 0.7}, "task.noise"), ({"encoding": "bits"}, "task.encoding")])
+@pytest.mark.parametrize(
+    "params, field",
+    [({"n": 3, "k": 4}, "task.k"), ({"noise": 0.7}, "task.noise"), ({"encoding": "bits"}, "task.encoding")],
+)
 def test_sparse_parity_validation(params, field):
     with pytest.raises(ConfigError, match=f"^{field}:"):
         tasks.make("sparse_parity", params)

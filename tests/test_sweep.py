@@ -53,15 +53,19 @@ def sweep_file(tmp_path: Path, sweep: str, base: str = BASE, name: str = "sweep.
 
 def tree_digest(run_dir: Path) -> dict[str, tuple[float, str]]:
     """Every file's mtime and content hash: a run that was redone would change both."""
-    return {str(p.relative_to(run_dir)): (p.stat().st_mtime_ns, hashlib.sha256(p.read_bytes()).hexdigest())
-            for p in sorted(run_dir.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(run_dir)): (p.stat().st_mtime_ns, hashlib.sha256(p.read_bytes()).hexdigest())
+        for p in sorted(run_dir.rglob("*"))
+        if p.is_file()
+    }
 
 
 def wandb_run_record(wandb_file: Path) -> dict:
     """The run record of an offline W&B log, as W&B's own reader prints it."""
     wandb_bin = shutil.which("wandb") or str(Path(sys.executable).parent / "wandb")
-    out = subprocess.run([wandb_bin, "leet", "inspect", "--json", str(wandb_file)], capture_output=True, text=True,
-                         check=True).stdout
+    out = subprocess.run(
+        [wandb_bin, "leet", "inspect", "--json", str(wandb_file)], capture_output=True, text=True, check=True
+    ).stdout
     return next(r["run"] for r in map(json.loads, out.splitlines()) if r.get("type") == "run")
 
 
@@ -80,7 +84,9 @@ def train_with_threads(cfg, run_dir: Path, threads: int) -> Path:
 
 def test_grid_expands_to_product_times_seeds_with_readable_names(tmp_path):
     (tmp_path / "base.toml").write_text(BASE)
-    path = sweep_file(tmp_path, """
+    path = sweep_file(
+        tmp_path,
+        """
 base = "base.toml"
 [model]
 d_model = 16
@@ -91,7 +97,9 @@ seeds = [3, 7]
 "task.n" = [6, 8]
 model.n_layers = [1, 2, 3]
 automaton = [{label = "wide", "model.n_heads" = 4}, {"model.n_heads" = 1, "train.lr" = 0.01}]
-""", base="")
+""",
+        base="",
+    )
     plan = load_sweep(path)
     assert [a.key for a in plan.axes] == ["task.n", "model.n_layers", "automaton"]
     assert len(plan.jobs) == 2 * 3 * 2 * 2
@@ -106,18 +114,21 @@ automaton = [{label = "wide", "model.n_heads" = 4}, {"model.n_heads" = 1, "train
     assert {j.labels["automaton"] for j in plan.jobs} == {"wide", "1-0.01"}
 
 
-@pytest.mark.parametrize("sweep, field", [
-    ('[sweep]\nseeds = 0', "sweep.seeds"),
-    ('[sweep]\nseeds = [1, 1]', "sweep.seeds"),
-    ('[sweep]\ncolour = 1', "sweep.colour"),
-    ('[sweep]\n[sweep.grid]\n"task.k" = []', "sweep.grid.task.k"),
-    ('[sweep]\n[sweep.grid]\n"train.seed" = [1, 2]', "sweep.grid.train.seed"),
-    ('[sweep]\n[sweep.grid]\n"nope.x" = [1, 2]', "sweep.grid.nope.x"),
-    ('[sweep]\n[sweep.grid]\n"task.k" = [2, 9]', "task.k"),
-    ('[sweep]\n[sweep.grid]\n"model.d_model" = [32, "big"]', "model.d_model"),
-    ('[sweep]\n[sweep.grid]\n"task.colour" = [1]', "task.colour"),
-    ("", "sweep"),
-])
+@pytest.mark.parametrize(
+    "sweep, field",
+    [
+        ("[sweep]\nseeds = 0", "sweep.seeds"),
+        ("[sweep]\nseeds = [1, 1]", "sweep.seeds"),
+        ("[sweep]\ncolour = 1", "sweep.colour"),
+        ('[sweep]\n[sweep.grid]\n"task.k" = []', "sweep.grid.task.k"),
+        ('[sweep]\n[sweep.grid]\n"train.seed" = [1, 2]', "sweep.grid.train.seed"),
+        ('[sweep]\n[sweep.grid]\n"nope.x" = [1, 2]', "sweep.grid.nope.x"),
+        ('[sweep]\n[sweep.grid]\n"task.k" = [2, 9]', "task.k"),
+        ('[sweep]\n[sweep.grid]\n"model.d_model" = [32, "big"]', "model.d_model"),
+        ('[sweep]\n[sweep.grid]\n"task.colour" = [1]', "task.colour"),
+        ("", "sweep"),
+    ],
+)
 def test_bad_sweep_reports_one_line_before_any_run(tmp_path, capsys, sweep, field):
     out = tmp_path / "out"
     assert main(["sweep", sweep_file(tmp_path, sweep), "--out", str(out)]) == 2
@@ -129,8 +140,10 @@ def test_bad_sweep_reports_one_line_before_any_run(tmp_path, capsys, sweep, fiel
 def test_bad_grid_value_names_the_point(tmp_path, capsys):
     path = sweep_file(tmp_path, '[sweep]\n[sweep.grid]\n"task.k" = [2, 9]')
     assert main(["sweep", path, "--out", str(tmp_path / "out")]) == 2
-    assert capsys.readouterr().err.strip() == \
-        "mechsynth: error: task.k: must be between 1 and n=6, got 9 (sweep point k=9, seed 0)"
+    assert (
+        capsys.readouterr().err.strip()
+        == "mechsynth: error: task.k: must be between 1 and n=6, got 9 (sweep point k=9, seed 0)"
+    )
 
 
 def test_bad_flags(tmp_path, capsys):
@@ -143,9 +156,14 @@ def test_bad_flags(tmp_path, capsys):
 
 def test_ray_missing_gives_install_hint(tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # what `import ray` sees when it is not installed
-    assert main(["sweep", sweep_file(tmp_path, "[sweep]\nseeds = 1"), "--backend", "ray", "--out", str(tmp_path / "o")]) == 2
-    assert capsys.readouterr().err.strip() == \
-        "mechsynth: error: --backend: ray is not installed; install it with: pip install 'mechsynth[ray]'"
+    assert (
+        main(["sweep", sweep_file(tmp_path, "[sweep]\nseeds = 1"), "--backend", "ray", "--out", str(tmp_path / "o")])
+        == 2
+    )
+    assert (
+        capsys.readouterr().err.strip()
+        == "mechsynth: error: --backend: ray is not installed; install it with: pip install 'mechsynth[ray]'"
+    )
 
 
 # --- running, skipping, resuming, reporting ----------------------------------------------------
@@ -158,8 +176,12 @@ def test_local_sweep_skips_complete_runs_refuses_other_plans_and_reports(tmp_pat
     out = tmp_path / "out"
     assert main(["sweep", path, "--out", str(out), "--workers", "2", "--wandb", "offline"]) == 0
     plan = load_plan(out)
-    assert [j.dir for j in plan.jobs] == ["runs/lr=0.003/seed_0", "runs/lr=0.003/seed_1",
-                                          "runs/lr=1e-7/seed_0", "runs/lr=1e-7/seed_1"]
+    assert [j.dir for j in plan.jobs] == [
+        "runs/lr=0.003/seed_0",
+        "runs/lr=0.003/seed_1",
+        "runs/lr=1e-7/seed_0",
+        "runs/lr=1e-7/seed_1",
+    ]
     for job in plan.jobs:
         run = load_run(out / job.dir)
         assert is_complete(run.path) and run.steps[-1] == 60 and run.config.train.seed == job.seed
@@ -178,7 +200,9 @@ def test_local_sweep_skips_complete_runs_refuses_other_plans_and_reports(tmp_pat
     assert main(["sweep", path, "--out", str(out), "--dry-run"]) == 0
     assert capsys.readouterr().out.count("complete ") == 4
 
-    other = sweep_file(tmp_path, '[sweep]\nname = "lr"\nseeds = 2\n[sweep.grid]\n"train.lr" = [3e-3, 1e-2]', name="other.toml")
+    other = sweep_file(
+        tmp_path, '[sweep]\nname = "lr"\nseeds = 2\n[sweep.grid]\n"train.lr" = [3e-3, 1e-2]', name="other.toml"
+    )
     assert main(["sweep", other, "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert "holds a different sweep" in err and "train.lr: [0.003, 1e-7]" in err and "[0.003, 0.01]" in err
@@ -220,7 +244,7 @@ def _csv(path: Path) -> list[dict[str, str]]:
 
 @pytest.mark.smoke
 def test_partial_runs_resume_new_ones_restart_and_failures_are_reported(tmp_path, capsys):
-    path = sweep_file(tmp_path, '[sweep]\nseeds = 3\nside_by_side = false')
+    path = sweep_file(tmp_path, "[sweep]\nseeds = 3\nside_by_side = false")
     out = tmp_path / "out"
     assert main(["sweep", path, "--out", str(out), "--workers", "1"]) == 0
     plan = load_plan(out)
@@ -271,12 +295,17 @@ def test_side_by_side_seeds_write_the_run_directories_separate_runs_would(tmp_pa
     assert load_plan(separate).jobs == plan.jobs and len(plan.jobs) == 6
     for point in ("n_layers=1", "n_layers=2"):  # the batched job itself, beside its seeds
         assert io.read_json(batched / "runs" / point / "config.json")["train"]["seeds"] == 3
-        assert not (separate / "runs" / point / "config.json").exists() and state(batched / "runs" / point) == "complete"
+        assert (
+            not (separate / "runs" / point / "config.json").exists() and state(batched / "runs" / point) == "complete"
+        )
     for job in plan.jobs:
         a, b = batched / job.dir, separate / job.dir
         assert _files(a) == _files(b), job.dir  # the same checkpoints, metrics and config files
-        assert io.read_json(a / "config.json") == io.read_json(b / "config.json") == {
-            **job.config, "versions": io.read_json(b / "config.json")["versions"], "plugins": []}
+        assert (
+            io.read_json(a / "config.json")
+            == io.read_json(b / "config.json")
+            == {**job.config, "versions": io.read_json(b / "config.json")["versions"], "plugins": []}
+        )
         ra, rb = load_run(a), load_run(b)
         assert ra.config == rb.config and ra.config.train.seed == ra.config.model.init_seed == job.seed
         assert ra.steps == rb.steps and ra.steps[-1] == 60
@@ -336,7 +365,7 @@ def test_a_sweep_of_separate_runs_from_before_resumes_them_separately(tmp_path, 
 
 @pytest.mark.smoke
 def test_more_steps_continue_a_finished_batch_and_fewer_keep_it(tmp_path, capsys):
-    path = sweep_file(tmp_path, '[sweep]\nseeds = 2')
+    path = sweep_file(tmp_path, "[sweep]\nseeds = 2")
     out = tmp_path / "out"
     threads = torch.get_num_threads()
     torch.set_num_threads(7)  # not what a job takes (the CPU count), which it must give back
@@ -363,11 +392,13 @@ def test_seed_keys_make_each_seed_its_own_run(tmp_path, capsys):
     assert [parse_config(j.config).task_params["seed"] for j in plan.jobs] == [0, 1]
     units = plan_units(plan, tmp_path / "out")
     assert [u.side_by_side for u in units] == [False, False] and "task.seed" in units[0].separate_why
-    bad = sweep_file(tmp_path, '[sweep]\nseed_keys = ["task.seed"]\n[sweep.grid]\n"task.seed" = [1, 2]', name="bad.toml")
+    bad = sweep_file(
+        tmp_path, '[sweep]\nseed_keys = ["task.seed"]\n[sweep.grid]\n"task.seed" = [1, 2]', name="bad.toml"
+    )
     assert main(["sweep", bad, "--dry-run"]) == 2
     assert "sweep.grid.task.seed: 'task.seed' is set by the seed" in capsys.readouterr().err
     # Seeds not 0..S-1 cannot share a batch's seed directories: they train separately.
-    units = plan_units(load_sweep(sweep_file(tmp_path, '[sweep]\nseeds = [1, 2]', name="s12.toml")), tmp_path / "o")
+    units = plan_units(load_sweep(sweep_file(tmp_path, "[sweep]\nseeds = [1, 2]", name="s12.toml")), tmp_path / "o")
     assert [u.dir for u in units] == ["runs/base/seed_1", "runs/base/seed_2"] and "not 0..1" in units[0].separate_why
 
 
@@ -377,8 +408,13 @@ def test_seed_keys_make_each_seed_its_own_run(tmp_path, capsys):
 @pytest.mark.smoke
 def test_sigkilled_sweep_restarts_without_redoing_or_corrupting(tmp_path, capsys):
     """SIGKILL the whole sweep (driver and pool workers) mid-run; the same command then finishes it."""
-    path = sweep_file(tmp_path, '[sweep]\nseeds = 3\nside_by_side = false', base=BASE.replace("steps = 60", "steps = 300")
-                      .replace("checkpoints = 4", "checkpoints = 30").replace("eval_every = 5", "eval_every = 50"))
+    path = sweep_file(
+        tmp_path,
+        "[sweep]\nseeds = 3\nside_by_side = false",
+        base=BASE.replace("steps = 60", "steps = 300")
+        .replace("checkpoints = 4", "checkpoints = 30")
+        .replace("eval_every = 5", "eval_every = 50"),
+    )
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "mechsynth.cli", "sweep", path, "--out", str(out), "--workers", "2"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -386,8 +422,11 @@ def test_sigkilled_sweep_restarts_without_redoing_or_corrupting(tmp_path, capsys
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None:
         states = [state(p) for p in runs]
-        if "complete" in states and "partial" in states and \
-                len(list((runs[states.index("partial")] / "checkpoints").glob("step_*"))) >= 8:
+        if (
+            "complete" in states
+            and "partial" in states
+            and len(list((runs[states.index("partial")] / "checkpoints").glob("step_*"))) >= 8
+        ):
             break
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGKILL)  # the driver and its pool workers, no chance to clean up
@@ -397,7 +436,7 @@ def test_sigkilled_sweep_restarts_without_redoing_or_corrupting(tmp_path, capsys
 
     # Nothing is corrupt: every checkpoint that a loader sees is whole (temporary ones may remain).
     for p in runs:
-        for s in (load_run(p).steps if (p / "config.json").exists() else []):
+        for s in load_run(p).steps if (p / "config.json").exists() else []:
             io.read_tensors(ckpt_dir(p, s) / "model.safetensors")
             io.read_json(ckpt_dir(p, s) / "meta.json")
             io.read_state(ckpt_dir(p, s) / "state.pt")
@@ -424,17 +463,24 @@ def test_sigkilled_sweep_restarts_without_redoing_or_corrupting(tmp_path, capsys
 def test_sigkilled_side_by_side_sweep_resumes_its_batches(tmp_path, capsys):
     """SIGKILL a sweep whose points train their seeds side by side, with one point done and the next
     mid-run; the same command continues that batch and leaves the finished one as it was."""
-    path = sweep_file(tmp_path, '[sweep]\nseeds = 3\n[sweep.grid]\n"model.n_layers" = [1, 2]',
-                      base=BASE.replace("steps = 60", "steps = 300").replace("checkpoints = 4", "checkpoints = 30")
-                      .replace("eval_every = 5", "eval_every = 50"))
+    path = sweep_file(
+        tmp_path,
+        '[sweep]\nseeds = 3\n[sweep.grid]\n"model.n_layers" = [1, 2]',
+        base=BASE.replace("steps = 60", "steps = 300")
+        .replace("checkpoints = 4", "checkpoints = 30")
+        .replace("eval_every = 5", "eval_every = 50"),
+    )
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "mechsynth.cli", "sweep", path, "--out", str(out), "--workers", "1"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     first, second = out / "runs/n_layers=1", out / "runs/n_layers=2"
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None:
-        if state(first) == "complete" and state(second) == "partial" and \
-                len(list((second / "seed_0" / "checkpoints").glob("step_*"))) >= 8:
+        if (
+            state(first) == "complete"
+            and state(second) == "partial"
+            and len(list((second / "seed_0" / "checkpoints").glob("step_*"))) >= 8
+        ):
             break
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGKILL)
@@ -482,7 +528,9 @@ def test_ray_sweep_on_a_local_ray_instance(tmp_path, capsys):
     jobs = [j for j in plan.jobs if j.point == "n_layers=2"]
     ref = train_with_threads(parse_config(batch_config(jobs)), tmp_path / "ref", 1)
     for job in jobs:
-        wa, wb = (io.read_tensors(ckpt_dir(d, 60) / "model.safetensors") for d in (ref / f"seed_{job.seed}", out / job.dir))
+        wa, wb = (
+            io.read_tensors(ckpt_dir(d, 60) / "model.safetensors") for d in (ref / f"seed_{job.seed}", out / job.dir)
+        )
         assert all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
@@ -506,8 +554,13 @@ def test_a_worker_killed_mid_run_costs_its_runs_one_retry_not_the_sweep(tmp_path
     """One pool worker SIGKILLed mid-run breaks the pool; the runs it cut off continue in a fresh one."""
     import threading
 
-    path = sweep_file(tmp_path, '[sweep]\nseeds = 2\nside_by_side = false', base=BASE.replace("steps = 60", "steps = 400")
-                      .replace("checkpoints = 4", "checkpoints = 20").replace("eval_every = 5", "eval_every = 50"))
+    path = sweep_file(
+        tmp_path,
+        "[sweep]\nseeds = 2\nside_by_side = false",
+        base=BASE.replace("steps = 60", "steps = 400")
+        .replace("checkpoints = 4", "checkpoints = 20")
+        .replace("eval_every = 5", "eval_every = 50"),
+    )
     out, killed = tmp_path / "out", []
 
     def kill_one_worker() -> None:
@@ -541,10 +594,15 @@ def test_a_run_stored_before_a_field_existed_is_the_same_run():
     from mechsynth.runs.runconfig import complete
 
     current = parse_config({"task": {"name": "markov_icl", "k": 3, "length": 8}, "model": {"n_layers": 1}}).to_dict()
-    stored = {**current, "task": {k: v for k, v in current["task"].items() if k != "start"},
-              "train": {k: v for k, v in current["train"].items() if k != "decay"}}
+    stored = {
+        **current,
+        "task": {k: v for k, v in current["task"].items() if k != "start"},
+        "train": {k: v for k, v in current["train"].items() if k != "decay"},
+    }
     assert rundir.changed_keys(complete(stored), current) == [] and sweep._fixed(stored) == sweep._fixed(current)
-    assert rundir.changed_keys(complete(stored), {**current, "train": {**current["train"], "decay": "matrices"}}) == ["train.decay"]
+    assert rundir.changed_keys(complete(stored), {**current, "train": {**current["train"], "decay": "matrices"}}) == [
+        "train.decay"
+    ]
 
 
 def test_converged_is_the_tasks_own_criterion_and_none_converging_says_which_flags_set_it(tmp_path, capsys):
@@ -554,8 +612,11 @@ def test_converged_is_the_tasks_own_criterion_and_none_converging_says_which_fla
     assert sweep_report.criterion({"name": "markov_icl"}, None, None).text() == "eval/kl_bayes ≤ 0.02"
     assert sweep_report.criterion({"name": "sparse_parity"}, None, None).text() == "eval/acc ≥ 0.99"
     assert sweep_report.criterion({"name": "markov_icl"}, None, 0.5).text() == "eval/acc ≥ 0.5"
-    base = BASE.replace('name = "sparse_parity"\nn = 6\nk = 2', 'name = "markov_icl"\nk = 3\nlength = 16') \
-        .replace("steps = 60", "steps = 10").replace("n_heads = 2", "n_heads = 1")
+    base = (
+        BASE.replace('name = "sparse_parity"\nn = 6\nk = 2', 'name = "markov_icl"\nk = 3\nlength = 16')
+        .replace("steps = 60", "steps = 10")
+        .replace("n_heads = 2", "n_heads = 1")
+    )
     path = sweep_file(tmp_path, '[sweep]\nname = "icl"\nseeds = 1\n[sweep.grid]\n"train.lr" = [3e-3]', base=base)
     out = tmp_path / "out"
     assert main(["sweep", path, "--out", str(out), "--workers", "1"]) == 0
@@ -563,7 +624,9 @@ def test_converged_is_the_tasks_own_criterion_and_none_converging_says_which_fla
     assert main(["sweep-report", str(out)]) == 0
     said = capsys.readouterr()
     assert "converged: eval/kl_bayes ≤ 0.02" in said.out
-    assert "no run converged (eval/kl_bayes ≤ 0.02); set the criterion with --acc-key KEY and --acc THRESHOLD" in said.err
+    assert (
+        "no run converged (eval/kl_bayes ≤ 0.02); set the criterion with --acc-key KEY and --acc THRESHOLD" in said.err
+    )
     assert main(["sweep-report", str(out), "--acc", "0.01"]) == 0  # any accuracy: converged, and no hint
     said = capsys.readouterr()
     assert "converged: eval/acc ≥ 0.01" in said.out and "no run converged" not in said.err

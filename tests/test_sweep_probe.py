@@ -76,9 +76,14 @@ def test_probe_a_sweep_each_run_as_alone_skip_probed_runs_and_report_formation(t
     assert not [c for c in read_csv(out / "sweep_report.csv")[0] if c.startswith("formation_")]
 
     # Every bad flag is one line before any work.
-    for args, field in ((["--workers", "0"], "--workers"), (["--address", "auto"], "--backend"),
-                        (["--probes", "nope"], "--probes"), (["--probes", "induction,sparse_selection", "--steps", "7"], "--steps"),
-                        (["--set", "llc.draws=10"], "--set llc"), (["--batch-size", "0"], "--batch-size")):
+    for args, field in (
+        (["--workers", "0"], "--workers"),
+        (["--address", "auto"], "--backend"),
+        (["--probes", "nope"], "--probes"),
+        (["--probes", "induction,sparse_selection", "--steps", "7"], "--steps"),
+        (["--set", "llc.draws=10"], "--set llc"),
+        (["--batch-size", "0"], "--batch-size"),
+    ):
         assert main(["probe", str(out), *args]) == 2
         lines = capsys.readouterr().err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith(f"mechsynth: error: {field}"), lines
@@ -138,15 +143,20 @@ def test_probe_a_sweep_each_run_as_alone_skip_probed_runs_and_report_formation(t
     assert main(["probe", str(out), "--workers", "1"]) == 1
     err = capsys.readouterr().err.splitlines()
     failed = [line for line in err if "FAILED" in line]
-    assert len(failed) == 1 and "runs/lr=1e-7/seed_1 FAILED: CorruptFileError" in failed[0] and str(weights) in failed[0]
+    assert (
+        len(failed) == 1 and "runs/lr=1e-7/seed_1 FAILED: CorruptFileError" in failed[0] and str(weights) in failed[0]
+    )
     assert timeline.load(redo).formation == saved[redo].formation
     assert not (damaged / "probes.json").exists()
     assert [f["run"] for f in io.read_json(out / "probe_failures.json")] == ["runs/lr=1e-7/seed_1"]
 
 
 def test_probe_the_parent_of_seeds_side_by_side_probes_each_seed(tmp_path, tiny, capsys):
-    data = tiny({"name": "sparse_parity", "n": 6, "k": 2}, {"n_heads": 2, "d_model": 32},
-                {"seeds": 2, "steps": 60, "checkpoints": 8, "lr": 3e-3, "batch_size": 64})
+    data = tiny(
+        {"name": "sparse_parity", "n": 6, "k": 2},
+        {"n_heads": 2, "d_model": 32},
+        {"seeds": 2, "steps": 60, "checkpoints": 8, "lr": 3e-3, "batch_size": 64},
+    )
     run_dir = train_run(parse_config(data), tmp_path / "run", progress=False)
     capsys.readouterr()
     assert main(["probe", str(run_dir), "--workers", "1", "--probes", "sparse_selection"]) == 0
@@ -173,8 +183,12 @@ def test_set_on_a_grid_axis_replaces_it_however_spelt(tmp_path, capsys, grid, ke
     path = sweep_file(tmp_path, f'[sweep]\nseeds = 1\n[sweep.grid]\n{grid}\n"model.n_layers" = [1, 2]')
     plan = load_sweep(path, (f"{key}=[10,20]",))
     assert [(a.key, a.labels) for a in plan.axes] == [("task.n", ("10", "20")), ("model.n_layers", ("1", "2"))]
-    assert [j.dir for j in plan.jobs] == ["runs/n=10,n_layers=1/seed_0", "runs/n=10,n_layers=2/seed_0",
-                                          "runs/n=20,n_layers=1/seed_0", "runs/n=20,n_layers=2/seed_0"]
+    assert [j.dir for j in plan.jobs] == [
+        "runs/n=10,n_layers=1/seed_0",
+        "runs/n=10,n_layers=2/seed_0",
+        "runs/n=20,n_layers=1/seed_0",
+        "runs/n=20,n_layers=2/seed_0",
+    ]
     assert [parse_config(j.config).task_params["n"] for j in plan.jobs] == [10, 10, 20, 20]
     assert main(["sweep", path, "--set", f"{key}=[10,20]", "--out", str(tmp_path / "out"), "--dry-run"]) == 0
     assert "runs/n=20,n_layers=2/seed_0" in capsys.readouterr().out
@@ -182,8 +196,7 @@ def test_set_on_a_grid_axis_replaces_it_however_spelt(tmp_path, capsys, grid, ke
     plan = load_sweep(path, (key.replace("task.n", "task.k") + "=[1, 2]",))
     assert [a.key for a in plan.axes] == ["task.n", "model.n_layers", "task.k"] and len(plan.jobs) == 8
 
-    for value, message in (("[]", "sweep.grid.task.n: must be a non-empty list of values"),
-                           ('[10, "x"]', "task.n:")):
+    for value, message in (("[]", "sweep.grid.task.n: must be a non-empty list of values"), ('[10, "x"]', "task.n:")):
         assert main(["sweep", path, "--set", f"{key}={value}", "--out", str(tmp_path / "bad"), "--dry-run"]) == 2
         lines = capsys.readouterr().err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith(f"mechsynth: error: {message}"), lines
@@ -193,8 +206,10 @@ def test_set_on_a_grid_axis_replaces_it_however_spelt(tmp_path, capsys, grid, ke
 def test_grid_keys_that_do_not_parse_are_one_line(tmp_path, capsys):
     both = sweep_file(tmp_path, '[sweep]\n[sweep.grid]\n"task.n" = [6]\ntask.n = [8]', name="both.toml")
     assert main(["sweep", both, "--dry-run"]) == 2
-    assert capsys.readouterr().err.strip() == ("mechsynth: error: sweep.grid.task.n: is given twice (quoted \"task.n\" "
-                                               "and bare task.n are one axis); give it once")
+    assert capsys.readouterr().err.strip() == (
+        'mechsynth: error: sweep.grid.task.n: is given twice (quoted "task.n" '
+        "and bare task.n are one axis); give it once"
+    )
     path = sweep_file(tmp_path, "[sweep]\nseeds = 1")
     assert main(["sweep", path, "--set", 'sweep.grid."task.n=[10]', "--dry-run"]) == 2
     lines = capsys.readouterr().err.strip().splitlines()

@@ -12,8 +12,20 @@ from mechsynth.cli import main
 from mechsynth.training import threads
 
 
-@pytest.mark.parametrize("allowed, others, want", [(2, 0.0, 2), (2, 0.4, 2), (2, 0.6, 1), (2, 1.0, 1), (2, 3.7, 1),
-                                                   (8, 2.0, 6), (8, 0.0, 8), (1.5, 0.0, 1), (16, 40.0, 1)])
+@pytest.mark.parametrize(
+    "allowed, others, want",
+    [
+        (2, 0.0, 2),
+        (2, 0.4, 2),
+        (2, 0.6, 1),
+        (2, 1.0, 1),
+        (2, 3.7, 1),
+        (8, 2.0, 6),
+        (8, 0.0, 8),
+        (1.5, 0.0, 1),
+        (16, 40.0, 1),
+    ],
+)
 def test_free_cpus_leave_others_theirs(allowed, others, want):
     assert threads.free_cpus(allowed, others) == want
 
@@ -43,8 +55,14 @@ def test_a_bad_variable_is_one_line_before_any_work(monkeypatch, tmp_path, capsy
 def _config(steps: int, threads_: int | None = None):
     cfg = configs.load("demo")
     cfg["task"] = {**cfg["task"], "length": 16}
-    cfg["train"] = {**cfg["train"], "steps": steps, "checkpoints": 3, "eval_every": 10, "eval_batch_size": 16,
-                    "device": "cpu"} | ({"threads": threads_} if threads_ else {})
+    cfg["train"] = {
+        **cfg["train"],
+        "steps": steps,
+        "checkpoints": 3,
+        "eval_every": 10,
+        "eval_batch_size": 16,
+        "device": "cpu",
+    } | ({"threads": threads_} if threads_ else {})
     return parse_config({**cfg, "wandb": {"mode": "disabled"}})
 
 

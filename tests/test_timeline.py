@@ -30,9 +30,14 @@ def test_steepest_drop_ignores_noise_between_close_checkpoints():
 
 
 def small_timeline() -> Timeline:
-    return Timeline([0, 10, 20], [1.1, None, 0.5], {"induction": {"L1H0": [0.1, 0.6, 0.9]}, "icl_strategy": {}},
-                    {"induction": {"max": [0.1, 0.6, 0.9]}, "icl_strategy": {"kl/uniform": [0.0, 0.2, float("nan")]}},
-                    {"induction": {"L1H0": 10}, "icl_strategy": {}}, loss_drop_step=20)
+    return Timeline(
+        [0, 10, 20],
+        [1.1, None, 0.5],
+        {"induction": {"L1H0": [0.1, 0.6, 0.9]}, "icl_strategy": {}},
+        {"induction": {"max": [0.1, 0.6, 0.9]}, "icl_strategy": {"kl/uniform": [0.0, 0.2, float("nan")]}},
+        {"induction": {"L1H0": 10}, "icl_strategy": {}},
+        loss_drop_step=20,
+    )
 
 
 def test_one_tidy_table_saved_and_loaded_back(tmp_path):
@@ -46,12 +51,21 @@ def test_one_tidy_table_saved_and_loaded_back(tmp_path):
     back = load(tmp_path)
     assert (back.steps, back.loss, back.loss_drop_step) == ([0, 10, 20], [1.1, None, 0.5], 20)
     assert back.per_head == tl.per_head and back.formation == tl.formation
-    assert back.metrics["induction"] == tl.metrics["induction"] and math.isnan(back.metrics["icl_strategy"]["kl/uniform"][2])
+    assert back.metrics["induction"] == tl.metrics["induction"] and math.isnan(
+        back.metrics["icl_strategy"]["kl/uniform"][2]
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["probes.csv", "probes.json"], "no temporary files left"
 
 
-@pytest.mark.parametrize("text", ["{", "[1, 2]", '{"steps": [0, 1], "loss": [1.0]}',
-                                  '{"steps": [0], "loss": [1.0], "probes": {"p": {"per_head": {}}}}'])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "{",
+        "[1, 2]",
+        '{"steps": [0, 1], "loss": [1.0]}',
+        '{"steps": [0], "loss": [1.0], "probes": {"p": {"per_head": {}}}}',
+    ],
+)
 def test_a_damaged_timeline_is_named(tmp_path, text):
     (tmp_path / "probes.json").write_text(text)
     with pytest.raises(CorruptFileError, match="probes.json"):
@@ -102,7 +116,9 @@ def test_probe_cli_json_table_and_wandb(demo_run, capsys):
     out = json.loads(capsys.readouterr().out)
     assert set(out) >= {"steps", "loss", "probes"} and out["steps"] == load_run(demo_run).steps
     ind = out["probes"]["induction"]
-    assert set(ind) == {"per_head", "metrics", "formation", "options"} and len(ind["per_head"]["L1H0"]) == len(out["steps"])
+    assert set(ind) == {"per_head", "metrics", "formation", "options"} and len(ind["per_head"]["L1H0"]) == len(
+        out["steps"]
+    )
     assert ind["options"] == {"threshold": 0.5, "over_chance": 3.0}  # what ran, defaults too
     table = (demo_run / "probes.csv").read_text().splitlines()
     assert table[0] == "step,probe,layer,head,metric,value" and len(table) > 4 * len(out["steps"])
@@ -118,8 +134,10 @@ def test_probe_cli_json_table_and_wandb(demo_run, capsys):
     assert "--steps" in capsys.readouterr().err
     assert main(["probe", str(demo_run), "--probes", "sparse_selection"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("mechsynth: error: --probes: 'sparse_selection' does not apply to this run: probe "
-                          "'sparse_selection' needs truth support, readout, which task 'markov_icl' does not provide")
+    assert err.startswith(
+        "mechsynth: error: --probes: 'sparse_selection' does not apply to this run: probe "
+        "'sparse_selection' needs truth support, readout, which task 'markov_icl' does not provide"
+    )
     assert "\n" not in err
 
 

@@ -24,7 +24,9 @@ NAMES = sorted(p.stem for p in DATA.glob("*.json"))
 @functools.lru_cache(maxsize=None)
 def programs():
     """experiments/tracr_programs.py as a module (its jax imports are inside the compiling functions)."""
-    spec = importlib.util.spec_from_file_location("tracr_programs", Path(__file__).parent.parent / "experiments" / "tracr_programs.py")
+    spec = importlib.util.spec_from_file_location(
+        "tracr_programs", Path(__file__).parent.parent / "experiments" / "tracr_programs.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -41,7 +43,11 @@ def test_the_zoo_covers_what_it_claims():
     assert {r["output"] for r in records.values()} == {"numerical", "categorical"}
     layers = {r["config"]["n_layers"] for r in records.values()}
     assert min(layers) == 1 and max(layers) == 6, layers
-    several = [name for name in NAMES if any(live_heads(tp.load(name)[2], l) > 1 for l in range(records[name]["config"]["n_layers"]))]
+    several = [
+        name
+        for name in NAMES
+        if any(live_heads(tp.load(name)[2], l) > 1 for l in range(records[name]["config"]["n_layers"]))
+    ]
     assert len(several) >= 2, several  # some layer computes with more than one head
     assert any(r["inert"] for r in records.values())  # some true edge carries nothing the output uses
 
@@ -61,9 +67,13 @@ def test_the_compiled_program_and_its_circuit(name):
     else:
         assert float((logits[..., 0] - expected)[mask].abs().max()) < 1e-2
     # the counterfactual changes the output at some scored position
-    assert any(a != b for r, s in zip(record["clean_outputs"], record["corrupted_outputs"]) for a, b in zip(r[1:], s[1:]))
+    assert any(
+        a != b for r, s in zip(record["clean_outputs"], record["corrupted_outputs"]) for a, b in zip(r[1:], s[1:])
+    )
 
-    truth, off_path, dims = tp.structural_edges({k: v.numpy() for k, v in sd.items()}, cfg["n_layers"], cfg["n_heads"], cfg["attn_only"])
+    truth, off_path, dims = tp.structural_edges(
+        {k: v.numpy() for k, v in sd.items()}, cfg["n_layers"], cfg["n_heads"], cfg["attn_only"]
+    )
     assert truth == record["truth"] and off_path == record["structural_off_path"]
     assert {e: [record["residual_labels"][i] for i in d] for e, d in dims.items()} == record["carries"]
 
@@ -80,9 +90,15 @@ def test_the_compiled_program_and_its_circuit(name):
     for ablation in ("zero", "resample"):
         src = circuits.source(model, graph, clean, corrupted, ablation)
         none = torch.zeros(1, len(graph.edge_list), dtype=torch.bool)
-        effect = circuits.metric_of(model, graph, clean, src, metric, none) - circuits.metric_of(model, graph, clean, src, metric, one_each)
+        effect = circuits.metric_of(model, graph, clean, src, metric, none) - circuits.metric_of(
+            model, graph, clean, src, metric, one_each
+        )
         effects[ablation] = dict(zip(truth, effect.abs().tolist()))
     for e in inert:
-        assert effects["zero"][e] < 1e-6 and effects["resample"][e] < 1e-6, (e, effects["zero"][e], effects["resample"][e])
+        assert effects["zero"][e] < 1e-6 and effects["resample"][e] < 1e-6, (
+            e,
+            effects["zero"][e],
+            effects["resample"][e],
+        )
     for e in informative:  # well clear of float noise under one ablation at least
         assert max(effects["zero"][e], effects["resample"][e]) > 1e-3, (e, effects["zero"][e], effects["resample"][e])

@@ -18,19 +18,34 @@ from mechsynth.training.train import Trainer, TrainConfig, checkpoint_steps, lr_
 
 
 def test_sparse_parity_learned_to_100_percent(tmp_path, tiny):
-    cfg = parse_config(tiny({"name": "sparse_parity", "n": 10, "k": 2},
-                            {"n_layers": 1, "n_heads": 2, "d_model": 64},
-                            {"steps": 300, "batch_size": 128, "lr": 1e-3, "eval_every": 50, "eval_batch_size": 1024}))
+    cfg = parse_config(
+        tiny(
+            {"name": "sparse_parity", "n": 10, "k": 2},
+            {"n_layers": 1, "n_heads": 2, "d_model": 64},
+            {"steps": 300, "batch_size": 128, "lr": 1e-3, "eval_every": 50, "eval_batch_size": 1024},
+        )
+    )
     run = load_run(train_run(cfg, tmp_path / "run", progress=False))
     assert run.metrics[-1]["eval/acc"] == 1.0
 
 
 @pytest.mark.slow
 def test_parity_automaton_learned_by_one_layer(tmp_path, tiny):
-    cfg = parse_config(tiny({"name": "automata", "automaton": "parity", "length": 20},
-                            {"n_layers": 1, "n_heads": 4, "d_model": 128},
-                            {"steps": 1000, "batch_size": 64, "lr": 1e-3, "eval_every": 250, "eval_batch_size": 1024,
-                             "warmup_steps": 50, "schedule": "cosine"}))
+    cfg = parse_config(
+        tiny(
+            {"name": "automata", "automaton": "parity", "length": 20},
+            {"n_layers": 1, "n_heads": 4, "d_model": 128},
+            {
+                "steps": 1000,
+                "batch_size": 64,
+                "lr": 1e-3,
+                "eval_every": 250,
+                "eval_batch_size": 1024,
+                "warmup_steps": 50,
+                "schedule": "cosine",
+            },
+        )
+    )
     run = load_run(train_run(cfg, tmp_path / "run", progress=False))
     # Chance is 0.5. The last fraction of a point depends on the CPU's float kernels (0.987 on one
     # machine, 0.998 on another, same seeds): the claim is "learned", not a number.
@@ -47,10 +62,21 @@ def test_parity_automaton_learned_by_one_layer(tmp_path, tiny):
 
 
 def test_mlp_baseline_learns_sparse_parity(tmp_path, tiny):
-    cfg = parse_config(tiny({"name": "sparse_parity", "n": 10, "k": 2},
-                            {"kind": "mlp", "width": 100},
-                            {"steps": 800, "batch_size": 32, "lr": 0.1, "optimizer": "sgd", "grad_clip": None,
-                             "eval_every": 100, "eval_batch_size": 1024}))
+    cfg = parse_config(
+        tiny(
+            {"name": "sparse_parity", "n": 10, "k": 2},
+            {"kind": "mlp", "width": 100},
+            {
+                "steps": 800,
+                "batch_size": 32,
+                "lr": 0.1,
+                "optimizer": "sgd",
+                "grad_clip": None,
+                "eval_every": 100,
+                "eval_batch_size": 1024,
+            },
+        )
+    )
     run = load_run(train_run(cfg, tmp_path / "run", progress=False))
     assert run.metrics[-1]["eval/acc"] >= 0.95
     model = run.model()
@@ -59,9 +85,13 @@ def test_mlp_baseline_learns_sparse_parity(tmp_path, tiny):
 
 
 def test_resume_is_bit_exact(tmp_path, tiny, ctrl_c_at):
-    cfg = parse_config(tiny({"name": "markov_icl", "k": 3, "length": 16},
-                            {"n_layers": 2, "n_heads": 2, "d_model": 16, "attn_only": True},
-                            {"steps": 40, "checkpoints": 8, "warmup_steps": 5, "schedule": "cosine"}))
+    cfg = parse_config(
+        tiny(
+            {"name": "markov_icl", "k": 3, "length": 16},
+            {"n_layers": 2, "n_heads": 2, "d_model": 16, "attn_only": True},
+            {"steps": 40, "checkpoints": 8, "warmup_steps": 5, "schedule": "cosine"},
+        )
+    )
     full = train_run(cfg, tmp_path / "full", progress=False)
 
     # Interrupt the second run part-way (as Ctrl-C would), then resume it.
@@ -79,7 +109,10 @@ def test_resume_is_bit_exact(tmp_path, tiny, ctrl_c_at):
     spent = [b.meta(s)["train_s"] for s in b.steps]
     assert spent == sorted(spent) and spent[0] > 0
     assert spent[-1] - b.meta(23)["train_s"] < b.meta(40)["time"] - b.meta(23)["time"] - 0.9
-    wa, wb = io.read_tensors(ckpt_dir(full, 40) / "model.safetensors"), io.read_tensors(ckpt_dir(tmp_path / "cut", 40) / "model.safetensors")
+    wa, wb = (
+        io.read_tensors(ckpt_dir(full, 40) / "model.safetensors"),
+        io.read_tensors(ckpt_dir(tmp_path / "cut", 40) / "model.safetensors"),
+    )
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
     # Held-out metrics match record for record (the train-loss running mean restarts at the resume).
     held_out = lambda rs: [{k: v for k, v in r.items() if not k.startswith("train/")} for r in rs]  # noqa: E731
@@ -93,7 +126,9 @@ def test_run_directory_and_load_run(tmp_path, tiny):
     stored = json.loads((tmp_path / "run" / "config.json").read_text())
     assert stored["task"]["name"] == "sparse_boolean" and stored["plugins"] == []  # all built in: nothing to import
     # torch with its build as torch itself reports it: PyPI's CUDA wheels say "+cu130" there, not in their metadata
-    assert stored["versions"]["torch"] == torch.__version__ and stored["versions"]["transformer_lens"] == models.TL_VERSION
+    assert (
+        stored["versions"]["torch"] == torch.__version__ and stored["versions"]["transformer_lens"] == models.TL_VERSION
+    )
     meta = run.meta(20)
     assert meta["step"] == 20 and "eval/acc" in meta["metrics"]
     tokens = run.task.sample(8, torch.Generator().manual_seed(1)).tokens
@@ -109,6 +144,7 @@ def test_run_directory_and_load_run(tmp_path, tiny):
 def test_corrupt_checkpoint_error_names_the_file(tmp_path, tiny, damage):
     cfg = parse_config(tiny({"name": "sparse_parity", "n": 6, "k": 2}))
     run = load_run(train_run(cfg, tmp_path / "run", progress=False))
+
     def spoil(f):
         data = f.read_bytes()
         f.write_bytes(data[: len(data) // 2] if damage == "truncate" else b"\x00garbage" * 10)
@@ -168,19 +204,27 @@ def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path, tiny):
     import sys
     import time
 
-    data = tiny({"name": "automata", "automaton": "cyclic", "n": 3, "length": 12},
-                {"n_layers": 1, "n_heads": 2, "d_model": 16}, {"steps": 400, "checkpoints": 40, "eval_every": 50,
-                                                           "threads": 1})
+    data = tiny(
+        {"name": "automata", "automaton": "cyclic", "n": 3, "length": 12},
+        {"n_layers": 1, "n_heads": 2, "d_model": 16},
+        {"steps": 400, "checkpoints": 40, "eval_every": 50, "threads": 1},
+    )
     cfg = parse_config(data)
     full = train_run(cfg, tmp_path / "full", progress=False)
 
     toml = tmp_path / "cfg.toml"
-    toml.write_text("\n".join(f"[{section}]\n" + "\n".join(f"{k} = {json.dumps(v)}" for k, v in table.items()
-                                                             if v is not None)
-                              for section, table in cfg.to_dict().items()))
+    toml.write_text(
+        "\n".join(
+            f"[{section}]\n" + "\n".join(f"{k} = {json.dumps(v)}" for k, v in table.items() if v is not None)
+            for section, table in cfg.to_dict().items()
+        )
+    )
     cut = tmp_path / "cut"
-    proc = subprocess.Popen([sys.executable, "-m", "mechsynth.cli", "train", str(toml), "--out", str(cut),
-                             "--no-progress"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mechsynth.cli", "train", str(toml), "--out", str(cut), "--no-progress"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.time() + 120
     while time.time() < deadline and len(list((cut / "checkpoints").glob("step_*"))) < 12:
         time.sleep(0.05)
@@ -226,16 +270,23 @@ def test_progress_off_a_terminal_is_a_few_plain_lines(tmp_path):
     import sys
 
     cfg = tmp_path / "cfg.toml"
-    cfg.write_text('[task]\nname = "sparse_parity"\nn = 6\nk = 2\n[model]\nn_layers = 1\nd_model = 16\n'
-                   '[train]\nsteps = 200\nbatch_size = 8\neval_every = 5\neval_batch_size = 16\ncheckpoints = 10\n'
-                   'device = "cpu"\n[wandb]\nmode = "disabled"\n')
-    err = subprocess.run([sys.executable, "-m", "mechsynth.cli", "train", str(cfg), "--out", str(tmp_path / "run")],
-                         capture_output=True, text=True, check=True).stderr
+    cfg.write_text(
+        '[task]\nname = "sparse_parity"\nn = 6\nk = 2\n[model]\nn_layers = 1\nd_model = 16\n'
+        "[train]\nsteps = 200\nbatch_size = 8\neval_every = 5\neval_batch_size = 16\ncheckpoints = 10\n"
+        'device = "cpu"\n[wandb]\nmode = "disabled"\n'
+    )
+    err = subprocess.run(
+        [sys.executable, "-m", "mechsynth.cli", "train", str(cfg), "--out", str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stderr
     lines = [line for line in err.splitlines() if line.startswith("step ")]
     assert "\r" not in err and 15 <= len(lines) <= 21 and lines[-1].startswith("step 200/200  loss "), err
 
 
 # ---- optimizers: a registry, each declaring whether it is elementwise -----------------------------------
+
 
 def test_optimizers_are_built_from_the_train_config():
     assert {"adam", "adamw", "sgd"} <= set(optimizers.names())
@@ -249,7 +300,9 @@ def test_optimizers_are_built_from_the_train_config():
     assert str(e.value) == f"optimizer: 'lion' is not allowed; allowed: {', '.join(optimizers.names())}"
 
 
-@pytest.mark.parametrize("name", [n for n in optimizers.names() if not optimizers.get(n).zeroth_order])  # mezo: test_mezo.py
+@pytest.mark.parametrize(
+    "name", [n for n in optimizers.names() if not optimizers.get(n).zeroth_order]
+)  # mezo: test_mezo.py
 def test_elementwise_is_what_the_optimizer_does(name):
     """What seeds side by side rely on, checked against the optimizer itself: declared elementwise, stepping
     two models stacked on a leading axis equals stepping each alone; declared not, stacking changes it."""
@@ -294,9 +347,20 @@ def test_every_optimizer_resumes_bit_exact(name):
 @pytest.mark.skipif("adafactor" not in optimizers.names(), reason="torch.optim.Adafactor needs torch >= 2.5")
 def test_adafactor_trains_a_transformer(tmp_path, tiny):
     """The registered non-elementwise optimizer learns sparse parity as fast as AdamW (~60 steps here)."""
-    cfg = parse_config(tiny({"name": "sparse_parity", "n": 10, "k": 2}, {"n_layers": 1, "n_heads": 2, "d_model": 64},
-                            {"steps": 150, "batch_size": 128, "lr": 1e-2, "optimizer": "adafactor", "eval_every": 50,
-                             "eval_batch_size": 1024}))
+    cfg = parse_config(
+        tiny(
+            {"name": "sparse_parity", "n": 10, "k": 2},
+            {"n_layers": 1, "n_heads": 2, "d_model": 64},
+            {
+                "steps": 150,
+                "batch_size": 128,
+                "lr": 1e-2,
+                "optimizer": "adafactor",
+                "eval_every": 50,
+                "eval_batch_size": 1024,
+            },
+        )
+    )
     run = load_run(train_run(cfg, tmp_path / "run", progress=False))
     assert run.metrics[0]["eval/acc"] < 0.6 and run.metrics[-1]["eval/acc"] == 1.0, run.metrics
 

@@ -25,12 +25,30 @@ def weights(run_dir, step) -> dict[str, torch.Tensor]:
 
 
 def config(tiny, params, **train):
-    return tiny(TASK, MODEL, {"steps": 8, "checkpoints": 3, "eval_every": 4, "optimizer": "adamw", "lr": 1e-2,
-                              "weight_decay": 0.1, "params": params, **train})
+    return tiny(
+        TASK,
+        MODEL,
+        {
+            "steps": 8,
+            "checkpoints": 3,
+            "eval_every": 4,
+            "optimizer": "adamw",
+            "lr": 1e-2,
+            "weight_decay": 0.1,
+            "params": params,
+            **train,
+        },
+    )
 
 
-@pytest.mark.parametrize("params, trained", [(["W_hidden"], {"W_hidden"}), (["W_out", "b_out"], {"W_out", "b_out"}),
-                                             (["W_in", "b_hidden"], {"W_in", "b_hidden"})])
+@pytest.mark.parametrize(
+    "params, trained",
+    [
+        (["W_hidden"], {"W_hidden"}),
+        (["W_out", "b_out"], {"W_out", "b_out"}),
+        (["W_in", "b_hidden"], {"W_in", "b_hidden"}),
+    ],
+)
 def test_only_the_named_parameters_move(tmp_path, tiny, params, trained):
     """Weight decay and clipping too touch only those: the others stay bit-identical to step 0."""
     run = train_run(parse_config(config(tiny, params)), tmp_path / "run", progress=False)
@@ -87,8 +105,9 @@ def test_layerwise_training_chains_two_runs(tmp_path, tiny):
     """Stage 1 trains the hidden layer; stage 2 starts from its last checkpoint and trains the last layer only. The
     random-features baseline is stage 2 from the initialization."""
     first = train_run(parse_config(config(tiny, ["W_hidden"])), tmp_path / "stage1", progress=False)
-    second = train_run(parse_config(config(tiny, ["W_out", "b_out"], init_from=str(first))), tmp_path / "stage2",
-                       progress=False)
+    second = train_run(
+        parse_config(config(tiny, ["W_out", "b_out"], init_from=str(first))), tmp_path / "stage2", progress=False
+    )
     init, learned, end = weights(first, 0), weights(first, 8), weights(second, 8)
     assert not torch.equal(init["W_hidden"], learned["W_hidden"])
     assert torch.equal(end["W_hidden"], learned["W_hidden"]) and torch.equal(end["W_in"], init["W_in"])
@@ -104,24 +123,34 @@ def test_a_sweep_with_params_trains_its_seeds_side_by_side(tmp_path, tiny):
     assert unit.side_by_side and unit.config["train"]["params"] == ["W_hidden"]
 
 
-@pytest.mark.parametrize("params, says", [
-    (["W_hiden"], "'W_hiden' names no parameter of this model .*allowed: W_in, b_in, W_out, b_out, W_hidden, b_hidden"),
-    (["W_hidden.0"], "'W_hidden.0' names no parameter"),
-    ([], r"\[\] names nothing to train"),
-])
+@pytest.mark.parametrize(
+    "params, says",
+    [
+        (
+            ["W_hiden"],
+            "'W_hiden' names no parameter of this model .*allowed: W_in, b_in, W_out, b_out, W_hidden, b_hidden",
+        ),
+        (["W_hidden.0"], "'W_hidden.0' names no parameter"),
+        ([], r"\[\] names nothing to train"),
+    ],
+)
 def test_a_name_that_matches_nothing_is_one_line_before_any_work(tmp_path, tiny, capsys, params, says):
     with pytest.raises(ConfigError, match=f"^train.params: {says}"):
         parse_config(config(tiny, params))
     toml = tmp_path / "bad.toml"
-    toml.write_text('[task]\nname = "hierarchical_polynomial"\nd = 5\n[model]\nkind = "mlp"\ndepth = 2\nwidth = 8\n'
-                    f'[train]\nsteps = 2\ndevice = "cpu"\nparams = {params!r}\n'.replace("'", '"'))
+    toml.write_text(
+        '[task]\nname = "hierarchical_polynomial"\nd = 5\n[model]\nkind = "mlp"\ndepth = 2\nwidth = 8\n'
+        f'[train]\nsteps = 2\ndevice = "cpu"\nparams = {params!r}\n'.replace("'", '"')
+    )
     assert main(["train", str(toml), "--out", str(tmp_path / "run"), "--no-progress"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("mechsynth: error: train.params: ") and not (tmp_path / "run").exists()
 
 
 def test_a_kind_that_keeps_weights_fixed_keeps_them(tiny):
-    with pytest.raises(ConfigError, match="^train.params: .* selects only parameters this model kind keeps fixed; "
-                                          "allowed: W_mem"):
-        parse_config(tiny({"name": "associative_memory", "inputs": 16}, {"kind": "linear_memory", "d": 8},
-                          {"params": ["W_E"]}))
+    with pytest.raises(
+        ConfigError, match="^train.params: .* selects only parameters this model kind keeps fixed; allowed: W_mem"
+    ):
+        parse_config(
+            tiny({"name": "associative_memory", "inputs": 16}, {"kind": "linear_memory", "d": 8}, {"params": ["W_E"]})
+        )

@@ -37,22 +37,33 @@ def script(markdown: str) -> str:
                     key, value = words.pop(0).split("=", 1)
                     env[key] = value
                 assert words[:1] == ["mechsynth"], f"a tutorial's shell line is not a mechsynth command: {line}"
-                out.append(f"subprocess.run([sys.executable, '-m', 'mechsynth.cli', *{words[1:]!r}], check=True, "
-                           f"env={{**os.environ, **{env!r}}})")
+                out.append(
+                    f"subprocess.run([sys.executable, '-m', 'mechsynth.cli', *{words[1:]!r}], check=True, "
+                    f"env={{**os.environ, **{env!r}}})"
+                )
     return "\n".join(out)
 
 
 def run_tutorial(name: str, cwd: Path) -> str:
     env = {**os.environ, "WANDB_DIR": str(cwd)}  # (the suite's own WANDB_* directories are under tmp too)
-    done = subprocess.run([sys.executable, "-c", script((TUTORIALS / name).read_text())], cwd=cwd, capture_output=True,
-                          text=True, timeout=1500, env=env)
+    done = subprocess.run(
+        [sys.executable, "-c", script((TUTORIALS / name).read_text())],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+        env=env,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout + done.stderr  # (a warning, e.g. W&B's that it did not start, is then in an assertion's message)
 
 
 def test_the_tutorials_are_the_pages_under_docs():
-    assert sorted(p.name for p in TUTORIALS.glob("*.md")) == ["benchmark_your_method.md", "bring_checkpoints.md",
-                                                             "own_training_loop.md"]
+    assert sorted(p.name for p in TUTORIALS.glob("*.md")) == [
+        "benchmark_your_method.md",
+        "bring_checkpoints.md",
+        "own_training_loop.md",
+    ]
 
 
 @pytest.mark.smoke
@@ -74,7 +85,9 @@ def test_bring_checkpoints(tmp_path):
     tracr = json.loads((tmp_path / "runs" / "tracr" / "probes.json").read_text())
     last = {h: series[-1] for h, series in tracr["probes"]["previous_token"]["per_head"].items()}
     assert max(last, key=last.get) == "L1H0"
-    assert (tmp_path / "runs" / "imported" / "report.html").exists() and (tmp_path / "runs" / "held" / "report.html").exists()
+    assert (tmp_path / "runs" / "imported" / "report.html").exists() and (
+        tmp_path / "runs" / "held" / "report.html"
+    ).exists()
     assert "loss falls fastest" in out or "loss never falls" in out
 
 
@@ -102,8 +115,14 @@ def run_examples(page: str, cwd: Path) -> str:
     """The page's `<!-- ci: runs -->` python blocks, in order in one process, in `cwd`."""
     blocks = RUNS.findall((DOCS / page).read_text())
     assert blocks, f"docs/{page} has no example marked to run"
-    done = subprocess.run([sys.executable, "-c", "\n".join(blocks)], cwd=cwd, capture_output=True, text=True,
-                          timeout=1200, env={**os.environ, "WANDB_DIR": str(cwd)})
+    done = subprocess.run(
+        [sys.executable, "-c", "\n".join(blocks)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        env={**os.environ, "WANDB_DIR": str(cwd)},
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
 
@@ -120,9 +139,25 @@ def test_every_python_block_in_the_docs_parses():
 @pytest.mark.smoke
 def test_getting_started_from_python_runs(tmp_path):
     # the page's run, made short: the example reads any run of that config
-    subprocess.run([sys.executable, "-m", "mechsynth.cli", "train", str(ROOT / "experiments" / "sparse_parity.toml"),
-                    "--out", "runs/parity", "--set", "train.steps=20", "--set", "wandb.mode=disabled"],
-                   cwd=tmp_path, check=True, capture_output=True, timeout=600)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mechsynth.cli",
+            "train",
+            str(ROOT / "experiments" / "sparse_parity.toml"),
+            "--out",
+            "runs/parity",
+            "--set",
+            "train.steps=20",
+            "--set",
+            "wandb.mode=disabled",
+        ],
+        cwd=tmp_path,
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
     run_examples("getting-started.md", tmp_path)
 
 

@@ -32,8 +32,11 @@ def commands(tmp_path: Path, out: Path) -> dict[str, list[str]]:
     cfg = write(tmp_path, GOOD)
     sweep = tmp_path / "sweep.toml"
     sweep.write_text(f'base = "{cfg}"\n[sweep]\nseeds = [0]\n')
-    return {"train": ["train", cfg, "--out", str(out), "--no-progress"], "demo": ["demo", "--out", str(out)],
-            "sweep": ["sweep", str(sweep), "--out", str(out), "--workers", "1"]}
+    return {
+        "train": ["train", cfg, "--out", str(out), "--no-progress"],
+        "demo": ["demo", "--out", str(out)],
+        "sweep": ["sweep", str(sweep), "--out", str(out), "--workers", "1"],
+    }
 
 
 @pytest.mark.parametrize("command", ["train", "demo", "sweep"])

@@ -14,9 +14,16 @@ import verdicts  # noqa: E402
 
 def claim(verdict: str, n: int, control: str = "does not", **kw):
     """A claim whose rule says `verdict` on {} and `control` on its negative control ({"control": True})."""
-    return verdicts.Claim("c", "a claim", "the paper", "the rule",
-                          lambda r: verdicts.Judgement(control if r.get("control") else verdict, "numbers", n),
-                          control=lambda r: {"control": True}, control_note="the step-0 checkpoint", **kw)
+    return verdicts.Claim(
+        "c",
+        "a claim",
+        "the paper",
+        "the rule",
+        lambda r: verdicts.Judgement(control if r.get("control") else verdict, "numbers", n),
+        control=lambda r: {"control": True},
+        control_note="the step-0 checkpoint",
+        **kw,
+    )
 
 
 def test_floors_on_seeds_and_budget_both_ways():
@@ -54,19 +61,34 @@ def test_a_match_without_a_control_is_not_a_match():
     out = verdicts.judged(bare, {})
     assert out["verdict"] == "inconclusive" and "no negative control" in out["why"] and out["control"] is None
     # a control the results do not hold (a JSON from before the control was recorded) is no control either
-    absent = verdicts.Claim("c", "a", "b", "r", lambda r: verdicts.Judgement("matches", "numbers", 3),
-                            control=lambda r: r["untrained"], control_note="the untrained model")
+    absent = verdicts.Claim(
+        "c",
+        "a",
+        "b",
+        "r",
+        lambda r: verdicts.Judgement("matches", "numbers", 3),
+        control=lambda r: r["untrained"],
+        control_note="the untrained model",
+    )
     out = verdicts.judged(absent, {})
-    assert out["verdict"] == "inconclusive" and out["control"]["verdict"] is None and "untrained" in out["control"]["why"]
+    assert (
+        out["verdict"] == "inconclusive" and out["control"]["verdict"] is None and "untrained" in out["control"]["why"]
+    )
     with pytest.raises(AssertionError):
-        verdicts.Claim("c", "a", "b", "r", bare.judge, control=lambda r: r)   # a control needs its note
+        verdicts.Claim("c", "a", "b", "r", bare.judge, control=lambda r: r)  # a control needs its note
     with pytest.raises(AssertionError):
         verdicts.Claim("c", "a", "b", "r", bare.judge, kind="other")
 
 
 def test_counts_in_the_reported_order():
     judged = [{"verdict": v} for v in ("matches", "by construction", "matches", "inconclusive")]
-    assert verdicts.counts(judged) == {"matches": 2, "partly": 0, "does not": 0, "inconclusive": 1, "by construction": 1}
+    assert verdicts.counts(judged) == {
+        "matches": 2,
+        "partly": 0,
+        "does not": 0,
+        "inconclusive": 1,
+        "by construction": 1,
+    }
 
 
 def test_every_claim_declares_a_control_and_its_kind():
@@ -103,8 +125,15 @@ def test_coincidence_null_knows_chance():
 
 
 def test_numbers_in_why_lines():
-    assert [verdicts.num(x) for x in (0, 3, 0.9973, 0.0421, 12.34, 1234.5, None)] == \
-        ["0", "3", "0.997", "0.042", "12", "1234", "not reached"]
+    assert [verdicts.num(x) for x in (0, 3, 0.9973, 0.0421, 12.34, 1234.5, None)] == [
+        "0",
+        "3",
+        "0.997",
+        "0.042",
+        "12",
+        "1234",
+        "not reached",
+    ]
     assert verdicts.span([195, 336, 234, None], median=True) == "195–336 (median 234), not reached in 1/4"
     assert verdicts.span([0.5, 0.5]) == "0.5" and verdicts.span([None]) == "not reached"
 
@@ -131,10 +160,10 @@ def test_provenance_says_whether_the_rules_came_before_the_runs(tmp_path, monkey
 
     assert verdicts.provenance("toy", [late, rules])["commit"] == rules
     assert verdicts.provenance("toy", [late, rules])["before_runs"]
-    assert not verdicts.provenance("toy", [late, early])["before_runs"]         # one run older than the rules
-    assert not verdicts.provenance("toy", [late + "-dirty"])["before_runs"]     # a run from an uncommitted tree
+    assert not verdicts.provenance("toy", [late, early])["before_runs"]  # one run older than the rules
+    assert not verdicts.provenance("toy", [late + "-dirty"])["before_runs"]  # a run from an uncommitted tree
     assert not verdicts.provenance("toy", [])["before_runs"]
-    (tmp_path / "experiments/rules/toy.py").write_text("CLAIMS = [1]\n")       # rules edited since
+    (tmp_path / "experiments/rules/toy.py").write_text("CLAIMS = [1]\n")  # rules edited since
     out = verdicts.provenance("toy", [late])
     assert out["changed_since"] and not out["before_runs"]
 
@@ -148,10 +177,20 @@ def write_assets(tmp_path: Path, outs: list[dict]) -> Path:
 
 
 def fake(name: str, **kw) -> dict:
-    return {"experiment": name, "command": f"python experiments/{name}.py", "wall_time_s": 12.3, "load_average": 1.0,
-            "device": "CPU: test", "runs_trained": 3, "date": "2026-01-01", "commit": "abc", "versions": {"torch": "2"},
-            "runs": {"count": 3, "train_time_s": 9.0, "commits": {"abc": 3}, "seeds": [100, 101, 102]},
-            "results": {}, **kw}
+    return {
+        "experiment": name,
+        "command": f"python experiments/{name}.py",
+        "wall_time_s": 12.3,
+        "load_average": 1.0,
+        "device": "CPU: test",
+        "runs_trained": 3,
+        "date": "2026-01-01",
+        "commit": "abc",
+        "versions": {"torch": "2"},
+        "runs": {"count": 3, "train_time_s": 9.0, "commits": {"abc": 3}, "seeds": [100, 101, 102]},
+        "results": {},
+        **kw,
+    }
 
 
 def test_the_table_is_what_the_jsons_say_and_check_catches_an_edit(tmp_path, monkeypatch):
@@ -162,7 +201,8 @@ def test_the_table_is_what_the_jsons_say_and_check_catches_an_edit(tmp_path, mon
         "lambda r: verdicts.Judgement('matches' if r['ok'] else 'does not', f\"{r['n']}/3 seeds\", 3), budget=0.5, "
         "control=lambda r: {'ok': False, 'n': 0}, control_note='untrained'),\n"
         "verdicts.Claim('y', 'a planted circuit is found', 'ours', 'rule', lambda r: verdicts.Judgement('matches', "
-        "'found', 3), kind='tool', control=lambda r: r, control_note='itself')]\n")
+        "'found', 3), kind='tool', control=lambda r: r, control_note='itself')]\n"
+    )
     monkeypatch.setattr(verdicts, "RULES", rules)
     judged = verdicts.judge_all("toy", {"ok": True, "n": 3})
     toy = fake("toy", results={"ok": True, "n": 3}, claims=judged, rules={"commit": "r1", "before_runs": True})
@@ -175,12 +215,16 @@ def test_the_table_is_what_the_jsons_say_and_check_catches_an_edit(tmp_path, mon
     assert "| claim | paper | ours | verdict | budget, n | link |" in text
     row = next(line for line in text.splitlines() if line.startswith("| toys"))
     # claim | paper (the citation, then the setting) | ours | verdict and its control's | budget, n | links
-    assert row == ("| toys \\| learn (Toy et al. 2020) | Toy et al. 2020: paper | 3/3 seeds | **matches**; control: "
-                   "does not | 0.5 of the paper's; n = 3 | [`toy`](experiments/toy.py), [JSON](assets/toy.json) |")
+    assert row == (
+        "| toys \\| learn (Toy et al. 2020) | Toy et al. 2020: paper | 3/3 seeds | **matches**; control: "
+        "does not | 0.5 of the paper's; n = 3 | [`toy`](experiments/toy.py), [JSON](assets/toy.json) |"
+    )
     # the papers' claims are counted at the top; the tool's own check is in its own table, by construction here
     assert "**The seed papers' 1 claims.** Judged by rules committed before their runs, 1: matches 1." in text
-    assert ("**Checks of mechsynth's own methods against known answers, 1.** Judged by rules committed before their "
-            "runs, 1: by construction 1.") in text
+    assert (
+        "**Checks of mechsynth's own methods against known answers, 1.** Judged by rules committed before their "
+        "runs, 1: by construction 1."
+    ) in text
     assert text.index("| a planted circuit") > text.index("Checks of mechsynth")
     assert "other_without_rules" not in text and text.endswith("\n\nafter\n")
     # the provenance is on the experiment's docs page (docs/hooks.py), no longer in the README
@@ -194,7 +238,10 @@ def test_the_table_is_what_the_jsons_say_and_check_catches_an_edit(tmp_path, mon
     before = fake("toy", results={"ok": False, "n": 3})
     (assets / "toy.json").write_text(json.dumps(before))
     assert results_table.main(["--readme", str(readme), "--assets", str(assets)]) == 0
-    assert "| **does not** (post hoc); control: does not |" in readme.read_text() and "judged post hoc" in results_table.made_from(before)
+    assert (
+        "| **does not** (post hoc); control: does not |" in readme.read_text()
+        and "judged post hoc" in results_table.made_from(before)
+    )
 
 
 def test_the_readme_paper_column_is_cut_from_the_json_not_written():
@@ -219,6 +266,9 @@ def test_every_committed_json_with_rules_is_from_a_clean_commit_and_judged():
         judged, _ = results_table.claims(out)
         assert judged, out["experiment"]
         for c in judged:
-            assert c["verdict"] in verdicts.REPORTED and "None" not in c["why"] and "\n" not in c["why"], (out["experiment"], c)
+            assert c["verdict"] in verdicts.REPORTED and "None" not in c["why"] and "\n" not in c["why"], (
+                out["experiment"],
+                c,
+            )
         if "rules" in out:  # written under rules: from committed code, rules first
             assert not out["commit"].endswith("-dirty") and out["rules"]["before_runs"], out["experiment"]

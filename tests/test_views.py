@@ -67,11 +67,16 @@ def test_token_labels_say_what_tokens_mean():
     auto = tasks.make("automata", {"automaton": "dihedral", "n": 4, "length": 10})
     batch = auto.sample(2, g, split="eval")
     labels = auto.token_labels(batch.tokens[0])
-    expect = [f"{auto.table.symbols[x]}→{auto.table.states[s]}" for x, s in
-              zip(batch.tokens[0].tolist(), batch.truth["states"][0].tolist())]
+    expect = [
+        f"{auto.table.symbols[x]}→{auto.table.states[s]}"
+        for x, s in zip(batch.tokens[0].tolist(), batch.truth["states"][0].tolist())
+    ]
     assert labels == expect
 
-    for name, params in (("sparse_parity", {"n": 9, "k": 3, "encoding": "01"}), ("sparse_boolean", {"length": 9, "s": 2})):
+    for name, params in (
+        ("sparse_parity", {"n": 9, "k": 3, "encoding": "01"}),
+        ("sparse_boolean", {"length": 9, "s": 2}),
+    ):
         task = tasks.make(name, params)
         batch = task.sample(1, g, split="eval")
         labels = task.token_labels(batch.tokens[0])
@@ -86,6 +91,7 @@ def test_token_labels_say_what_tokens_mean():
 
 
 # ---- circuitsvis's own views in a user's script: mechsynth.offline_html / save_html ----------------------------
+
 
 def _circuitsvis_view():
     import circuitsvis.attention
@@ -111,8 +117,9 @@ def test_offline_html_inlines_the_bundle_in_place_of_circuitsvis_network_import(
 
 
 @pytest.mark.smoke
-@pytest.mark.skipif(browser.find_chromium() is None,
-                    reason="Chromium not found: install Debian's `chromium` package (.ci/run does)")
+@pytest.mark.skipif(
+    browser.find_chromium() is None, reason="Chromium not found: install Debian's `chromium` package (.ci/run does)"
+)
 def test_offline_html_renders_in_headless_chromium_asking_the_network_nothing(tmp_path):
     import mechsynth
 

@@ -16,14 +16,19 @@ from mechsynth import load_run, parse_config, train_run
 
 def inspect(wandb_file: Path) -> dict:
     wandb_bin = shutil.which("wandb") or str(Path(sys.executable).parent / "wandb")
-    out = subprocess.run([wandb_bin, "leet", "inspect", "--summary", "--json", str(wandb_file)],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [wandb_bin, "leet", "inspect", "--summary", "--json", str(wandb_file)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return json.loads(out)
 
 
 def test_offline_run_records_config_and_metrics_and_resumes_same_run(tmp_path, tiny):
-    cfg = parse_config(tiny({"name": "sparse_parity", "n": 6, "k": 2}, wandb="offline",
-                            train={"steps": 10, "eval_every": 5}) | {})
+    cfg = parse_config(
+        tiny({"name": "sparse_parity", "n": 6, "k": 2}, wandb="offline", train={"steps": 10, "eval_every": 5}) | {}
+    )
     cfg = parse_config({**cfg.to_dict(), "wandb": {"mode": "offline", "group": "g1", "project": "mechsynth-tests"}})
     run_dir = train_run(cfg, tmp_path / "run", progress=False)
     files = sorted((run_dir / "wandb").glob("offline-run-*/run-*.wandb"))
@@ -56,8 +61,11 @@ def test_wandb_failure_warns_once_and_training_goes_on(tmp_path, tiny, monkeypat
 
 
 def test_seeds_side_by_side_log_one_wandb_run_each_in_one_group(tmp_path, tiny):
-    cfg = parse_config(tiny({"name": "sparse_parity", "n": 6, "k": 2}, wandb="offline",
-                            train={"steps": 10, "eval_every": 5, "seeds": 2}))
+    cfg = parse_config(
+        tiny(
+            {"name": "sparse_parity", "n": 6, "k": 2}, wandb="offline", train={"steps": 10, "eval_every": 5, "seeds": 2}
+        )
+    )
     run_dir = train_run(cfg, tmp_path / "batch", progress=False)
     summaries = []
     for i in range(2):
@@ -141,10 +149,15 @@ def test_wandb_config_validation():
     from mechsynth.runs.wandb_log import WandbConfig
 
     assert WandbConfig().mode is None and 0 < WandbConfig().init_timeout <= 10
-    for kwargs, field in [({"mode": "bogus"}, "mode"), ({"init_timeout": 0}, "init_timeout"),
-                          ({"init_timeout": -1.0}, "init_timeout"), ({"init_timeout": float("nan")}, "init_timeout"),
-                          ({"init_timeout": float("inf")}, "init_timeout"), ({"init_timeout": True}, "init_timeout"),
-                          ({"init_timeout": "5"}, "init_timeout")]:
+    for kwargs, field in [
+        ({"mode": "bogus"}, "mode"),
+        ({"init_timeout": 0}, "init_timeout"),
+        ({"init_timeout": -1.0}, "init_timeout"),
+        ({"init_timeout": float("nan")}, "init_timeout"),
+        ({"init_timeout": float("inf")}, "init_timeout"),
+        ({"init_timeout": True}, "init_timeout"),
+        ({"init_timeout": "5"}, "init_timeout"),
+    ]:
         with pytest.raises(ConfigError) as err:
             WandbConfig(**kwargs)
         assert err.value.field == field, kwargs
@@ -172,8 +185,18 @@ def test_log_drops_nan_inf_none_and_non_scalars(tmp_path):
 
     logger = WandbLogger(WandbConfig(mode="disabled"), tmp_path, {})
     logger.run = FakeRun()
-    logger.log({"a": 1.5, "n": 3, "nan": float("nan"), "inf": float("inf"), "-inf": float("-inf"), "none": None,
-                "list": [1.0, 2.0]}, step=7)
+    logger.log(
+        {
+            "a": 1.5,
+            "n": 3,
+            "nan": float("nan"),
+            "inf": float("inf"),
+            "-inf": float("-inf"),
+            "none": None,
+            "list": [1.0, 2.0],
+        },
+        step=7,
+    )
     logger.log_against("probe_step", [{"probe_step": 5, "s": 0.5, "gap": float("nan"), "none": None}])
     assert logger.run.logged == [({"a": 1.5, "n": 3}, 7), ({"probe_step": 5, "s": 0.5}, None)]
 
@@ -222,21 +245,43 @@ def test_online_without_a_reachable_server_waits_init_timeout_then_trains(tmp_pa
 
     threading.Thread(target=accept_and_never_answer, daemon=True).start()
     config = tmp_path / "tiny.toml"
-    config.write_text('[task]\nname = "sparse_parity"\nn = 6\nk = 2\n'
-                      '[model]\nn_layers = 1\nn_heads = 1\nd_model = 16\n'
-                      '[train]\nsteps = 20\nbatch_size = 16\neval_every = 5\neval_batch_size = 64\ncheckpoints = 6\n'
-                      'device = "cpu"\n')  # no [wandb] mode: WANDB_MODE=online below decides
+    config.write_text(
+        '[task]\nname = "sparse_parity"\nn = 6\nk = 2\n'
+        "[model]\nn_layers = 1\nn_heads = 1\nd_model = 16\n"
+        "[train]\nsteps = 20\nbatch_size = 16\neval_every = 5\neval_batch_size = 64\ncheckpoints = 6\n"
+        'device = "cpu"\n'
+    )  # no [wandb] mode: WANDB_MODE=online below decides
     (tmp_path / "home").mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("WANDB_ERROR_REPORTING", "WANDB_INIT_TIMEOUT")}
-    env |= {"WANDB_MODE": "online", "WANDB_API_KEY": "0123456789abcdef" * 2 + "01234567",
-            "WANDB_BASE_URL": f"http://127.0.0.1:{server.getsockname()[1]}", "HOME": str(tmp_path / "home"),
-            "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])}
+    env |= {
+        "WANDB_MODE": "online",
+        "WANDB_API_KEY": "0123456789abcdef" * 2 + "01234567",
+        "WANDB_BASE_URL": f"http://127.0.0.1:{server.getsockname()[1]}",
+        "HOME": str(tmp_path / "home"),
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")]),
+    }
     assert len(env["WANDB_API_KEY"]) == 40
     run_dir = tmp_path / "run"
     try:
-        proc = subprocess.run([sys.executable, "-c", NO_NETWORK_SCRIPT, "train", str(config), "--out", str(run_dir),
-                               "--set", "wandb.init_timeout=2", "--no-progress"],
-                              env=env, capture_output=True, text=True, timeout=60, check=False)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                NO_NETWORK_SCRIPT,
+                "train",
+                str(config),
+                "--out",
+                str(run_dir),
+                "--set",
+                "wandb.init_timeout=2",
+                "--no-progress",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
     finally:
         server.close()
         for c in held:
@@ -264,8 +309,16 @@ def test_a_monitor_runs_wandb_files_go_to_wandb_dir_and_mechsynths_own_runs_stay
     monkeypatch.setenv("WANDB_MODE", "offline")
     assert wandb_dir(tmp_path / "trained", yours=False) == tmp_path / "trained"  # documented: runs/<run>/wandb
     task = mechsynth.tasks.make("markov_icl", {"k": 3, "order": 2, "length": 16})
-    model = mechsynth.hooked_model(n_layers=1, d_model=8, n_heads=1, d_head=8, n_ctx=task.spec.n_ctx,
-                                   d_vocab=task.spec.d_vocab, act_fn="relu", attn_only=True)
+    model = mechsynth.hooked_model(
+        n_layers=1,
+        d_model=8,
+        n_heads=1,
+        d_head=8,
+        n_ctx=task.spec.n_ctx,
+        d_vocab=task.spec.d_vocab,
+        act_fn="relu",
+        attn_only=True,
+    )
     with mechsynth.Monitor(model, tmp_path / "loop", task, schedule=[0, 1], probes=[]) as monitor:
         monitor.step(1, 1.0)
     assert main(["probe", str(tmp_path / "loop"), "--probes", "previous_token", "--wandb", "offline"]) == 0
@@ -293,10 +346,17 @@ def test_a_run_started_under_another_processs_wandb_service_keeps_its_files_in_t
     (tmp_path / "here").mkdir()
     (tmp_path / "here" / "tiny.toml").write_text(
         '[task]\nname = "sparse_parity"\nn = 6\nk = 2\n[model]\nn_layers = 1\nn_heads = 1\nd_model = 16\n'
-        '[train]\nsteps = 10\nbatch_size = 16\neval_every = 5\neval_batch_size = 64\ncheckpoints = 3\ndevice = "cpu"\n')
+        '[train]\nsteps = 10\nbatch_size = 16\neval_every = 5\neval_batch_size = 64\ncheckpoints = 3\ndevice = "cpu"\n'
+    )
     env = {k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"}
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
-    subprocess.run([sys.executable, "-c", PARENT_WITH_A_SERVICE, str(tmp_path), str(tmp_path / "here")], env=env,
-                   cwd=tmp_path, check=True, timeout=300, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-c", PARENT_WITH_A_SERVICE, str(tmp_path), str(tmp_path / "here")],
+        env=env,
+        cwd=tmp_path,
+        check=True,
+        timeout=300,
+        capture_output=True,
+    )
     files = list((tmp_path / "here" / "run" / "wandb").glob("offline-run-*/run-*.wandb"))
     assert len(files) == 1 and inspect(files[0])["state"] == "finished"

@@ -19,16 +19,19 @@ from mechsynth.cli import main
 
 def records(wandb_file: Path) -> list[dict]:
     wandb_bin = shutil.which("wandb") or str(Path(sys.executable).parent / "wandb")
-    out = subprocess.run([wandb_bin, "leet", "inspect", "--json", str(wandb_file)], capture_output=True, text=True,
-                         check=True).stdout
+    out = subprocess.run(
+        [wandb_bin, "leet", "inspect", "--json", str(wandb_file)], capture_output=True, text=True, check=True
+    ).stdout
     return [json.loads(line) for line in out.splitlines() if line.strip()]
 
 
 def tiny_run(tmp_path: Path, **wandb) -> Path:
-    data = {"task": {"name": "markov_icl", "k": 3, "length": 16},
-            "model": {"n_layers": 2, "n_heads": 1, "d_model": 16, "attn_only": True},
-            "train": {"steps": 20, "batch_size": 16, "eval_every": 10, "checkpoints": 5, "device": "cpu"},
-            "wandb": {"mode": "offline", **wandb}}
+    data = {
+        "task": {"name": "markov_icl", "k": 3, "length": 16},
+        "model": {"n_layers": 2, "n_heads": 1, "d_model": 16, "attn_only": True},
+        "train": {"steps": 20, "batch_size": 16, "eval_every": 10, "checkpoints": 5, "device": "cpu"},
+        "wandb": {"mode": "offline", **wandb},
+    }
     return train_run(parse_config(data), tmp_path / "run", progress=False)
 
 
@@ -58,7 +61,7 @@ def test_report_logs_series_summary_and_media_to_the_training_run(tmp_path, caps
     assert {k: summary[f"stages/{k}"] for k in probes_json["stages"]} == probes_json["stages"]
 
     # The renders and the whole report, unchanged: W&B injects no stylesheet from the network.
-    for key, must in (("report/attention", "CircuitsVis.render("), ("report/page", "<section id=\"attention\">")):
+    for key, must in (("report/attention", "CircuitsVis.render("), ("report/page", '<section id="attention">')):
         assert summary[key]["_type"] == "html-file"
         page = (files_dir / summary[key]["path"]).read_text()
         assert must in page and page.count("var CircuitsVis=") == 1 and "normalize.css" not in page
@@ -71,7 +74,9 @@ def test_report_logs_series_summary_and_media_to_the_training_run(tmp_path, caps
         tidy = list(csv.DictReader(f))
     assert len(table["data"]) == len(tidy)
     first = tidy[0]
-    assert table["data"][0][:2] == [int(first["step"]), first["probe"]] and table["data"][0][5] == pytest.approx(float(first["value"]))
+    assert table["data"][0][:2] == [int(first["step"]), first["probe"]] and table["data"][0][5] == pytest.approx(
+        float(first["value"])
+    )
 
     # A line plot per head-scoring probe: a W&B line-series panel over a table of the series.
     config = {}
@@ -89,8 +94,12 @@ def test_report_logs_series_summary_and_media_to_the_training_run(tmp_path, caps
 
 
 def artifacts(run_dir: Path) -> list[dict]:
-    return [r["artifact"] for f in sorted((run_dir / "wandb").glob("offline-run-*/run-*.wandb"))
-            for r in records(f) if r["type"] == "artifact"]
+    return [
+        r["artifact"]
+        for f in sorted((run_dir / "wandb").glob("offline-run-*/run-*.wandb"))
+        for r in records(f)
+        if r["type"] == "artifact"
+    ]
 
 
 def test_checkpoints_become_model_artifacts_only_when_asked(tmp_path):
@@ -117,7 +126,9 @@ def test_a_table_past_the_run_row_limit_goes_to_an_artifact(tmp_path, monkeypatc
     logger.table("small", ["step", "value"], [[0, 1.0]])
     logger.finish()
     [wandb_file] = (tmp_path / "wandb").glob("offline-run-*/run-*.wandb")
-    [artifact] = [r["artifact"] for r in records(wandb_file) if r["type"] == "artifact" and r["artifact"]["type"] == "table"]
+    [artifact] = [
+        r["artifact"] for r in records(wandb_file) if r["type"] == "artifact" and r["artifact"]["type"] == "table"
+    ]
     assert [c["path"] for c in artifact["manifest"]["contents"]] == ["table.table.json"]
     summary = inspect(wandb_file)["summary"]
     assert "probes/table" not in summary and summary["small"]["nrows"] == 1

@@ -22,8 +22,13 @@ FAST = "not slow and not smoke"
 
 def collected(marks: str) -> list[str]:
     """The ids of the tests `pytest -m MARKS` would run."""
-    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-m", marks],
-                         cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-m", marks],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return [line for line in out.splitlines() if "::" in line]
 
 
@@ -38,9 +43,11 @@ def main(argv: list[str] | None = None) -> int:
     slow = collected(f"not ({FAST})")
     for name, ids in (("fast (make test)", fast), ("slow and smoke (make test-all adds)", slow)):
         known = [seconds[i] for i in ids if i in seconds]
-        print(f"{name}: {len(ids)} tests, {sum(known):.0f} core-seconds ({len(ids) - len(known)} not in {args.durations.name})")
+        print(
+            f"{name}: {len(ids)} tests, {sum(known):.0f} core-seconds ({len(ids) - len(known)} not in {args.durations.name})"
+        )
     ranked = sorted(((seconds.get(i, 0.0), i) for i in fast), reverse=True)
-    cut = [r for r in ranked if args.over is not None and r[0] > args.over] or ranked[:args.top]
+    cut = [r for r in ranked if args.over is not None and r[0] > args.over] or ranked[: args.top]
     print("\nthe fast tier's slowest:" if args.over is None else f"\nfast-tier tests over {args.over} s:")
     for s, i in cut:
         print(f"  {s:7.1f} s  {i}")

@@ -23,10 +23,10 @@ import verdicts
 
 MIN_SEEDS = 3
 SEED_SHARE = 2 / 3  # of a width's seeds whose own curve must have the shape for the width to have it
-PERMUTE_SEED = 0    # the generator of the control's permutations
-WORSE = 1.1        # a depth's median risk this many times the best one's is worse than it
-FITTED = 0.01      # training loss / Var y below this: the network interpolates its training set
-SHARE = 2 / 3      # of the runs that must fit their training set for the regime to be the paper's
+PERMUTE_SEED = 0  # the generator of the control's permutations
+WORSE = 1.1  # a depth's median risk this many times the best one's is worse than it
+FITTED = 0.01  # training loss / Var y below this: the network interpolates its training set
+SHARE = 2 / 3  # of the runs that must fit their training set for the regime to be the paper's
 
 
 def curve(results: Mapping[str, Any], width: str) -> list[float]:
@@ -40,7 +40,7 @@ def seed_curves(results: Mapping[str, Any], width: str) -> list[list[float]]:
 
 
 def shape(risks: list[float]) -> str:
-    """"U" (the best depth inside, both ends worse), "rising" (the best not the deepest, the deepest worse), or "flat
+    """ "U" (the best depth inside, both ends worse), "rising" (the best not the deepest, the deepest worse), or "flat
     or falling"."""
     best = min(range(len(risks)), key=risks.__getitem__)
     deeper_worse = best < len(risks) - 1 and risks[-1] > WORSE * risks[best]
@@ -70,7 +70,8 @@ def judge_u(results: Mapping[str, Any]) -> verdicts.Judgement:
         f"{sum(s != 'flat or falling' for s in per_seed[w])}, lowest at the deepest in "
         f"{sum(min(range(len(c)), key=c.__getitem__) == len(c) - 1 for c in seed_curves(results, w))} ({shapes[w]}; "
         f"median risk {', '.join(f'{r:.3g}' for r in curve(results, w))} at depths {', '.join(map(str, depths))})"
-        for w in widths)
+        for w in widths
+    )
     line += f"; {fitted}/{len(fits)} runs fit their training set (loss < {FITTED} Var y)"
     if fitted < SHARE * len(fits):
         return verdicts.Judgement("inconclusive", line + ": not the interpolating regime of the claim", n)
@@ -104,16 +105,21 @@ CLAIMS = [
     verdicts.Claim(
         id="u_shaped_in_depth",
         claim="In over-parameterized networks trained to fit their data, test risk is U-shaped in depth: past a "
-              "critical depth, deeper is worse",
+        "critical depth, deeper is worse",
         paper="CIFAR-10 and ImageNet32 with ResNets and fully convolutional networks, trained to fit the training set; "
-              "theory for linear convolutional networks",
+        "theory for linear convolutional networks",
         rule=f"per width and per seed (≥ {MIN_SEEDS}), the seed's test risk at each depth: U-shaped when its best "
-             f"depth is neither the shallowest nor the deepest and both ends are ≥ {WORSE}× its risk, rising when the "
-             f"best is not the deepest and the deepest is ≥ {WORSE}× it; a width is U-shaped (rising) when ≥ "
-             f"{SEED_SHARE:.2g} of its seeds are (U-shaped or rising); matches when U-shaped at every width, partly "
-             f"when some width is U-shaped or rising, does not otherwise; inconclusive when fewer than {SHARE:.2g} of the runs fit their training "
-             f"set (loss < {FITTED} of the targets' variance)",
-        judge=judge_u, min_n=MIN_SEEDS, scale=True, kind="paper",
+        f"depth is neither the shallowest nor the deepest and both ends are ≥ {WORSE}× its risk, rising when the "
+        f"best is not the deepest and the deepest is ≥ {WORSE}× it; a width is U-shaped (rising) when ≥ "
+        f"{SEED_SHARE:.2g} of its seeds are (U-shaped or rising); matches when U-shaped at every width, partly "
+        f"when some width is U-shaped or rising, does not otherwise; inconclusive when fewer than {SHARE:.2g} of the runs fit their training "
+        f"set (loss < {FITTED} of the targets' variance)",
+        judge=judge_u,
+        min_n=MIN_SEEDS,
+        scale=True,
+        kind="paper",
         budget_note="none comparable: theirs are ResNets on CIFAR-10 and ImageNet32, ours MLPs on a synthetic task",
-        control=permuted, control_note="each seed's risks with the depths permuted"),
+        control=permuted,
+        control_note="each seed's risks with the depths permuted",
+    ),
 ]

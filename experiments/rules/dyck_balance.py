@@ -33,9 +33,9 @@ from typing import Any, Mapping
 
 import verdicts
 
-SOLVED = 0.99      # close_acc at the training length: the run solves the task in distribution
-STACK_HEAD = 0.5   # a head with at least this attention on the matching open is the "interpretable" stack head
-SHARE = 1 / 3      # "not necessary": at least this share of the solving runs have no stack head
+SOLVED = 0.99  # close_acc at the training length: the run solves the task in distribution
+STACK_HEAD = 0.5  # a head with at least this attention on the matching open is the "interpretable" stack head
+SHARE = 1 / 3  # "not necessary": at least this share of the solving runs have no stack head
 MIN_RUNS = 6
 
 
@@ -58,17 +58,24 @@ def judge_balance_generalises(results: Mapping[str, Any]) -> verdicts.Judgement:
     rows = solving(results)
     n = len(rows)
     if n < 3:
-        return verdicts.Judgement("inconclusive", f"{n}/{len(results['runs'])} runs solve the task in distribution "
-                                                  f"(close_acc ≥ {SOLVED:g})", n)
+        return verdicts.Judgement(
+            "inconclusive",
+            f"{n}/{len(results['runs'])} runs solve the task in distribution (close_acc ≥ {SOLVED:g})",
+            n,
+        )
     res = spearmanr([r["bv"] for r in rows], [r["long"] for r in rows], alternative="less")
     rho, p = float(res.statistic), float(res.pvalue)
-    verdict = ("matches" if rho < 0 and p < verdicts.LEVEL else "partly" if rho < 0 else "does not")
+    verdict = "matches" if rho < 0 and p < verdicts.LEVEL else "partly" if rho < 0 else "does not"
     if not math.isfinite(rho):
         verdict = "inconclusive"
-    return verdicts.Judgement(verdict, f"over {n} runs that solve the task in distribution: Spearman ρ(balance "
-                                       f"violation, close_acc at the long length) = {verdicts.num(rho)} (one-sided "
-                                       f"p {verdicts.num(p)}); violation {logspan([r['bv'] for r in rows])}, "
-                                       f"long-length close_acc {verdicts.span([r['long'] for r in rows], median=True)}", n)
+    return verdicts.Judgement(
+        verdict,
+        f"over {n} runs that solve the task in distribution: Spearman ρ(balance "
+        f"violation, close_acc at the long length) = {verdicts.num(rho)} (one-sided "
+        f"p {verdicts.num(p)}); violation {logspan([r['bv'] for r in rows])}, "
+        f"long-length close_acc {verdicts.span([r['long'] for r in rows], median=True)}",
+        n,
+    )
 
 
 def judge_training_balances(results: Mapping[str, Any]) -> verdicts.Judgement:
@@ -79,10 +86,14 @@ def judge_training_balances(results: Mapping[str, Any]) -> verdicts.Judgement:
         return verdicts.Judgement("inconclusive", "no run solves the task in distribution", 0)
     p = verdicts.binomial_p(k, n, 0.5)
     verdict = "matches" if p < verdicts.LEVEL else "partly" if k > n / 2 else "does not"
-    return verdicts.Judgement(verdict, f"the last layer's balance violation fell from initialisation in {k}/{n} runs "
-                                       f"that solve the task (sign test p {verdicts.num(p)}): "
-                                       f"{logspan([r['bv_init'] for r in rows])} at step 0, "
-                                       f"{logspan([r['bv'] for r in rows])} at the end", n)
+    return verdicts.Judgement(
+        verdict,
+        f"the last layer's balance violation fell from initialisation in {k}/{n} runs "
+        f"that solve the task (sign test p {verdicts.num(p)}): "
+        f"{logspan([r['bv_init'] for r in rows])} at step 0, "
+        f"{logspan([r['bv'] for r in rows])} at the end",
+        n,
+    )
 
 
 def judge_attention_not_necessary(results: Mapping[str, Any]) -> verdicts.Judgement:
@@ -92,9 +103,13 @@ def judge_attention_not_necessary(results: Mapping[str, Any]) -> verdicts.Judgem
         return verdicts.Judgement("inconclusive", "no run solves the task in distribution", 0)
     k = sum(r["match_mass"] < STACK_HEAD for r in rows)
     verdict = "matches" if k >= math.ceil(SHARE * n - 1e-9) else "partly" if k > 0 else "does not"
-    return verdicts.Judgement(verdict, f"{k}/{n} runs that solve the task have no head with ≥ {STACK_HEAD:g} of its "
-                                       f"attention on the matching open (the best head's "
-                                       f"{verdicts.span([r['match_mass'] for r in rows], median=True)})", n)
+    return verdicts.Judgement(
+        verdict,
+        f"{k}/{n} runs that solve the task have no head with ≥ {STACK_HEAD:g} of its "
+        f"attention on the matching open (the best head's "
+        f"{verdicts.span([r['match_mass'] for r in rows], median=True)})",
+        n,
+    )
 
 
 def step0_violation(results: Mapping[str, Any]) -> dict[str, Any]:
@@ -109,47 +124,69 @@ def swapped(results: Mapping[str, Any]) -> dict[str, Any]:
 
 def step0(results: Mapping[str, Any]) -> dict[str, Any]:
     """Control: the step-0 checkpoint (untrained: it solves nothing) in place of the trained one."""
-    return {**results, "runs": [{**r, "eval": r["eval_init"], "match_mass": r["match_mass_init"]}
-                                for r in results["runs"]]}
+    return {
+        **results,
+        "runs": [{**r, "eval": r["eval_init"], "match_mass": r["match_mass_init"]} for r in results["runs"]],
+    }
 
 
 def _budget(results: Mapping[str, Any]) -> float:
     return results["steps"] / results["paper_steps"]
 
 
-PAPER = ("Dyck_{2,4}; training prefixes of 28 brackets, loss on the closes, tested at 400–500; a 2-layer, 1-head, "
-         "width-50 GPT-2-style transformer with frozen one-hot embeddings, no positional encoding and one LayerNorm "
-         "per block (after attention); AdamW lr 3e-3, cosine, batch 100, 40 epochs of 100k tokens; 30–40 seeds")
+PAPER = (
+    "Dyck_{2,4}; training prefixes of 28 brackets, loss on the closes, tested at 400–500; a 2-layer, 1-head, "
+    "width-50 GPT-2-style transformer with frozen one-hot embeddings, no positional encoding and one LayerNorm "
+    "per block (after attention); AdamW lr 3e-3, cosine, batch 100, 40 epochs of 100k tokens; 30–40 seeds"
+)
 
 CLAIMS = [
     verdicts.Claim(
         id="balance_goes_with_length_generalisation",
         claim="2-layer transformers that solve bounded Dyck need the balanced condition: the more balanced the "
-              "layer that reads depth, the better the model generalises to longer strings",
+        "layer that reads depth, the better the model generalises to longer strings",
         paper=PAPER,
         rule=f"over the runs (all groups) whose close_acc at the training length is ≥ {SOLVED:g} (≥ {MIN_RUNS}): "
-             f"the Spearman correlation of the last layer's balance violation with close_acc at the long length; "
-             f"matches when negative with one-sided p < 0.05, partly when negative, does not otherwise",
-        judge=judge_balance_generalises, min_n=MIN_RUNS, budget=_budget, budget_note="training steps against theirs",
-        scale=True, control=step0_violation, control_note="the step-0 checkpoint's violation in place of the trained one's"),
+        f"the Spearman correlation of the last layer's balance violation with close_acc at the long length; "
+        f"matches when negative with one-sided p < 0.05, partly when negative, does not otherwise",
+        judge=judge_balance_generalises,
+        min_n=MIN_RUNS,
+        budget=_budget,
+        budget_note="training steps against theirs",
+        scale=True,
+        control=step0_violation,
+        control_note="the step-0 checkpoint's violation in place of the trained one's",
+    ),
     verdicts.Claim(
         id="training_balances",
         claim="Training drives the layer towards balance (the solutions training finds satisfy the condition)",
         paper=PAPER,
         rule=f"over the runs that solve the task (≥ {MIN_RUNS}): the last layer's balance violation at the end "
-             f"below its value at step 0; matches with a one-sided sign test p < 0.05, partly in more than half, "
-             f"does not otherwise",
-        judge=judge_training_balances, min_n=MIN_RUNS, budget=_budget, budget_note="training steps against theirs",
-        scale=True, control=swapped, control_note="the step-0 and final violations swapped"),
+        f"below its value at step 0; matches with a one-sided sign test p < 0.05, partly in more than half, "
+        f"does not otherwise",
+        judge=judge_training_balances,
+        min_n=MIN_RUNS,
+        budget=_budget,
+        budget_note="training steps against theirs",
+        scale=True,
+        control=swapped,
+        control_note="the step-0 and final violations swapped",
+    ),
     verdicts.Claim(
         id="interpretable_attention_not_necessary",
         claim="Attention patterns that look interpretable are not necessary: models that solve the task reach "
-              "vastly different attention patterns (Wen et al. 2023)",
+        "vastly different attention patterns (Wen et al. 2023)",
         paper=PAPER,
         rule=f"over the runs that solve the task (≥ {MIN_RUNS}): those with no head putting ≥ {STACK_HEAD:g} of its "
-             f"attention (from positions with a non-empty stack) on the open on top of the stack — the stack head "
-             f"an interpretation would look for; matches when ≥ 1/3 of them, partly when at least one, does not "
-             f"when every solving run has the stack head",
-        judge=judge_attention_not_necessary, min_n=MIN_RUNS, budget=_budget, budget_note="training steps against theirs",
-        scale=False, control=step0, control_note="the step-0 checkpoint, which solves nothing"),
+        f"attention (from positions with a non-empty stack) on the open on top of the stack — the stack head "
+        f"an interpretation would look for; matches when ≥ 1/3 of them, partly when at least one, does not "
+        f"when every solving run has the stack head",
+        judge=judge_attention_not_necessary,
+        min_n=MIN_RUNS,
+        budget=_budget,
+        budget_note="training steps against theirs",
+        scale=False,
+        control=step0,
+        control_note="the step-0 checkpoint, which solves nothing",
+    ),
 ]

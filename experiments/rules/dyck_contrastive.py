@@ -25,16 +25,18 @@ from typing import Any, Mapping
 
 import verdicts
 
-MIN_SEEDS = 5   # per group, of the runs that learn the task
-LEARNED = 0.9   # close_acc at the training length from which a run has learned the task (the runs stuck on a
-                # near-constant prediction sit at 0.63)
+MIN_SEEDS = 5  # per group, of the runs that learn the task
+LEARNED = 0.9  # close_acc at the training length from which a run has learned the task (the runs stuck on a
+# near-constant prediction sit at 0.63)
 
 
 def groups(results: Mapping[str, Any], key: str) -> tuple[list[float], list[float]]:
     """(baseline, contrastive) values of `key` over the runs where it is a number."""
     ok = lambda r: r[key] is not None and math.isfinite(r[key]) and r["eval"] >= LEARNED  # noqa: E731
-    return ([r[key] for r in results["runs"] if r["group"] == "baseline" and ok(r)],
-            [r[key] for r in results["runs"] if r["group"] == "contrastive" and ok(r)])
+    return (
+        [r[key] for r in results["runs"] if r["group"] == "baseline" and ok(r)],
+        [r[key] for r in results["runs"] if r["group"] == "contrastive" and ok(r)],
+    )
 
 
 def compare(results: Mapping[str, Any], key: str, lower: bool, what: str) -> verdicts.Judgement:
@@ -45,16 +47,24 @@ def compare(results: Mapping[str, Any], key: str, lower: bool, what: str) -> ver
     base, reg = groups(results, key)
     n = min(len(base), len(reg))
     if n < MIN_SEEDS:
-        return verdicts.Judgement("inconclusive", f"{len(base)} baseline and {len(reg)} contrastive runs learn the task "
-                                                  f"(close_acc ≥ {LEARNED:g} at the training length) and have {what}; "
-                                                  f"the rule needs ≥ {MIN_SEEDS} each", n)
+        return verdicts.Judgement(
+            "inconclusive",
+            f"{len(base)} baseline and {len(reg)} contrastive runs learn the task "
+            f"(close_acc ≥ {LEARNED:g} at the training length) and have {what}; "
+            f"the rule needs ≥ {MIN_SEEDS} each",
+            n,
+        )
     p = float(mannwhitneyu(reg, base, alternative="less" if lower else "greater").pvalue)
     better = median(reg) < median(base) if lower else median(reg) > median(base)
     verdict = "matches" if p < verdicts.LEVEL else "partly" if better else "does not"
-    return verdicts.Judgement(verdict, f"{what}: contrastive {verdicts.span(reg, median=True)} against baseline "
-                                       f"{verdicts.span(base, median=True)} (Mann–Whitney one-sided p "
-                                       f"{verdicts.num(p)}; the {len(reg)} and {len(base)} of {learned(results)} seeds that learn the task, "
-                                       f"close_acc ≥ {LEARNED:g})", n)
+    return verdicts.Judgement(
+        verdict,
+        f"{what}: contrastive {verdicts.span(reg, median=True)} against baseline "
+        f"{verdicts.span(base, median=True)} (Mann–Whitney one-sided p "
+        f"{verdicts.num(p)}; the {len(reg)} and {len(base)} of {learned(results)} seeds that learn the task, "
+        f"close_acc ≥ {LEARNED:g})",
+        n,
+    )
 
 
 def learned(results: Mapping[str, Any]) -> str:
@@ -81,31 +91,47 @@ def _budget(results: Mapping[str, Any]) -> float:
     return results["steps"] / results["paper_steps"]
 
 
-PAPER = ("Dyck_{2,4}; training prefixes of 28 brackets, loss on the closes, tested at 400–500; a 1-layer, 1-head, "
-         "width-50 GPT-2-style attention-only transformer (no residual, one LayerNorm, frozen one-hot embeddings, no "
-         "positional encoding); Adam lr 1e-2, cosine, batch 100, 10 epochs of 100k tokens; the contrastive term at "
-         "weight 0.3 with one random balanced prefix per batch; 40 seeds with and 40 without")
+PAPER = (
+    "Dyck_{2,4}; training prefixes of 28 brackets, loss on the closes, tested at 400–500; a 1-layer, 1-head, "
+    "width-50 GPT-2-style attention-only transformer (no residual, one LayerNorm, frozen one-hot embeddings, no "
+    "positional encoding); Adam lr 1e-2, cosine, batch 100, 10 epochs of 100k tokens; the contrastive term at "
+    "weight 0.3 with one random balanced prefix per batch; 40 seeds with and 40 without"
+)
 
 CLAIMS = [
     verdicts.Claim(
         id="regulariser_balances",
         claim="Training with the contrastive regulariser (a balanced prefix must not change the outputs) gives a "
-              "layer closer to the balanced condition",
+        "layer closer to the balanced condition",
         paper=PAPER,
         rule=f"the balance violation of the model's layer at the end, contrastive runs against baseline runs "
-             f"(only the runs that learn the task, close_acc ≥ {LEARNED:g} at the training length; ≥ {MIN_SEEDS} "
-             f"seeds each): matches when lower with a one-sided Mann–Whitney p < 0.05, partly when "
-             f"the median is lower, does not otherwise",
-        judge=judge_balances, min_n=MIN_SEEDS, budget=_budget, budget_note="training steps against theirs", scale=True, kind="paper",
-        control=swapped, control_note="the groups swapped"),
+        f"(only the runs that learn the task, close_acc ≥ {LEARNED:g} at the training length; ≥ {MIN_SEEDS} "
+        f"seeds each): matches when lower with a one-sided Mann–Whitney p < 0.05, partly when "
+        f"the median is lower, does not otherwise",
+        judge=judge_balances,
+        min_n=MIN_SEEDS,
+        budget=_budget,
+        budget_note="training steps against theirs",
+        scale=True,
+        kind="paper",
+        control=swapped,
+        control_note="the groups swapped",
+    ),
     verdicts.Claim(
         id="regulariser_generalises",
         claim="... and, being more balanced, generalises better to longer strings",
         paper=PAPER,
         rule=f"close_acc at the long length, contrastive runs against baseline runs (only the runs that learn the "
-             f"task, close_acc ≥ {LEARNED:g} at the training length; ≥ {MIN_SEEDS} seeds each): "
-             f"matches when higher with a one-sided Mann–Whitney p < 0.05, partly when the median is higher, does "
-             f"not otherwise",
-        judge=judge_generalises, min_n=MIN_SEEDS, budget=_budget, budget_note="training steps against theirs", scale=True, kind="paper",
-        control=swapped, control_note="the groups swapped"),
+        f"task, close_acc ≥ {LEARNED:g} at the training length; ≥ {MIN_SEEDS} seeds each): "
+        f"matches when higher with a one-sided Mann–Whitney p < 0.05, partly when the median is higher, does "
+        f"not otherwise",
+        judge=judge_generalises,
+        min_n=MIN_SEEDS,
+        budget=_budget,
+        budget_note="training steps against theirs",
+        scale=True,
+        kind="paper",
+        control=swapped,
+        control_note="the groups swapped",
+    ),
 ]

@@ -29,8 +29,8 @@ from typing import Any, Mapping, Sequence
 import verdicts
 
 NEAR, WIDE = "near0.1", "near0.2"
-HOVER = 0.5      # the fraction of checkpoints after reaching 2/η that must lie within the band (each band)
-SHARPEN = 1.1    # from below: λ_max at reaching / its lowest value, at least
+HOVER = 0.5  # the fraction of checkpoints after reaching 2/η that must lie within the band (each band)
+SHARPEN = 1.1  # from below: λ_max at reaching / its lowest value, at least
 MIN_CHECKPOINTS = 20  # λ_max timelines shorter than this cannot show hovering: such runs are not counted
 
 
@@ -41,8 +41,9 @@ def _increases(losses: Sequence[float]) -> int:
     return sum(1 for a, b in zip(losses, losses[1:]) if b > a)
 
 
-def edge_numbers(steps: Sequence[int], top: Sequence[float], loss_steps: Sequence[int], loss: Sequence[float],
-                 limit: float) -> dict[str, Any]:
+def edge_numbers(
+    steps: Sequence[int], top: Sequence[float], loss_steps: Sequence[int], loss: Sequence[float], limit: float
+) -> dict[str, Any]:
     """One run's numbers against the limit 2/η: "approach" ("below" or "above" at initialization) and per band
     "near<band>": the step λ_max first comes within the band of the limit (from below counted from its lowest
     point, after the first steps' transient; from above: falling to ≤ (1 + band) × the limit), the fraction of
@@ -62,8 +63,11 @@ def edge_numbers(steps: Sequence[int], top: Sequence[float], loss_steps: Sequenc
             "median_ratio_after": statistics.median(after) if after else None,
             "fraction_within_after": sum(abs(r - 1) <= near for r in after) / len(after) if after else None,
             "max_ratio_after": max(after) if after else None,
-            "loss_increases_before": _increases(before_loss), "evals_before": len(before_loss),
-            "loss_increases_after": _increases(after_loss), "evals_after": len(after_loss)}
+            "loss_increases_before": _increases(before_loss),
+            "evals_before": len(before_loss),
+            "loss_increases_after": _increases(after_loss),
+            "evals_after": len(after_loss),
+        }
     return out
 
 
@@ -116,9 +120,15 @@ def judge(results: Mapping[str, Any]) -> verdicts.Judgement:
     below = sum(ok and r["approach"] == "below" for _, r, ok, _ in judged)
     control_rises = [r[NEAR]["loss_increases_before"] for lr in control_lrs for r in sizes[lr]]
     control_ok = all(x == 0 for x in control_rises)
-    verdict = ("inconclusive" if not n else
-               "matches" if k == n and below >= 1 and control_ok else
-               "partly" if k >= n / 2 else "does not")
+    verdict = (
+        "inconclusive"
+        if not n
+        else "matches"
+        if k == n and below >= 1 and control_ok
+        else "partly"
+        if k >= n / 2
+        else "does not"
+    )
 
     parts = []
     for lr in sorted(edge_lrs, key=float):
@@ -129,27 +139,35 @@ def judge(results: Mapping[str, Any]) -> verdicts.Judgement:
         text = f"η = {lr} (2/η = {rs[0]['limit']:g}): {len(ok)}/{len(rs)} seeds at the edge"
         if up:
             lam = [r["lambda_max"][r["steps"].index(r[NEAR]["reached_step"])] for r in up]
-            text += (f"; {len(up)} from below sharpen ×{verdicts.span([a / r['min'] for a, r in zip(lam, up)])} from their lowest "
-                     f"({verdicts.span([r['min'] for r in up])}) to within 10 % at step "
-                     f"{verdicts.span([r[NEAR]['reached_step'] for r in up])} (the loss rising at "
-                     f"{verdicts.span([r[NEAR]['loss_increases_before'] for r in up])} evaluations before)")
+            text += (
+                f"; {len(up)} from below sharpen ×{verdicts.span([a / r['min'] for a, r in zip(lam, up)])} from their lowest "
+                f"({verdicts.span([r['min'] for r in up])}) to within 10 % at step "
+                f"{verdicts.span([r[NEAR]['reached_step'] for r in up])} (the loss rising at "
+                f"{verdicts.span([r[NEAR]['loss_increases_before'] for r in up])} evaluations before)"
+            )
         if down:
-            text += (f"; {len(down)} from above (λ {verdicts.span([r['lambda_max'][0] for r in down])}) "
-                     f"{'falls' if len(down) == 1 else 'fall'} to it by step "
-                     f"{verdicts.span([r[NEAR]['reached_step'] for r in down])}")
+            text += (
+                f"; {len(down)} from above (λ {verdicts.span([r['lambda_max'][0] for r in down])}) "
+                f"{'falls' if len(down) == 1 else 'fall'} to it by step "
+                f"{verdicts.span([r[NEAR]['reached_step'] for r in down])}"
+            )
         if ok:
-            text += (f"; after: within ±10 % at {_pct([r[NEAR]['fraction_within_after'] for r in ok])} of checkpoints "
-                     f"(±20 %: {_pct([r[WIDE]['fraction_within_after'] for r in ok])}), median λ/(2/η) "
-                     f"{verdicts.span([r[NEAR]['median_ratio_after'] for r in ok])}, the loss rising at "
-                     f"{verdicts.span([r[NEAR]['loss_increases_after'] for r in ok])} of {verdicts.span([r[NEAR]['evals_after'] for r in ok])} "
-                     "evaluations")
+            text += (
+                f"; after: within ±10 % at {_pct([r[NEAR]['fraction_within_after'] for r in ok])} of checkpoints "
+                f"(±20 %: {_pct([r[WIDE]['fraction_within_after'] for r in ok])}), median λ/(2/η) "
+                f"{verdicts.span([r[NEAR]['median_ratio_after'] for r in ok])}, the loss rising at "
+                f"{verdicts.span([r[NEAR]['loss_increases_after'] for r in ok])} of {verdicts.span([r[NEAR]['evals_after'] for r in ok])} "
+                "evaluations"
+            )
         parts.append(text)
     for lr in sorted(control_lrs, key=float):
         rs = sizes[lr]
-        parts.append(f"control η = {lr} (2/η = {rs[0]['limit']:g}): λ_max ×{verdicts.span([r['sharpening'] for r in rs])} from its "
-                     f"lowest ({verdicts.span([r['min'] for r in rs])}) to {verdicts.span([r['max_after_min'] for r in rs])}, never within "
-                     f"20 % of 2/η; the loss rises at {verdicts.span([r[NEAR]['loss_increases_before'] for r in rs])} of "
-                     f"{verdicts.span([len(r['loss']) for r in rs])} evaluations")
+        parts.append(
+            f"control η = {lr} (2/η = {rs[0]['limit']:g}): λ_max ×{verdicts.span([r['sharpening'] for r in rs])} from its "
+            f"lowest ({verdicts.span([r['min'] for r in rs])}) to {verdicts.span([r['max_after_min'] for r in rs])}, never within "
+            f"20 % of 2/η; the loss rises at {verdicts.span([r[NEAR]['loss_increases_before'] for r in rs])} of "
+            f"{verdicts.span([len(r['loss']) for r in rs])} evaluations"
+        )
     failed = [f"η {lr} seed {r.get('seed')}: {reason}" for lr, r, ok, reason in judged if not ok]
     if failed:
         parts.append("not at the edge: " + ", ".join(failed))
@@ -159,8 +177,10 @@ def judge(results: Mapping[str, Any]) -> verdicts.Judgement:
     if not edge_lrs:
         parts.append("no step size came within 20 % of 2/η")
     counts = [len(r["steps"]) for rs in sizes.values() for r in rs]
-    parts.append(f"λ_max at {verdicts.span(counts)} checkpoints per run ({sum(counts)} in all), the full-batch loss at "
-                 f"{verdicts.span([len(r['loss']) for rs in sizes.values() for r in rs])} evaluations")
+    parts.append(
+        f"λ_max at {verdicts.span(counts)} checkpoints per run ({sum(counts)} in all), the full-batch loss at "
+        f"{verdicts.span([len(r['loss']) for rs in sizes.values() for r in rs])} evaluations"
+    )
     return verdicts.Judgement(verdict, "; ".join(parts), n)
 
 
@@ -168,23 +188,27 @@ CLAIMS = [
     verdicts.Claim(
         id="edge_of_stability",
         claim="Full-batch gradient descent sharpens progressively up to 2/η, then hovers there while the loss falls "
-              "non-monotonically; a sharpness above 2/η is brought down to it (Cohen et al. 2021; Damian, Nichani & "
-              "Lee's self-stabilization)",
-        paper="λ_max of the training loss rises until 2/η and stays there (\"edge of stability\"); here markov_icl "
-              "(k = 3, T = 32), 2-layer attention-only transformer, plain full-batch SGD on a fixed training set, "
-              "several η",
+        "non-monotonically; a sharpness above 2/η is brought down to it (Cohen et al. 2021; Damian, Nichani & "
+        "Lee's self-stabilization)",
+        paper='λ_max of the training loss rises until 2/η and stays there ("edge of stability"); here markov_icl '
+        "(k = 3, T = 32), 2-layer attention-only transformer, plain full-batch SGD on a fixed training set, "
+        "several η",
         rule="step sizes where some seed's λ_max comes within 20 % of 2/η are edge step sizes, the others controls; "
-             "a run at an edge step size is at the edge when λ_max comes within 10 % of 2/η (from below: counted "
-             "from its lowest point; from above: falling to ≤ 1.1 × 2/η), then lies within ±10 % and within ±20 % "
-             "of 2/η at ≥ 50 % of the later checkpoints, the full-batch loss rises at least once after, and — "
-             "from below — λ_max rose ≥ 1.1× from its lowest to get there and the loss never rose before; every "
-             "run at the edge, at least one of them from below, and the loss never rising in a control run → "
-             "matches; at least half the runs at the edge → partly; fewer → does not; n = the runs at edge step "
-             "sizes with ≥ 20 λ_max checkpoints (a shorter timeline cannot show hovering), fewer than 3 (or none: no "
-             "step size reached 2/η) → inconclusive",
-        judge=judge, min_n=3,
+        "a run at an edge step size is at the edge when λ_max comes within 10 % of 2/η (from below: counted "
+        "from its lowest point; from above: falling to ≤ 1.1 × 2/η), then lies within ±10 % and within ±20 % "
+        "of 2/η at ≥ 50 % of the later checkpoints, the full-batch loss rises at least once after, and — "
+        "from below — λ_max rose ≥ 1.1× from its lowest to get there and the loss never rose before; every "
+        "run at the edge, at least one of them from below, and the loss never rising in a control run → "
+        "matches; at least half the runs at the edge → partly; fewer → does not; n = the runs at edge step "
+        "sizes with ≥ 20 λ_max checkpoints (a shorter timeline cannot show hovering), fewer than 3 (or none: no "
+        "step size reached 2/η) → inconclusive",
+        judge=judge,
+        min_n=3,
         budget_note="not compared: Cohen et al. train to convergence on image subsets; the claim is about what "
-                    "happens once λ_max reaches 2/η, and a run that never reaches it counts as a control, not "
-                    "against the claim",
-        scale=False, control=limits_rotated, control_note="each run against another step size's 2/η"),
+        "happens once λ_max reaches 2/η, and a run that never reaches it counts as a control, not "
+        "against the claim",
+        scale=False,
+        control=limits_rotated,
+        control_note="each run against another step size's 2/η",
+    ),
 ]

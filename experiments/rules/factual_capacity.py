@@ -46,10 +46,10 @@ from typing import Any, Mapping, Optional, Sequence
 import verdicts
 
 DEFINITION = "median_0.99"
-REGION = (0.8, 1.2)   # the acceptance region of the exponent (linear up to a log factor)
-SOFT = 0.8            # a soft edge: median accuracy ≥ this at the largest N tried above the capacity
+REGION = (0.8, 1.2)  # the acceptance region of the exponent (linear up to a log factor)
+SOFT = 0.8  # a soft edge: median accuracy ≥ this at the largest N tried above the capacity
 MIN_SEEDS = 3
-RATE_FACTOR = 2.0     # trade-off: the two memories' marginal facts per parameter within this factor
+RATE_FACTOR = 2.0  # trade-off: the two memories' marginal facts per parameter within this factor
 DRAWS = 2000
 NO_BUDGET = "the paper's training budgets for these experiments are not in our sources"
 
@@ -140,16 +140,23 @@ def _scaling(rows: Sequence[Mapping[str, Any]], params: Sequence[float]) -> dict
     pts = [(p, r["capacity"][DEFINITION]) for p, r in zip(params, rows) if (r["capacity"][DEFINITION] or 0) > 1]
     n_ci = _interval(pts) if len(pts) >= 2 else None
     nln_ci = _interval([(p, n * math.log(n)) for p, n in pts]) if len(pts) >= 2 else None
-    return {"points": pts, "N": _slope(pts) if len(pts) >= 2 else None, "N_ci": n_ci,
-            "NlnN": _slope([(p, n * math.log(n)) for p, n in pts]) if len(pts) >= 2 else None, "NlnN_ci": nln_ci,
-            "places": (_place(n_ci), _place(nln_ci))}
+    return {
+        "points": pts,
+        "N": _slope(pts) if len(pts) >= 2 else None,
+        "N_ci": n_ci,
+        "NlnN": _slope([(p, n * math.log(n)) for p, n in pts]) if len(pts) >= 2 else None,
+        "NlnN_ci": nln_ci,
+        "places": (_place(n_ci), _place(nln_ci)),
+    }
 
 
 def _exp_line(sc: Mapping[str, Any]) -> str:
     if sc["N"] is None:
         return "no fit (fewer than 2 sizes with a capacity)"
-    return (f"N ∝ params^{sc['N']:.2f} {_ci(sc['N_ci'])}, N ln N ∝ params^{sc['NlnN']:.2f} {_ci(sc['NlnN_ci'])} "
-            f"(region {REGION[0]}–{REGION[1]})")
+    return (
+        f"N ∝ params^{sc['N']:.2f} {_ci(sc['N_ci'])}, N ln N ∝ params^{sc['NlnN']:.2f} {_ci(sc['NlnN_ci'])} "
+        f"(region {REGION[0]}–{REGION[1]})"
+    )
 
 
 def _caps(sc: Mapping[str, Any]) -> str:
@@ -170,23 +177,31 @@ def _scaling_judge(family: str, what: str, mlp_part: bool = False):
         if soft:
             why += f"; median accuracy at the largest N tried above each capacity {verdicts.span(soft, median=True)}"
         places = sc["places"]
-        verdict = ("matches" if "inside" in places else "does not" if all(p == "outside" for p in places) else "partly")
+        verdict = "matches" if "inside" in places else "does not" if all(p == "outside" for p in places) else "partly"
         if seeds < MIN_SEEDS and verdict != "inconclusive":
             why, verdict = f"{why}; {seeds} seeds per point, the rule needs ≥ {MIN_SEEDS}", "inconclusive"
         elif verdict != "matches" and any(a >= SOFT for a in soft):
-            why, verdict = (f"{why}; would be '{verdict}', but the edge is soft (≥ {SOFT} above the capacity): "
-                            f"the budget, not a storage limit, sets N"), "inconclusive"
+            why, verdict = (
+                (
+                    f"{why}; would be '{verdict}', but the edge is soft (≥ {SOFT} above the capacity): "
+                    f"the budget, not a storage limit, sets N"
+                ),
+                "inconclusive",
+            )
         return verdicts.Judgement(verdict, why, len(caps))
+
     return judge
 
 
 def _scaling_rule(what: str) -> str:
-    return (f"N = the largest number of facts the median seed stores (accuracy ≥ 0.99) at each size; b = the least-squares "
-            f"log–log slope of N (and of N·ln N) against {what}, with a 95 % bootstrap interval over the sizes. matches: "
-            f"the interval of b(N) or of b(N ln N) lies inside [{REGION[0]}, {REGION[1]}]; does not: both lie wholly "
-            f"outside; partly: otherwise. Fewer than 4 sizes with a capacity, or fewer than {MIN_SEEDS} seeds per point "
-            f"-> inconclusive; a soft edge (median accuracy ≥ {SOFT} at the largest N tried above a size's capacity) "
-            f"-> all but 'matches' inconclusive.")
+    return (
+        f"N = the largest number of facts the median seed stores (accuracy ≥ 0.99) at each size; b = the least-squares "
+        f"log–log slope of N (and of N·ln N) against {what}, with a 95 % bootstrap interval over the sizes. matches: "
+        f"the interval of b(N) or of b(N ln N) lies inside [{REGION[0]}, {REGION[1]}]; does not: both lie wholly "
+        f"outside; partly: otherwise. Fewer than 4 sizes with a capacity, or fewer than {MIN_SEEDS} seeds per point "
+        f"-> inconclusive; a soft edge (median accuracy ≥ {SOFT} at the largest N tried above a size's capacity) "
+        f"-> all but 'matches' inconclusive."
+    )
 
 
 def _reversed(results: Mapping[str, Any]) -> dict[str, Any]:
@@ -197,8 +212,12 @@ def _reversed(results: Mapping[str, Any]) -> dict[str, Any]:
             continue
         rows = list(r["sizes"])
         keep = ("size", "params", "mlp_params")
-        out[family] = {**r, "sizes": [{**found, **{k: rung[k] for k in keep if k in rung}}
-                                      for rung, found in zip(rows, reversed(rows))]}
+        out[family] = {
+            **r,
+            "sizes": [
+                {**found, **{k: rung[k] for k in keep if k in rung}} for rung, found in zip(rows, reversed(rows))
+            ],
+        }
     return out
 
 
@@ -225,13 +244,16 @@ def judge_tradeoff(results: Mapping[str, Any]) -> verdicts.Judgement:
     soft = _soft(att_rows) + _soft(mlp_rows)
     seeds = min(_seeds(att_rows), _seeds(mlp_rows))
     n = min(len(att["points"]), len(mlp["points"]))
+
     def part(sc: Mapping[str, Any], rate: Optional[float], what: str) -> str:
         if sc["N"] is None:
             return ", no fit (fewer than 2 sizes with a capacity)"
         return f" ∝ {what}^{sc['N']:.2f} {_ci(sc['N_ci'])}, {rate:.2g} facts per added parameter"
 
-    why = (f"attention only: N = {_caps(att)}{part(att, rates[0], 'attention params')}; one head + MLP: N = {_caps(mlp)} "
-           f"(one head alone: {one_head or 'none stored'}){part(mlp, rates[1], 'MLP params')}")
+    why = (
+        f"attention only: N = {_caps(att)}{part(att, rates[0], 'attention params')}; one head + MLP: N = {_caps(mlp)} "
+        f"(one head alone: {one_head or 'none stored'}){part(mlp, rates[1], 'MLP params')}"
+    )
     grows = [sc["N_ci"] is not None and sc["N_ci"][0] > 0 for sc in (att, mlp)]
     flat = [sc["N_ci"] is not None and sc["N_ci"][1] <= 0 for sc in (att, mlp)]
     if all(grows):
@@ -245,8 +267,13 @@ def judge_tradeoff(results: Mapping[str, Any]) -> verdicts.Judgement:
     if seeds < MIN_SEEDS and verdict != "inconclusive":
         why, verdict = f"{why}; {seeds} seeds per point, the rule needs ≥ {MIN_SEEDS}", "inconclusive"
     elif verdict not in ("matches", "inconclusive") and any(a >= SOFT for a in soft):
-        why, verdict = (f"{why}; would be '{verdict}', but the edges are soft (median accuracy {verdicts.span(soft, median=True)} at the "
-                        f"largest N tried above each capacity)"), "inconclusive"
+        why, verdict = (
+            (
+                f"{why}; would be '{verdict}', but the edges are soft (median accuracy {verdicts.span(soft, median=True)} at the "
+                f"largest N tried above each capacity)"
+            ),
+            "inconclusive",
+        )
     return verdicts.Judgement(verdict, why, n)
 
 
@@ -255,42 +282,74 @@ CLAIMS = [
         id="linear_memory_capacity",
         claim="A linear associative memory's storage capacity scales linearly with its parameter count (N log N ∝ d²).",
         paper="fixed random unit embeddings, W d × d (d² parameters), stored = accuracy ≥ 0.99",
-        rule=_scaling_rule("d² parameters"), judge=_scaling_judge("linear_memory", "linear memory, params"),
-        min_n=4, budget=None, budget_note=NO_BUDGET, scale=True,
-        control=_reversed, control_note=REVERSED),
+        rule=_scaling_rule("d² parameters"),
+        judge=_scaling_judge("linear_memory", "linear memory, params"),
+        min_n=4,
+        budget=None,
+        budget_note=NO_BUDGET,
+        scale=True,
+        control=_reversed,
+        control_note=REVERSED,
+    ),
     verdicts.Claim(
         id="mlp_memory_capacity",
         claim="An MLP associative memory's storage capacity scales linearly with its parameter count.",
         paper="fixed random embeddings, a ReLU MLP of width m (2md parameters), stored = accuracy ≥ 0.99",
-        rule=_scaling_rule("2md parameters"), judge=_scaling_judge("mlp_memory", "MLP memory, params"),
-        min_n=4, budget=None, budget_note=NO_BUDGET, scale=True,
-        control=_reversed, control_note=REVERSED),
+        rule=_scaling_rule("2md parameters"),
+        judge=_scaling_judge("mlp_memory", "MLP memory, params"),
+        min_n=4,
+        budget=None,
+        budget_note=NO_BUDGET,
+        scale=True,
+        control=_reversed,
+        control_note=REVERSED,
+    ),
     verdicts.Claim(
         id="transformer_attention_facts",
         claim="A 1-layer transformer stores all facts when its self-attention parameters scale (up to log factors) "
-              "linearly with the number of facts: the value matrices are an associative memory.",
+        "linearly with the number of facts: the value matrices are an associative memory.",
         paper="factual recall (subjects × relations), frozen random embeddings; their count 4·H·d_h·d",
         rule=_scaling_rule("the attention parameters 4·H·d_h·d of an attention-only model (H heads)"),
-        judge=_scaling_judge("attention", "attention only, params"), min_n=4, budget=None, budget_note=NO_BUDGET, scale=True,
-        control=_reversed, control_note=REVERSED),
+        judge=_scaling_judge("attention", "attention only, params"),
+        min_n=4,
+        budget=None,
+        budget_note=NO_BUDGET,
+        scale=True,
+        control=_reversed,
+        control_note=REVERSED,
+    ),
     verdicts.Claim(
         id="transformer_mlp_facts",
         claim="…or when its MLP parameters scale (up to log factors) linearly with the number of facts.",
         paper="one attention layer then a ReLU MLP of width m; their count 2·m·d for the MLP",
         rule=_scaling_rule("the MLP parameters 2·m·d of a one-head model (the head's fixed parameters left out)"),
-        judge=_scaling_judge("mlp", "one head + MLP, MLP params", mlp_part=True), min_n=4, budget=None,
-        budget_note=NO_BUDGET, scale=True, control=_reversed, control_note=REVERSED),
+        judge=_scaling_judge("mlp", "one head + MLP, MLP params", mlp_part=True),
+        min_n=4,
+        budget=None,
+        budget_note=NO_BUDGET,
+        scale=True,
+        control=_reversed,
+        control_note=REVERSED,
+    ),
     verdicts.Claim(
         id="transformer_tradeoff",
         claim="The transformer can trade off between the value matrices and the MLP as the associative memory that "
-              "stores the facts.",
+        "stores the facts.",
         paper="expressivity: either memory suffices at a matching parameter count",
-        rule=(f"Both memories store facts: the 95 % bootstrap interval of b(N) (as in the scaling claims) is above 0 for "
-              f"attention-only models against attention parameters and for one-head + MLP models against MLP parameters. "
-              f"matches: both, with marginal facts per parameter (least-squares slope of N on those parameters) within "
-              f"{RATE_FACTOR:g}× of each other; partly: both, further apart; does not: one interval wholly ≤ 0 (more of "
-              f"those parameters store no more facts); else inconclusive. Fewer than 4 sizes per family or "
-              f"{MIN_SEEDS} seeds -> inconclusive; soft edges cap all but 'matches' at inconclusive."),
-        judge=judge_tradeoff, min_n=4, budget=None, budget_note=NO_BUDGET, scale=True,
-        control=_reversed, control_note=REVERSED),
+        rule=(
+            f"Both memories store facts: the 95 % bootstrap interval of b(N) (as in the scaling claims) is above 0 for "
+            f"attention-only models against attention parameters and for one-head + MLP models against MLP parameters. "
+            f"matches: both, with marginal facts per parameter (least-squares slope of N on those parameters) within "
+            f"{RATE_FACTOR:g}× of each other; partly: both, further apart; does not: one interval wholly ≤ 0 (more of "
+            f"those parameters store no more facts); else inconclusive. Fewer than 4 sizes per family or "
+            f"{MIN_SEEDS} seeds -> inconclusive; soft edges cap all but 'matches' at inconclusive."
+        ),
+        judge=judge_tradeoff,
+        min_n=4,
+        budget=None,
+        budget_note=NO_BUDGET,
+        scale=True,
+        control=_reversed,
+        control_note=REVERSED,
+    ),
 ]

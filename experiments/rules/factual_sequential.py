@@ -36,13 +36,13 @@ from typing import Any, Mapping, Optional
 
 import verdicts
 
-THRESHOLD = 0.99          # type_acc / acc "learned": stays at or above this from a checkpoint on
-ORDER = 0.5               # the type is learned "clearly before" the fact: type_step ≤ ORDER · fact_step
-BAND = 0.1                # the plateau: loss within ±10 % of log D
-CONTROL = 0.5             # the null band: loss within ±BAND·log D of CONTROL·log D
-MIN_DWELL = math.log(2)   # a plateau lasts at least a doubling of the step count...
-DWELL_RATIO = 2.0         # ...and at least twice as long as the loss takes to cross the control band
-SHARE = 2 / 3             # "matches": at least this share of the seeds that learned the facts are sequential
+THRESHOLD = 0.99  # type_acc / acc "learned": stays at or above this from a checkpoint on
+ORDER = 0.5  # the type is learned "clearly before" the fact: type_step ≤ ORDER · fact_step
+BAND = 0.1  # the plateau: loss within ±10 % of log D
+CONTROL = 0.5  # the null band: loss within ±BAND·log D of CONTROL·log D
+MIN_DWELL = math.log(2)  # a plateau lasts at least a doubling of the step count...
+DWELL_RATIO = 2.0  # ...and at least twice as long as the loss takes to cross the control band
+SHARE = 2 / 3  # "matches": at least this share of the seeds that learned the facts are sequential
 
 
 def ordered(r: Mapping[str, Any]) -> bool:
@@ -61,8 +61,10 @@ def _why_not(r: Mapping[str, Any]) -> Optional[str]:
     if not ordered(r):
         return f"type at {r['type_step']}, fact at {r['fact_step']} (together)"
     if not plateau(r):
-        return (f"no plateau (×{math.exp(r['plateau_dwell']):.2g} of steps at log D, ×{math.exp(r['control_dwell']):.2g} "
-                f"in the control band)")
+        return (
+            f"no plateau (×{math.exp(r['plateau_dwell']):.2g} of steps at log D, ×{math.exp(r['control_dwell']):.2g} "
+            f"in the control band)"
+        )
     return None
 
 
@@ -101,8 +103,16 @@ def _swapped(results: Mapping[str, Any]) -> dict[str, Any]:
         stop = f if f is not None else steps[-1]
         start = max(first if first is not None else stop, 1)
         dw = lambda c: _dwell(steps, loss, (c - BAND) * log_d, (c + BAND) * log_d, start, max(stop, 1))  # noqa: E731
-        return {**r, "type_acc": typ, "acc": fact, "type_step": t, "fact_step": f,
-                "plateau_dwell": dw(1.0), "control_dwell": dw(CONTROL)}
+        return {
+            **r,
+            "type_acc": typ,
+            "acc": fact,
+            "type_step": t,
+            "fact_step": f,
+            "plateau_dwell": dw(1.0),
+            "control_dwell": dw(CONTROL),
+        }
+
     return {**results, "seeds": [swap(r) for r in results["seeds"]]}
 
 
@@ -113,18 +123,20 @@ def judge(results: Mapping[str, Any]) -> verdicts.Judgement:
     k_order = sum(ordered(r) for r in done)
     k_seq = sum(ordered(r) and plateau(r) for r in done)
     if n == 0:
-        return verdicts.Judgement("inconclusive", f"no seed learned the facts (acc ≥ {THRESHOLD}) within the budget "
-                                                  f"({len(seeds)} seeds)", 0)
+        return verdicts.Judgement(
+            "inconclusive", f"no seed learned the facts (acc ≥ {THRESHOLD}) within the budget ({len(seeds)} seeds)", 0
+        )
     need = math.ceil(SHARE * n - 1e-9)
-    verdict = ("matches" if k_seq >= need else
-               "partly" if k_order >= need else "does not")
+    verdict = "matches" if k_seq >= need else "partly" if k_order >= need else "does not"
     ratio = [r["type_step"] / max(r["fact_step"], 1) for r in done]
-    parts = [f"{k_seq}/{n} seeds sequential (type ≤ ½ fact step and a plateau at log D = {results['log_D']:.3g}); "
-             f"type at step {verdicts.span([r['type_step'] for r in done])}, fact at "
-             f"{verdicts.span([r['fact_step'] for r in done])} (ratio {verdicts.span(ratio, verdicts.f2)}); the loss stays "
-             f"within 10 % of log D for ×{verdicts.span([math.exp(r['plateau_dwell']) for r in done], verdicts.f2)} of the "
-             f"steps against ×{verdicts.span([math.exp(r['control_dwell']) for r in done], verdicts.f2)} in the control band "
-             f"at {CONTROL:g}·log D"]
+    parts = [
+        f"{k_seq}/{n} seeds sequential (type ≤ ½ fact step and a plateau at log D = {results['log_D']:.3g}); "
+        f"type at step {verdicts.span([r['type_step'] for r in done])}, fact at "
+        f"{verdicts.span([r['fact_step'] for r in done])} (ratio {verdicts.span(ratio, verdicts.f2)}); the loss stays "
+        f"within 10 % of log D for ×{verdicts.span([math.exp(r['plateau_dwell']) for r in done], verdicts.f2)} of the "
+        f"steps against ×{verdicts.span([math.exp(r['control_dwell']) for r in done], verdicts.f2)} in the control band "
+        f"at {CONTROL:g}·log D"
+    ]
     failed = [f"seed {r.get('seed')}: {_why_not(r)}" for r in done if _why_not(r)]
     if failed:
         parts.append("; ".join(failed))
@@ -137,19 +149,19 @@ CLAIMS = [
     verdicts.Claim(
         id="sequential_learning",
         claim="Trained on factual recall, the transformer exhibits sequential learning behavior: it first learns the "
-              "answer's type (the relation's answer set; the loss plateaus at the type-level loss log D) and only "
-              "later the facts (Nichani, Lee & Bietti 2024)",
+        "answer's type (the relation's answer set; the loss plateaus at the type-level loss log D) and only "
+        "later the facts (Nichani, Lee & Bietti 2024)",
         paper="gradient flow of a simplified linear-attention model on their synthetic factual recall task (S subjects "
-              "× R relations, each relation's answers a disjoint set of D); here the factual_recall task in a 1-layer "
-              "transformer with an MLP over frozen random embeddings (experiments/factual_capacity.py's setup), Adam",
+        "× R relations, each relation's answers a disjoint set of D); here the factual_recall task in a 1-layer "
+        "transformer with an MLP over frozen random embeddings (experiments/factual_capacity.py's setup), Adam",
         rule=f"per seed, from the answer_type probe at every checkpoint: the type step and the fact step (type_acc, acc "
-             f"stay ≥ {THRESHOLD} from then on); sequential when the type step ≤ {ORDER} × the fact step and the loss "
-             f"dwells within ±{BAND:.0%} of log D (after type_acc ≥ 0.9, before the fact step) for at least a doubling "
-             f"of steps and ≥ {DWELL_RATIO:g}× as long as in an equally wide control band at {CONTROL}·log D (the "
-             f"null: a smooth fall spends about as long in each); matches when ≥ 2/3 of the seeds that learned the "
-             f"facts (≥ 3) are sequential; partly when ≥ 2/3 learn the type clearly first without that plateau; does "
-             f"not otherwise (seeds learning both together are the counterexamples); seeds not learning the facts "
-             f"within the budget are not counted",
+        f"stay ≥ {THRESHOLD} from then on); sequential when the type step ≤ {ORDER} × the fact step and the loss "
+        f"dwells within ±{BAND:.0%} of log D (after type_acc ≥ 0.9, before the fact step) for at least a doubling "
+        f"of steps and ≥ {DWELL_RATIO:g}× as long as in an equally wide control band at {CONTROL}·log D (the "
+        f"null: a smooth fall spends about as long in each); matches when ≥ 2/3 of the seeds that learned the "
+        f"facts (≥ 3) are sequential; partly when ≥ 2/3 learn the type clearly first without that plateau; does "
+        f"not otherwise (seeds learning both together are the counterexamples); seeds not learning the facts "
+        f"within the budget are not counted",
         judge=judge,
         min_n=3,
         scale=False,
@@ -157,6 +169,6 @@ CLAIMS = [
         control_note="each seed's type and fact curves swapped",
         budget=None,
         budget_note="the paper's sequential-learning result is a gradient-flow analysis (with a notebook run whose size "
-                    "the seed text does not give): no budget to compare",
+        "the seed text does not give): no budget to compare",
     ),
 ]

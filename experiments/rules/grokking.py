@@ -44,8 +44,8 @@ def _half(k: int, n: int) -> bool:
 
 # ---- 1. the training set is fit long before the held-out pairs -----------------------------------------
 
-AT_CHANCE = 0.1   # held-out accuracy at most this fraction of the way from chance (1/p) to 1
-LATE = 10.0       # held-out accuracy >= 0.99 at least this many times later than train accuracy >= 0.99
+AT_CHANCE = 0.1  # held-out accuracy at most this fraction of the way from chance (1/p) to 1
+LATE = 10.0  # held-out accuracy >= 0.99 at least this many times later than train accuracy >= 0.99
 
 
 def _test_acc_at(seed: Mapping[str, Any], step: Optional[int]) -> Optional[float]:
@@ -75,14 +75,22 @@ def judge_fit_before(results: Mapping[str, Any]) -> verdicts.Judgement:
     both = sum(a and b for a, b in zip(nears, lates))
     ratios = [c / max(m, 1) for m, c in zip(mem, clean) if c is not None]
     open_ = sum(c is None for c in clean)
-    why = (f"held-out accuracy when the training set is fit (train ≥ 0.99, step {verdicts.span(mem)}): {verdicts.span(acc)} "
-           f"against chance {verdicts.num(chance)} ({near}/{n} seeds within {AT_CHANCE:g} of the way from chance); held-out ≥ 0.99 "
-           f"at {verdicts.span(clean, missing='never')}" + (f", {verdicts.span(ratios)}× later" if ratios else "")
-           + f" ({late}/{n} seeds ≥ {LATE:g}×" + (f", {open_} of them not yet ≥ 0.99 at the run's end" if open_ else "") + ")"
-           + (f"; {unfit} seeds never fit their training set" if unfit else ""))
+    why = (
+        f"held-out accuracy when the training set is fit (train ≥ 0.99, step {verdicts.span(mem)}): {verdicts.span(acc)} "
+        f"against chance {verdicts.num(chance)} ({near}/{n} seeds within {AT_CHANCE:g} of the way from chance); held-out ≥ 0.99 "
+        f"at {verdicts.span(clean, missing='never')}"
+        + (f", {verdicts.span(ratios)}× later" if ratios else "")
+        + f" ({late}/{n} seeds ≥ {LATE:g}×"
+        + (f", {open_} of them not yet ≥ 0.99 at the run's end" if open_ else "")
+        + ")"
+        + (f"; {unfit} seeds never fit their training set" if unfit else "")
+    )
     if n == 0:
-        return verdicts.Judgement("inconclusive", f"no seed fit its training set (train ≥ 0.99) within its "
-                                  f"{ph['seeds'][0]['steps'][-1]} steps", 0)
+        return verdicts.Judgement(
+            "inconclusive",
+            f"no seed fit its training set (train ≥ 0.99) within its {ph['seeds'][0]['steps'][-1]} steps",
+            0,
+        )
     if both == n:
         return verdicts.Judgement("matches", why, n)
     # a late generalization from held-out accuracy already well above chance is slow generalization, not grokking
@@ -125,9 +133,14 @@ def signatures(s: Mapping[str, Any]) -> dict[str, bool]:
     between memorization and grokking (relative definitions) and ends below its peak."""
     ex = s["excluded_loss_at"]
     m, g = s["events"]["memorized"]["relative"], s["events"]["grokked"]["relative"]
-    return {"excluded_rises": None not in (ex["memorized"], ex["grokked"]) and ex["grokked"] > ex["memorized"],
-            "restricted_first": s["restricted_minus_test_at_grokked"] is not None and s["restricted_minus_test_at_grokked"] < 0,
-            "norm_falls": None not in (m, g) and m <= s["weight_norm_peak_step"] <= g and s["weight_norm_end_over_peak"] < 1}
+    return {
+        "excluded_rises": None not in (ex["memorized"], ex["grokked"]) and ex["grokked"] > ex["memorized"],
+        "restricted_first": s["restricted_minus_test_at_grokked"] is not None
+        and s["restricted_minus_test_at_grokked"] < 0,
+        "norm_falls": None not in (m, g)
+        and m <= s["weight_norm_peak_step"] <= g
+        and s["weight_norm_end_over_peak"] < 1,
+    }
 
 
 def judge_three_phases(results: Mapping[str, Any]) -> verdicts.Judgement:
@@ -135,22 +148,31 @@ def judge_three_phases(results: Mapping[str, Any]) -> verdicts.Judgement:
     n = len(seeds)
     per_def = {d: sum(strictly_in_order(s["events"], d) for s in seeds) for d in DEFINITIONS}
     ordered = sum(sum(strictly_in_order(s["events"], d) for d in DEFINITIONS) >= 2 for s in seeds)
-    ties = sum(s["events"]["memorized"]["absolute"] is not None
-               and s["events"]["memorized"]["absolute"] == s["events"]["circuit"]["absolute"] for s in seeds)
+    ties = sum(
+        s["events"]["memorized"]["absolute"] is not None
+        and s["events"]["memorized"]["absolute"] == s["events"]["circuit"]["absolute"]
+        for s in seeds
+    )
     sig = [signatures(s) for s in seeds]
     all_sig = sum(all(x.values()) for x in sig)
     ex = [(s["excluded_loss_at"]["memorized"], s["excluded_loss_at"]["grokked"]) for s in seeds]
     ex_m = statistics.median([a for a, _ in ex if a is not None]) if any(a is not None for a, _ in ex) else None
     ex_g = statistics.median([b for _, b in ex if b is not None]) if any(b is not None for _, b in ex) else None
-    why = ("strictly in order (a tie is not) by " + ", ".join(f"{NAMES[d]} {per_def[d]}/{n}" for d in DEFINITIONS)
-           + f"; by ≥ 2 of 3 definitions {ordered}/{n} seeds"
-           + (f" (memorized = circuit at the same checkpoint by accuracy in {ties}/{n})" if ties else "")
-           + f"; all three signatures {all_sig}/{n}: excluded loss rises {sum(x['excluded_rises'] for x in sig)}/{n}"
-           + (f" (median {verdicts.num(ex_m)} → {verdicts.num(ex_g)} nats, chance {verdicts.num(math.log(results['phases']['summary']['p']))})"
-              if ex_m is not None and ex_g is not None else "")
-           + f", restricted < test loss at grokking {sum(x['restricted_first'] for x in sig)}/{n}, weight norm peaks "
-           f"between and falls {sum(x['norm_falls'] for x in sig)}/{n} (ends at "
-           f"{verdicts.span([s['weight_norm_end_over_peak'] for s in seeds])} of its peak)")
+    why = (
+        "strictly in order (a tie is not) by "
+        + ", ".join(f"{NAMES[d]} {per_def[d]}/{n}" for d in DEFINITIONS)
+        + f"; by ≥ 2 of 3 definitions {ordered}/{n} seeds"
+        + (f" (memorized = circuit at the same checkpoint by accuracy in {ties}/{n})" if ties else "")
+        + f"; all three signatures {all_sig}/{n}: excluded loss rises {sum(x['excluded_rises'] for x in sig)}/{n}"
+        + (
+            f" (median {verdicts.num(ex_m)} → {verdicts.num(ex_g)} nats, chance {verdicts.num(math.log(results['phases']['summary']['p']))})"
+            if ex_m is not None and ex_g is not None
+            else ""
+        )
+        + f", restricted < test loss at grokking {sum(x['restricted_first'] for x in sig)}/{n}, weight norm peaks "
+        f"between and falls {sum(x['norm_falls'] for x in sig)}/{n} (ends at "
+        f"{verdicts.span([s['weight_norm_end_over_peak'] for s in seeds])} of its peak)"
+    )
     if n == 0:
         return verdicts.Judgement("inconclusive", why, 0)
     if ordered == n and all_sig == n:
@@ -166,7 +188,12 @@ def phases_reversed(results: Mapping[str, Any]) -> Mapping[str, Any]:
     out = copy.deepcopy(dict(results))
     for s in out["phases"]["seeds"]:
         ev = s["events"]
-        ev["memorized"], ev["clean"], ev["circuit"], ev["grokked"] = ev["clean"], ev["memorized"], ev["grokked"], ev["circuit"]
+        ev["memorized"], ev["clean"], ev["circuit"], ev["grokked"] = (
+            ev["clean"],
+            ev["memorized"],
+            ev["grokked"],
+            ev["circuit"],
+        )
         ex = s["excluded_loss_at"]
         ex["memorized"], ex["grokked"] = ex["grokked"], ex["memorized"]
     return out
@@ -206,15 +233,20 @@ def judge_fraction_decay(results: Mapping[str, Any]) -> verdicts.Judgement:
     sooner, later, ties = signs.count(1), signs.count(-1), signs.count(0)
     runs = sum(len(c["steps_to_0.99"]) for c in cells.values())
     censored = sum(v is None for c in cells.values() for v in c["steps_to_0.99"])
-    reached = [f"frac {c['frac']:g} / wd {c['weight_decay']:g}: {verdicts.num(_cell_key(c)[0])}"
-               for c in cells.values() if not math.isinf(_cell_key(c)[0])]
+    reached = [
+        f"frac {c['frac']:g} / wd {c['weight_decay']:g}: {verdicts.num(_cell_key(c)[0])}"
+        for c in cells.values()
+        if not math.isinf(_cell_key(c)[0])
+    ]
     accs = [_cell_key(c)[1] for c in cells.values()]
     chance = g.get("chance_acc", 1 / g["p"])
-    why = (f"adjacent cells ({len(cells)}, {seeds} seeds each): more data or weight decay groks sooner in {sooner}/{len(pairs)} "
-           f"pairs, later in {later}, ties {ties} (both censored, held-out accuracy within {ACC_TIE:g}); {censored}/{runs} runs "
-           f"censored at {g['cap']} steps; median steps to held-out ≥ 0.99 "
-           + ("; ".join(reached) if reached else "reached in no cell")
-           + f"; median held-out accuracy at the cap {verdicts.span(accs)} (chance {verdicts.num(chance)})")
+    why = (
+        f"adjacent cells ({len(cells)}, {seeds} seeds each): more data or weight decay groks sooner in {sooner}/{len(pairs)} "
+        f"pairs, later in {later}, ties {ties} (both censored, held-out accuracy within {ACC_TIE:g}); {censored}/{runs} runs "
+        f"censored at {g['cap']} steps; median steps to held-out ≥ 0.99 "
+        + ("; ".join(reached) if reached else "reached in no cell")
+        + f"; median held-out accuracy at the cap {verdicts.span(accs)} (chance {verdicts.num(chance)})"
+    )
     n = len(cells) if seeds >= 3 else 0
     if seeds < 3:
         return verdicts.Judgement("inconclusive", f"{why}; {seeds} seeds per cell, the rule needs ≥ 3", 0)
@@ -245,8 +277,8 @@ def grid_reversed(results: Mapping[str, Any]) -> Mapping[str, Any]:
 # ---- 4. grokking on sparse parity ------------------------------------------------------------------------
 
 REGIME_SAMPLES_PER_BIT = 30  # n_train ≤ 30 n: above it SGD finds the parity before it can memorize the set
-PARITY_AT_CHANCE = 0.6       # held-out accuracy when the training set is fit (chance 0.5)
-PARITY_LATE = 2.0            # held-out ≥ 0.99 at least this many times later than the fit
+PARITY_AT_CHANCE = 0.6  # held-out accuracy when the training set is fit (chance 0.5)
+PARITY_LATE = 2.0  # held-out ≥ 0.99 at least this many times later than the fit
 
 
 def can_show_grokking(setting: Mapping[str, Any]) -> tuple[bool, str]:
@@ -255,8 +287,10 @@ def can_show_grokking(setting: Mapping[str, Any]) -> tuple[bool, str]:
     (parameters ≥ n_train)."""
     n, m, params = setting["n"], setting["n_train"], setting["n_params"]
     ok = m <= REGIME_SAMPLES_PER_BIT * n and params >= m
-    return ok, (f"{m} samples = {verdicts.num(m / n)} n, {params} parameters"
-                + ("" if ok else f" (the rule needs ≤ {REGIME_SAMPLES_PER_BIT} n samples and ≥ as many parameters as samples)"))
+    return ok, (
+        f"{m} samples = {verdicts.num(m / n)} n, {params} parameters"
+        + ("" if ok else f" (the rule needs ≤ {REGIME_SAMPLES_PER_BIT} n samples and ≥ as many parameters as samples)")
+    )
 
 
 def judge_parity(results: Mapping[str, Any]) -> verdicts.Judgement:
@@ -266,16 +300,24 @@ def judge_parity(results: Mapping[str, Any]) -> verdicts.Judgement:
     fit = [s["fit_at"] for s in seeds]
     gen = [s["generalized_at"] for s in seeds]
     acc = [s["eval_acc_at_fit"] for s in seeds]
-    observed = (f"training set fit at {verdicts.span(fit)}, held-out ≥ 0.99 at {verdicts.span(gen)} "
-                f"(held-out accuracy at the fit {verdicts.span(acc)}, chance 0.5)")
+    observed = (
+        f"training set fit at {verdicts.span(fit)}, held-out ≥ 0.99 at {verdicts.span(gen)} "
+        f"(held-out accuracy at the fit {verdicts.span(acc)}, chance 0.5)"
+    )
     if not ok:
-        return verdicts.Judgement("inconclusive", f"{regime}: a regime that cannot show grokking; {observed}", len(seeds))
+        return verdicts.Judgement(
+            "inconclusive", f"{regime}: a regime that cannot show grokking; {observed}", len(seeds)
+        )
     decided = [s for s in seeds if s["fit_at"] is not None and s["generalized_at"] is not None]
-    grok = sum(s["eval_acc_at_fit"] <= PARITY_AT_CHANCE and s["generalized_at"] >= PARITY_LATE * max(s["fit_at"], 1)
-               for s in decided)
+    grok = sum(
+        s["eval_acc_at_fit"] <= PARITY_AT_CHANCE and s["generalized_at"] >= PARITY_LATE * max(s["fit_at"], 1)
+        for s in decided
+    )
     n = len(decided)
-    why = (f"{regime}; {observed}; grokked (held-out ≤ {PARITY_AT_CHANCE:g} at the fit, ≥ 0.99 ≥ {PARITY_LATE:g}× later) "
-           f"{grok}/{n} seeds" + (f"; {len(seeds) - n} censored" if len(seeds) > n else ""))
+    why = (
+        f"{regime}; {observed}; grokked (held-out ≤ {PARITY_AT_CHANCE:g} at the fit, ≥ 0.99 ≥ {PARITY_LATE:g}× later) "
+        f"{grok}/{n} seeds" + (f"; {len(seeds) - n} censored" if len(seeds) > n else "")
+    )
     if n == 0:
         return verdicts.Judgement("inconclusive", why, 0)
     if grok == n:
@@ -292,73 +334,90 @@ def parity_heldout_is_training(results: Mapping[str, Any]) -> Mapping[str, Any]:
     return out
 
 
-POWER_STEPS = 1e5    # Power et al.'s Figure 1: validation accuracy reaches ~100 % near 10⁵ steps
+POWER_STEPS = 1e5  # Power et al.'s Figure 1: validation accuracy reaches ~100 % near 10⁵ steps
 NANDA_STEPS = 40000  # Nanda et al. train for 40 000 full-batch steps (epochs)
 
 CLAIMS = [
     verdicts.Claim(
         id="fit_long_before_heldout",
         claim="Grokking: the training set is fit long before the held-out pairs, whose accuracy stays near chance "
-              "until then (Power et al. 2022)",
+        "until then (Power et al. 2022)",
         paper="x / y mod 97, half the pairs: training accuracy ~100 % after ~10³ steps, validation accuracy near chance "
-              "until ~10⁵ (their Figure 1)",
+        "until ~10⁵ (their Figure 1)",
         rule=f"Per seed (3 at least), at the first step from which training accuracy stays ≥ 0.99: held-out accuracy at most "
-             f"{AT_CHANCE:g} of the way from chance (1/p) to 1, and held-out accuracy ≥ 0.99 (for good) at ≥ {LATE:g}× that "
-             f"step (a seed not yet ≥ 0.99 at the run's end counts as ≥ {LATE:g}× when the run lasted ≥ {LATE:g}× its fit); "
-             f"seeds that never fit are not counted. matches: every counted seed has both; partly: at least half the "
-             f"seeds near chance at the fit; does not: otherwise (a late rise from well above chance is slow "
-             f"generalization, not grokking).",
-        judge=judge_fit_before, min_n=3,
+        f"{AT_CHANCE:g} of the way from chance (1/p) to 1, and held-out accuracy ≥ 0.99 (for good) at ≥ {LATE:g}× that "
+        f"step (a seed not yet ≥ 0.99 at the run's end counts as ≥ {LATE:g}× when the run lasted ≥ {LATE:g}× its fit); "
+        f"seeds that never fit are not counted. matches: every counted seed has both; partly: at least half the "
+        f"seeds near chance at the fit; does not: otherwise (a late rise from well above chance is slow "
+        f"generalization, not grokking).",
+        judge=judge_fit_before,
+        min_n=3,
         budget=lambda r: phases_steps(r) / POWER_STEPS,
         budget_note="steps: our run's (4000 at the CPU size, 40 000 at --full) over Power et al.'s ~10⁵; the gap between "
-                    "fit and generalization is what grows with the setting (Power et al.: with a smaller training "
-                    "fraction), and a setting sized to grok within 4000 steps cannot show a 10²× gap",
-        scale=True, control=heldout_is_training, control_note="held-out pairs replaced by the training pairs"),
+        "fit and generalization is what grows with the setting (Power et al.: with a smaller training "
+        "fraction), and a setting sized to grok within 4000 steps cannot show a 10²× gap",
+        scale=True,
+        control=heldout_is_training,
+        control_note="held-out pairs replaced by the training pairs",
+    ),
     verdicts.Claim(
         id="three_phases",
         claim="Nanda et al.'s three phases — memorization, circuit formation, cleanup — come in that order, with their "
-              "progress measures' signatures",
+        "progress measures' signatures",
         paper="p = 113, 30 % of pairs, d_model 128: memorization, then restricted loss falls and excluded loss rises "
-              "while the test loss is flat, then cleanup (weight norm falls, test loss drops)",
+        "while the test loss is flat, then cleanup (weight norm falls, test loss drops)",
         rule="Per seed and each of three definitions of when a phase begins (accuracy, absolute loss, relative to the "
-             "run's curves): memorized < circuit < grokked < clean strictly (phases beginning at the same checkpoint are "
-             "not in order; a phase never reached is not in order); a seed is in order by ≥ 2 of the 3 definitions. Its "
-             "signatures: excluded loss higher when grokked than when memorized, restricted loss below the test loss "
-             "when the held-out accuracy reaches 0.5, the weight norm peaking between memorization and grokking "
-             "(relative) and ending below its peak. matches: every seed in order with all three signatures; partly: "
-             "at least half the seeds in order, or at least half with all signatures; does not: otherwise.",
-        judge=judge_three_phases, min_n=3,
+        "run's curves): memorized < circuit < grokked < clean strictly (phases beginning at the same checkpoint are "
+        "not in order; a phase never reached is not in order); a seed is in order by ≥ 2 of the 3 definitions. Its "
+        "signatures: excluded loss higher when grokked than when memorized, restricted loss below the test loss "
+        "when the held-out accuracy reaches 0.5, the weight norm peaking between memorization and grokking "
+        "(relative) and ending below its peak. matches: every seed in order with all three signatures; partly: "
+        "at least half the seeds in order, or at least half with all signatures; does not: otherwise.",
+        judge=judge_three_phases,
+        min_n=3,
         budget=lambda r: phases_steps(r) / NANDA_STEPS,
         budget_note="steps: our run's over Nanda et al.'s 40 000 (full batch both); an existence claim: the phases of one "
-                    "run that groks, which a smaller run can show but not refute",
-        scale=False, control=phases_reversed, control_note="the phases in reverse order"),
+        "run that groks, which a smaller run can show but not refute",
+        scale=False,
+        control=phases_reversed,
+        control_note="the phases in reverse order",
+    ),
     verdicts.Claim(
         id="fraction_and_decay",
         claim="More training data and more weight decay grok sooner (Power et al. 2022)",
         paper="steps until validation accuracy ≥ 0.99 fall with the training fraction and with weight decay "
-              "(p = 97, up to 10⁵ steps)",
+        "(p = 97, up to 10⁵ steps)",
         rule=f"Each cell (training fraction × weight decay, ≥ 3 seeds) is keyed by its median steps to held-out "
-             f"accuracy ≥ 0.99 (a seed censored at the cap counts as never), ties among never broken by the median "
-             f"held-out accuracy at the cap (a difference < {ACC_TIE:g} is a tie). Over the pairs of adjacent cells "
-             f"(one more fraction, or one more decay): matches when the larger one groks sooner in ≥ 80 % of pairs and "
-             f"later in none, and at most half of all runs are censored (more censored: 'partly', the order resting on "
-             f"accuracy at the cap); partly: sooner in more pairs than later; does not: otherwise. n is the cells.",
-        judge=judge_fraction_decay, min_n=4, budget=lambda r: r["grid"]["cap"] / POWER_STEPS,
+        f"accuracy ≥ 0.99 (a seed censored at the cap counts as never), ties among never broken by the median "
+        f"held-out accuracy at the cap (a difference < {ACC_TIE:g} is a tie). Over the pairs of adjacent cells "
+        f"(one more fraction, or one more decay): matches when the larger one groks sooner in ≥ 80 % of pairs and "
+        f"later in none, and at most half of all runs are censored (more censored: 'partly', the order resting on "
+        f"accuracy at the cap); partly: sooner in more pairs than later; does not: otherwise. n is the cells.",
+        judge=judge_fraction_decay,
+        min_n=4,
+        budget=lambda r: r["grid"]["cap"] / POWER_STEPS,
         budget_note="steps: our cap of 10⁴ (--full 3·10⁴) over Power et al.'s 10⁵; p = 31 against their 97",
-        scale=True, control=grid_reversed, control_note="the fractions and decays reversed (arms swapped)"),
+        scale=True,
+        control=grid_reversed,
+        control_note="the fractions and decays reversed (arms swapped)",
+    ),
     verdicts.Claim(
         id="parity_grokking",
         claim="Grokking on sparse parity from a fixed training set: training loss goes to 0, validation loss hits 0 "
-              "much later (seed 001)",
+        "much later (seed 001)",
         paper="sparse parity from fixed samples (the seed's figure; setting not given)",
         rule=f"Only where the setting can show grokking: n_train ≤ {REGIME_SAMPLES_PER_BIT} n (with more samples SGD "
-             f"finds the parity before it can memorize the set) and the model has at least n_train parameters; "
-             f"otherwise inconclusive. Then per seed: grokked when held-out accuracy is ≤ {PARITY_AT_CHANCE:g} (chance "
-             f"0.5) when the training set is fit (accuracy ≥ 0.99 for good) and reaches ≥ 0.99 at ≥ {PARITY_LATE:g}× "
-             f"that step; seeds that never fit or never generalize are censored. matches: every counted seed grokked; "
-             f"partly: at least half; does not: fewer.",
-        judge=judge_parity, min_n=3,
+        f"finds the parity before it can memorize the set) and the model has at least n_train parameters; "
+        f"otherwise inconclusive. Then per seed: grokked when held-out accuracy is ≤ {PARITY_AT_CHANCE:g} (chance "
+        f"0.5) when the training set is fit (accuracy ≥ 0.99 for good) and reaches ≥ 0.99 at ≥ {PARITY_LATE:g}× "
+        f"that step; seeds that never fit or never generalize are censored. matches: every counted seed grokked; "
+        f"partly: at least half; does not: fewer.",
+        judge=judge_parity,
+        min_n=3,
         budget_note="no paper budget to compare (the seed gives no setting); the regime condition on n_train stands in "
-                    "for it; an existence claim",
-        scale=False, control=parity_heldout_is_training, control_note="held-out samples replaced by the training set"),
+        "for it; an existence claim",
+        scale=False,
+        control=parity_heldout_is_training,
+        control_note="held-out samples replaced by the training set",
+    ),
 ]

@@ -29,12 +29,12 @@ from typing import Any, Mapping
 import verdicts
 
 MIN_SEEDS = 5
-PREDICTED = 2.0   # n* ∝ d^k with k = 2: p is quadratic
-CLOSE = 0.5       # |slope − 2| for "matches": d = 8–24 is far from the theory's large-d limit, and Õ hides logs
-NEAR = 1.0        # ... for "partly"
-MIN_R2 = 0.8      # a power law that fits worse than this cannot be read as one
-GAP = 0.15        # the share of Var f* the three-layer network must explain beyond random features
-MARGIN = 0.1      # how far above the part of f* linear in p an explained share still counts as "only that part"
+PREDICTED = 2.0  # n* ∝ d^k with k = 2: p is quadratic
+CLOSE = 0.5  # |slope − 2| for "matches": d = 8–24 is far from the theory's large-d limit, and Õ hides logs
+NEAR = 1.0  # ... for "partly"
+MIN_R2 = 0.8  # a power law that fits worse than this cannot be read as one
+GAP = 0.15  # the share of Var f* the three-layer network must explain beyond random features
+MARGIN = 0.1  # how far above the part of f* linear in p an explained share still counts as "only that part"
 
 
 def seeds_of(results: Mapping[str, Any]) -> int:
@@ -46,19 +46,34 @@ def judge_exponent(results: Mapping[str, Any]) -> verdicts.Judgement:
     rec = {d: results["recovery"][str(d)] for d in dims}
     medians = ", ".join(f"d = {d}: {verdicts.num(rec[d]['median'])}" for d in dims)
     if fit is None:
-        return verdicts.Judgement("inconclusive", f"median n* (top-component R² of p ≥ {results['threshold']:g}) "
-                                                  f"{medians}: a median not reached within the grid", n)
+        return verdicts.Judgement(
+            "inconclusive",
+            f"median n* (top-component R² of p ≥ {results['threshold']:g}) "
+            f"{medians}: a median not reached within the grid",
+            n,
+        )
     if fit["interval"] is None:
-        return verdicts.Judgement("inconclusive", f"n* ∝ d^{fit['slope']:.2f} (median n* {medians}), but no resample of "
-                                                  "the seeds reaches every median: no interval", n)
+        return verdicts.Judgement(
+            "inconclusive",
+            f"n* ∝ d^{fit['slope']:.2f} (median n* {medians}), but no resample of "
+            "the seeds reaches every median: no interval",
+            n,
+        )
     lo, hi = fit["interval"]
-    line = (f"n* ∝ d^{fit['slope']:.2f} (95% interval {lo:.2f}–{hi:.2f}, R² {fit['r2']:.2f}; median n* {medians}); "
-            f"predicted d^{PREDICTED:g}")
+    line = (
+        f"n* ∝ d^{fit['slope']:.2f} (95% interval {lo:.2f}–{hi:.2f}, R² {fit['r2']:.2f}; median n* {medians}); "
+        f"predicted d^{PREDICTED:g}"
+    )
     ready = [d for d in dims if statistics.median(rec[d]["init_top"]) >= results["threshold"]]
     early = [d for d in dims if sum(rec[d]["censored"]) * 2 >= len(rec[d]["censored"])]
     if ready or early or fit["r2"] < MIN_R2:
-        why = (f"the random layer already holds p at d = {ready}" if ready else
-               f"the grid starts above n* for half the seeds at d = {early}" if early else f"R² below {MIN_R2}")
+        why = (
+            f"the random layer already holds p at d = {ready}"
+            if ready
+            else f"the grid starts above n* for half the seeds at d = {early}"
+            if early
+            else f"R² below {MIN_R2}"
+        )
         return verdicts.Judgement("inconclusive", f"{line}; {why}", n)
     gap = abs(fit["slope"] - PREDICTED)
     verdict = "matches" if gap <= CLOSE else "partly" if gap <= NEAR or lo <= PREDICTED <= hi else "does not"
@@ -75,12 +90,18 @@ def judge_random_features(results: Mapping[str, Any]) -> verdicts.Judgement:
     from scipy.stats import wilcoxon
 
     p = float(wilcoxon(diffs, alternative="greater").pvalue) if any(diffs) else 1.0
-    line = (f"at d = {d}, n = {cell['n']}: share of Var f* explained, layerwise {verdicts.num(ours['median'])}, random "
-            f"features {verdicts.num(theirs['median'])} (medians; paired one-sided Wilcoxon p {verdicts.p_value(p)}); "
-            f"the part linear in p {verdicts.num(share)}")
+    line = (
+        f"at d = {d}, n = {cell['n']}: share of Var f* explained, layerwise {verdicts.num(ours['median'])}, random "
+        f"features {verdicts.num(theirs['median'])} (medians; paired one-sided Wilcoxon p {verdicts.p_value(p)}); "
+        f"the part linear in p {verdicts.num(share)}"
+    )
     if ours["median"] <= share + MARGIN:
-        return verdicts.Judgement("inconclusive", f"{line}: the three-layer network too explains no more than that "
-                                                  "part, so nothing shows what random features miss", n)
+        return verdicts.Judgement(
+            "inconclusive",
+            f"{line}: the three-layer network too explains no more than that "
+            "part, so nothing shows what random features miss",
+            n,
+        )
     better = ours["median"] > theirs["median"] and p < verdicts.LEVEL
     if better and ours["median"] - theirs["median"] >= GAP and theirs["median"] <= share + MARGIN:
         return verdicts.Judgement("matches", line, n)
@@ -97,8 +118,12 @@ def untrained(results: Mapping[str, Any]) -> dict[str, Any]:
         n_star = [rec["ns"][0] if t >= level else None for t in rec["init_top"]]
         reached = sorted(float("inf") if x is None else x for x in n_star)
         mid = statistics.median(reached)
-        recovery[str(d)] = {**rec, "n_star": n_star, "censored": [x is not None for x in n_star],
-                            "median": None if mid == float("inf") else mid}
+        recovery[str(d)] = {
+            **rec,
+            "n_star": n_star,
+            "censored": [x is not None for x in n_star],
+            "median": None if mid == float("inf") else mid,
+        }
     every = all(recovery[str(d)]["median"] is not None for d in results["dims"])
     fit = {"slope": 0.0, "interval": None, "r2": 0.0} if every else None  # the same n* at every d: no power law
     return {**results, "recovery": recovery, "fit": fit}
@@ -112,10 +137,12 @@ def arms_swapped(results: Mapping[str, Any]) -> dict[str, Any]:
     return {**results, "features": feats}
 
 
-PAPER = ("theory: f* = g*(p(x)), p a quadratic of x ~ N(0, I_d) (Nichani et al.: x on the sphere), g* a polynomial "
-         "with a nonzero first Hermite coefficient; a three-layer network trained layerwise (one gradient step on the "
-         "hidden layer from 0, with weight decay 1/η, then the last layer by ridge regression, on split samples); n in "
-         "the large-d limit up to log factors")
+PAPER = (
+    "theory: f* = g*(p(x)), p a quadratic of x ~ N(0, I_d) (Nichani et al.: x on the sphere), g* a polynomial "
+    "with a nonzero first Hermite coefficient; a three-layer network trained layerwise (one gradient step on the "
+    "hidden layer from 0, with weight decay 1/η, then the last layer by ridge regression, on split samples); n in "
+    "the large-d limit up to log factors"
+)
 
 BUDGET_NOTE = "samples at the largest d against the theory's Õ(d²) with its log factor, d² ln d"
 
@@ -123,31 +150,49 @@ CLAIMS = [
     verdicts.Claim(
         id="feature_recovery_d2",
         claim="A three-layer network trained layerwise recovers a quadratic feature p in its hidden layer from n ≈ d² "
-              "samples (Wang, Nichani & Lee: Õ(d^k) for a degree-k p)",
+        "samples (Wang, Nichani & Lee: Õ(d^k) for a degree-k p)",
         paper=PAPER,
-        rule=(f"per d, each seed's n*: the n at which the held-out R² of p from the hidden layer's top principal "
-              f"component (feature_span's `top`, after the first stage) first reaches ½, interpolated in log n between "
-              f"the grid's powers of 2 (the ridge R² over all units is not used: x**2 units span every quadratic "
-              f"before training); the slope of log median n* against log d over ≥ {MIN_SEEDS} seeds, with a 95% "
-              f"bootstrap interval over seeds: matches within {CLOSE} of 2, partly within {NEAR} or when the interval "
-              f"holds 2, does not otherwise; inconclusive when a median is not reached, the fit's R² is below "
-              f"{MIN_R2}, the grid starts above n* for half the seeds of a d, or the initial layer already reaches ½"),
-        judge=judge_exponent, min_n=MIN_SEEDS, budget=lambda r: r["budget"]["recovery"], budget_note=BUDGET_NOTE,
-        scale=True, kind="paper", control=untrained, control_note="the hidden layer before its first-stage step"),
+        rule=(
+            f"per d, each seed's n*: the n at which the held-out R² of p from the hidden layer's top principal "
+            f"component (feature_span's `top`, after the first stage) first reaches ½, interpolated in log n between "
+            f"the grid's powers of 2 (the ridge R² over all units is not used: x**2 units span every quadratic "
+            f"before training); the slope of log median n* against log d over ≥ {MIN_SEEDS} seeds, with a 95% "
+            f"bootstrap interval over seeds: matches within {CLOSE} of 2, partly within {NEAR} or when the interval "
+            f"holds 2, does not otherwise; inconclusive when a median is not reached, the fit's R² is below "
+            f"{MIN_R2}, the grid starts above n* for half the seeds of a d, or the initial layer already reaches ½"
+        ),
+        judge=judge_exponent,
+        min_n=MIN_SEEDS,
+        budget=lambda r: r["budget"]["recovery"],
+        budget_note=BUDGET_NOTE,
+        scale=True,
+        kind="paper",
+        control=untrained,
+        control_note="the hidden layer before its first-stage step",
+    ),
     verdicts.Claim(
         id="random_features_miss_g",
         claim="Random features (a kernel method: the same network with only its last layer trained) need n ≈ d^{2q} "
-              "and so do not learn f* from the samples at which the three-layer network does",
+        "and so do not learn f* from the samples at which the three-layer network does",
         paper=PAPER,
-        rule=(f"at the largest d of the last-layer stage (n ≈ 64 d², the learning rate of each arm the better by "
-              f"median), each seed's held-out share of Var f* explained, layerwise against random features "
-              f"(fresh samples, the same for both), over ≥ {MIN_SEEDS} seeds. f*'s part linear in p (the link's first "
-              f"Hermite term, which the first stage needs) is a quadratic of x, within a kernel's reach at n ≈ d²: "
-              f"'does not learn f*' is explaining no more than that part (corr(f*, p)², plus {MARGIN}). Matches when "
-              f"the layerwise median exceeds that part by more than {MARGIN}, exceeds random features' by ≥ {GAP} with "
-              f"a paired one-sided Wilcoxon p < {verdicts.LEVEL}, and random features stay within it; partly when the "
-              f"layerwise network is better with p < {verdicts.LEVEL} but not so; does not otherwise; inconclusive "
-              f"when the layerwise network itself explains no more than the part linear in p"),
-        judge=judge_random_features, min_n=MIN_SEEDS, budget=lambda r: r["budget"]["features"],
-        budget_note=BUDGET_NOTE, scale=True, kind="paper", control=arms_swapped, control_note="the arms swapped"),
+        rule=(
+            f"at the largest d of the last-layer stage (n ≈ 64 d², the learning rate of each arm the better by "
+            f"median), each seed's held-out share of Var f* explained, layerwise against random features "
+            f"(fresh samples, the same for both), over ≥ {MIN_SEEDS} seeds. f*'s part linear in p (the link's first "
+            f"Hermite term, which the first stage needs) is a quadratic of x, within a kernel's reach at n ≈ d²: "
+            f"'does not learn f*' is explaining no more than that part (corr(f*, p)², plus {MARGIN}). Matches when "
+            f"the layerwise median exceeds that part by more than {MARGIN}, exceeds random features' by ≥ {GAP} with "
+            f"a paired one-sided Wilcoxon p < {verdicts.LEVEL}, and random features stay within it; partly when the "
+            f"layerwise network is better with p < {verdicts.LEVEL} but not so; does not otherwise; inconclusive "
+            f"when the layerwise network itself explains no more than the part linear in p"
+        ),
+        judge=judge_random_features,
+        min_n=MIN_SEEDS,
+        budget=lambda r: r["budget"]["features"],
+        budget_note=BUDGET_NOTE,
+        scale=True,
+        kind="paper",
+        control=arms_swapped,
+        control_note="the arms swapped",
+    ),
 ]

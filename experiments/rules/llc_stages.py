@@ -22,10 +22,14 @@ from typing import Any, Mapping, Optional, Sequence
 
 import verdicts
 
-FACTOR = 2.0     # an LLC boundary "at" an event: within this factor of its step
+FACTOR = 2.0  # an LLC boundary "at" an event: within this factor of its step
 ALPHA = verdicts.LEVEL / 2  # two readings of the LLC tested: Bonferroni
-EVENTS = {"unigram_starts": "unigram start", "bigram_nearest": "bigram switch",
-          "induction_rise50": "induction rise", "previous_token_rise50": "previous-token rise"}
+EVENTS = {
+    "unigram_starts": "unigram start",
+    "bigram_nearest": "bigram switch",
+    "induction_rise50": "induction rise",
+    "previous_token_rise50": "previous-token rise",
+}
 READINGS = {"change_points": "change points", "turns": "turns"}
 MARGIN = {"change_points": 3, "turns": 1}  # stages.change_points' min_size; turns: not the first or last point
 
@@ -40,7 +44,7 @@ def candidates(r: Mapping[str, Any], reading: str) -> list[int]:
     negative = set(r["diagnostics"]["negative"])
     valid = [s for s in r["llc"]["steps"] if s not in negative]
     m = MARGIN[reading]
-    return valid[m:len(valid) - m + 1] if reading == "change_points" else valid[m:len(valid) - m]
+    return valid[m : len(valid) - m + 1] if reading == "change_points" else valid[m : len(valid) - m]
 
 
 def _near(event: Optional[int], boundaries: Sequence[int]) -> bool:
@@ -57,8 +61,14 @@ def judge(results: Mapping[str, Any]) -> verdicts.Judgement:
         null = verdicts.coincidence_null(bounds, events, steps, FACTOR)
         per_event = {e: sum(_near(r["events"][e], b) for r, b in zip(seeds, bounds)) for e in EVENTS}
         pairs = sum(1 for es in events for e in es if e is not None)
-        tested[reading] = {**null, "per_event": per_event, "pairs": pairs, "hits": round(null["observed"] * pairs),
-                           "bounds": [len(b) for b in bounds], "cands": [len(s) for s in steps]}
+        tested[reading] = {
+            **null,
+            "per_event": per_event,
+            "pairs": pairs,
+            "hits": round(null["observed"] * pairs),
+            "bounds": [len(b) for b in bounds],
+            "cands": [len(s) for s in steps],
+        }
     best = min(tested, key=lambda k: (tested[k]["p"], -tested[k]["observed"]))
     t = tested[best]
     if t["p"] < ALPHA:
@@ -71,9 +81,11 @@ def judge(results: Mapping[str, Any]) -> verdicts.Judgement:
     parts = []
     for reading, x in tested.items():
         each = ", ".join(f"{EVENTS[e]} {k}/{len(seeds)}" for e, k in x["per_event"].items())
-        parts.append(f"{READINGS[reading]} ({verdicts.span(x['bounds'])} per seed) within {FACTOR:g}× of "
-                     f"{x['hits']}/{x['pairs']} events ({each}); chance {x['null_mean']:.2f} (as many placed at random "
-                     f"among each seed's {verdicts.span(x['cands'])} possible checkpoints), p = {verdicts.p_value(x['p'])}")
+        parts.append(
+            f"{READINGS[reading]} ({verdicts.span(x['bounds'])} per seed) within {FACTOR:g}× of "
+            f"{x['hits']}/{x['pairs']} events ({each}); chance {x['null_mean']:.2f} (as many placed at random "
+            f"among each seed's {verdicts.span(x['cands'])} possible checkpoints), p = {verdicts.p_value(x['p'])}"
+        )
     return verdicts.Judgement(verdict, "; ".join(parts), len(seeds))
 
 
@@ -86,21 +98,26 @@ CLAIMS = [
     verdicts.Claim(
         id="llc_finds_stages",
         claim="The local learning coefficient, read with no circuit in mind, has stage boundaries (plateaus and "
-              "turns) where the developmental stages of in-context learning change.",
+        "turns) where the developmental stages of in-context learning change.",
         paper="Hoogland et al. 2024: LLC over checkpoints (SGLD) bounds the stages of in-context linear regression "
-              "and language modelling; here on Edelman et al.'s in-context Markov chains, k = 3",
+        "and language modelling; here on Edelman et al.'s in-context Markov chains, k = 3",
         rule=f"Per seed: four events, the start of the unigram stage, the bigram switch (bigram the nearest "
-             f"strategy for good), the L1 induction and L0 previous-token heads' half-way rises; two readings of "
-             f"the LLC, its change points (piecewise-linear in log-step) and its turns. Per reading: the share "
-             f"of (seed, event) pairs with a boundary within {FACTOR:g}× of the event, against the same count of "
-             f"boundaries per seed placed at random among the checkpoints the reading could have used "
-             f"(verdicts.coincidence_null, 2000 draws, one-sided p). A reading beats chance at p < {ALPHA:g} "
-             f"(0.05 over the two readings). matches: the reading with the lower p beats chance "
-             f"and has a boundary at every event in more than half of the seeds; partly: it beats chance, but "
-             f"some event has a boundary in half of the seeds or fewer; does not: neither beats chance and both are at or "
-             f"below their null's mean; inconclusive: neither beats chance but one is above its null's mean.",
-        judge=judge, min_n=3, budget=None, scale=True,
-        control=shuffled, control_note="each seed's LLC estimates in a shuffled order",
+        f"strategy for good), the L1 induction and L0 previous-token heads' half-way rises; two readings of "
+        f"the LLC, its change points (piecewise-linear in log-step) and its turns. Per reading: the share "
+        f"of (seed, event) pairs with a boundary within {FACTOR:g}× of the event, against the same count of "
+        f"boundaries per seed placed at random among the checkpoints the reading could have used "
+        f"(verdicts.coincidence_null, 2000 draws, one-sided p). A reading beats chance at p < {ALPHA:g} "
+        f"(0.05 over the two readings). matches: the reading with the lower p beats chance "
+        f"and has a boundary at every event in more than half of the seeds; partly: it beats chance, but "
+        f"some event has a boundary in half of the seeds or fewer; does not: neither beats chance and both are at or "
+        f"below their null's mean; inconclusive: neither beats chance but one is above its null's mean.",
+        judge=judge,
+        min_n=3,
+        budget=None,
+        scale=True,
+        control=shuffled,
+        control_note="each seed's LLC estimates in a shuffled order",
         budget_note="no comparable budget: Hoogland et al. study other tasks; our runs are statistical_induction's "
-                    "k3 (1200 steps × 32, 0.3 of Edelman et al.'s code default of 2000 × 64)"),
+        "k3 (1200 steps × 32, 0.3 of Edelman et al.'s code default of 2000 × 64)",
+    ),
 ]

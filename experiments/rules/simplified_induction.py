@@ -38,11 +38,11 @@ from typing import Any, Mapping, Sequence
 
 import verdicts
 
-R2 = 0.95             # the first update's profile over d fits a·(1 − d/t)² at least this well...
-SHARE = 2 / 3         # "matches": at least this share of the seeds
-LEADS = 0.8           # v_2 gets the largest update at ≥ this share of the steps in the window
-REGION = (0.8, 1.2)   # the slope of log r against log t: linear (the project's region; factual_capacity)
-LONGER = 2.0          # "a lot longer": v_2's half-way step at least this many times the diagonal's
+R2 = 0.95  # the first update's profile over d fits a·(1 − d/t)² at least this well...
+SHARE = 2 / 3  # "matches": at least this share of the seeds
+LEADS = 0.8  # v_2 gets the largest update at ≥ this share of the steps in the window
+REGION = (0.8, 1.2)  # the slope of log r against log t: linear (the project's region; factual_capacity)
+LONGER = 2.0  # "a lot longer": v_2's half-way step at least this many times the diagonal's
 STAGES = ("uniform", "unigram", "bigram")
 
 
@@ -76,9 +76,13 @@ def judge_first_step(results: Mapping[str, Any]) -> verdicts.Judgement:
     r2 = verdicts.span([r["first_step"]["r2_quadratic"] for r in rows])
     r2l = verdicts.span([r["first_step"]["r2_linear"] for r in rows])
     d2 = verdicts.span([r["first_step"]["diag_bias_step2"] for r in rows])
-    return verdicts.Judgement(verdict, f"v's first update fits a·(1 − d/t)² in {quad}/{n} seeds (R² {r2}; linear "
-                                       f"(1 − d/t): {r2l}); W_k unmoved by the first step and with a diagonal "
-                                       f"bias after the second in {diag}/{n} (bias {d2}; sign test p {verdicts.num(p)})", n)
+    return verdicts.Judgement(
+        verdict,
+        f"v's first update fits a·(1 − d/t)² in {quad}/{n} seeds (R² {r2}; linear "
+        f"(1 − d/t): {r2l}); W_k unmoved by the first step and with a diagonal "
+        f"bias after the second in {diag}/{n} (bias {d2}; sign test p {verdicts.num(p)})",
+        n,
+    )
 
 
 def judge_v2_leads(results: Mapping[str, Any]) -> verdicts.Judgement:
@@ -90,10 +94,14 @@ def judge_v2_leads(results: Mapping[str, Any]) -> verdicts.Judgement:
     verdict = "matches" if a and b else "partly" if a or b else "does not"
     shares = verdicts.span([r["window"]["share_v2"] for r in rows])
     ends = verdicts.span([r["window"]["to"] for r in rows])
-    return verdicts.Judgement(verdict, f"with a diagonal bias set by hand (W_k = 0.01·(11ᵀ + I), v = 0) v_2's gradient "
-                                       f"is the largest in {c}/{n} seeds; in training, from the first step with a "
-                                       f"diagonal bias until v_2 is half its final value (step {ends}), v_2 gets the "
-                                       f"largest update at ≥ {LEADS:.0%} of steps in {w}/{n} seeds (share {shares})", n)
+    return verdicts.Judgement(
+        verdict,
+        f"with a diagonal bias set by hand (W_k = 0.01·(11ᵀ + I), v = 0) v_2's gradient "
+        f"is the largest in {c}/{n} seeds; in training, from the first step with a "
+        f"diagonal bias until v_2 is half its final value (step {ends}), v_2 gets the "
+        f"largest update at ≥ {LEADS:.0%} of steps in {w}/{n} seeds (share {shares})",
+        n,
+    )
 
 
 def judge_ratio(results: Mapping[str, Any]) -> verdicts.Judgement:
@@ -106,11 +114,15 @@ def judge_ratio(results: Mapping[str, Any]) -> verdicts.Judgement:
     mean = statistics.fmean(slopes)
     half = stats.t.ppf(0.975, n - 1) * statistics.stdev(slopes) / math.sqrt(n)
     lo, hi = mean - half, mean + half
-    verdict = ("matches" if REGION[0] <= lo and hi <= REGION[1] else "partly" if mean > 0 else "does not")
+    verdict = "matches" if REGION[0] <= lo and hi <= REGION[1] else "partly" if mean > 0 else "does not"
     ts = results["ratio"]["t"]
-    return verdicts.Judgement(verdict, f"r(t) ∝ t^{mean:.2f} (95 % interval {lo:.2f}–{hi:.2f} over {n} seeds; "
-                                       f"t = {ts[0]}…{ts[-1]}); linear: the interval inside "
-                                       f"[{REGION[0]:g}, {REGION[1]:g}]", n)
+    return verdicts.Judgement(
+        verdict,
+        f"r(t) ∝ t^{mean:.2f} (95 % interval {lo:.2f}–{hi:.2f} over {n} seeds; "
+        f"t = {ts[0]}…{ts[-1]}); linear: the interval inside "
+        f"[{REGION[0]:g}, {REGION[1]:g}]",
+        n,
+    )
 
 
 def judge_two_phases(results: Mapping[str, Any]) -> verdicts.Judgement:
@@ -122,12 +134,16 @@ def judge_two_phases(results: Mapping[str, Any]) -> verdicts.Judgement:
     ratios = [r["phase"]["v2_half"] / max(r["phase"]["diag_half"], 1) for r in rows]
     p = verdicts.binomial_p(first, n, 0.5)
     a = first >= need(n) and p < verdicts.LEVEL
-    verdict = ("matches" if a and statistics.median(ratios) >= LONGER else "partly" if a else "does not")
-    return verdicts.Judgement(verdict, f"W_k's diagonal bias half-way to its peak before v_2 half-way to its final "
-                                       f"value in {first}/{n} seeds (sign test p {verdicts.num(p)}); steps "
-                                       f"{verdicts.span([r['phase']['diag_half'] for r in rows])} against "
-                                       f"{verdicts.span([r['phase']['v2_half'] for r in rows])} (v_2 later by "
-                                       f"×{verdicts.span(ratios, median=True)})", n)
+    verdict = "matches" if a and statistics.median(ratios) >= LONGER else "partly" if a else "does not"
+    return verdicts.Judgement(
+        verdict,
+        f"W_k's diagonal bias half-way to its peak before v_2 half-way to its final "
+        f"value in {first}/{n} seeds (sign test p {verdicts.num(p)}); steps "
+        f"{verdicts.span([r['phase']['diag_half'] for r in rows])} against "
+        f"{verdicts.span([r['phase']['v2_half'] for r in rows])} (v_2 later by "
+        f"×{verdicts.span(ratios, median=True)})",
+        n,
+    )
 
 
 def judge_stages(results: Mapping[str, Any]) -> verdicts.Judgement:
@@ -135,9 +151,12 @@ def judge_stages(results: Mapping[str, Any]) -> verdicts.Judgement:
     a, b = sum(ordered(r["stages"]) for r in mini), sum(ordered(r["stages"]) for r in full)
     ok_a, ok_b = a >= need(len(mini)), b >= need(len(full))
     verdict = "matches" if ok_a and ok_b else "partly" if ok_a or ok_b else "does not"
-    return verdicts.Judgement(verdict, f"uniform → unigram → bigram (nearest strategy over checkpoints) in {a}/"
-                                       f"{len(mini)} simplified-model seeds and {b}/{len(full)} transformer seeds",
-                              min(len(mini), len(full)))
+    return verdicts.Judgement(
+        verdict,
+        f"uniform → unigram → bigram (nearest strategy over checkpoints) in {a}/"
+        f"{len(mini)} simplified-model seeds and {b}/{len(full)} transformer seeds",
+        min(len(mini), len(full)),
+    )
 
 
 def no_bigrams(results: Mapping[str, Any]) -> dict[str, Any]:
@@ -148,9 +167,11 @@ def no_bigrams(results: Mapping[str, Any]) -> dict[str, Any]:
 CONTROL_NOTE = "the same model and seeds on iid chains (no bigram structure)"
 BUDGET_NOTE = "steps × batch over their 200 steps × 128 sequences"
 
-PAPER = ("their code (EzraEdelman/Evolution-of-Statistical-Induction-Heads, min_model.py in its first, linear form): "
-         "k = 2, t = 100, Dirichlet(1) rows, the first token from the stationary distribution; W_k = 0.01·11ᵀ, v = 0; "
-         "plain SGD, W_k at lr 1e-2 and v at lr 1, batch 128, 200 steps")
+PAPER = (
+    "their code (EzraEdelman/Evolution-of-Statistical-Induction-Heads, min_model.py in its first, linear form): "
+    "k = 2, t = 100, Dirichlet(1) rows, the first token from the stationary distribution; W_k = 0.01·11ᵀ, v = 0; "
+    "plain SGD, W_k at lr 1e-2 and v at lr 1, batch 128, 200 steps"
+)
 
 CLAIMS = [
     verdicts.Claim(
@@ -158,55 +179,84 @@ CLAIMS = [
         claim="W_k gets a diagonal component after the first step, and v gets a quadratic decay",
         paper=PAPER,
         rule=f"per seed, from checkpoints at every step: v after the first update (= lr · its first gradient) fits "
-             f"a·(1 − d/t)² with a > 0, R² ≥ {R2:g} and better than a·(1 − d/t); W_k is unmoved by the first update "
-             f"(v = 0 gives it no gradient) and has a diagonal bias (mean diagonal − mean off-diagonal) > 0 after the "
-             f"second; matches when both hold in ≥ 2/3 of the seeds (≥ 3; the diagonal with a one-sided sign test "
-             f"p < 0.05), partly when one does, does not otherwise",
-        judge=judge_first_step, min_n=3, budget=1.0, budget_note=BUDGET_NOTE,
-        scale=False, control=no_bigrams, control_note=CONTROL_NOTE),
+        f"a·(1 − d/t)² with a > 0, R² ≥ {R2:g} and better than a·(1 − d/t); W_k is unmoved by the first update "
+        f"(v = 0 gives it no gradient) and has a diagonal bias (mean diagonal − mean off-diagonal) > 0 after the "
+        f"second; matches when both hold in ≥ 2/3 of the seeds (≥ 3; the diagonal with a one-sided sign test "
+        f"p < 0.05), partly when one does, does not otherwise",
+        judge=judge_first_step,
+        min_n=3,
+        budget=1.0,
+        budget_note=BUDGET_NOTE,
+        scale=False,
+        control=no_bigrams,
+        control_note=CONTROL_NOTE,
+    ),
     verdicts.Claim(
         id="v2_gets_largest_gradient",
         claim="Once the diagonal bias exists, v_2 gets higher gradient than all other positions",
         paper=PAPER,
         rule=f"per seed: (a) at W_k = 0.01·11ᵀ + 0.01·I, v = 0, v's mean gradient over 64 batches of 128 is largest at "
-             f"v_2; (b) in training, from the first step with a diagonal bias > 0 until v_2 first reaches half its "
-             f"final value, v's update (plain SGD: −lr · the batch's gradient) is largest at v_2 at ≥ {LEADS:.0%} of "
-             f"the steps; matches when (a) and (b) each hold in ≥ 2/3 of the seeds (≥ 3), partly when one does",
-        judge=judge_v2_leads, min_n=3, budget=1.0, budget_note=BUDGET_NOTE,
-        scale=False, control=no_bigrams, control_note=CONTROL_NOTE),
+        f"v_2; (b) in training, from the first step with a diagonal bias > 0 until v_2 first reaches half its "
+        f"final value, v's update (plain SGD: −lr · the batch's gradient) is largest at v_2 at ≥ {LEADS:.0%} of "
+        f"the steps; matches when (a) and (b) each hold in ≥ 2/3 of the seeds (≥ 3), partly when one does",
+        judge=judge_v2_leads,
+        min_n=3,
+        budget=1.0,
+        budget_note=BUDGET_NOTE,
+        scale=False,
+        control=no_bigrams,
+        control_note=CONTROL_NOTE,
+    ),
     verdicts.Claim(
         id="ratio_grows_with_t",
         claim="The first step gradient for the diagonal bias is O(t) larger than the gradient for step 2 (v_2)",
         paper=PAPER + "; the talk gives no definition of the two gradients: ours below",
         rule="r(t) = (−∂L/∂W_k's mean diagonal − mean off-diagonal) / (−∂L/∂v_2), both at the uninformed near-init "
-             "state W_k = c·11ᵀ, v = c·1 (c = 1e-3: the first step's linearization, every gradient non-zero), mean "
-             "gradients over 64 batches of 128 sequences, at t = 25, 50, 100, 200, 400; per seed the least-squares "
-             f"slope of log r against log t; matches when the 95 % t-interval of the mean slope (≥ 3 seeds) lies in "
-             f"[{REGION[0]:g}, {REGION[1]:g}], partly when the mean slope is > 0 but the interval is not inside, "
-             f"does not when ≤ 0",
-        judge=judge_ratio, min_n=3, scale=True, control=no_bigrams, control_note=CONTROL_NOTE,
+        "state W_k = c·11ᵀ, v = c·1 (c = 1e-3: the first step's linearization, every gradient non-zero), mean "
+        "gradients over 64 batches of 128 sequences, at t = 25, 50, 100, 200, 400; per seed the least-squares "
+        f"slope of log r against log t; matches when the 95 % t-interval of the mean slope (≥ 3 seeds) lies in "
+        f"[{REGION[0]:g}, {REGION[1]:g}], partly when the mean slope is > 0 but the interval is not inside, "
+        f"does not when ≤ 0",
+        judge=judge_ratio,
+        min_n=3,
+        scale=True,
+        control=no_bigrams,
+        control_note=CONTROL_NOTE,
         budget_note="no training budget: gradients at set states (64 batches of 128 per t); the talk's theory "
-                    "states no t range"),
+        "states no t range",
+    ),
     verdicts.Claim(
         id="two_phases",
         claim="Two-phase learning: W_k's diagonal first, then v_2, which takes a lot longer",
         paper=PAPER,
         rule=f"per seed: the first step where W_k's diagonal bias reaches half its peak over training, and the first "
-             f"where v_2 reaches half its final value; matches when the diagonal comes first in ≥ 2/3 of the seeds "
-             f"(≥ 3; one-sided sign test p < 0.05) and the median ratio of the two steps is ≥ {LONGER:g}; partly "
-             f"when first but not {LONGER:g}× longer; does not otherwise",
-        judge=judge_two_phases, min_n=3, budget=1.0, budget_note=BUDGET_NOTE,
-        scale=True, control=no_bigrams, control_note=CONTROL_NOTE),
+        f"where v_2 reaches half its final value; matches when the diagonal comes first in ≥ 2/3 of the seeds "
+        f"(≥ 3; one-sided sign test p < 0.05) and the median ratio of the two steps is ≥ {LONGER:g}; partly "
+        f"when first but not {LONGER:g}× longer; does not otherwise",
+        judge=judge_two_phases,
+        min_n=3,
+        budget=1.0,
+        budget_note=BUDGET_NOTE,
+        scale=True,
+        control=no_bigrams,
+        control_note=CONTROL_NOTE,
+    ),
     verdicts.Claim(
         id="stages_as_full_transformer",
         claim="The simplified model goes through the full transformer's stages, uniform → unigram → bigram (the talk "
-              "shows the two side by side)",
+        "shows the two side by side)",
         paper=PAPER + "; the full transformer: their 2-layer attention-only transformer with learned relative "
-                      "positions (experiments/statistical_induction.py's paper_k2)",
+        "positions (experiments/statistical_induction.py's paper_k2)",
         rule="the nearest reference strategy (KL(strategy ‖ model) on 512 held-out sequences) at every checkpoint; a "
-             "seed passes when uniform, unigram and bigram appear in that order and bigram is the last; matches when "
-             "≥ 2/3 of the seeds (≥ 3) of both models pass, partly when those of one do, does not otherwise",
-        judge=judge_stages, min_n=3, budget=1.0, scale=False, control=no_bigrams, control_note=CONTROL_NOTE,
+        "seed passes when uniform, unigram and bigram appear in that order and bigram is the last; matches when "
+        "≥ 2/3 of the seeds (≥ 3) of both models pass, partly when those of one do, does not otherwise",
+        judge=judge_stages,
+        min_n=3,
+        budget=1.0,
+        scale=False,
+        control=no_bigrams,
+        control_note=CONTROL_NOTE,
         budget_note="the simplified model: their 200 steps × 128; the transformer: their 6000 steps × 64 "
-                    "(experiments/statistical_induction.toml's paper_k2)"),
+        "(experiments/statistical_induction.toml's paper_k2)",
+    ),
 ]

@@ -41,14 +41,14 @@ from typing import Any, Mapping, Optional, Sequence
 import verdicts
 
 ARMS = ("vanilla", "smoothed")
-MIN_SEEDS = 5      # seeds per (arm, d, learning rate)
-CLOSE = 0.25       # |slope − predicted| for "matches"
-NEAR = 0.5         # ... for "partly"
-MIN_R2 = 0.9       # a power law that fits worse than this cannot be read as one
+MIN_SEEDS = 5  # seeds per (arm, d, learning rate)
+CLOSE = 0.25  # |slope − predicted| for "matches"
+NEAR = 0.5  # ... for "partly"
+MIN_R2 = 0.9  # a power law that fits worse than this cannot be read as one
 CHANCE_SHARE = 0.25  # a d whose seeds reach a random direction this often, within the median samples to weak
 #                      recovery, recovers w* by chance: it is below the sample floor
-MIN_DIMS = 3       # dimensions above the floor that a slope needs
-DRAWS = 2000       # bootstrap draws of the slope
+MIN_DIMS = 3  # dimensions above the floor that a slope needs
+DRAWS = 2000  # bootstrap draws of the slope
 
 
 def predicted(results: Mapping[str, Any], arm: str) -> float:
@@ -67,11 +67,19 @@ def best(results: Mapping[str, Any], arm: str, d: int) -> dict[str, Any]:
     factor, seeds' samples and samples to the random direction, the median, whether it is at the grid's end, and
     the share of seeds that reached the random direction within that median (None when the median is not)."""
     grid = results[arm][str(d)]["grid"]
-    i = min(range(len(grid)), key=lambda j: math.inf if median(grid[j]["samples"]) is None else median(grid[j]["samples"]))
+    i = min(
+        range(len(grid)), key=lambda j: math.inf if median(grid[j]["samples"]) is None else median(grid[j]["samples"])
+    )
     g, m = grid[i], median(grid[i]["samples"])
     chance = None if m is None else sum(r is not None and r <= m for r in g["random"]) / len(g["random"])
-    return {"lr_factor": g["lr_factor"], "samples": list(g["samples"]), "random": list(g["random"]), "median": m,
-            "edge": i in (0, len(grid) - 1), "chance": chance}
+    return {
+        "lr_factor": g["lr_factor"],
+        "samples": list(g["samples"]),
+        "random": list(g["random"]),
+        "median": m,
+        "edge": i in (0, len(grid) - 1),
+        "chance": chance,
+    }
 
 
 def at_chance(b: Mapping[str, Any]) -> bool:
@@ -93,7 +101,9 @@ def power_fit(x: Sequence[float], y: Sequence[float]) -> dict[str, float]:
     return {"slope": b, "prefactor": math.exp(a), "r2": 1 - ss_res / ss_tot if ss_tot > 0 else 1.0}
 
 
-def fit(dims: Sequence[int], samples: Mapping[int, Sequence[Optional[float]]], draws: int = DRAWS) -> Optional[dict[str, Any]]:
+def fit(
+    dims: Sequence[int], samples: Mapping[int, Sequence[Optional[float]]], draws: int = DRAWS
+) -> Optional[dict[str, Any]]:
     """Slope of log median samples on log d, R², and a 95% bootstrap interval (seeds resampled within each d); None
     when a median is not reached. A median of 0 (a start at weak recovery) counts as 1 sample in the logarithms."""
     import numpy as np
@@ -127,7 +137,9 @@ def _floor_line(bests: Mapping[int, Mapping[str, Any]]) -> str:
         return "no d below the sample floor"
     return "below the sample floor: " + ", ".join(
         f"d = {d} ({round(b['chance'] * len(b['random']))}/{len(b['random'])} seeds at a random direction within its "
-        f"median {verdicts.num(b['median'])})" for d, b in below)
+        f"median {verdicts.num(b['median'])})"
+        for d, b in below
+    )
 
 
 def judge_exponent(arm: str):
@@ -137,21 +149,33 @@ def judge_exponent(arm: str):
         floor = _floor_line(bests)
         missing = [d for d in above if bests[d]["median"] is None]
         if missing:
-            return verdicts.Judgement("inconclusive", f"{arm}: the median did not reach weak recovery within its cap at "
-                                                      f"d = {', '.join(map(str, missing))}; {floor}", n)
+            return verdicts.Judgement(
+                "inconclusive",
+                f"{arm}: the median did not reach weak recovery within its cap at "
+                f"d = {', '.join(map(str, missing))}; {floor}",
+                n,
+            )
         if f is None:
-            return verdicts.Judgement("inconclusive", f"{arm}: {len(above)} d above the sample floor, the fit needs "
-                                                      f"{MIN_DIMS}; {floor}", n)
+            return verdicts.Judgement(
+                "inconclusive", f"{arm}: {len(above)} d above the sample floor, the fit needs {MIN_DIMS}; {floor}", n
+            )
         lo, hi = f["interval"]
-        line = (f"{arm}: samples to weak recovery ∝ d^{f['slope']:.2f} (95% interval {lo:.2f}–{hi:.2f}, R² "
-                f"{f['r2']:.2f}) over d = {', '.join(map(str, above))}; predicted d^{want:g}; {floor}")
+        line = (
+            f"{arm}: samples to weak recovery ∝ d^{f['slope']:.2f} (95% interval {lo:.2f}–{hi:.2f}, R² "
+            f"{f['r2']:.2f}) over d = {', '.join(map(str, above))}; predicted d^{want:g}; {floor}"
+        )
         edges = [d for d in above if bests[d]["edge"]]
         if f["r2"] < MIN_R2 or edges:
-            why = f"R² below {MIN_R2}" if f["r2"] < MIN_R2 else f"the best learning rate at the grid's end for d = {edges}"
+            why = (
+                f"R² below {MIN_R2}"
+                if f["r2"] < MIN_R2
+                else f"the best learning rate at the grid's end for d = {edges}"
+            )
             return verdicts.Judgement("inconclusive", f"{line}; {why}", n)
         gap = abs(f["slope"] - want)
         verdict = "matches" if gap <= CLOSE else "partly" if gap <= NEAR or lo <= want <= hi else "does not"
         return verdicts.Judgement(verdict, line, n)
+
     return judge
 
 
@@ -162,10 +186,17 @@ def judge_fewer(results: Mapping[str, Any]) -> verdicts.Judgement:
     from scipy.stats import mannwhitneyu
 
     inf = float("inf")
-    p = float(mannwhitneyu([inf if x is None else x for x in b["samples"]], [inf if x is None else x for x in a["samples"]],
-                           alternative="less").pvalue)
-    line = (f"at d = {d}, median samples to weak recovery: smoothed {verdicts.num(b['median'])} against vanilla "
-            f"{verdicts.num(a['median'])} (each at its best learning rate; one-sided Mann–Whitney p {verdicts.p_value(p)})")
+    p = float(
+        mannwhitneyu(
+            [inf if x is None else x for x in b["samples"]],
+            [inf if x is None else x for x in a["samples"]],
+            alternative="less",
+        ).pvalue
+    )
+    line = (
+        f"at d = {d}, median samples to weak recovery: smoothed {verdicts.num(b['median'])} against vanilla "
+        f"{verdicts.num(a['median'])} (each at its best learning rate; one-sided Mann–Whitney p {verdicts.p_value(p)})"
+    )
     if a["median"] is None and b["median"] is None:
         return verdicts.Judgement("inconclusive", line, n)
     chance = [arm for arm, x in (("vanilla", a), ("smoothed", b)) if at_chance(x)]
@@ -191,19 +222,25 @@ def arms_swapped(results: Mapping[str, Any]) -> dict[str, Any]:
     return {**results, "vanilla": results["smoothed"], "smoothed": results["vanilla"]}
 
 
-PAPER = ("theory: a single index model with the link's information exponent k*, x ~ N(0, I_d), spherical online "
-         "SGD on the correlation loss, smoothing λ = d^{1/4} (their Algorithm 1), n in the large-d limit up to log factors")
+PAPER = (
+    "theory: a single index model with the link's information exponent k*, x ~ N(0, I_d), spherical online "
+    "SGD on the correlation loss, smoothing λ = d^{1/4} (their Algorithm 1), n in the large-d limit up to log factors"
+)
 
-FLOOR = (f"a d is below the sample floor, and left out, when ≥ {CHANCE_SHARE:g} of its seeds reach alignment 1/2 with "
-         f"a random direction orthogonal to w* within the median samples to weak recovery")
+FLOOR = (
+    f"a d is below the sample floor, and left out, when ≥ {CHANCE_SHARE:g} of its seeds reach alignment 1/2 with "
+    f"a random direction orthogonal to w* within the median samples to weak recovery"
+)
 
-RULE_FIT = (f"per arm, for each d the learning rate of the grid with the fewest median samples to weak recovery "
-            f"(alignment w·w* ≥ 1/2, signed as the link's parity allows) over ≥ {MIN_SEEDS} seeds; {FLOOR}; the "
-            f"slope of log median against log d over the d above the floor (≥ {MIN_DIMS} of them), with a 95% "
-            f"bootstrap interval over seeds: matches within {CLOSE} of the predicted exponent, partly within {NEAR} "
-            f"or when the interval holds it, does not otherwise; inconclusive when fewer than {MIN_DIMS} d are above "
-            f"the floor, a median there is not reached, the fit's R² is below {MIN_R2}, or a best learning rate "
-            f"there sits at the grid's end")
+RULE_FIT = (
+    f"per arm, for each d the learning rate of the grid with the fewest median samples to weak recovery "
+    f"(alignment w·w* ≥ 1/2, signed as the link's parity allows) over ≥ {MIN_SEEDS} seeds; {FLOOR}; the "
+    f"slope of log median against log d over the d above the floor (≥ {MIN_DIMS} of them), with a 95% "
+    f"bootstrap interval over seeds: matches within {CLOSE} of the predicted exponent, partly within {NEAR} "
+    f"or when the interval holds it, does not otherwise; inconclusive when fewer than {MIN_DIMS} d are above "
+    f"the floor, a median there is not reached, the fit's R² is below {MIN_R2}, or a best learning rate "
+    f"there sits at the grid's end"
+)
 
 BUDGET_NOTE = "none: the paper's rates are asymptotic in d, up to log factors, with no sample count of its own"
 RANDOM_NOTE = "samples to a random direction orthogonal to w* in place of those to w*"
@@ -212,25 +249,42 @@ CLAIMS = [
     verdicts.Claim(
         id="vanilla_exponent",
         claim="Online SGD learns σ(w*·x) from n ≈ d^{k*−1} samples (Ben Arous et al.)",
-        paper=PAPER, rule=RULE_FIT + "; predicted exponent k* − 1",
-        judge=judge_exponent("vanilla"), min_n=MIN_SEEDS, scale=True, budget_note=BUDGET_NOTE,
-        control=random_direction, control_note=RANDOM_NOTE),
+        paper=PAPER,
+        rule=RULE_FIT + "; predicted exponent k* − 1",
+        judge=judge_exponent("vanilla"),
+        min_n=MIN_SEEDS,
+        scale=True,
+        budget_note=BUDGET_NOTE,
+        control=random_direction,
+        control_note=RANDOM_NOTE,
+    ),
     verdicts.Claim(
         id="smoothed_exponent",
         claim="Online SGD on the smoothed loss (λ = d^{1/4}) learns it from n ≈ d^{k*/2} samples",
-        paper=PAPER, rule=RULE_FIT + "; predicted exponent k*/2",
-        judge=judge_exponent("smoothed"), min_n=MIN_SEEDS, scale=True, budget_note=BUDGET_NOTE,
-        control=random_direction, control_note=RANDOM_NOTE),
+        paper=PAPER,
+        rule=RULE_FIT + "; predicted exponent k*/2",
+        judge=judge_exponent("smoothed"),
+        min_n=MIN_SEEDS,
+        scale=True,
+        budget_note=BUDGET_NOTE,
+        control=random_direction,
+        control_note=RANDOM_NOTE,
+    ),
     verdicts.Claim(
         id="smoothing_needs_fewer",
         claim="Smoothing the loss lowers the samples online SGD needs",
         paper=PAPER,
         rule=f"at the largest d, each arm at its best learning rate over ≥ {MIN_SEEDS} seeds (a seed that did not "
-             f"recover counts as infinitely many samples): matches when the smoothed median is below the vanilla one "
-             f"and a one-sided Mann–Whitney test gives p < {verdicts.LEVEL}, partly when only the median is below, "
-             f"does not otherwise; inconclusive when that d is below the sample floor in either arm (≥ {CHANCE_SHARE:g} of "
-             f"its seeds reach alignment 1/2 with a random direction orthogonal to w* within the median samples to "
-             f"weak recovery)",
-        judge=judge_fewer, min_n=MIN_SEEDS, scale=True, budget_note=BUDGET_NOTE,
-        control=arms_swapped, control_note="the arms swapped"),
+        f"recover counts as infinitely many samples): matches when the smoothed median is below the vanilla one "
+        f"and a one-sided Mann–Whitney test gives p < {verdicts.LEVEL}, partly when only the median is below, "
+        f"does not otherwise; inconclusive when that d is below the sample floor in either arm (≥ {CHANCE_SHARE:g} of "
+        f"its seeds reach alignment 1/2 with a random direction orthogonal to w* within the median samples to "
+        f"weak recovery)",
+        judge=judge_fewer,
+        min_n=MIN_SEEDS,
+        scale=True,
+        budget_note=BUDGET_NOTE,
+        control=arms_swapped,
+        control_note="the arms swapped",
+    ),
 ]

@@ -31,11 +31,11 @@ from typing import Any, Mapping, Optional, Sequence
 import verdicts
 from verdicts import Claim, Judgement
 
-LOW, HIGH = 0.2, 0.9    # the script's bracket: success ≤ LOW at a T's smallest size, ≥ HIGH at its largest
-MAX_NOT_FITTED = 0.2    # at most this fraction of a T's runs may fail to fit their training set
-EXPONENT_SPLIT = 0.5    # alpha of c T^alpha: clearly below = sub-polynomial-like growth; clearly above = polynomial
-LOG_FIT_RMS = 0.15      # a + b log2 T must predict every n50 within ~15 % (relative rms) to "match"
-RECOVERED_SHARE = 0.9   # the attention claim: this share of successful runs (and of timelines) recover S
+LOW, HIGH = 0.2, 0.9  # the script's bracket: success ≤ LOW at a T's smallest size, ≥ HIGH at its largest
+MAX_NOT_FITTED = 0.2  # at most this fraction of a T's runs may fail to fit their training set
+EXPONENT_SPLIT = 0.5  # alpha of c T^alpha: clearly below = sub-polynomial-like growth; clearly above = polynomial
+LOG_FIT_RMS = 0.15  # a + b log2 T must predict every n50 within ~15 % (relative rms) to "match"
+RECOVERED_SHARE = 0.9  # the attention claim: this share of successful runs (and of timelines) recover S
 MIN_DRAWS = 5
 
 
@@ -100,17 +100,21 @@ def _log_T(setting: str):
         per_T = res["per_T"]
         found = problems(per_T)
         draws = _draws(results, setting)
-        sizes = "; ".join(f"{T}: {verdicts.num(row['n50'])} ({_ci(row['n50_ci'])})" + ("" if row["bracketed"] else "†")
-                          for T, row in per_T.items())
+        sizes = "; ".join(
+            f"{T}: {verdicts.num(row['n50'])} ({_ci(row['n50_ci'])})" + ("" if row["bracketed"] else "†")
+            for T, row in per_T.items()
+        )
         why = f"n50 (95 % bootstrap over {draws} draws; † not bracketed) at T = {sizes}"
         s, s90 = res["scaling"]["n50"], res["scaling"].get("n90")
         if s is not None:
             Ts = list(per_T)
-            why += (f"; n50({Ts[-1]})/n50({Ts[0]}) = {verdicts.num(s['ratio_last_first'])} ({_ci(s.get('ratio_last_first_ci'))}) "
-                    f"against {s['ratio_if_proportional_to_log2_T']:.3g} if ∝ log₂T and {verdicts.num(s['ratio_if_proportional_to_T'])} if ∝ T; "
-                    f"c·T^α: α = {s['power']['exponent']:.2f} ({_ci(s['power']['exponent_ci'], verdicts.f2)}); "
-                    f"relative rms error a + b·log₂T {s['log2_T']['rel_rms']:.2f}, a + b·T {s['T']['rel_rms']:.2f}, "
-                    f"c·T^α {s['power']['rel_rms']:.2f}")
+            why += (
+                f"; n50({Ts[-1]})/n50({Ts[0]}) = {verdicts.num(s['ratio_last_first'])} ({_ci(s.get('ratio_last_first_ci'))}) "
+                f"against {s['ratio_if_proportional_to_log2_T']:.3g} if ∝ log₂T and {verdicts.num(s['ratio_if_proportional_to_T'])} if ∝ T; "
+                f"c·T^α: α = {s['power']['exponent']:.2f} ({_ci(s['power']['exponent_ci'], verdicts.f2)}); "
+                f"relative rms error a + b·log₂T {s['log2_T']['rel_rms']:.2f}, a + b·T {s['T']['rel_rms']:.2f}, "
+                f"c·T^α {s['power']['rel_rms']:.2f}"
+            )
         if s90 is not None:
             why += f"; n90: α = {s90['power']['exponent']:.2f} ({_ci(s90['power']['exponent_ci'], verdicts.f2)})"
         runs = sum(row["runs"] for row in per_T.values())
@@ -120,6 +124,7 @@ def _log_T(setting: str):
         if s is None:
             return Judgement("inconclusive", why + " (no n50 fit)", draws)
         return Judgement(scaling_verdict(s, found), why, draws)
+
     return judge
 
 
@@ -136,14 +141,19 @@ def _judge_attention(results: Mapping[str, Any]) -> Judgement:
         share = rec / succ if succ else 0.0
         ok = ok and share >= RECOVERED_SHARE and failed > 0 and share > frec / failed and p < verdicts.LEVEL
         bad = bad or share < 0.5
-        parts.append(f"{st} bits {rec}/{succ} runs that succeed (median attention on S "
-                     f"{verdicts.num(sa['attention_on_support_succeeded']['median'])}) against {frec}/{failed} that fail "
-                     f"({verdicts.num(sa['attention_on_support_failed']['median'])}; Fisher p {p:.1g})")
+        parts.append(
+            f"{st} bits {rec}/{succ} runs that succeed (median attention on S "
+            f"{verdicts.num(sa['attention_on_support_succeeded']['median'])}) against {frec}/{failed} that fail "
+            f"({verdicts.num(sa['attention_on_support_failed']['median'])}; Fisher p {p:.1g})"
+        )
     tl = results["support_recovered_no_later_than_success"]
     n.append(tl["of"])
-    why = ("top-|S| attended positions = S at the end of training: " + "; ".join(parts)
-           + f"; S recovered no later than held-out balanced accuracy ≥ {results['success_threshold']} in "
-             f"{tl['count']}/{tl['of']} runs probed at every checkpoint")
+    why = (
+        "top-|S| attended positions = S at the end of training: "
+        + "; ".join(parts)
+        + f"; S recovered no later than held-out balanced accuracy ≥ {results['success_threshold']} in "
+        f"{tl['count']}/{tl['of']} runs probed at every checkpoint"
+    )
     timely = tl["of"] > 0 and tl["count"] >= RECOVERED_SHARE * tl["of"]
     if bad:
         return Judgement("does not", why, min(n))
@@ -155,59 +165,86 @@ def _judge_attention(results: Mapping[str, Any]) -> Judgement:
 
 def _reversed_T(setting: str):
     """The same sizes with the lengths in reverse order: n50(T) read backwards, fitted with the same bootstrap."""
+
     def control(results: Mapping[str, Any]) -> Mapping[str, Any]:
         res = results["settings"][setting]
         rows = list(res["per_T"].values())
-        return {**results, "settings": {setting: {**res, "per_T": dict(zip(res["per_T"], rows[::-1])),
-                                                  "scaling": res["scaling_T_reversed"]}}}
+        return {
+            **results,
+            "settings": {
+                setting: {**res, "per_T": dict(zip(res["per_T"], rows[::-1])), "scaling": res["scaling_T_reversed"]}
+            },
+        }
+
     return control
 
 
 def at_init(results: Mapping[str, Any]) -> Mapping[str, Any]:
     """The same runs at step 0 (an untrained readout), split by their final success."""
-    return {"support_at_end": results["support_at_init"],
-            "support_recovered_no_later_than_success": results["support_recovered_at_first_checkpoint"],
-            "success_threshold": results["success_threshold"]}
+    return {
+        "support_at_end": results["support_at_init"],
+        "support_recovered_no_later_than_success": results["support_recovered_at_first_checkpoint"],
+        "success_threshold": results["success_threshold"],
+    }
 
 
 REVERSED = "the lengths T in reverse order (n falls as T grows)"
 
-_LOG_RULE = (f"Per T, n50 from a logistic fit of success (held-out balanced accuracy ≥ 0.99) against log₂ n, with a "
-             f"95 % bootstrap over draws; n50(T) fitted by a + b·log₂T, a + b·T and c·T^α. Inconclusive: a T's grid "
-             f"does not bracket its transition (success ≤ {LOW} at its smallest size, ≥ {HIGH} at its largest), > "
-             f"{MAX_NOT_FITTED:.0%} of a T's runs did not fit their training sets, a T has no rising fit, or α's "
-             f"interval contains {EXPONENT_SPLIT}; does not: α's interval above {EXPONENT_SPLIT}; matches: α's interval "
-             f"below {EXPONENT_SPLIT}, the log₂T slope's interval above 0, and a + b·log₂T within a relative rms error "
-             f"of {LOG_FIT_RMS} and no worse than a + b·T; partly: α's interval below {EXPONENT_SPLIT} and the slope's "
-             f"above 0 otherwise; does not also when the slope's interval is below 0, inconclusive when it reaches 0. "
-             f"Fewer than {MIN_DRAWS} draws: inconclusive.")
+_LOG_RULE = (
+    f"Per T, n50 from a logistic fit of success (held-out balanced accuracy ≥ 0.99) against log₂ n, with a "
+    f"95 % bootstrap over draws; n50(T) fitted by a + b·log₂T, a + b·T and c·T^α. Inconclusive: a T's grid "
+    f"does not bracket its transition (success ≤ {LOW} at its smallest size, ≥ {HIGH} at its largest), > "
+    f"{MAX_NOT_FITTED:.0%} of a T's runs did not fit their training sets, a T has no rising fit, or α's "
+    f"interval contains {EXPONENT_SPLIT}; does not: α's interval above {EXPONENT_SPLIT}; matches: α's interval "
+    f"below {EXPONENT_SPLIT}, the log₂T slope's interval above 0, and a + b·log₂T within a relative rms error "
+    f"of {LOG_FIT_RMS} and no worse than a + b·T; partly: α's interval below {EXPONENT_SPLIT} and the slope's "
+    f"above 0 otherwise; does not also when the slope's interval is below 0, inconclusive when it reaches 0. "
+    f"Fewer than {MIN_DRAWS} draws: inconclusive."
+)
 
 CLAIMS = [
-    Claim(id="samples_grow_like_log_T",
-          claim="The training-set size a 1-layer transformer needs to learn a 3-sparse AND of T bits grows like log T "
-                "(Edelman et al. 2022).",
-          paper="x ~ unif({0,1}^T), y = x_i1·x_i2·x_i3, a 1-layer transformer; a figure \"consistent with log(T) "
-                "dependence\" (seed talk); no numbers",
-          rule=_LOG_RULE, judge=_log_T("uniform"), min_n=MIN_DRAWS, scale=True,
-          control=_reversed_T("uniform"), control_note=REVERSED,
-          budget_note="the paper gives no sample or step counts"),
-    Claim(id="samples_grow_like_log_T_balanced",
-          claim="…the same with balanced bits (each 1 with probability 2^(−1/3), so the AND is 1 half the time).",
-          paper="not the paper's setting",
-          rule=_LOG_RULE, judge=_log_T("balanced"), min_n=MIN_DRAWS, scale=True,
-          control=_reversed_T("balanced"), control_note=REVERSED,
-          budget_note="the paper gives no sample or step counts"),
-    Claim(id="readout_attends_to_support",
-          claim="The readout attention concentrates on the support S (sparse variable creation).",
-          paper="the theory's mechanism: one head attends to S",
-          rule=f"Per setting, at the end of training: the share of runs that succeed whose top-|S| attended positions "
-               f"(from the readout) are exactly S, against the runs that fail (two-sided Fisher); and, in the runs "
-               f"probed at every checkpoint, S recovered no later than the accuracy reaches 0.99. Matches: in every "
-               f"setting ≥ {RECOVERED_SHARE:.0%} of successful runs recover S, more than failed runs at p < "
-               f"{verdicts.LEVEL}, and ≥ {RECOVERED_SHARE:.0%} of the probed runs recover it no later; does not: < 50 % "
-               f"of successful runs recover S in some setting; partly otherwise. Fewer than 3 successful runs in a "
-               f"setting or probed runs: inconclusive.",
-          judge=_judge_attention, min_n=3, scale=False, control=at_init,
-          control_note="the same runs at step 0 (untrained)",
-          budget_note="the paper gives no sample or step counts"),
+    Claim(
+        id="samples_grow_like_log_T",
+        claim="The training-set size a 1-layer transformer needs to learn a 3-sparse AND of T bits grows like log T "
+        "(Edelman et al. 2022).",
+        paper='x ~ unif({0,1}^T), y = x_i1·x_i2·x_i3, a 1-layer transformer; a figure "consistent with log(T) '
+        'dependence" (seed talk); no numbers',
+        rule=_LOG_RULE,
+        judge=_log_T("uniform"),
+        min_n=MIN_DRAWS,
+        scale=True,
+        control=_reversed_T("uniform"),
+        control_note=REVERSED,
+        budget_note="the paper gives no sample or step counts",
+    ),
+    Claim(
+        id="samples_grow_like_log_T_balanced",
+        claim="…the same with balanced bits (each 1 with probability 2^(−1/3), so the AND is 1 half the time).",
+        paper="not the paper's setting",
+        rule=_LOG_RULE,
+        judge=_log_T("balanced"),
+        min_n=MIN_DRAWS,
+        scale=True,
+        control=_reversed_T("balanced"),
+        control_note=REVERSED,
+        budget_note="the paper gives no sample or step counts",
+    ),
+    Claim(
+        id="readout_attends_to_support",
+        claim="The readout attention concentrates on the support S (sparse variable creation).",
+        paper="the theory's mechanism: one head attends to S",
+        rule=f"Per setting, at the end of training: the share of runs that succeed whose top-|S| attended positions "
+        f"(from the readout) are exactly S, against the runs that fail (two-sided Fisher); and, in the runs "
+        f"probed at every checkpoint, S recovered no later than the accuracy reaches 0.99. Matches: in every "
+        f"setting ≥ {RECOVERED_SHARE:.0%} of successful runs recover S, more than failed runs at p < "
+        f"{verdicts.LEVEL}, and ≥ {RECOVERED_SHARE:.0%} of the probed runs recover it no later; does not: < 50 % "
+        f"of successful runs recover S in some setting; partly otherwise. Fewer than 3 successful runs in a "
+        f"setting or probed runs: inconclusive.",
+        judge=_judge_attention,
+        min_n=3,
+        scale=False,
+        control=at_init,
+        control_note="the same runs at step 0 (untrained)",
+        budget_note="the paper gives no sample or step counts",
+    ),
 ]

@@ -15,19 +15,29 @@ if TYPE_CHECKING:
 
     from mechsynth.probes import Timeline
 
-def curves(records: Sequence[dict[str, Any]], loss_drop_step: Optional[int] = None,
-           formed: Sequence[tuple[str, str, int]] = ()) -> Figure:
+
+def curves(
+    records: Sequence[dict[str, Any]], loss_drop_step: Optional[int] = None, formed: Sequence[tuple[str, str, int]] = ()
+) -> Figure:
     """Loss and accuracy against training step, with the loss drop and the first formation of each probe."""
     fig, axes = new_figure(2, sharex=True)
     ax_loss, ax_acc = axes[:, 0]
-    for key, style in (("train/loss", dict(color="tab:blue", alpha=0.6)), ("train_set/loss", dict(color="tab:green")),
-                       ("eval/loss", dict(color="black"))):
+    for key, style in (
+        ("train/loss", dict(color="tab:blue", alpha=0.6)),
+        ("train_set/loss", dict(color="tab:green")),
+        ("eval/loss", dict(color="black")),
+    ):
         pts = [(r["step"], r[key]) for r in records if isinstance(r.get(key), (int, float))]
         if pts:
             ax_loss.plot(*zip(*pts), label=key, **style)
     ax_loss.set_ylabel("loss (nats)")
-    for key, colour in (("train/acc", "tab:blue"), ("train_set/acc", "tab:green"), ("eval/acc", "black"), ("eval_long/acc", "tab:red"),
-                        ("eval/acc_last", "tab:purple")):
+    for key, colour in (
+        ("train/acc", "tab:blue"),
+        ("train_set/acc", "tab:green"),
+        ("eval/acc", "black"),
+        ("eval_long/acc", "tab:red"),
+        ("eval/acc_last", "tab:purple"),
+    ):
         pts = [(r["step"], r[key]) for r in records if isinstance(r.get(key), (int, float))]
         if pts:
             ax_acc.plot(*zip(*pts), label=key, color=colour)
@@ -37,8 +47,13 @@ def curves(records: Sequence[dict[str, Any]], loss_drop_step: Optional[int] = No
         first.setdefault(probe, (head, step))
     for i, (probe, (head, step)) in enumerate(first.items()):
         for ax in (ax_loss, ax_acc):
-            ax.axvline(step, color=f"C{i + 2}", linestyle="--", linewidth=1,
-                       label=f"{probe} {head} forms (step {step})" if ax is ax_loss else None)
+            ax.axvline(
+                step,
+                color=f"C{i + 2}",
+                linestyle="--",
+                linewidth=1,
+                label=f"{probe} {head} forms (step {step})" if ax is ax_loss else None,
+            )
     for ax in (ax_loss, ax_acc):
         mark_drop(ax, loss_drop_step, label=ax is ax_loss)
         steps_axis(ax, label=ax is ax_acc)
@@ -66,8 +81,13 @@ def head_timelines(tl: "Timeline", thresholds: dict[str, float]) -> Optional[Fig
         for i, (head, series) in enumerate(heads.items()):
             colour = f"C{i % 10}"
             formed = tl.formation.get(probe, {}).get(head)
-            ax.plot(tl.steps, series, color=colour, linewidth=1.4 if formed is not None else 0.8,
-                    label=f"{head} (forms at {formed})" if formed is not None else head)
+            ax.plot(
+                tl.steps,
+                series,
+                color=colour,
+                linewidth=1.4 if formed is not None else 0.8,
+                label=f"{head} (forms at {formed})" if formed is not None else head,
+            )
             if formed is not None:
                 ax.axvline(formed, color=colour, linestyle="--", linewidth=1)
         threshold = thresholds.get(probe)
@@ -95,11 +115,21 @@ def stages(tl: "Timeline", series: dict[str, list[Optional[float]]], found: dict
         if pts:
             ax.plot(*zip(*pts), "o-" if len(pts) < len(tl.steps) else "-", color="black", markersize=3, linewidth=1.2)
         for s in found.get(name, []):
-            ax.axvline(s, color="tab:red", linewidth=1.2, alpha=0.8, label="change point" if s == found[name][0] else None)
+            ax.axvline(
+                s, color="tab:red", linewidth=1.2, alpha=0.8, label="change point" if s == found[name][0] else None
+            )
         for s in found.get("llc turns", []):
-            ax.axvline(s, color="tab:purple", linewidth=1, linestyle="-.", label="LLC turns" if row == 0 and s == found["llc turns"][0] else None)
+            ax.axvline(
+                s,
+                color="tab:purple",
+                linewidth=1,
+                linestyle="-.",
+                label="LLC turns" if row == 0 and s == found["llc turns"][0] else None,
+            )
         for i, (probe, s) in enumerate(first.items()):
-            ax.axvline(s, color=f"C{i + 2}", linestyle="--", linewidth=1, label=f"{probe} forms ({s})" if row == 0 else None)
+            ax.axvline(
+                s, color=f"C{i + 2}", linestyle="--", linewidth=1, label=f"{probe} forms ({s})" if row == 0 else None
+            )
         ax.set_ylabel(name.replace("_", " "), fontsize=8)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=6, loc="best")

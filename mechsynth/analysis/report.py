@@ -95,7 +95,9 @@ def attention_views(run: Run, tl: Timeline, seed: int = 0) -> list[views.Attenti
     """For each head-scoring probe: its top heads' attention on the probe's own example sequence (the
     first of its input batch), at checkpoints before, during and after formation."""
     chosen = [p for p, heads in tl.per_head.items() if heads and p in probes.names()]
-    first_formed = {p: min([s for s in tl.formation.get(p, {}).values() if s is not None], default=math.inf) for p in chosen}
+    first_formed = {
+        p: min([s for s in tl.formation.get(p, {}).values() if s is not None], default=math.inf) for p in chosen
+    }
     chosen.sort(key=lambda p: first_formed[p])  # the circuits that formed first, first
     if not chosen or not set(tl.steps) <= set(run.steps):
         return []
@@ -106,13 +108,15 @@ def attention_views(run: Run, tl: Timeline, seed: int = 0) -> list[views.Attenti
     init = models.probed(run.trainable(run.steps[0]))
     for step, model in run.models(needed):
         if not tokens:  # a probe's inputs are seeded, the same at every checkpoint
-            tokens = {p: probes.run(p, model, run.task, batch_size=8, seed=seed, init=init).render["tokens"]
-                      for p in chosen}
+            tokens = {
+                p: probes.run(p, model, run.task, batch_size=8, seed=seed, init=init).render["tokens"] for p in chosen
+            }
         for p, (heads, moments) in plans.items():
             if step in dict(moments):
                 wanted = set(hooks.attention_patterns(hooks.attention_layers(model)))
-                _, cache = model.run_with_cache(tokens[p][None].to(next(model.parameters()).device),
-                                                names_filter=lambda n: n in wanted)
+                _, cache = model.run_with_cache(
+                    tokens[p][None].to(next(model.parameters()).device), names_filter=lambda n: n in wanted
+                )
                 patterns[p, step] = {h: _head_pattern(cache, h) for h in heads}
     out = []
     for p, (heads, moments) in plans.items():
@@ -122,8 +126,15 @@ def attention_views(run: Run, tl: Timeline, seed: int = 0) -> list[views.Attenti
                 pats.append(patterns[p, step][head].float())
                 names.append(f"{head} step {step} ({what})")
         labels = run.task.token_labels(tokens[p])
-        out.append(views.AttentionView(f"{p}: heads {', '.join(heads)} on the probe's example", labels,
-                                       torch.stack(pats), names, columns=len(moments)))
+        out.append(
+            views.AttentionView(
+                f"{p}: heads {', '.join(heads)} on the probe's example",
+                labels,
+                torch.stack(pats),
+                names,
+                columns=len(moments),
+            )
+        )
     return out
 
 
@@ -165,17 +176,26 @@ def _config_tables(run: Run) -> str:
     stored = rundir.read_config(run.path)
     versions = stored.get("versions", {})
     last = run.metrics[-1] if run.metrics else {}
-    stats = [("checkpoints", len(run.steps)), ("last step", last.get("step"))] + \
-        [(k, v) for k, v in last.items() if k != "step" and isinstance(v, (int, float))]
-    parts = [_table([(k, NOT_RECORDED if f"{s}.{k}" in run.not_recorded else v) for k, v in cfg[s].items()], (s, ""))
-             for s in ("task", "model", "train", "wandb")]
+    stats = [("checkpoints", len(run.steps)), ("last step", last.get("step"))] + [
+        (k, v) for k, v in last.items() if k != "step" and isinstance(v, (int, float))
+    ]
+    parts = [
+        _table([(k, NOT_RECORDED if f"{s}.{k}" in run.not_recorded else v) for k, v in cfg[s].items()], (s, ""))
+        for s in ("task", "model", "train", "wandb")
+    ]
     origin = stored.get("origin")
     if isinstance(origin, dict):  # who made a run mechsynth did not train, and what it was told
         parts.append(_table([(k, v) for k, v in origin.items() if k != rundir.NOT_RECORDED], ("origin", "")))
     parts += [_table(stats, ("at the end", "")), _table(list(versions.items()), ("versions", ""))]
-    note = (f"<p>{len(run.not_recorded)} values are {NOT_RECORDED}: this run was made outside mechsynth, which was "
+    note = (
+        (
+            f"<p>{len(run.not_recorded)} values are {NOT_RECORDED}: this run was made outside mechsynth, which was "
             "not told them (run.not_recorded names them; run.config holds mechsynth's defaults there only so that "
-            "it parses).</p>") if run.not_recorded else ""
+            "it parses).</p>"
+        )
+        if run.not_recorded
+        else ""
+    )
     return f'{note}<div class="tables">{"".join(parts)}</div>'
 
 
@@ -185,16 +205,22 @@ def _formation_table(tl: Timeline) -> str:
         threshold, chance = timeline.formation_threshold(tl, p)
         shown = _fmt(threshold) + (f" (chance {_fmt(chance)})" if chance is not None else "")
         for h, series in heads.items():
-            rows.append(f"<tr><td>{p}</td><td>{h}</td><td>{_fmt(_formed(tl, p, h))}</td>"
-                        f"<td>{html.escape(shown)}</td><td>{_fmt(max(series))}</td><td>{_fmt(series[-1])}</td></tr>")
+            rows.append(
+                f"<tr><td>{p}</td><td>{h}</td><td>{_fmt(_formed(tl, p, h))}</td>"
+                f"<td>{html.escape(shown)}</td><td>{_fmt(max(series))}</td><td>{_fmt(series[-1])}</td></tr>"
+            )
     if not rows:
         return ""
-    return ("<table><tr><th>probe</th><th>head</th><th>forms at step</th><th>threshold</th><th>max score</th>"
-            f"<th>last score</th></tr>{''.join(rows)}</table>")
+    return (
+        "<table><tr><th>probe</th><th>head</th><th>forms at step</th><th>threshold</th><th>max score</th>"
+        f"<th>last score</th></tr>{''.join(rows)}</table>"
+    )
 
 
 def _last_metrics(tl: Timeline) -> str:
-    tables = [_table([(k, v[-1]) for k, v in m.items()], (p, f"step {tl.steps[-1]}")) for p, m in tl.metrics.items() if m]
+    tables = [
+        _table([(k, v[-1]) for k, v in m.items()], (p, f"step {tl.steps[-1]}")) for p, m in tl.metrics.items() if m
+    ]
     return f'<details><summary>every probe metric at the last checkpoint</summary><div class="tables">{"".join(tables)}</div></details>'
 
 
@@ -215,54 +241,85 @@ def build(run_dir: Path | str, *, batch_size: int = 64, seed: int = 0) -> Report
     tl, probed = timeline_of(run, batch_size, seed)
     thresholds = {p: timeline.formation_threshold(tl, p)[0] for p in tl.per_head if p in probes.names()}
     found = stages.detect(tl)
-    figs = {"curves": plots.curves(run.metrics, tl.loss_drop_step, tl.formed()),
-            "timelines": plots.head_timelines(tl, thresholds),
-            "stages": plots.stages(tl, stages.series(tl), found)} | probe_figures(tl, run.task)
+    figs = {
+        "curves": plots.curves(run.metrics, tl.loss_drop_step, tl.formed()),
+        "timelines": plots.head_timelines(tl, thresholds),
+        "stages": plots.stages(tl, stages.series(tl), found),
+    } | probe_figures(tl, run.task)
     figs = {k: f for k, f in figs.items() if f is not None}
     rendered = attention_views(run, tl, seed)
 
     cfg = run.config
-    sections = [_section("summary", "Summary", f"<pre>{html.escape(chr(10).join(summary(tl, run.task)))}</pre>"),
-                _section("config", "Configuration", _config_tables(run)),
-                _section("curves", "Loss and accuracy", _img(figs["curves"], "loss and accuracy curves") +
-                         '<p class="note">Dotted: the step where the held-out loss falls fastest (per unit of log-step) after it '
-                         'leaves its plateau, where it has one (a change point of the loss; the first steps\' fall from '
-                         'the initialisation is no transition). '
-                         'Dashed: the first head of each probe to form.</p>')]
+    sections = [
+        _section("summary", "Summary", f"<pre>{html.escape(chr(10).join(summary(tl, run.task)))}</pre>"),
+        _section("config", "Configuration", _config_tables(run)),
+        _section(
+            "curves",
+            "Loss and accuracy",
+            _img(figs["curves"], "loss and accuracy curves")
+            + '<p class="note">Dotted: the step where the held-out loss falls fastest (per unit of log-step) after it '
+            "leaves its plateau, where it has one (a change point of the loss; the first steps' fall from "
+            "the initialisation is no transition). "
+            "Dashed: the first head of each probe to form.</p>",
+        ),
+    ]
     if "timelines" in figs:
-        sections.append(_section("timelines", "Probe timelines", _img(figs["timelines"], "per-head probe timelines") +
-                                 '<p class="note">Each head\'s score at every probed checkpoint, one panel per probe '
-                                 '(labelled by its name); dash-dotted: the probe\'s threshold, raised where a uniform '
-                                 'head already scores high on the probe\'s inputs (chance); dashed: the step after '
-                                 'which a head stays above it (formation); dotted: the loss drop.</p>' +
-                                 _formation_table(tl)))
-    sections.append(_section("stages", "Stages", _img(figs["stages"], "stages of training") +
-                             '<p class="note">Stages found without a circuit in mind, on one step axis: each timeline\'s '
-                             'change points (red: where the best piecewise-linear fit in log-step turns a corner), the '
-                             'LLC\'s turns (purple, dash-dotted: where it stops rising or falling, as Hoogland et al. '
-                             'read stages), and the step each probe\'s first head forms (dashed). The LLC and sharpness '
-                             'appear when the run was probed with <code>--probes llc,sharpness</code>.</p>' +
-                             _table([(name, ", ".join(map(str, steps)) or "—") for name, steps in found.items()],
-                                    ("timeline", "stage boundaries (steps)"))))
+        sections.append(
+            _section(
+                "timelines",
+                "Probe timelines",
+                _img(figs["timelines"], "per-head probe timelines")
+                + '<p class="note">Each head\'s score at every probed checkpoint, one panel per probe '
+                "(labelled by its name); dash-dotted: the probe's threshold, raised where a uniform "
+                "head already scores high on the probe's inputs (chance); dashed: the step after "
+                "which a head stays above it (formation); dotted: the loss drop.</p>" + _formation_table(tl),
+            )
+        )
+    sections.append(
+        _section(
+            "stages",
+            "Stages",
+            _img(figs["stages"], "stages of training")
+            + '<p class="note">Stages found without a circuit in mind, on one step axis: each timeline\'s '
+            "change points (red: where the best piecewise-linear fit in log-step turns a corner), the "
+            "LLC's turns (purple, dash-dotted: where it stops rising or falling, as Hoogland et al. "
+            "read stages), and the step each probe's first head forms (dashed). The LLC and sharpness "
+            "appear when the run was probed with <code>--probes llc,sharpness</code>.</p>"
+            + _table(
+                [(name, ", ".join(map(str, steps)) or "—") for name, steps in found.items()],
+                ("timeline", "stage boundaries (steps)"),
+            ),
+        )
+    )
     for probe in timeline.shown_probes(tl):  # each headed by the probe that drew it
         own = probe.section
         if own is not None and own.name in figs:
-            sections.append(_section(own.name, f"{own.title} (probe {probe.name})", _img(figs[own.name], own.title.lower()) +
-                                     f'<p class="note">{html.escape(own.note, quote=False)}</p>'))
+            sections.append(
+                _section(
+                    own.name,
+                    f"{own.title} (probe {probe.name})",
+                    _img(figs[own.name], own.title.lower())
+                    + f'<p class="note">{html.escape(own.note, quote=False)}</p>',
+                )
+            )
     if rendered:
-        body = ('<p class="note">circuitsvis renders of each probe\'s top heads at checkpoints before, while and after '
-                'they form: rows of each heatmap are queries (destination), columns keys (source); hover a cell for '
-                'its tokens and value. The labels are what the tokens mean in the task.</p>' +
-                views.views_html(rendered, "attn"))
+        body = (
+            '<p class="note">circuitsvis renders of each probe\'s top heads at checkpoints before, while and after '
+            "they form: rows of each heatmap are queries (destination), columns keys (source); hover a cell for "
+            "its tokens and value. The labels are what the tokens mean in the task.</p>"
+            + views.views_html(rendered, "attn")
+        )
     else:
         body = '<p class="note">No attention renders: this model has no attention heads, or no probe scores heads.</p>'
     sections.append(_section("attention", "Attention", body))
     sections.append(_section("metrics", "Probe metrics", _last_metrics(tl)))
 
     nav = "<nav>" + "".join(f'<a href="#{a}">{html.escape(t)}</a>' for a, t, _ in sections) + "</nav>"
-    head = (f"<h1>{html.escape(run.path.name)}</h1><p class=\"sub\">{html.escape(cfg.task_name)} · "
-            f"{html.escape(models.describe(cfg.model))} · "
-            f"{len(tl.steps)} checkpoints probed · report written {time.strftime('%Y-%m-%d %H:%M')}</p>")
+    head = (
+        f'<h1>{html.escape(run.path.name)}</h1><p class="sub">{html.escape(cfg.task_name)} · '
+        f"{html.escape(models.describe(cfg.model))} · "
+        f"{len(tl.steps)} checkpoints probed · report written {time.strftime('%Y-%m-%d %H:%M')}</p>"
+    )
     page = views.page(f"mechsynth report: {run.path.name}", head + nav + "\n".join(s for _, _, s in sections), STYLE)
     return Report(run.path / "report.html", page, tl, figs, rendered, probed)
 

@@ -17,7 +17,11 @@ from typing import Any, Optional
 import numpy as np
 
 # the series of costly probes whose stages `detect` reads, besides each head-scoring probe's best head
-MEASURED = {"llc": ("llc", "llc"), "sharpness": ("sharpness", "lambda_max"), "circuit": ("circuit", "final_faithfulness")}
+MEASURED = {
+    "llc": ("llc", "llc"),
+    "sharpness": ("sharpness", "lambda_max"),
+    "circuit": ("circuit", "final_faithfulness"),
+}
 
 
 def _measured(steps: Sequence[int], values: Sequence[Optional[float]]) -> tuple[np.ndarray, np.ndarray, list[int]]:
@@ -39,8 +43,9 @@ def _segment_costs(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return cost
 
 
-def change_points(steps: Sequence[int], values: Sequence[Optional[float]], max_segments: int = 5,
-                  min_size: int = 3) -> list[int]:
+def change_points(
+    steps: Sequence[int], values: Sequence[Optional[float]], max_segments: int = 5, min_size: int = 3
+) -> list[int]:
     """The checkpoints where a new segment of the best piecewise-linear fit in log(step + 1) begins
     (NaN and None values are skipped; empty when one line fits best or there are too few points)."""
     x, y, kept = _measured(steps, values)
@@ -62,8 +67,10 @@ def change_points(steps: Sequence[int], values: Sequence[Optional[float]], max_s
     # BIC with each segment's slope, intercept and boundary costing twice BIC's log n, for the many boundaries
     # tried: on Gaussian noise at 22 checkpoints, 1% of series get a change point (BIC's own: 30%). The floor
     # keeps a perfect fit finite.
-    bic = [n * math.log(best[k, n] / n + 1e-4) + 6 * k * math.log(n) if math.isfinite(best[k, n]) else math.inf
-           for k in range(1, most + 1)]
+    bic = [
+        n * math.log(best[k, n] / n + 1e-4) + 6 * k * math.log(n) if math.isfinite(best[k, n]) else math.inf
+        for k in range(1, most + 1)
+    ]
     k = 1 + int(np.argmin(bic))
     starts, j = [], n
     for level in range(k, 0, -1):
@@ -76,14 +83,16 @@ def change_points(steps: Sequence[int], values: Sequence[Optional[float]], max_s
 class Segment:
     """One piece of the piecewise-linear fit in log(step + 1): its first and last checkpoints, how much its line
     falls over them, and how fast (per unit of log(step + 1))."""
+
     start: int
     end: int
     fall: float
     rate: float
 
 
-def segments(steps: Sequence[int], values: Sequence[Optional[float]], max_segments: int = 5,
-             min_size: int = 3) -> list[Segment]:
+def segments(
+    steps: Sequence[int], values: Sequence[Optional[float]], max_segments: int = 5, min_size: int = 3
+) -> list[Segment]:
     """The pieces `change_points` splits the series into, each with its own least-squares line in the series'
     own units (one piece when no change point is found; none when nothing was measured)."""
     x, y, kept = _measured(steps, values)
@@ -138,8 +147,11 @@ def turns(steps: Sequence[int], values: Sequence[Optional[float]], prominence: f
     out, last = [], 0  # last: the index of the previous turn (or the start)
     for i in range(1, len(smooth) - 1):
         for curve in (smooth, -smooth):  # a maximum, then a minimum (a maximum of the negated curve)
-            before, after = curve[last:i + 1], curve[i:]
-            if curve[i] >= max(before.max(), after.max()) and min(curve[i] - before.min(), curve[i] - after.min()) >= need:
+            before, after = curve[last : i + 1], curve[i:]
+            if (
+                curve[i] >= max(before.max(), after.max())
+                and min(curve[i] - before.min(), curve[i] - after.min()) >= need
+            ):
                 out.append(i)
                 last = i
                 break
@@ -155,7 +167,9 @@ def series(tl: Any) -> dict[str, list[Optional[float]]]:
     for name, (probe, metric) in MEASURED.items():
         if metric in tl.metrics.get(probe, {}):
             flagged = tl.metrics[probe].get("negative", [0.0] * len(tl.steps))
-            out[name] = [None if f == 1.0 or not math.isfinite(v) else v for v, f in zip(tl.metrics[probe][metric], flagged)]
+            out[name] = [
+                None if f == 1.0 or not math.isfinite(v) else v for v, f in zip(tl.metrics[probe][metric], flagged)
+            ]
     for probe, heads in tl.per_head.items():
         if heads:
             out[probe] = [max(v[i] for v in heads.values()) for i in range(len(tl.steps))]

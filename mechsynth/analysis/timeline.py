@@ -62,7 +62,9 @@ def applicable(run: Run, costly: bool = False) -> list[str]:
     MLP); the costly probes (llc, sharpness, circuit) only with `costly`, as they run only when named."""
     if not run.steps:
         return []
-    return [name for name in probes.names() if (costly or not probes.PROBES.get(name).costly) and why_not(run, name) is None]
+    return [
+        name for name in probes.names() if (costly or not probes.PROBES.get(name).costly) and why_not(run, name) is None
+    ]
 
 
 def why_not(run: Run, name: str) -> Optional[str]:
@@ -91,9 +93,16 @@ def chunk_size(model: nn.Module, batch_size: int, device: torch.device) -> int:
     return max(1, min(64, budget // (4 * batch_size * n_heads * n_ctx * n_ctx)))
 
 
-def probe_run(run: Run, names: Optional[Sequence[str]] = None, steps: Optional[Sequence[int]] = None,
-              batch_size: int = 64, seed: int = 0, device: str | torch.device = "cpu",
-              options: Optional[dict[str, dict[str, Any]]] = None, progress: bool = False) -> Timeline:
+def probe_run(
+    run: Run,
+    names: Optional[Sequence[str]] = None,
+    steps: Optional[Sequence[int]] = None,
+    batch_size: int = 64,
+    seed: int = 0,
+    device: str | torch.device = "cpu",
+    options: Optional[dict[str, dict[str, Any]]] = None,
+    progress: bool = False,
+) -> Timeline:
     """Probe checkpoints `steps` (default: all). Checkpoints are loaded side by side into one model with
     a leading checkpoint axis (`n_models`), so each chunk of checkpoints costs one forward per input.
     Costly probes (llc, sharpness, circuit) run on one checkpoint at a time, on the log-spaced subset their
@@ -104,8 +113,13 @@ def probe_run(run: Run, names: Optional[Sequence[str]] = None, steps: Optional[S
     steps = list(steps) if steps is not None else run.steps
     opts = {n: probes.options(n, (options or {}).get(n)) for n in names}  # every bad option before any work
     loss = [run.meta(s)["metrics"].get(f"{run.task.main_eval}/loss") for s in steps]
-    tl = Timeline(steps, loss, {n: {} for n in names}, {n: {} for n in names},
-                  options={n: to_dict(o) for n, o in opts.items() if o is not None})
+    tl = Timeline(
+        steps,
+        loss,
+        {n: {} for n in names},
+        {n: {} for n in names},
+        options={n: to_dict(o) for n, o in opts.items() if o is not None},
+    )
     costly = [n for n in names if probes.PROBES.get(n).costly]
     batched = [n for n in names if n not in costly]
     if batched:
@@ -120,24 +134,45 @@ def probe_run(run: Run, names: Optional[Sequence[str]] = None, steps: Optional[S
     return tl
 
 
-def _probe_batched(run: Run, tl: Timeline, names: list[str], batch_size: int, seed: int, device: str | torch.device,
-                   opts: dict[str, Any]) -> None:
+def _probe_batched(
+    run: Run,
+    tl: Timeline,
+    names: list[str],
+    batch_size: int,
+    seed: int,
+    device: str | torch.device,
+    opts: dict[str, Any],
+) -> None:
     steps = tl.steps
     init = models.probed(run.trainable(run.steps[0], device))  # step 0: what hidden-progress probes compare with
     # Chunks are sized by the largest input the probes read (modular arithmetic's "all": every pair).
-    largest = max([batch_size] + [len(probes.draw(probes.resolve(i, run.task), init, run.task, batch_size, seed).tokens)
-                                  for name in names for i in probes.PROBES.get(name).reads])
+    largest = max(
+        [batch_size]
+        + [
+            len(probes.draw(probes.resolve(i, run.task), init, run.task, batch_size, seed).tokens)
+            for name in names
+            for i in probes.PROBES.get(name).reads
+        ]
+    )
     size = min(len(steps), chunk_size(init, largest, torch.device(device)))
     stacked = models.build(run.config.model, run.task.spec, n_models=size).to(device)
     params = dict(stacked.named_parameters())
     for start in range(0, len(steps), size):
-        chunk = steps[start:start + size]
+        chunk = steps[start : start + size]
         weights = [run.weights(s) for s in chunk]
         weights += [weights[-1]] * (size - len(chunk))  # pad the last chunk; its extra results are dropped
-        stacked.load_state_dict({k: torch.stack([w[k] for w in weights]) if k in params else weights[0][k]
-                                 for k in weights[0]})  # buffers (e.g. the MLP's token values) are shared
-        for results in probes.run_many(names, models.probed(stacked), run.task, batch_size=batch_size, seed=seed, init=init,
-                                       options={n: opts[n] for n in names})[:len(chunk)]:
+        stacked.load_state_dict(
+            {k: torch.stack([w[k] for w in weights]) if k in params else weights[0][k] for k in weights[0]}
+        )  # buffers (e.g. the MLP's token values) are shared
+        for results in probes.run_many(
+            names,
+            models.probed(stacked),
+            run.task,
+            batch_size=batch_size,
+            seed=seed,
+            init=init,
+            options={n: opts[n] for n in names},
+        )[: len(chunk)]:
             _record(tl, results)
 
 
@@ -146,13 +181,23 @@ def _record(tl: Timeline, results: dict[str, probes.ProbeResult]) -> None:
         if result.per_head is not None:
             for layer in range(result.per_head.shape[0]):
                 for head in range(result.per_head.shape[1]):
-                    tl.per_head[name].setdefault(hooks.head_label(layer, head), []).append(float(result.per_head[layer, head]))
+                    tl.per_head[name].setdefault(hooks.head_label(layer, head), []).append(
+                        float(result.per_head[layer, head])
+                    )
         for key, value in result.metrics.items():
             tl.metrics[name].setdefault(key, []).append(value)
 
 
-def _probe_costly(run: Run, tl: Timeline, names: list[str], batch_size: int, seed: int, device: str | torch.device,
-                  opts: dict[str, Any], progress: bool) -> None:
+def _probe_costly(
+    run: Run,
+    tl: Timeline,
+    names: list[str],
+    batch_size: int,
+    seed: int,
+    device: str | torch.device,
+    opts: dict[str, Any],
+    progress: bool,
+) -> None:
     """Each costly probe on its own log-spaced checkpoints (`checkpoints` in its options, `opts`: each probe's
     options), one model at a time (the hooked model for `hooked` probes), with the run's fixed training set where
     it had one; the last checkpoint first, so that probes comparing with it (the circuit's final circuit) have it
@@ -175,9 +220,17 @@ def _probe_costly(run: Run, tl: Timeline, names: list[str], batch_size: int, see
                 continue
             if hooked:
                 tl_model = models.hooked(trained) if tl_model is None else models.reload(tl_model, trained)
-            results = probes.run_many(group, tl_model if hooked else _seen(trained, False), run.task,
-                                      batch_size=batch_size, seed=seed, options={n: opts[n] for n in group},
-                                      train_set=train_set, train=train, last=last)[0]
+            results = probes.run_many(
+                group,
+                tl_model if hooked else _seen(trained, False),
+                run.task,
+                batch_size=batch_size,
+                seed=seed,
+                options={n: opts[n] for n in group},
+                train_set=train_set,
+                train=train,
+                last=last,
+            )[0]
             for n, result in results.items():
                 measured[n][step] = result.metrics
                 last.setdefault(n, result)
@@ -202,10 +255,17 @@ def merge(old: Timeline, new: Timeline) -> Timeline:
         others = {k: v for k, v in (old.results(p) | new.variants.get(p, {})).items() if k != latest}
         if others:
             variants[p] = others
-    return Timeline(new.steps, new.loss, {p: old.per_head[p] for p in kept} | new.per_head,
-                    {p: old.metrics[p] for p in kept} | new.metrics, {p: old.formation[p] for p in kept} | new.formation,
-                    new.loss_drop_step, {p: old.options[p] for p in kept if p in old.options} | new.options, new.run_dir,
-                    variants)
+    return Timeline(
+        new.steps,
+        new.loss,
+        {p: old.per_head[p] for p in kept} | new.per_head,
+        {p: old.metrics[p] for p in kept} | new.metrics,
+        {p: old.formation[p] for p in kept} | new.formation,
+        new.loss_drop_step,
+        {p: old.options[p] for p in kept if p in old.options} | new.options,
+        new.run_dir,
+        variants,
+    )
 
 
 def formation_threshold(tl: Timeline, name: str) -> tuple[float, Optional[float]]:
@@ -226,7 +286,7 @@ def formation_threshold(tl: Timeline, name: str) -> tuple[float, Optional[float]
 
 
 def threshold_text(tl: Timeline, name: str) -> str:
-    """"score ≥ 0.4", or "score ≥ 0.76; chance 0.52" where chance raised the threshold (`formation_threshold`)."""
+    """ "score ≥ 0.4", or "score ≥ 0.76; chance 0.52" where chance raised the threshold (`formation_threshold`)."""
     threshold, chance = formation_threshold(tl, name)
     return f"score ≥ {threshold:.3g}" + (f"; chance {chance:.2g}" if chance is not None else "")
 
@@ -333,9 +393,11 @@ def log_to_wandb(tl: Timeline, logger) -> None:
             row |= {f"probe/{name}/{m}": series[i] for m, series in metrics.items()}
         history.append(row)
     logger.log_against("probe_step", history)
-    logger.summary({f"formation/{p}/{h}": s for p, heads in tl.formation.items() for h, s in heads.items()}
-                   | {"formation/loss_drop_step": tl.loss_drop_step}
-                   | {f"stages/{name}": found for name, found in stages.detect(tl).items()})
+    logger.summary(
+        {f"formation/{p}/{h}": s for p, heads in tl.formation.items() for h, s in heads.items()}
+        | {"formation/loss_drop_step": tl.loss_drop_step}
+        | {f"stages/{name}": found for name, found in stages.detect(tl).items()}
+    )
 
 
 def log_plots_to_wandb(tl: Timeline, logger) -> None:

@@ -58,25 +58,35 @@ class AttentionView:
     def __post_init__(self):
         n, q, k = self.patterns.shape
         if n != len(self.names) or q != k or k != len(self.tokens):
-            raise ValueError(f"patterns {tuple(self.patterns.shape)} do not match {len(self.names)} names "
-                             f"and {len(self.tokens)} tokens")
+            raise ValueError(
+                f"patterns {tuple(self.patterns.shape)} do not match {len(self.names)} names "
+                f"and {len(self.tokens)} tokens"
+            )
 
     def props(self, i: int) -> dict:
-        return {"attention": [[round(float(v), 4) for v in row] for row in self.patterns[i].tolist()],
-                "tokens": list(self.tokens), "maxValue": 1.0, "minValue": 0.0, "maskUpperTri": True,
-                "showAxisLabels": True}
+        return {
+            "attention": [[round(float(v), 4) for v in row] for row in self.patterns[i].tolist()],
+            "tokens": list(self.tokens),
+            "maxValue": 1.0,
+            "minValue": 0.0,
+            "maskUpperTri": True,
+            "showAxisLabels": True,
+        }
 
     def html(self, div_id: str) -> str:
         """The view's divs and the calls that render into them; the page must contain `bundle_script()` first."""
         cells = "".join(
             f'<div class="cv-cell"><div class="cv-name" style="text-align:center;font-size:0.85em">{html.escape(name)}</div>'
             f'<div class="cv-root" id="{div_id}-{i}"></div>'
-            f'<script>CircuitsVis.render({json.dumps(f"{div_id}-{i}")}, CircuitsVis.AttentionPattern, '
-            f'{_json_for_script(self.props(i))});</script></div>'
-            for i, name in enumerate(self.names))
+            f"<script>CircuitsVis.render({json.dumps(f'{div_id}-{i}')}, CircuitsVis.AttentionPattern, "
+            f"{_json_for_script(self.props(i))});</script></div>"
+            for i, name in enumerate(self.names)
+        )
         grid = f"display:grid;grid-template-columns:repeat({max(1, min(self.columns, len(self.names)))},minmax(0,1fr));gap:12px"
-        return (f'<figure class="cv-view" style="margin:1em 0 2em"><figcaption style="font-weight:600">'
-                f'{html.escape(self.title)}</figcaption><div style="{grid}">{cells}</div></figure>')
+        return (
+            f'<figure class="cv-view" style="margin:1em 0 2em"><figcaption style="font-weight:600">'
+            f'{html.escape(self.title)}</figcaption><div style="{grid}">{cells}</div></figure>'
+        )
 
 
 def views_html(views: Sequence[AttentionView], prefix: str = "cv") -> str:
@@ -86,9 +96,11 @@ def views_html(views: Sequence[AttentionView], prefix: str = "cv") -> str:
 
 def page(title: str, body: str, style: str = "") -> str:
     """A complete HTML document with no external resources."""
-    return (f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
-            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>{html.escape(title)}</title><style>{style}</style></head>\n<body>\n{body}\n</body></html>\n")
+    return (
+        f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{html.escape(title)}</title><style>{style}</style></head>\n<body>\n{body}\n</body></html>\n"
+    )
 
 
 class Shown:
@@ -119,8 +131,10 @@ def offline_html(view: object, title: str = "circuitsvis") -> str:
     report does, in place of circuitsvis's import from unpkg."""
     source = getattr(view, "cdn_src", view)  # RenderedHTML's str() is its cdn_src
     if not isinstance(source, str) or not _CDN_IMPORT.search(source):
-        raise ValueError(f"view: expected a circuitsvis view or its HTML (str(view)), got {type(view).__name__} "
-                         "without circuitsvis's import")
+        raise ValueError(
+            f"view: expected a circuitsvis view or its HTML (str(view)), got {type(view).__name__} "
+            "without circuitsvis's import"
+        )
     # The bundle (a classic script) runs before any module script, so the names are on `CircuitsVis` by then.
     body = _CDN_IMPORT.sub(lambda m: f"const {{{m.group(1)}}} = CircuitsVis;", source)
     return page(title, bundle_script() + "\n" + body)

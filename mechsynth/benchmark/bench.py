@@ -47,8 +47,9 @@ def _rank(a: torch.Tensor, b: torch.Tensor) -> Optional[float]:
     return float(spearmanr(a.abs().double().numpy(), b.abs().double().numpy()).statistic)
 
 
-def score_checkpoint(model: Any, case: Case, methods: Sequence[str], options: dict[str, dict[str, Any]]
-                     ) -> dict[str, Any]:
+def score_checkpoint(
+    model: Any, case: Case, methods: Sequence[str], options: dict[str, dict[str, Any]]
+) -> dict[str, Any]:
     """Every method on one checkpoint of `case`: its row per method, and what the truth was."""
     graph = circuits.Graph.of(model)
     src = circuits.source(model, graph, case.clean, case.corrupted, case.ablation)
@@ -71,15 +72,27 @@ def score_checkpoint(model: Any, case: Case, methods: Sequence[str], options: di
             scores = scores.detach().cpu().float()
             found = circuits.circuit(model, graph, case.clean, src, case.metric, scores, LEVEL)
         mib = circuits.mib_curve(model, graph, case.clean, src, case.metric, scores)
-        rows[name] = {"auroc": circuits.auc(scores, truth),
-                      "auroc_task": circuits.auc(scores, task_truth) if task_truth is not None else None,
-                      "cpr": mib.cpr, "cmd": mib.cmd, "mib_faithfulness": mib.faithfulness,
-                      "faithfulness": found.faithfulness, "edges": int(found.edges.sum()),
-                      "false_edges": int((found.edges & ~exact_circuit).sum()), "rank_exact": _rank(scores, exact),
-                      "seconds": seconds, "edges_per_s": len(scores) / seconds if seconds > 0 else None,
-                      "curve": found.curve}
-    return {"gap": clean_m - ablated_m, "n_edges": len(graph.edge_list), "truth_edges": int(truth.sum()),
-            "exact_edges": int(exact_circuit.sum()), "methods": rows}
+        rows[name] = {
+            "auroc": circuits.auc(scores, truth),
+            "auroc_task": circuits.auc(scores, task_truth) if task_truth is not None else None,
+            "cpr": mib.cpr,
+            "cmd": mib.cmd,
+            "mib_faithfulness": mib.faithfulness,
+            "faithfulness": found.faithfulness,
+            "edges": int(found.edges.sum()),
+            "false_edges": int((found.edges & ~exact_circuit).sum()),
+            "rank_exact": _rank(scores, exact),
+            "seconds": seconds,
+            "edges_per_s": len(scores) / seconds if seconds > 0 else None,
+            "curve": found.curve,
+        }
+    return {
+        "gap": clean_m - ablated_m,
+        "n_edges": len(graph.edge_list),
+        "truth_edges": int(truth.sum()),
+        "exact_edges": int(exact_circuit.sum()),
+        "methods": rows,
+    }
 
 
 def detected(curve_at_k: Sequence[float]) -> Optional[int]:
@@ -101,15 +114,18 @@ def over_training(points: list[dict[str, Any]], methods: Sequence[str]) -> dict[
         rows = [p["methods"][m] for p in points]
         found = detected(at_k[m])
         before = rows[:reference] if reference is not None else []
-        window = rows[max(0, reference - 1):reference + 2] if reference is not None else []
-        out[m] = {"detected": found, "lag": found - reference if found is not None and reference is not None else None,
-                  "false_transient": _mean([r["false_edges"] / r["edges"] for r in before if r["edges"]]),
-                  "rank_transition": _mean([r["rank_exact"] for r in window]), "top_k": K}
+        window = rows[max(0, reference - 1) : reference + 2] if reference is not None else []
+        out[m] = {
+            "detected": found,
+            "lag": found - reference if found is not None and reference is not None else None,
+            "false_transient": _mean([r["false_edges"] / r["edges"] for r in before if r["edges"]]),
+            "rank_transition": _mean([r["rank_exact"] for r in window]),
+            "top_k": K,
+        }
     return out
 
 
-def run_case(case: Case, methods: Sequence[str], options: dict[str, dict[str, Any]],
-             log: Any = None) -> dict[str, Any]:
+def run_case(case: Case, methods: Sequence[str], options: dict[str, dict[str, Any]], log: Any = None) -> dict[str, Any]:
     """Every method on every checkpoint of `case`, and what training adds."""
     points = []
     for step, model in case.checkpoints():
@@ -118,8 +134,7 @@ def run_case(case: Case, methods: Sequence[str], options: dict[str, dict[str, An
         if log is not None:
             shown = ", ".join(f"{m} AUROC {point['methods'][m]['auroc']:.2f}" for m in methods)
             log(f"{case.name} step {step}: {shown}")
-    out: dict[str, Any] = {"kind": case.kind, "truth": case.truth_says, "checkpoints": points,
-                           "notes": case.notes}
+    out: dict[str, Any] = {"kind": case.kind, "truth": case.truth_says, "checkpoints": points, "notes": case.notes}
     if len(points) > 1:
         out["over_training"] = over_training(points, methods)
     return out
@@ -132,16 +147,41 @@ def leaderboard(results: dict[str, Any], methods: Sequence[str]) -> list[dict[st
         for m in methods:
             per = [p["methods"][m] for p in r["checkpoints"]]
             trained = r.get("over_training", {}).get(m, {})
-            rows.append({"method": m, "case": case, "checkpoints": len(per),
-                         "auroc": _mean([x["auroc"] for x in per]), "cpr": _mean([x["cpr"] for x in per]),
-                         "cmd": _mean([x["cmd"] for x in per]), "lag": trained.get("lag"),
-                         "false_transient": trained.get("false_transient"),
-                         "rank_transition": trained.get("rank_transition"),
-                         "seconds": _mean([x["seconds"] for x in per]),
-                         "edges_per_s": _mean([x["edges_per_s"] for x in per])})
+            rows.append(
+                {
+                    "method": m,
+                    "case": case,
+                    "checkpoints": len(per),
+                    "auroc": _mean([x["auroc"] for x in per]),
+                    "cpr": _mean([x["cpr"] for x in per]),
+                    "cmd": _mean([x["cmd"] for x in per]),
+                    "lag": trained.get("lag"),
+                    "false_transient": trained.get("false_transient"),
+                    "rank_transition": trained.get("rank_transition"),
+                    "seconds": _mean([x["seconds"] for x in per]),
+                    "edges_per_s": _mean([x["edges_per_s"] for x in per]),
+                }
+            )
     for m in methods:
         mine = [r for r in rows if r["method"] == m and r["case"] != "all"]
-        rows.append({"method": m, "case": "all", "checkpoints": sum(r["checkpoints"] for r in mine),
-                     **{k: _mean([r[k] for r in mine]) for k in ("auroc", "cpr", "cmd", "lag", "false_transient",
-                                                                  "rank_transition", "seconds", "edges_per_s")}})
+        rows.append(
+            {
+                "method": m,
+                "case": "all",
+                "checkpoints": sum(r["checkpoints"] for r in mine),
+                **{
+                    k: _mean([r[k] for r in mine])
+                    for k in (
+                        "auroc",
+                        "cpr",
+                        "cmd",
+                        "lag",
+                        "false_transient",
+                        "rank_transition",
+                        "seconds",
+                        "edges_per_s",
+                    )
+                },
+            }
+        )
     return rows

@@ -12,10 +12,19 @@ from matplotlib.figure import Figure
 
 from mechsynth.util.figures import new_figure, png_base64
 
-COLUMNS = [("method", "method", ""), ("case", "zoo case", ""), ("checkpoints", "checkpoints", "d"),
-           ("auroc", "AUROC", ".2f"), ("cpr", "CPR ↑", ".3f"), ("cmd", "CMD ↓", ".3f"), ("lag", "lag", "+.1f"),
-           ("false_transient", "false (transient)", ".2f"), ("rank_transition", "ρ exact (transition)", ".2f"),
-           ("seconds", "s / checkpoint", ".3f"), ("edges_per_s", "edges / s", ".0f")]
+COLUMNS = [
+    ("method", "method", ""),
+    ("case", "zoo case", ""),
+    ("checkpoints", "checkpoints", "d"),
+    ("auroc", "AUROC", ".2f"),
+    ("cpr", "CPR ↑", ".3f"),
+    ("cmd", "CMD ↓", ".3f"),
+    ("lag", "lag", "+.1f"),
+    ("false_transient", "false (transient)", ".2f"),
+    ("rank_transition", "ρ exact (transition)", ".2f"),
+    ("seconds", "s / checkpoint", ".3f"),
+    ("edges_per_s", "edges / s", ".0f"),
+]
 
 
 def cell(value: Any, fmt: str) -> str:
@@ -32,13 +41,15 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     return "\n".join([head, rule, *body]) + "\n"
 
 
-LEGEND = ("AUROC: |score| separating the case's true edges from the others, mean over checkpoints. CPR, CMD: MIB's "
-          "areas under the faithfulness curve over its edge budgets and between it and 1 (a circuit can keep more than "
-          "the whole model, faithfulness above 1, and CPR with it). lag: checkpoints after exact "
-          "patching until the method's top K edges (K: the final exact circuit's size) keep the level for good. false "
-          "(transient): the share of the method's circuit outside exact patching's, before exact patching detects the "
-          "final circuit. ρ exact (transition): Spearman's ρ with exact patching's |effects| around that checkpoint. "
-          "s / checkpoint and edges / s: the method's own time.")
+LEGEND = (
+    "AUROC: |score| separating the case's true edges from the others, mean over checkpoints. CPR, CMD: MIB's "
+    "areas under the faithfulness curve over its edge budgets and between it and 1 (a circuit can keep more than "
+    "the whole model, faithfulness above 1, and CPR with it). lag: checkpoints after exact "
+    "patching until the method's top K edges (K: the final exact circuit's size) keep the level for good. false "
+    "(transient): the share of the method's circuit outside exact patching's, before exact patching detects the "
+    "final circuit. ρ exact (transition): Spearman's ρ with exact patching's |effects| around that checkpoint. "
+    "s / checkpoint and edges / s: the method's own time."
+)
 
 
 def figure(results: dict[str, Any], methods: list[str]) -> Figure:
@@ -61,17 +72,22 @@ def figure(results: dict[str, Any], methods: list[str]) -> Figure:
 def page(results: dict[str, Any], rows: list[dict[str, Any]], fig: Optional[Figure]) -> str:
     """The leaderboard and figures as one HTML page that opens offline."""
     head = "".join(f"<th>{html.escape(t)}</th>" for _, t, _ in COLUMNS)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(cell(r[k], f))}</td>" for k, _, f in COLUMNS) + "</tr>"
-                   for r in rows)
-    truths = "".join(f"<li><b>{html.escape(n)}</b> ({r['kind']}): scored against {html.escape(r['truth'])}</li>"
-                     for n, r in results["cases"].items())
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(cell(r[k], f))}</td>" for k, _, f in COLUMNS) + "</tr>" for r in rows
+    )
+    truths = "".join(
+        f"<li><b>{html.escape(n)}</b> ({r['kind']}): scored against {html.escape(r['truth'])}</li>"
+        for n, r in results["cases"].items()
+    )
     img = f'<img alt="over training" src="data:image/png;base64,{png_base64(fig)}">' if fig is not None else ""
-    return (f"<!doctype html><meta charset='utf-8'><title>circuit discovery benchmark</title>"
-            "<style>body{font-family:sans-serif;margin:2em}td,th{padding:2px 8px;text-align:right}"
-            "td:nth-child(-n+2),th:nth-child(-n+2){text-align:left}</style>"
-            f"<h1>Circuit discovery over training</h1><p>{html.escape(LEGEND)}</p>"
-            f"<table><tr>{head}</tr>{body}</table><h2>Zoo</h2><ul>{truths}</ul>{img}"
-            f"<p>{html.escape(results['provenance'])}</p>")
+    return (
+        f"<!doctype html><meta charset='utf-8'><title>circuit discovery benchmark</title>"
+        "<style>body{font-family:sans-serif;margin:2em}td,th{padding:2px 8px;text-align:right}"
+        "td:nth-child(-n+2),th:nth-child(-n+2){text-align:left}</style>"
+        f"<h1>Circuit discovery over training</h1><p>{html.escape(LEGEND)}</p>"
+        f"<table><tr>{head}</tr>{body}</table><h2>Zoo</h2><ul>{truths}</ul>{img}"
+        f"<p>{html.escape(results['provenance'])}</p>"
+    )
 
 
 def write(out: Path, results: dict[str, Any], rows: list[dict[str, Any]], methods: list[str]) -> dict[str, Path]:
@@ -86,6 +102,7 @@ def write(out: Path, results: dict[str, Any], rows: list[dict[str, Any]], method
 
 
 def log_to_wandb(logger: Any, rows: list[dict[str, Any]], page_html: str) -> None:
-    logger.table("bench_circuits/leaderboard", [t for _, t, _ in COLUMNS],
-                 [[r[k] for k, _, _ in COLUMNS] for r in rows])
+    logger.table(
+        "bench_circuits/leaderboard", [t for _, t, _ in COLUMNS], [[r[k] for k, _, _ in COLUMNS] for r in rows]
+    )
     logger.html("bench_circuits/report", page_html)

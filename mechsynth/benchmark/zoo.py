@@ -56,8 +56,11 @@ class Case:
 def _heads(n_heads: int, d_model: int, d_head: int, g: torch.Generator) -> dict[str, Tensor]:
     """One attention layer of heads with small random reads and no writes."""
     a = {w: torch.randn(n_heads, d_model, d_head, generator=g) * 0.1 for w in ("W_Q", "W_K", "W_V")}
-    return a | {"W_O": torch.zeros(n_heads, d_head, d_model), "b_O": torch.zeros(d_model)} | {
-        b: torch.zeros(n_heads, d_head) for b in ("b_Q", "b_K", "b_V")}
+    return (
+        a
+        | {"W_O": torch.zeros(n_heads, d_head, d_model), "b_O": torch.zeros(d_model)}
+        | {b: torch.zeros(n_heads, d_head) for b in ("b_Q", "b_K", "b_V")}
+    )
 
 
 def planted_induction(n_heads: int = 3, seed: int = 0, V: int = 6, N: int = 16) -> tuple[Any, list[str]]:
@@ -73,8 +76,12 @@ def planted_induction(n_heads: int = 3, seed: int = 0, V: int = 6, N: int = 16) 
     d_model, d_head = 3 * V + N, max(V, N)
     tok, pos, prev, out = slice(0, V), slice(V, V + N), slice(V + N, 2 * V + N), slice(2 * V + N, 3 * V + N)
     big = 40.0 * math.sqrt(d_head)
-    sd = {"embed.W_E": torch.zeros(V, d_model), "pos_embed.W_pos": torch.zeros(N, d_model),
-          "unembed.W_U": torch.zeros(d_model, V), "unembed.b_U": torch.zeros(V)}
+    sd = {
+        "embed.W_E": torch.zeros(V, d_model),
+        "pos_embed.W_pos": torch.zeros(N, d_model),
+        "unembed.W_U": torch.zeros(d_model, V),
+        "unembed.b_U": torch.zeros(V),
+    }
     sd["embed.W_E"][:, tok] = torch.eye(V)
     sd["pos_embed.W_pos"][:, pos] = torch.eye(N)
     sd["unembed.W_U"][out] = 5 * torch.eye(V)
@@ -95,8 +102,9 @@ def planted_induction(n_heads: int = 3, seed: int = 0, V: int = 6, N: int = 16) 
             a["W_V"][h, tok, :V] = torch.eye(V)
             a["W_O"][h, :V, out] = torch.eye(V)
         sd |= {f"blocks.{layer}.attn.{k}": v for k, v in a.items()}
-    cfg = TransformerConfig(n_layers=2, n_heads=n_heads, d_model=d_model, d_head=d_head, attn_only=True,
-                            normalization="none")
+    cfg = TransformerConfig(
+        n_layers=2, n_heads=n_heads, d_model=d_model, d_head=d_head, attn_only=True, normalization="none"
+    )
     truth = [f"input->L0H{p}.v", f"L0H{p}->L1H{i}.k", f"input->L1H{i}.q", f"input->L1H{i}.v", f"L1H{i}->logits"]
     return hooked_transformer(cfg, V, V, N, sd), truth
 
@@ -106,28 +114,38 @@ def repeated(seed: int, batch: int = 16, V: int = 6, N: int = 16) -> Batch:
     half = torch.randint(V, (batch, N // 2), generator=torch.Generator().manual_seed(seed))
     toks = torch.cat([half, half], 1)
     mask = torch.zeros_like(toks, dtype=torch.bool)
-    mask[:, N // 2:-1] = True
+    mask[:, N // 2 : -1] = True
     return Batch(toks, torch.cat([toks[:, 1:], toks[:, :1]], 1), mask)
 
 
 def planted_case(n_heads: int = 3, seed: int = 0) -> Case:
     model, truth = planted_induction(n_heads, seed)
     clean, corrupted = repeated(1), repeated(2)
-    return Case(f"planted_induction_{n_heads}h", "planted", "the planted edges", lambda: iter([(0, model)]),
-                clean.tokens, corrupted.tokens, patch_metric("logit_diff", clean, corrupted), truth)
+    return Case(
+        f"planted_induction_{n_heads}h",
+        "planted",
+        "the planted edges",
+        lambda: iter([(0, model)]),
+        clean.tokens,
+        corrupted.tokens,
+        patch_metric("logit_diff", clean, corrupted),
+        truth,
+    )
 
 
 # ---- compiled (tracr) --------------------------------------------------------------------------------------
 
 
-def numerical_metric(clean_y: Float[Tensor, "batch pos"], corrupted_y: Float[Tensor, "batch pos"],
-                     mask: Float[Tensor, "batch pos"]) -> Metric:
+def numerical_metric(
+    clean_y: Float[Tensor, "batch pos"], corrupted_y: Float[Tensor, "batch pos"], mask: Float[Tensor, "batch pos"]
+) -> Metric:
     """The share of the clean-vs-counterfactual output difference kept, over the scored positions:
     sum((out - y_cf) * (y_clean - y_cf)) / sum((y_clean - y_cf)^2), out the one output logit."""
     diff = (clean_y - corrupted_y) * mask
 
     def metric(logits: Tensor) -> Tensor:  # [copy, batch, pos, 1]
         return ((logits[..., 0] - corrupted_y) * diff).sum((1, 2)) / diff.pow(2).sum()
+
     return metric
 
 
@@ -144,7 +162,9 @@ def tracr_model(name: str) -> tuple[Any, dict[str, Any]]:
 
     record = json.loads((TRACR / f"{name}.json").read_text())
     sd = load_file(str(TRACR / f"{name}.safetensors"))
-    return hooked_transformer(TransformerConfig(**record["config"]), record["V"], record["V_out"], record["N"], sd), record
+    return hooked_transformer(
+        TransformerConfig(**record["config"]), record["V"], record["V_out"], record["N"], sd
+    ), record
 
 
 def resample_truth(record: dict[str, Any]) -> list[str]:
@@ -162,11 +182,20 @@ def record_case(record: dict[str, Any]) -> tuple[Tensor, Tensor, Tensor, Tensor,
     clean, corrupted = torch.tensor(record["clean"]), torch.tensor(record["corrupted"])
     mask = torch.tensor([[v is not None for v in row] for row in record["clean_outputs"]])
     if record["output"] == "categorical":
-        ids = lambda rows: torch.tensor([[record["outputs"].index(v) if v is not None else 0 for v in row]  # noqa: E731
-                                         for row in rows])
+        ids = lambda rows: torch.tensor(
+            [
+                [record["outputs"].index(v) if v is not None else 0 for v in row]  # noqa: E731
+                for row in rows
+            ]
+        )
         targets, cf_targets = ids(record["clean_outputs"]), ids(record["corrupted_outputs"])
-        return clean, corrupted, mask, targets, patch_metric("logit_diff", Batch(clean, targets, mask),
-                                                             Batch(corrupted, cf_targets, mask))
+        return (
+            clean,
+            corrupted,
+            mask,
+            targets,
+            patch_metric("logit_diff", Batch(clean, targets, mask), Batch(corrupted, cf_targets, mask)),
+        )
     values = lambda rows: torch.tensor([[v if v is not None else 0.0 for v in row] for row in rows])  # noqa: E731
     y, y_cf = values(record["clean_outputs"]), values(record["corrupted_outputs"])
     return clean, corrupted, mask, y, numerical_metric(y, y_cf, mask.float())
@@ -176,28 +205,48 @@ def tracr_case(name: str) -> Case:
     model, record = tracr_model(name)
     clean, corrupted, _, _, metric = record_case(record)
     # zero ablation: the truth is the compiled circuit itself, whatever the counterfactual changes
-    return Case(f"tracr_{name}", "compiled", "the compiled edges that carry information (structural, less the inert: "
-                "those whose removal changes no output), under zero ablation", lambda: iter([(0, model)]), clean,
-                corrupted, metric, record["informative"], notes={"source": record["source"], "output": record["output"]},
-                ablation="zero")
+    return Case(
+        f"tracr_{name}",
+        "compiled",
+        "the compiled edges that carry information (structural, less the inert: "
+        "those whose removal changes no output), under zero ablation",
+        lambda: iter([(0, model)]),
+        clean,
+        corrupted,
+        metric,
+        record["informative"],
+        notes={"source": record["source"], "output": record["output"]},
+        ablation="zero",
+    )
 
 
 # ---- trained -----------------------------------------------------------------------------------------------
 
 # Small enough that the whole zoo trains and is scored in minutes on 2 cores; `--size full` for longer runs.
 TRAINED: dict[str, dict[str, Any]] = {
-    "markov_icl": {"task": {"name": "markov_icl", "k": 3, "order": 2, "length": 64},
-                   "model": {"n_layers": 2, "n_heads": 1, "d_model": 32, "attn_only": True},
-                   "train": {"steps": 800, "batch_size": 64, "lr": 3e-3, "eval_every": 50, "checkpoints": 40}},
-    "sparse_boolean": {"task": {"name": "sparse_boolean", "length": 16, "s": 3, "function": "majority"},
-                       "model": {"n_layers": 1, "n_heads": 1, "d_model": 64},
-                       "train": {"steps": 1500, "batch_size": 64, "lr": 1e-3, "eval_every": 50, "checkpoints": 40}},
+    "markov_icl": {
+        "task": {"name": "markov_icl", "k": 3, "order": 2, "length": 64},
+        "model": {"n_layers": 2, "n_heads": 1, "d_model": 32, "attn_only": True},
+        "train": {"steps": 800, "batch_size": 64, "lr": 3e-3, "eval_every": 50, "checkpoints": 40},
+    },
+    "sparse_boolean": {
+        "task": {"name": "sparse_boolean", "length": 16, "s": 3, "function": "majority"},
+        "model": {"n_layers": 1, "n_heads": 1, "d_model": 64},
+        "train": {"steps": 1500, "batch_size": 64, "lr": 1e-3, "eval_every": 50, "checkpoints": 40},
+    },
     # a chain's next token from its parent's (Nichani et al. 2024): the answer reads the query's parent
-    "causal_icl": {"task": {"name": "causal_icl", "k": 10, "length": 20, "graph": "chain", "alpha": 0.1,
-                            "target": "query"},
-                   "model": {"n_layers": 2, "n_heads": 1, "d_model": 64, "attn_only": True},
-                   "train": {"steps": 1500, "batch_size": 128, "lr": 1e-3, "eval_every": 100, "eval_batch_size": 128,
-                             "checkpoints": 40}},
+    "causal_icl": {
+        "task": {"name": "causal_icl", "k": 10, "length": 20, "graph": "chain", "alpha": 0.1, "target": "query"},
+        "model": {"n_layers": 2, "n_heads": 1, "d_model": 64, "attn_only": True},
+        "train": {
+            "steps": 1500,
+            "batch_size": 128,
+            "lr": 1e-3,
+            "eval_every": 100,
+            "eval_batch_size": 128,
+            "checkpoints": 40,
+        },
+    },
 }
 
 
@@ -225,9 +274,18 @@ def trained_case(name: str, run_dir: Path, checkpoints: int, batch: int, steps: 
     metric = patch_metric(task.patch_metric, clean, corrupted)
     # the same at every checkpoint: found once, when first asked for
     task_truth = functools.cache(lambda: _induction_circuit(run)) if name == "markov_icl" else None
-    return Case(f"trained_{name}", "trained", "the exact-patching circuit at each checkpoint (the fewest edges by "
-                f"exact effect keeping {LEVEL} of the gap)", lambda: run.models(visit), clean.tokens, corrupted.tokens,
-                metric, None, task_truth, notes={"run": str(run_dir), "steps": visit})
+    return Case(
+        f"trained_{name}",
+        "trained",
+        f"the exact-patching circuit at each checkpoint (the fewest edges by exact effect keeping {LEVEL} of the gap)",
+        lambda: run.models(visit),
+        clean.tokens,
+        corrupted.tokens,
+        metric,
+        None,
+        task_truth,
+        notes={"run": str(run_dir), "steps": visit},
+    )
 
 
 def _induction_circuit(run: Any) -> list[str]:
@@ -236,6 +294,8 @@ def _induction_circuit(run: Any) -> list[str]:
     from mechsynth import probes
 
     model = next(iter(run.models([run.steps[-1]])))[1]
-    p, i = (f"L{layer}H{int(probes.run(probe, model, run.task, batch_size=32).per_head[layer].argmax())}"
-            for probe, layer in (("previous_token", 0), ("induction", 1)))
+    p, i = (
+        f"L{layer}H{int(probes.run(probe, model, run.task, batch_size=32).per_head[layer].argmax())}"
+        for probe, layer in (("previous_token", 0), ("induction", 1))
+    )
     return [f"input->{p}.v", f"{p}->{i}.k", f"input->{i}.q", f"input->{i}.v", f"{i}->logits"]

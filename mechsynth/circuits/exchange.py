@@ -60,6 +60,7 @@ EdgeMask = Optional[Bool[Tensor, "edge"]]
 
 # --- names -------------------------------------------------------------------------------------------------------
 
+
 def eap_node(name: str) -> str:
     """mechsynth's sender or receiver node as EAP-IG names it ("L0H1" -> "a0.h1", "MLP0" -> "m0"; q/k/v dropped)."""
     if name in (INPUT, LOGITS):
@@ -110,6 +111,7 @@ def _eap_edges(n_layers: int, n_heads: int) -> list[tuple[str, str, str]]:
 
 # --- to EAP-IG ---------------------------------------------------------------------------------------------------
 
+
 def _check_lengths(graph: Graph, scores: EdgeScores, in_circuit: EdgeMask) -> None:
     n = len(graph.edge_list)
     for field, given in (("scores", scores), ("in_circuit", in_circuit)):
@@ -133,8 +135,9 @@ def _nodes_in_circuit(graph: Graph, in_circuit: EdgeMask) -> dict[str, bool]:
     return {name: touched[name] for name in _eap_nodes(graph.n_layers, graph.n_heads) if name in touched}
 
 
-def to_eap_json(graph: Graph, scores: EdgeScores, in_circuit: EdgeMask = None, *,
-                d_model: Optional[int] = None) -> dict[str, Any]:
+def to_eap_json(
+    graph: Graph, scores: EdgeScores, in_circuit: EdgeMask = None, *, d_model: Optional[int] = None
+) -> dict[str, Any]:
     """`scores` and the circuit `in_circuit` (both over `graph.edge_list`) as EAP-IG's `Graph.to_json` writes a graph:
     every edge of mechsynth's graph, in EAP-IG's order, with "score" (none where `scores` is None: MIB's
     membership-only circuits) and "in_graph" (False for every edge where `in_circuit` is None)."""
@@ -151,8 +154,9 @@ def to_eap_json(graph: Graph, scores: EdgeScores, in_circuit: EdgeMask = None, *
     return {"cfg": _cfg(graph, d_model), "nodes": nodes, "edges": edges}
 
 
-def to_eap_pt(graph: Graph, scores: Float[Tensor, "edge"], in_circuit: EdgeMask = None, *,
-              d_model: Optional[int] = None) -> dict[str, Any]:
+def to_eap_pt(
+    graph: Graph, scores: Float[Tensor, "edge"], in_circuit: EdgeMask = None, *, d_model: Optional[int] = None
+) -> dict[str, Any]:
     """The same as EAP-IG's `Graph.to_pt` writes it: [sender, receiver] matrices in EAP-IG's order (for an
     attention-only model its MLP rows and columns stay 0 and out of the circuit), every edge out of the circuit where
     `in_circuit` is None."""
@@ -167,8 +171,14 @@ def to_eap_pt(graph: Graph, scores: Float[Tensor, "edge"], in_circuit: EdgeMask 
         edges_in[rows, cols] = in_circuit.cpu()
     member = _nodes_in_circuit(graph, in_circuit)
     nodes_in = torch.tensor([member.get(n, False) for n in senders])
-    return {"cfg": _cfg(graph, d_model), "src_nodes": senders, "dst_nodes": receivers, "edges_scores": edge_scores,
-            "edges_in_graph": edges_in, "nodes_in_graph": nodes_in}
+    return {
+        "cfg": _cfg(graph, d_model),
+        "src_nodes": senders,
+        "dst_nodes": receivers,
+        "edges_scores": edge_scores,
+        "edges_in_graph": edges_in,
+        "nodes_in_graph": nodes_in,
+    }
 
 
 def _cells(graph: Graph) -> tuple[Tensor, Tensor]:
@@ -180,6 +190,7 @@ def _cells(graph: Graph) -> tuple[Tensor, Tensor]:
 
 
 # --- from EAP-IG -------------------------------------------------------------------------------------------------
+
 
 def _check_cfg(cfg: Any, graph: Graph, d_model: Optional[int]) -> None:
     if not isinstance(cfg, dict):
@@ -197,12 +208,14 @@ def _check_cfg(cfg: Any, graph: Graph, d_model: Optional[int]) -> None:
 
 def _unknown(kind: str, name: str, graph: Graph) -> ValueError:
     mlp = "with MLPs" if graph.has_mlp else "attention-only"
-    return ValueError(f"{kind}: {name!r} is no {kind[:-1]} of this model ({graph.n_layers} layers × {graph.n_heads} "
-                      f"heads, {mlp})")
+    return ValueError(
+        f"{kind}: {name!r} is no {kind[:-1]} of this model ({graph.n_layers} layers × {graph.n_heads} heads, {mlp})"
+    )
 
 
-def from_eap_json(data: dict[str, Any], graph: Graph, *, d_model: Optional[int] = None,
-                  dtype: Optional[torch.dtype] = None) -> tuple[EdgeScores, EdgeMask]:
+def from_eap_json(
+    data: dict[str, Any], graph: Graph, *, d_model: Optional[int] = None, dtype: Optional[torch.dtype] = None
+) -> tuple[EdgeScores, EdgeMask]:
     """(scores, in_circuit) over `graph.edge_list` from a graph as EAP-IG's `Graph.to_json` writes it (or a dict of
     that JSON). Either is None where no edge has that field ("score": MIB's membership-only circuits). A file that
     does not fit the model (other sizes, a node or edge it lacks, an edge of it missing, a field on some edges only)
@@ -233,8 +246,7 @@ def from_eap_json(data: dict[str, Any], graph: Graph, *, d_model: Optional[int] 
             raise ValueError(f"edges[{name!r}]: not a mapping with score and in_graph")
         if name not in index:  # an MLP edge of EAP-IG's graph of an attention-only model
             if edge.get("score", 0) != 0 or edge.get("in_graph", False):
-                raise ValueError(f"edges[{name!r}]: scored or in the circuit, but this attention-only model has no "
-                                 "MLP")
+                raise ValueError(f"edges[{name!r}]: scored or in the circuit, but this attention-only model has no MLP")
             continue
         for field in values:
             if field in edge:
@@ -257,14 +269,17 @@ def from_eap_json(data: dict[str, Any], graph: Graph, *, d_model: Optional[int] 
     return out[0], out[1]
 
 
-def from_eap_pt(data: dict[str, Any], graph: Graph, *, d_model: Optional[int] = None,
-                dtype: Optional[torch.dtype] = None) -> tuple[Float[Tensor, "edge"], Bool[Tensor, "edge"]]:
+def from_eap_pt(
+    data: dict[str, Any], graph: Graph, *, d_model: Optional[int] = None, dtype: Optional[torch.dtype] = None
+) -> tuple[Float[Tensor, "edge"], Bool[Tensor, "edge"]]:
     """(scores, in_circuit) over `graph.edge_list` from what EAP-IG's `Graph.to_pt` saves; refused as
     `from_eap_json` refuses, and where a matrix entry that is no edge of this model is scored or in the circuit."""
     for field in ("cfg", "src_nodes", "dst_nodes", "edges_scores", "edges_in_graph"):
         if field not in data:
-            raise ValueError(f"{field}: missing (EAP-IG's .pt graph has cfg, src_nodes, dst_nodes, edges_scores, "
-                             "edges_in_graph, nodes_in_graph)")
+            raise ValueError(
+                f"{field}: missing (EAP-IG's .pt graph has cfg, src_nodes, dst_nodes, edges_scores, "
+                "edges_in_graph, nodes_in_graph)"
+            )
     _check_cfg(data["cfg"], graph, d_model)
     senders = _eap_nodes(graph.n_layers, graph.n_heads)[:-1]
     receivers = _eap_receivers(graph.n_layers, graph.n_heads)
@@ -272,8 +287,10 @@ def from_eap_pt(data: dict[str, Any], graph: Graph, *, d_model: Optional[int] = 
         if list(data[field]) != ours:
             given = list(data[field])
             at = next((i for i, (a, b) in enumerate(zip(given, ours)) if a != b), min(len(given), len(ours)))
-            raise ValueError(f"{field}[{at}]: {given[at] if at < len(given) else 'missing'!r}, "
-                             f"this model's is {ours[at] if at < len(ours) else 'none'!r}")
+            raise ValueError(
+                f"{field}[{at}]: {given[at] if at < len(given) else 'missing'!r}, "
+                f"this model's is {ours[at] if at < len(ours) else 'none'!r}"
+            )
     shape = (len(senders), len(receivers))
     for field in ("edges_scores", "edges_in_graph"):
         if tuple(data[field].shape) != shape:
@@ -286,15 +303,23 @@ def from_eap_pt(data: dict[str, Any], graph: Graph, *, d_model: Optional[int] = 
     if stray.any():
         i, j = stray.nonzero()[0].tolist()
         field = "edges_scores" if scores[i, j] != 0 else "edges_in_graph"
-        raise ValueError(f"{field}[{i}, {j}]: {senders[i]}->{receivers[j]} is scored or in the circuit, but is no "
-                         "edge of this model")
+        raise ValueError(
+            f"{field}[{i}, {j}]: {senders[i]}->{receivers[j]} is scored or in the circuit, but is no edge of this model"
+        )
     return scores[rows, cols].to(dtype or torch.get_default_dtype()).clone(), kept[rows, cols].clone()
 
 
 # --- files -------------------------------------------------------------------------------------------------------
 
-def save(path: Union[str, Path], graph: Graph, scores: EdgeScores, in_circuit: EdgeMask = None, *,
-         d_model: Optional[int] = None) -> Path:
+
+def save(
+    path: Union[str, Path],
+    graph: Graph,
+    scores: EdgeScores,
+    in_circuit: EdgeMask = None,
+    *,
+    d_model: Optional[int] = None,
+) -> Path:
     """Write the scores and circuit where EAP-IG and MIB read them: `path` ending .json (`to_eap_json`) or .pt
     (`to_eap_pt`)."""
     path = Path(path)
@@ -309,8 +334,9 @@ def save(path: Union[str, Path], graph: Graph, scores: EdgeScores, in_circuit: E
     return path
 
 
-def load(path: Union[str, Path], graph: Graph, *, d_model: Optional[int] = None,
-         dtype: Optional[torch.dtype] = None) -> tuple[EdgeScores, EdgeMask]:
+def load(
+    path: Union[str, Path], graph: Graph, *, d_model: Optional[int] = None, dtype: Optional[torch.dtype] = None
+) -> tuple[EdgeScores, EdgeMask]:
     """(scores, in_circuit) over `graph.edge_list` from an EAP-IG / MIB graph file (.json or .pt)."""
     path = Path(path)
     if path.suffix == ".json":

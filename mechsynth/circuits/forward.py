@@ -65,7 +65,9 @@ class Outputs:
     inputs: dict[int, Tensor] = field(default_factory=dict)  # receiver index -> [copy*batch, pos, d_model]
 
 
-def sender_outputs(model: Any, graph: Graph, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "sender batch pos d_model"]:
+def sender_outputs(
+    model: Any, graph: Graph, tokens: Int[Tensor, "batch pos"]
+) -> Float[Tensor, "sender batch pos d_model"]:
     """What each sender writes to the residual stream on `tokens` (no gradients)."""
     seen: dict[int, Tensor] = {}
     with torch.no_grad():
@@ -73,10 +75,17 @@ def sender_outputs(model: Any, graph: Graph, tokens: Int[Tensor, "batch pos"]) -
     return torch.stack([seen[i] for i in range(len(graph.senders))])
 
 
-def run(model: Any, graph: Graph, tokens: Int[Tensor, "batch pos"],
-        patch: Optional[Float[Tensor, "copy sender receiver"]], source: Optional[Float[Tensor, "sender batch pos d_model"]],
-        *, keep_inputs: bool = False, input_override: Optional[Float[Tensor, "batch pos d_model"]] = None,
-        record: Optional[dict[int, Tensor]] = None) -> Outputs:
+def run(
+    model: Any,
+    graph: Graph,
+    tokens: Int[Tensor, "batch pos"],
+    patch: Optional[Float[Tensor, "copy sender receiver"]],
+    source: Optional[Float[Tensor, "sender batch pos d_model"]],
+    *,
+    keep_inputs: bool = False,
+    input_override: Optional[Float[Tensor, "batch pos d_model"]] = None,
+    record: Optional[dict[int, Tensor]] = None,
+) -> Outputs:
     """The model on `tokens`, with edge (u, v) of copy c patched by `patch[c, u, v]` (0: not, 1: fully;
     None: nothing patched, one copy) to `source[u]`. `input_override`: the input node's output (the
     embeddings, `hook_resid_pre` of block 0) replaced; integrated gradients walk it from the source to
@@ -119,8 +128,13 @@ def run(model: Any, graph: Graph, tokens: Int[Tensor, "batch pos"],
         d = delta(index)
         if d is None and not keep_inputs:
             return t
-        x = torch.stack([receive(resid_pre[layer] + d[h] if d is not None else resid_pre[layer].clone(), r)
-                         for h, r in enumerate(index)], 2)  # [batch, pos, head_index, d_model]
+        x = torch.stack(
+            [
+                receive(resid_pre[layer] + d[h] if d is not None else resid_pre[layer].clone(), r)
+                for h, r in enumerate(index)
+            ],
+            2,
+        )  # [batch, pos, head_index, d_model]
         attn = model.blocks[layer].attn
         W, b = getattr(attn, f"W_{c.upper()}"), getattr(attn, f"b_{c.upper()}")
         return torch.einsum("bphm,hmd->bphd", _normalize(model, layer, x), W) + b
@@ -144,11 +158,15 @@ def run(model: Any, graph: Graph, tokens: Int[Tensor, "batch pos"],
     fwd = []
     for layer in range(L):
         fwd.append((hooks.resid_pre(layer), lambda t, hook, l=layer: on_resid_pre(t, hook, l)))
-        fwd += [(hooks.head_input(layer, c), lambda t, hook, l=layer, c=c: on_head_input(t, hook, l, c)) for c in COMPONENTS]
+        fwd += [
+            (hooks.head_input(layer, c), lambda t, hook, l=layer, c=c: on_head_input(t, hook, l, c)) for c in COMPONENTS
+        ]
         fwd.append((hooks.head_z(layer), lambda t, hook, l=layer: on_z(t, hook, l)))
         if graph.has_mlp:
-            fwd += [(hooks.mlp_in(layer), lambda t, hook, r=rows[f"MLP{layer}"]: on_reader(t, hook, r)),
-                    (hooks.mlp_out(layer), lambda t, hook, l=layer: on_mlp_out(t, hook, l))]
+            fwd += [
+                (hooks.mlp_in(layer), lambda t, hook, r=rows[f"MLP{layer}"]: on_reader(t, hook, r)),
+                (hooks.mlp_out(layer), lambda t, hook, l=layer: on_mlp_out(t, hook, l)),
+            ]
     fwd.append((hooks.resid_post(L - 1), lambda t, hook: on_reader(t, hook, rows[LOGITS])))
     with mlp_inputs(model):
         logits = model.run_with_hooks(tokens.repeat(C, 1), fwd_hooks=fwd)

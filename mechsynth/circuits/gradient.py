@@ -26,9 +26,16 @@ from mechsynth.circuits.graph import INPUT, Graph
 from mechsynth.circuits.patching import BUDGET, Metric, as_patch
 
 
-def gradients(model: Any, graph: Graph, tokens: Tensor, metric: Metric, override: Optional[Tensor] = None,
-              record: Optional[dict[int, Tensor]] = None, patch: Optional[Tensor] = None,
-              src: Optional[Tensor] = None) -> dict[int, Tensor]:
+def gradients(
+    model: Any,
+    graph: Graph,
+    tokens: Tensor,
+    metric: Metric,
+    override: Optional[Tensor] = None,
+    record: Optional[dict[int, Tensor]] = None,
+    patch: Optional[Tensor] = None,
+    src: Optional[Tensor] = None,
+) -> dict[int, Tensor]:
     """d metric / d (each receiver's input), summed over the copies of `patch` (each copy's own gradient: copies
     do not interact), on `tokens`; `override` replaces the input node's output; `record` gets each sender's
     output on the way."""
@@ -39,14 +46,16 @@ def gradients(model: Any, graph: Graph, tokens: Tensor, metric: Metric, override
     return dict(zip(keys, grads))
 
 
-def edge_scores(graph: Graph, diff: Float[Tensor, "sender batch pos d_model"],
-                grads: dict[int, Float[Tensor, "batch pos d_model"]]) -> Float[Tensor, "edge"]:
+def edge_scores(
+    graph: Graph, diff: Float[Tensor, "sender batch pos d_model"], grads: dict[int, Float[Tensor, "batch pos d_model"]]
+) -> Float[Tensor, "edge"]:
     """(clean_u - source_u) · g_v for each edge (u, v), `grads[v]` receiver v's gradient."""
     return torch.stack([(diff[s] * grads[r]).sum() for s, r in graph.edge_list]).detach()
 
 
-def attribution(model: Any, graph: Graph, tokens: Int[Tensor, "batch pos"], src: Tensor, metric: Metric,
-                steps: int = 1) -> Float[Tensor, "edge"]:
+def attribution(
+    model: Any, graph: Graph, tokens: Int[Tensor, "batch pos"], src: Tensor, metric: Metric, steps: int = 1
+) -> Float[Tensor, "edge"]:
     """EAP (`steps` = 1): the gradient at the clean input. EAP-IG on inputs (`steps` > 1): the gradient averaged
     over the input node's outputs source + α (clean - source), α = 1/steps ... 1."""
     if steps == 1:  # one forward and one backward: the senders' outputs are recorded on the way
@@ -57,8 +66,9 @@ def attribution(model: Any, graph: Graph, tokens: Int[Tensor, "batch pos"], src:
     return along_inputs(model, graph, tokens, src, metric, [k / steps for k in range(1, steps + 1)])
 
 
-def along_inputs(model: Any, graph: Graph, tokens: Int[Tensor, "batch pos"], src: Tensor, metric: Metric,
-                 alphas: Sequence[float]) -> Float[Tensor, "edge"]:
+def along_inputs(
+    model: Any, graph: Graph, tokens: Int[Tensor, "batch pos"], src: Tensor, metric: Metric, alphas: Sequence[float]
+) -> Float[Tensor, "edge"]:
     """The gradient averaged over the input node's outputs source + α (clean - source), one point per α."""
     clean = forward.sender_outputs(model, graph, tokens)
     total: dict[int, Tensor] = {}
@@ -78,8 +88,9 @@ def sender_groups(graph: Graph) -> list[list[int]]:
     return list(groups.values())
 
 
-def along_activations(model: Any, graph: Graph, tokens: Int[Tensor, "batch pos"], src: Tensor, metric: Metric,
-                      steps: int) -> Float[Tensor, "edge"]:
+def along_activations(
+    model: Any, graph: Graph, tokens: Int[Tensor, "batch pos"], src: Tensor, metric: Metric, steps: int
+) -> Float[Tensor, "edge"]:
     """The gradient averaged over (group, α): one sender group's output set to source + α (clean - source),
     α = 1/steps ... 1, everything else clean, as MIB's EAP-IG-activations (Hanna et al.'s
     `get_scores_ig_activations`) computes it: the group's output is set, not computed, so no gradient flows back
@@ -95,14 +106,15 @@ def along_activations(model: Any, graph: Graph, tokens: Int[Tensor, "batch pos"]
     for k in range(1, steps + 1):
         point = (src + k / steps * (clean - src)).detach()
         for start in range(0, len(groups), chunk):
-            patch = as_patch(graph, sets[start:start + chunk]).to(src.device)
+            patch = as_patch(graph, sets[start : start + chunk]).to(src.device)
             for r, g in gradients(model, graph, tokens, metric, None, None, patch, point).items():
                 total[r] = total.get(r, 0) + g.unflatten(0, (-1, B)).sum(0) / (len(groups) * steps)
     return edge_scores(graph, clean - src, total)
 
 
-def at_both_ends(model: Any, graph: Graph, tokens: Int[Tensor, "batch pos"], src: Tensor,
-                 metric: Metric) -> Float[Tensor, "edge"]:
+def at_both_ends(
+    model: Any, graph: Graph, tokens: Int[Tensor, "batch pos"], src: Tensor, metric: Metric
+) -> Float[Tensor, "edge"]:
     """The gradient averaged over the clean run and the source run (the model on the source's input: under resample
     ablation, the corrupted run), the two ends of EAP-IG's path."""
     return along_inputs(model, graph, tokens, src, metric, [0.0, 1.0])

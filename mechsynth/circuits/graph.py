@@ -36,7 +36,7 @@ class Graph:
 
     @cached_property
     def senders(self) -> list[str]:
-        """"input", then per layer its heads ("L0H1") and its MLP ("MLP0"), in the order they compute."""
+        """ "input", then per layer its heads ("L0H1") and its MLP ("MLP0"), in the order they compute."""
         out = [INPUT]
         for layer in range(self.n_layers):
             out += [hooks.head_label(layer, h) for h in range(self.n_heads)] + ([f"MLP{layer}"] if self.has_mlp else [])
@@ -54,7 +54,13 @@ class Graph:
     def sender_layer(self, index: int) -> float:
         """Where a sender writes: -1 for the input, l for a head of layer l, l + 0.5 for MLP l."""
         name = self.senders[index]
-        return -1 if name == INPUT else float(name[3:]) + 0.5 if name.startswith("MLP") else float(hooks.parse_head(name)[0])
+        return (
+            -1
+            if name == INPUT
+            else float(name[3:]) + 0.5
+            if name.startswith("MLP")
+            else float(hooks.parse_head(name)[0])
+        )
 
     def receiver_layer(self, index: int) -> float:
         """Where a receiver reads: l for a head of layer l, l + 0.5 for MLP l, n_layers for the logits."""
@@ -109,8 +115,11 @@ def why_not(model: Any) -> Optional[str]:
         return f"circuit discovery reads learned or rotary positions, not {cfg.positional_embedding_type!r}"
     if getattr(cfg, "parallel_attn_mlp", False):
         return "circuit discovery needs attention before the MLP in each block (parallel_attn_mlp is off)"
-    needed = [hooks.resid_pre(0), hooks.resid_post(cfg.n_layers - 1)] + [
-        hooks.head_input(0, c) for c in COMPONENTS] + ([] if cfg.attn_only else [hooks.mlp_in(0), hooks.mlp_out(0)])
+    needed = (
+        [hooks.resid_pre(0), hooks.resid_post(cfg.n_layers - 1)]
+        + [hooks.head_input(0, c) for c in COMPONENTS]
+        + ([] if cfg.attn_only else [hooks.mlp_in(0), hooks.mlp_out(0)])
+    )
     missing = [h for h in needed if h not in have]
     if missing:
         return f"{type(model).__name__} lacks hook {missing[0]!r}, which circuit discovery patches"

@@ -50,6 +50,7 @@ def register_method(name: str, *, cost: str, options: Optional[type] = None, exa
     def deco(fn: Scorer) -> Scorer:
         METHODS.register(name)(Method(name, fn, options, cost, exact))
         return fn
+
     return deco
 
 
@@ -72,8 +73,9 @@ def declared(name: str, available: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in available.items() if k in fields}
 
 
-def discover(method: str, model: Any, graph: Graph, tokens: Int[Tensor, "batch pos"], src: Tensor, metric: Metric,
-             **options: Any) -> Float[Tensor, "edge"]:
+def discover(
+    method: str, model: Any, graph: Graph, tokens: Int[Tensor, "batch pos"], src: Tensor, metric: Metric, **options: Any
+) -> Float[Tensor, "edge"]:
     """Every edge's score by the registered `method` (`METHODS`), with its `options` (e.g. ig_steps=8 for
     eap_ig, threshold=0.02 for acdc)."""
     found = METHODS.get(method)

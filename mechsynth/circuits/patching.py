@@ -38,17 +38,21 @@ def patch_metric(kind: Literal["logit_diff", "loss"], clean: Batch, corrupted: B
             right = logits.gather(-1, targets.expand(logits.shape[0], -1, -1)[..., None])[..., 0]
             wrong = logits.gather(-1, corrupted.targets.expand(logits.shape[0], -1, -1)[..., None])[..., 0]
             return ((right - wrong) * where).sum((1, 2)) / where.sum()
+
         return logit_diff
 
     def minus_loss(logits: Tensor) -> Tensor:
-        ce = F.cross_entropy(logits.flatten(0, 2).float(), targets.expand(logits.shape[0], -1, -1).flatten(),
-                             reduction="none").view(logits.shape[:3])
+        ce = F.cross_entropy(
+            logits.flatten(0, 2).float(), targets.expand(logits.shape[0], -1, -1).flatten(), reduction="none"
+        ).view(logits.shape[:3])
         return -(ce * mask).sum((1, 2)) / mask.sum()
+
     return minus_loss
 
 
-def source(model: Any, graph: Graph, clean: Int[Tensor, "batch pos"], corrupted: Int[Tensor, "batch pos"],
-           ablation: str) -> Float[Tensor, "sender batch pos d_model"]:
+def source(
+    model: Any, graph: Graph, clean: Int[Tensor, "batch pos"], corrupted: Int[Tensor, "batch pos"], ablation: str
+) -> Float[Tensor, "sender batch pos d_model"]:
     """What a patched edge carries instead: each sender's output on the corrupted input ("resample"), its
     mean over the clean batch at each position ("mean"), or nothing ("zero")."""
     if ablation == "resample":
@@ -61,7 +65,9 @@ def source(model: Any, graph: Graph, clean: Int[Tensor, "batch pos"], corrupted:
     raise ValueError(f"ablation: {ablation!r}; allowed: {', '.join(ABLATIONS)}")
 
 
-def as_patch(graph: Graph, patched: Bool[Tensor, "copy edge"] | Float[Tensor, "copy edge"]) -> Float[Tensor, "copy sender receiver"]:
+def as_patch(
+    graph: Graph, patched: Bool[Tensor, "copy edge"] | Float[Tensor, "copy edge"]
+) -> Float[Tensor, "copy sender receiver"]:
     """Edge masks (or weights: 0 not patched ... 1 fully) over `graph.edge_list` as the [copy, sender, receiver]
     patch weights `forward.run` takes."""
     out = torch.zeros(patched.shape[0], len(graph.senders), len(graph.receivers))
@@ -70,8 +76,14 @@ def as_patch(graph: Graph, patched: Bool[Tensor, "copy edge"] | Float[Tensor, "c
     return out
 
 
-def metric_of(model: Any, graph: Graph, tokens: Int[Tensor, "batch pos"], src: Tensor, metric: Metric,
-              patched: Bool[Tensor, "copy edge"]) -> Float[Tensor, "copy"]:
+def metric_of(
+    model: Any,
+    graph: Graph,
+    tokens: Int[Tensor, "batch pos"],
+    src: Tensor,
+    metric: Metric,
+    patched: Bool[Tensor, "copy edge"],
+) -> Float[Tensor, "copy"]:
     """The metric with each copy's edges patched, as many copies per forward as the budget allows."""
     B, P = tokens.shape
     per_copy = B * P * model.cfg.d_model * 4 * (len(graph.senders) + 3 * graph.n_heads + 2)
@@ -79,16 +91,24 @@ def metric_of(model: Any, graph: Graph, tokens: Int[Tensor, "batch pos"], src: T
     out = []
     with torch.no_grad():
         for start in range(0, patched.shape[0], chunk):
-            part = as_patch(graph, patched[start:start + chunk]).to(src.device)
+            part = as_patch(graph, patched[start : start + chunk]).to(src.device)
             out.append(metric(forward.run(model, graph, tokens, part, src).logits))
     return torch.cat(out)
 
 
-def ends(model: Any, graph: Graph, tokens: Int[Tensor, "batch pos"], src: Tensor, metric: Metric) -> tuple[float, float]:
+def ends(
+    model: Any, graph: Graph, tokens: Int[Tensor, "batch pos"], src: Tensor, metric: Metric
+) -> tuple[float, float]:
     """(m(nothing patched), m(every edge patched)): the clean model and the fully ablated one."""
     n = len(graph.edge_list)
-    both = metric_of(model, graph, tokens, src, metric, torch.stack([torch.zeros(n, dtype=torch.bool),
-                                                                     torch.ones(n, dtype=torch.bool)]))
+    both = metric_of(
+        model,
+        graph,
+        tokens,
+        src,
+        metric,
+        torch.stack([torch.zeros(n, dtype=torch.bool), torch.ones(n, dtype=torch.bool)]),
+    )
     return float(both[0]), float(both[1])
 
 
@@ -99,11 +119,13 @@ def position_patching(model: Any, tokens: Int[Tensor, "batch pos"], metric: Metr
 
     B, P = tokens.shape
     with torch.no_grad():
+
         def at_each(t: Tensor, hook: Any) -> Tensor:  # copy p (of P + 1; the last is clean) ablates position p
             t = t.unflatten(0, (P + 1, B)).clone()
             for p in range(P):
                 t[p, :, p] = t[p, :, p].mean(0)
             return t.flatten(0, 1)
+
         logits = model.run_with_hooks(tokens.repeat(P + 1, 1), fwd_hooks=[(hooks.resid_pre(0), at_each)])
         m = metric(logits.unflatten(0, (P + 1, B)))
     return m[-1] - m[:-1]

@@ -23,15 +23,21 @@ class Circuit:
     curve: list[float]  # faithfulness of the top k edges, k = 1 ... every edge
 
 
-def faithfulness(model: Any, graph: Graph, tokens: Int[Tensor, "batch pos"], src: Tensor, metric: Metric,
-                 circuits: Bool[Tensor, "copy edge"]) -> Float[Tensor, "copy"]:
+def faithfulness(
+    model: Any,
+    graph: Graph,
+    tokens: Int[Tensor, "batch pos"],
+    src: Tensor,
+    metric: Metric,
+    circuits: Bool[Tensor, "copy edge"],
+) -> Float[Tensor, "copy"]:
     """(m(C) - m(∅)) / (m(all) - m(∅)) for each circuit C: the share of the clean-vs-ablated metric gap it
     keeps with every edge outside it patched (1: as the whole model, 0: as nothing). NaN when the gap is 0
     (the counterfactual changes nothing the metric sees)."""
     clean, ablated = ends(model, graph, tokens, src, metric)
     if clean == ablated:
         return torch.full((circuits.shape[0],), math.nan)
-    return ((metric_of(model, graph, tokens, src, metric, ~circuits).cpu() - ablated) / (clean - ablated))
+    return (metric_of(model, graph, tokens, src, metric, ~circuits).cpu() - ablated) / (clean - ablated)
 
 
 def top_edges(scores: Float[Tensor, "edge"], k: int, absolute: bool = True) -> Bool[Tensor, "edge"]:
@@ -42,8 +48,16 @@ def top_edges(scores: Float[Tensor, "edge"], k: int, absolute: bool = True) -> B
     return out
 
 
-def circuit(model: Any, graph: Graph, tokens: Int[Tensor, "batch pos"], src: Tensor, metric: Metric,
-            scores: Float[Tensor, "edge"], level: float, absolute: bool = True) -> Circuit:
+def circuit(
+    model: Any,
+    graph: Graph,
+    tokens: Int[Tensor, "batch pos"],
+    src: Tensor,
+    metric: Metric,
+    scores: Float[Tensor, "edge"],
+    level: float,
+    absolute: bool = True,
+) -> Circuit:
     """The smallest set of top-scoring edges (`top_edges`) whose faithfulness reaches `level` (every edge if none
     does)."""
     n = len(scores)
@@ -89,14 +103,24 @@ def curve_areas(budgets: Sequence[float], faithfulness: Sequence[float]) -> tupl
     return cpr, cmd
 
 
-def mib_curve(model: Any, graph: Graph, tokens: Int[Tensor, "batch pos"], src: Tensor, metric: Metric,
-              scores: Float[Tensor, "edge"], absolute: bool = True, budgets: Sequence[float] = BUDGETS) -> Curve:
+def mib_curve(
+    model: Any,
+    graph: Graph,
+    tokens: Int[Tensor, "batch pos"],
+    src: Tensor,
+    metric: Metric,
+    scores: Float[Tensor, "edge"],
+    absolute: bool = True,
+    budgets: Sequence[float] = BUDGETS,
+) -> Curve:
     """The faithfulness of the top-scoring edges at each of MIB's edge budgets, and its areas. MIB also prunes
     edges that no longer connect the input to the logits; under resample ablation that changes nothing (a sender
     whose inputs are all patched computes its output on the source already), so no edge is pruned here."""
     n = len(scores)
     counts = [int(b * n) for b in budgets]
-    curve = faithfulness(model, graph, tokens, src, metric, torch.stack([top_edges(scores, k, absolute) for k in counts]))
+    curve = faithfulness(
+        model, graph, tokens, src, metric, torch.stack([top_edges(scores, k, absolute) for k in counts])
+    )
     f = [float(x) for x in curve]
     cpr, cmd = curve_areas(budgets, f)
     return Curve(list(budgets), counts, f, cpr, cmd)

@@ -11,8 +11,7 @@ import torch
 import torch.nn as nn
 
 from mechsynth.config import ConfigError
-from mechsynth.models.base import (DEFAULT_KIND, MODEL_KINDS, ModelKind, build, fields, names, parse, to_dict,
-                                   validate)
+from mechsynth.models.base import DEFAULT_KIND, MODEL_KINDS, ModelKind, build, fields, names, parse, to_dict, validate
 
 if TYPE_CHECKING:
     from mechsynth.models.fused import FusedTransformer
@@ -22,8 +21,14 @@ if TYPE_CHECKING:
 
 # The kinds register themselves when MODEL_KINDS is first looked up (models/base.py); these names of theirs are
 # imported when first asked for, since they import TransformerLens.
-_LAZY = {"FusedTransformer": "fused", "MLPBaseline": "mlp", "MLPConfig": "mlp", "TL_VERSION": "tl_compat",
-         "load_weights": "tl_compat", "TransformerConfig": "transformer"}
+_LAZY = {
+    "FusedTransformer": "fused",
+    "MLPBaseline": "mlp",
+    "MLPConfig": "mlp",
+    "TL_VERSION": "tl_compat",
+    "load_weights": "tl_compat",
+    "TransformerConfig": "transformer",
+}
 
 
 def __getattr__(name: str) -> object:
@@ -45,7 +50,9 @@ def stored_table(table: Any) -> Any:
         return table  # parse says what is wrong
     own = set(fields(table.get("kind", DEFAULT_KIND)))
     foreign = {f for k in names() for f in fields(k)} - own
-    return {k: stored_table(v) if isinstance(v, dict) and "kind" in v else v for k, v in table.items() if k not in foreign}
+    return {
+        k: stored_table(v) if isinstance(v, dict) and "kind" in v else v for k, v in table.items() if k not in foreign
+    }
 
 
 def build_model(task: Any, kind: Optional[str] = None, *, n_models: Optional[int] = None, **fields: Any) -> nn.Module:
@@ -71,8 +78,11 @@ def build_model(task: Any, kind: Optional[str] = None, *, n_models: Optional[int
     elif isinstance(task, str):
         task = task_lib.make(task, {})
     if not hasattr(task, "spec"):
-        raise ConfigError("task", f"expected a Task (mechsynth.tasks.make(name, params)), a task name or a RunConfig, "
-                                  f"got {type(task).__name__}")
+        raise ConfigError(
+            "task",
+            f"expected a Task (mechsynth.tasks.make(name, params)), a task name or a RunConfig, "
+            f"got {type(task).__name__}",
+        )
     if kind is not None and kind != base.get("kind", kind):
         base = {}  # another kind: the config's model fields are not its own
     table = {**base, **({"kind": kind} if kind is not None else {}), **fields}
@@ -110,6 +120,25 @@ def reload(hooked_model: nn.Module, model: nn.Module) -> nn.Module:
     return model.cfg.reload(hooked_model, model)
 
 
-__all__ = ["DEFAULT_KIND", "FusedTransformer", "MLPBaseline", "MLPConfig", "MODEL_KINDS", "ModelKind", "TL_VERSION",
-           "TransformerConfig", "build", "build_model", "describe", "hooked", "load_weights", "names", "parse", "probed", "reload",
-           "stored_table", "to_dict", "validate"]
+__all__ = [
+    "DEFAULT_KIND",
+    "FusedTransformer",
+    "MLPBaseline",
+    "MLPConfig",
+    "MODEL_KINDS",
+    "ModelKind",
+    "TL_VERSION",
+    "TransformerConfig",
+    "build",
+    "build_model",
+    "describe",
+    "hooked",
+    "load_weights",
+    "names",
+    "parse",
+    "probed",
+    "reload",
+    "stored_table",
+    "to_dict",
+    "validate",
+]

@@ -34,6 +34,7 @@ class ModelKind:
     # `models.validate` refuses such a task for a kind that does not.
     reads_vectors: ClassVar[bool] = False
     init_seed: int
+
     @property
     def kind(self) -> str:
         return type(self).name
@@ -133,15 +134,20 @@ def parse(table: dict[str, Any], field: str = "model") -> ModelKind:
     check(isinstance(table, dict), field, f"expected a table, got {show(table)}")
     table = dict(table)
     kind = table.pop("kind", DEFAULT_KIND)
-    check(isinstance(kind, str) and kind in MODEL_KINDS, f"{field}.kind",
-          f"{show(kind)} is not allowed; allowed: {', '.join(map(repr, names()))}")
+    check(
+        isinstance(kind, str) and kind in MODEL_KINDS,
+        f"{field}.kind",
+        f"{show(kind)} is not allowed; allowed: {', '.join(map(repr, names()))}",
+    )
     own = fields(kind)
     for key in table:
         others = [k for k in names() if key not in own and key in fields(k)]
         if others:
             whose = f"kind {others[0]!r}" if len(others) == 1 else f"kinds {', '.join(map(repr, others))}"
-            raise ConfigError(f"{field}.{key_name(key)}", f"is a field of {whose}, not {kind!r}; "
-                                                          f"allowed for {kind!r}: {', '.join(sorted(own))}")
+            raise ConfigError(
+                f"{field}.{key_name(key)}",
+                f"is a field of {whose}, not {kind!r}; allowed for {kind!r}: {', '.join(sorted(own))}",
+            )
     return from_dict(MODEL_KINDS.get(kind), table, field)
 
 
@@ -154,8 +160,11 @@ def validate(cfg: ModelKind, spec: TaskSpec) -> None:
     """Every check that needs both the model and the task, so bad input fails before any work."""
     if spec.d_input is not None and not cfg.reads_vectors:
         readers = [k for k in names() if MODEL_KINDS.get(k).reads_vectors]
-        raise ConfigError("model.kind", f"{cfg.kind!r} reads token ids, and the task feeds {spec.d_input}-wide vectors "
-                                        f"(continuous inputs); allowed: {', '.join(map(repr, readers))}")
+        raise ConfigError(
+            "model.kind",
+            f"{cfg.kind!r} reads token ids, and the task feeds {spec.d_input}-wide vectors "
+            f"(continuous inputs); allowed: {', '.join(map(repr, readers))}",
+        )
     cfg.validate(spec)
 
 

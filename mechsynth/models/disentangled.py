@@ -44,23 +44,37 @@ from mechsynth.tasks.base import TaskSpec
 class DisentangledConfig(ModelKind):
     n_layers: int = doc("attention layers (theirs: 2)", 2, lo=1, hi=16, why="the width doubles per layer at least")
     n_heads: int = doc("heads per layer, each appending a copy of the layer's width (theirs: 1)", 1, lo=1, hi=64)
-    n_ctx: Optional[int] = doc("context length (the one-hot positions); unset = the task's longest sequence", None,
-                               lo=1, hi=MAX_CTX)
-    init_seed: int = doc("seed of the initial weights (used only with init_range)", 0, lo=0, hi=MAX_SEED,
-                         why="torch seeds are 64-bit; seeds side by side add their index")
+    n_ctx: Optional[int] = doc(
+        "context length (the one-hot positions); unset = the task's longest sequence", None, lo=1, hi=MAX_CTX
+    )
+    init_seed: int = doc(
+        "seed of the initial weights (used only with init_range)",
+        0,
+        lo=0,
+        hi=MAX_SEED,
+        why="torch seeds are 64-bit; seeds side by side add their index",
+    )
     init_range: Optional[float] = doc("std of a normal init of A and the readout; unset = zero, as in the paper", None)
 
     def __post_init__(self):
         check_fields(self)  # bounds and finite floats first
-        check(self.init_range is None or self.init_range > 0, "init_range", f"must be > 0 or unset, got {self.init_range}")
-        check((1 + self.n_heads) ** self.n_layers <= MAX_WIDTH, "n_layers",
-              f"the width grows by (1 + n_heads)**n_layers = {1 + self.n_heads}**{self.n_layers}, past {MAX_WIDTH}; "
-              "allowed: fewer layers or heads")
+        check(
+            self.init_range is None or self.init_range > 0, "init_range", f"must be > 0 or unset, got {self.init_range}"
+        )
+        check(
+            (1 + self.n_heads) ** self.n_layers <= MAX_WIDTH,
+            "n_layers",
+            f"the width grows by (1 + n_heads)**n_layers = {1 + self.n_heads}**{self.n_layers}, past {MAX_WIDTH}; "
+            "allowed: fewer layers or heads",
+        )
 
     def context_length(self, spec: TaskSpec) -> int:
         n_ctx = self.n_ctx if self.n_ctx is not None else spec.n_ctx
-        check(n_ctx >= spec.n_ctx, "model.n_ctx",
-              f"{n_ctx} is shorter than the task's sequences ({spec.n_ctx} tokens); allowed: ≥ {spec.n_ctx} or unset")
+        check(
+            n_ctx >= spec.n_ctx,
+            "model.n_ctx",
+            f"{n_ctx} is shorter than the task's sequences ({spec.n_ctx} tokens); allowed: ≥ {spec.n_ctx} or unset",
+        )
         return n_ctx
 
     def widths(self, spec: TaskSpec) -> list[int]:
@@ -76,8 +90,11 @@ class DisentangledConfig(ModelKind):
     def validate(self, spec: TaskSpec) -> None:
         width = self.widths(spec)[-1]
         if width > MAX_WIDTH:
-            raise ConfigError("model.n_layers", f"the final width (d_vocab + n_ctx)·(1 + n_heads)**n_layers is {width}, "
-                                                f"past {MAX_WIDTH}; allowed: fewer layers or heads, or a shorter context")
+            raise ConfigError(
+                "model.n_layers",
+                f"the final width (d_vocab + n_ctx)·(1 + n_heads)**n_layers is {width}, "
+                f"past {MAX_WIDTH}; allowed: fewer layers or heads, or a shorter context",
+            )
 
     def build(self, spec: TaskSpec, n_models: Optional[int] = None) -> nn.Module:
         return DisentangledTransformer(self, spec.d_vocab, spec.d_vocab_out, self.context_length(spec), n_models)
@@ -122,8 +139,9 @@ class DisentangledTransformer(HookedRootModule):
     `n_models=M` runs M independent models side by side as FusedTransformer does: every weight gets a leading
     model axis, model i starts like a single model with init_seed + i, and hooks see [M * batch, ...]."""
 
-    def __init__(self, cfg: DisentangledConfig, d_vocab: int, d_vocab_out: int, n_ctx: int,
-                 n_models: Optional[int] = None):
+    def __init__(
+        self, cfg: DisentangledConfig, d_vocab: int, d_vocab_out: int, n_ctx: int, n_models: Optional[int] = None
+    ):
         super().__init__()
         self.cfg, self.d_vocab, self.d_vocab_out, self.n_ctx, self.n_models = cfg, d_vocab, d_vocab_out, n_ctx, n_models
         lead = () if n_models is None else (n_models,)
@@ -132,8 +150,10 @@ class DisentangledTransformer(HookedRootModule):
         for _ in range(cfg.n_layers):
             d = self.widths[-1]
             b = _Holder({}, ("hook_resid_pre", "hook_resid_post"))
-            b.attn = _Holder({"W_A": nn.Parameter(torch.zeros(*lead, cfg.n_heads, d, d))},
-                             ("hook_attn_scores", "hook_pattern", "hook_z"))
+            b.attn = _Holder(
+                {"W_A": nn.Parameter(torch.zeros(*lead, cfg.n_heads, d, d))},
+                ("hook_attn_scores", "hook_pattern", "hook_z"),
+            )
             blocks.append(b)
             self.widths.append(d * (1 + cfg.n_heads))
         self.blocks = nn.ModuleList(blocks)
@@ -178,7 +198,9 @@ class DisentangledTransformer(HookedRootModule):
         logits = torch.bmm(x.view(m, b * seq, -1), W_U).view(m, b, seq, -1)
         return logits if self.n_models else logits[0]
 
-    def _attention(self, x: Float[Tensor, "batch pos d_model"], a: nn.Module) -> Float[Tensor, "batch pos head_index d_head"]:
+    def _attention(
+        self, x: Float[Tensor, "batch pos d_model"], a: nn.Module
+    ) -> Float[Tensor, "batch pos head_index d_head"]:
         """Each head's Σ_j softmax_j(x_i A x_j) x_j over keys j ≤ i (d_model = d_head: the layer's input width)."""
         mb, seq, d = x.shape
         m, H = self.n_models or 1, self.cfg.n_heads
@@ -211,8 +233,14 @@ class DisentangledTransformer(HookedRootModule):
     def _identities(self, into_slot: bool) -> Float[Tensor, "*n_models layer head_index d_x d_y"]:
         """W_V (each layer's input, read into d_head) or W_O (d_head written into the head's slot)."""
         H, D, dh = self.cfg.n_heads, self.widths[-1], self.widths[-2]
-        out = torch.zeros(*self._lead(), self.cfg.n_layers, H, dh if into_slot else D, D if into_slot else dh,
-                          device=self.unembed.W_U.device)
+        out = torch.zeros(
+            *self._lead(),
+            self.cfg.n_layers,
+            H,
+            dh if into_slot else D,
+            D if into_slot else dh,
+            device=self.unembed.W_U.device,
+        )
         for layer, d in enumerate(self.widths[:-1]):
             for h in range(H):
                 r = torch.arange(d)
@@ -260,8 +288,12 @@ class DisentangledTransformer(HookedRootModule):
         if self.n_models is not None:
             raise ValueError("transformer_state_dict is for a single model; this one holds n_models side by side")
         H, D, dh = self.cfg.n_heads, self.widths[-1], self.widths[-2]
-        sd = {"embed.W_E": self.W_E, "pos_embed.W_pos": self.W_pos, "unembed.W_U": self.W_U.detach(),
-              "unembed.b_U": torch.zeros(self.d_vocab_out)}
+        sd = {
+            "embed.W_E": self.W_E,
+            "pos_embed.W_pos": self.W_pos,
+            "unembed.W_U": self.W_U.detach(),
+            "unembed.b_U": torch.zeros(self.d_vocab_out),
+        }
         for layer, (q, k, v, o) in enumerate(zip(self.W_Q, self.W_K, self.W_V, self.W_O)):
             sd |= {f"blocks.{layer}.attn.{n}": w for n, w in (("W_Q", q), ("W_K", k), ("W_V", v), ("W_O", o))}
             sd |= {f"blocks.{layer}.attn.{n}": torch.zeros(H, dh) for n in ("b_Q", "b_K", "b_V")}

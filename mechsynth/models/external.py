@@ -23,9 +23,18 @@ from mechsynth.tasks.base import TaskSpec
 
 # TransformerLens config fields whose other values change the computation in ways FusedTransformer does
 # not model, with the value it does model.
-_MODELLED = {"gated_mlp": False, "parallel_attn_mlp": False, "final_rms": False, "n_key_value_heads": None,
-             "use_local_attn": False, "scale_attn_by_inverse_layer_idx": False, "use_attn_scale": True,
-             "post_embedding_ln": False, "use_qk_norm": False, "num_experts": None}
+_MODELLED = {
+    "gated_mlp": False,
+    "parallel_attn_mlp": False,
+    "final_rms": False,
+    "n_key_value_heads": None,
+    "use_local_attn": False,
+    "scale_attn_by_inverse_layer_idx": False,
+    "use_attn_scale": True,
+    "post_embedding_ln": False,
+    "use_qk_norm": False,
+    "num_experts": None,
+}
 _NORMS = {None: "none", "LN": "LN", "LNPre": "LNPre"}
 TOLERANCE = 1e-5  # |Δlogit| allowed between a model and its conversion (relative above 1)
 
@@ -39,9 +48,11 @@ def kind_of(model: nn.Module) -> ModelKind:
     if isinstance(getattr(model, "cfg", None), ModelKind):
         return model.cfg
     if not tl_compat.is_hooked_transformer(model):
-        raise _fail(f"{type(model).__name__} is neither a TransformerLens transformer (TL {tl_compat.TL_VERSION}: "
-                    f"{'TransformerBridge' if tl_compat.TL_MAJOR >= 4 else 'HookedTransformer'}; build one with "
-                    "mechsynth.hooked_model) nor a model mechsynth built (mechsynth.models.build)")
+        raise _fail(
+            f"{type(model).__name__} is neither a TransformerLens transformer (TL {tl_compat.TL_VERSION}: "
+            f"{'TransformerBridge' if tl_compat.TL_MAJOR >= 4 else 'HookedTransformer'}; build one with "
+            "mechsynth.hooked_model) nor a model mechsynth built (mechsynth.models.build)"
+        )
     c = model.cfg
     for key, modelled in _MODELLED.items():
         value = getattr(c, key, modelled)
@@ -49,10 +60,18 @@ def kind_of(model: nn.Module) -> ModelKind:
             raise _fail(f"its config has {key}={value!r}; mechsynth models transformers with {key}={modelled!r}")
     if c.normalization_type not in _NORMS:
         raise _fail(f"normalization_type={c.normalization_type!r} is not modelled; allowed: LN, LNPre, None")
-    return TransformerConfig(n_layers=c.n_layers, n_heads=c.n_heads, d_model=c.d_model, d_head=c.d_head,
-                             d_mlp=None if c.attn_only else c.d_mlp, attn_only=bool(c.attn_only),
-                             positional=c.positional_embedding_type, normalization=_NORMS[c.normalization_type],
-                             act_fn=c.act_fn, n_ctx=c.n_ctx)
+    return TransformerConfig(
+        n_layers=c.n_layers,
+        n_heads=c.n_heads,
+        d_model=c.d_model,
+        d_head=c.d_head,
+        d_mlp=None if c.attn_only else c.d_mlp,
+        attn_only=bool(c.attn_only),
+        positional=c.positional_embedding_type,
+        normalization=_NORMS[c.normalization_type],
+        act_fn=c.act_fn,
+        n_ctx=c.n_ctx,
+    )
 
 
 def sizes(model: nn.Module) -> tuple[int, Optional[int], int]:
@@ -71,14 +90,20 @@ def misfit(model: nn.Module, spec: TaskSpec, task_name: str) -> Optional[str]:
     except AttributeError:
         return None  # not a model whose sizes we know: the probes' own checks speak
     if d_vocab != spec.d_vocab:
-        return (f"the model's vocabulary has {d_vocab} tokens and task {task_name}'s has {spec.d_vocab} "
-                f"(d_vocab); build the model with d_vocab={spec.d_vocab}")
+        return (
+            f"the model's vocabulary has {d_vocab} tokens and task {task_name}'s has {spec.d_vocab} "
+            f"(d_vocab); build the model with d_vocab={spec.d_vocab}"
+        )
     if d_vocab_out is not None and d_vocab_out != spec.d_vocab_out:
-        return (f"the model has {d_vocab_out} outputs and task {task_name} has {spec.d_vocab_out} target classes "
-                f"(d_vocab_out); build the model with d_vocab_out={spec.d_vocab_out}")
+        return (
+            f"the model has {d_vocab_out} outputs and task {task_name} has {spec.d_vocab_out} target classes "
+            f"(d_vocab_out); build the model with d_vocab_out={spec.d_vocab_out}"
+        )
     if n_ctx < spec.n_ctx:
-        return (f"the model's context is {n_ctx} positions and task {task_name}'s sequences are {spec.n_ctx} "
-                f"tokens (n_ctx); build the model with n_ctx ≥ {spec.n_ctx}")
+        return (
+            f"the model's context is {n_ctx} positions and task {task_name}'s sequences are {spec.n_ctx} "
+            f"tokens (n_ctx); build the model with n_ctx ≥ {spec.n_ctx}"
+        )
     return None
 
 
@@ -122,8 +147,11 @@ def max_difference(a: nn.Module, b: nn.Module, spec: TaskSpec, n: int = 8, seed:
     """max |logits_a − logits_b| / max(1, |logits_a|) on `n` random sequences of the task's length (of standard
     normal vectors for a continuous task)."""
     g = torch.Generator().manual_seed(seed)
-    tokens = (torch.randint(spec.d_vocab, (n, spec.n_ctx), generator=g) if spec.d_input is None
-              else torch.randn(n, spec.n_ctx, spec.d_input, generator=g))
+    tokens = (
+        torch.randint(spec.d_vocab, (n, spec.n_ctx), generator=g)
+        if spec.d_input is None
+        else torch.randn(n, spec.n_ctx, spec.d_input, generator=g)
+    )
     device = next(a.parameters()).device
     la: Float[Tensor, "batch pos d_vocab_out"] = a(tokens.to(device)).float().cpu()
     lb = b(tokens.to(next(b.parameters()).device)).float().cpu()
@@ -136,8 +164,10 @@ def check_same(source: nn.Module, converted: nn.Module, spec: TaskSpec) -> None:
     """Refuse a conversion that computes differently from its source."""
     diff = max_difference(source, converted, spec)
     if not diff <= TOLERANCE:
-        raise _fail(f"{type(source).__name__} computes differently from the mechsynth model of its config "
-                    f"(max |Δlogit| {diff:.2g} > {TOLERANCE:g}): its config has an option mechsynth does not model")
+        raise _fail(
+            f"{type(source).__name__} computes differently from the mechsynth model of its config "
+            f"(max |Δlogit| {diff:.2g} > {TOLERANCE:g}): its config has an option mechsynth does not model"
+        )
 
 
 def convert(model: nn.Module, task: Any, check: bool = True) -> tuple[ModelKind, dict[str, Tensor]]:

@@ -57,31 +57,43 @@ def hooked_here(hp: HookPoint) -> bool:
     return bool(hp._forward_hooks or hp._backward_hooks)
 
 
-def rotary_tables(n_ctx: int, dim: int, base: float = 10000.0) -> tuple[Float[Tensor, "pos d_head"], Float[Tensor, "pos d_head"]]:
+def rotary_tables(
+    n_ctx: int, dim: int, base: float = 10000.0
+) -> tuple[Float[Tensor, "pos d_head"], Float[Tensor, "pos d_head"]]:
     """cos/sin [n_ctx, dim] for adjacent-pair rotary, the layout TL 4 uses (TL 3 with rotary_adjacent_pairs)."""
     inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2).float() / dim))
     angles = torch.outer(torch.arange(n_ctx).float(), inv_freq).repeat_interleave(2, dim=-1)
     return angles.cos(), angles.sin()
 
 
-def apply_rotary(x: Float[Tensor, "batch head_index pos d_head"], cos: Float[Tensor, "pos d_head"],
-                 sin: Float[Tensor, "pos d_head"]) -> Float[Tensor, "batch head_index pos d_head"]:
+def apply_rotary(
+    x: Float[Tensor, "batch head_index pos d_head"], cos: Float[Tensor, "pos d_head"], sin: Float[Tensor, "pos d_head"]
+) -> Float[Tensor, "batch head_index pos d_head"]:
     rot = torch.stack((-x[..., 1::2], x[..., 0::2]), dim=-1).flatten(-2)
     return x * cos + rot * sin
 
 
 class FusedTransformer(HookedRootModule):
     # cfg: a TransformerConfig (typed Any: transformer.py, which defines it, imports this module)
-    def __init__(self, cfg: Any, d_vocab: int, d_vocab_out: int, n_ctx: int, n_models: Optional[int] = None,
-                 d_input: Optional[int] = None):
+    def __init__(
+        self,
+        cfg: Any,
+        d_vocab: int,
+        d_vocab_out: int,
+        n_ctx: int,
+        n_models: Optional[int] = None,
+        d_input: Optional[int] = None,
+    ):
         super().__init__()
         self.cfg, self.d_vocab, self.d_vocab_out, self.n_ctx, self.n_models = cfg, d_vocab, d_vocab_out, n_ctx, n_models
         # Continuous inputs (TaskSpec.d_input): vectors [batch pos d_input] read in as x @ W_E, W_E [d_input, d_model]
         # (an embedding is that map on one-hot vectors), so the weights keep TransformerLens's layout and names.
         self.d_input = d_input
         if d_input is not None and d_input != d_vocab:
-            raise ValueError(f"a model of {d_input}-wide input vectors reads them with W_E [d_input, d_model]: "
-                             f"d_vocab must be {d_input}, got {d_vocab}")
+            raise ValueError(
+                f"a model of {d_input}-wide input vectors reads them with W_E [d_input, d_model]: "
+                f"d_vocab must be {d_input}, got {d_vocab}"
+            )
         dm, h, dh, L = cfg.d_model, cfg.n_heads, cfg.head_dim, cfg.n_layers
         lead = () if n_models is None else (n_models,)
 
@@ -109,8 +121,16 @@ class FusedTransformer(HookedRootModule):
             b = _Holder({}, ("hook_resid_pre", "hook_attn_out", "hook_resid_post"))
             if cfg.normalization != "none":
                 b.ln1 = norm()
-            attn = {"W_Q": zeros(h, dm, dh), "W_K": zeros(h, dm, dh), "W_V": zeros(h, dm, dh),
-                    "W_O": zeros(h, dh, dm), "b_Q": zeros(h, dh), "b_K": zeros(h, dh), "b_V": zeros(h, dh), "b_O": zeros(dm)}
+            attn = {
+                "W_Q": zeros(h, dm, dh),
+                "W_K": zeros(h, dm, dh),
+                "W_V": zeros(h, dm, dh),
+                "W_O": zeros(h, dh, dm),
+                "b_Q": zeros(h, dh),
+                "b_K": zeros(h, dh),
+                "b_V": zeros(h, dh),
+                "b_O": zeros(dm),
+            }
             if cfg.positional == "relative":  # r_d for each distance d = query_pos - key_pos (Edelman et al. 2024)
                 attn["W_rel"] = zeros(h, n_ctx, dh)
             b.attn = _Holder(attn, attn_hooks)
@@ -118,8 +138,15 @@ class FusedTransformer(HookedRootModule):
                 b.hook_resid_mid, b.hook_mlp_out = HookPoint(), HookPoint()
                 if cfg.normalization != "none":
                     b.ln2 = norm()
-                b.mlp = _Holder({"W_in": zeros(dm, cfg.mlp_dim), "b_in": zeros(cfg.mlp_dim),
-                                 "W_out": zeros(cfg.mlp_dim, dm), "b_out": zeros(dm)}, ("hook_pre", "hook_post"))
+                b.mlp = _Holder(
+                    {
+                        "W_in": zeros(dm, cfg.mlp_dim),
+                        "b_in": zeros(cfg.mlp_dim),
+                        "W_out": zeros(cfg.mlp_dim, dm),
+                        "b_out": zeros(dm),
+                    },
+                    ("hook_pre", "hook_post"),
+                )
             blocks.append(b)
         self.blocks = nn.ModuleList(blocks)
         if cfg.normalization != "none":
@@ -165,7 +192,9 @@ class FusedTransformer(HookedRootModule):
     def _hook(self, hp: HookPoint, x: Tensor) -> Tensor:
         return hp(x) if hooked_here(hp) else x
 
-    def _norm(self, x: Float[Tensor, "batch pos d_model"], holder: Optional[nn.Module]) -> Float[Tensor, "batch pos d_model"]:
+    def _norm(
+        self, x: Float[Tensor, "batch pos d_model"], holder: Optional[nn.Module]
+    ) -> Float[Tensor, "batch pos d_model"]:
         if holder is None:
             return x
         if not hasattr(holder, "w"):  # LNPre
@@ -178,8 +207,11 @@ class FusedTransformer(HookedRootModule):
         return self._hook(holder.hook_normalized, out)
 
     @staticmethod
-    def _mm(x: Float[Tensor, "batch pos d_in"], w: Float[Tensor, "*n_models d_in d_out"],
-            b: Float[Tensor, "*n_models d_out"]) -> Float[Tensor, "batch pos d_out"]:
+    def _mm(
+        x: Float[Tensor, "batch pos d_in"],
+        w: Float[Tensor, "*n_models d_in d_out"],
+        b: Float[Tensor, "*n_models d_out"],
+    ) -> Float[Tensor, "batch pos d_out"]:
         """x @ w + b for each model: one batched matmul over [n_models, batch * pos, d_in]. (A single model
         skips the model axis: every op we save is one fewer Python call, and the per-seed passes of
         seeds side by side run single models on threads that share Python's GIL.)"""
@@ -188,25 +220,32 @@ class FusedTransformer(HookedRootModule):
         out = torch.baddbmm(b.unsqueeze(1), x.reshape(w.shape[0], -1, x.shape[-1]), w)
         return out.view(*x.shape[:-1], w.shape[-1])
 
-    def _add_pos(self, x: Float[Tensor, "batch pos d_model"], pos: Float[Tensor, "... pos d_model"]) -> Float[Tensor, "batch pos d_model"]:
+    def _add_pos(
+        self, x: Float[Tensor, "batch pos d_model"], pos: Float[Tensor, "... pos d_model"]
+    ) -> Float[Tensor, "batch pos d_model"]:
         """x + each model's positional embedding ([pos, d_model], or [n_models, 1, pos, d_model] side by side)."""
         if self.n_models is None:
             return x + pos
         return (x.view(self.n_models, -1, *x.shape[1:]) + pos).view(x.shape)
 
-    def forward(self, tokens: Int[Tensor, "*#n_models batch pos"] | Float[Tensor, "*#n_models batch pos d_input"]
-                ) -> Float[Tensor, "*#n_models batch pos d_vocab_out"]:
+    def forward(
+        self, tokens: Int[Tensor, "*#n_models batch pos"] | Float[Tensor, "*#n_models batch pos d_input"]
+    ) -> Float[Tensor, "*#n_models batch pos d_vocab_out"]:
         """tokens [batch, pos] -> logits [batch, pos, d_vocab_out]. Side by side, tokens [batch, pos] are read
         by every model and tokens [n_models, batch, pos] give each model its own; logits are then
         [n_models, batch, pos, d_vocab_out]. A model of continuous inputs reads vectors instead, [batch, pos,
         d_input] (or [n_models, batch, pos, d_input])."""
         cfg, m = self.cfg, self.n_models or 1
         if self.d_input is None and tokens.is_floating_point():
-            raise TypeError(f"this model reads token ids; got a {tokens.dtype} tensor (vectors are for a model "
-                            "built for a continuous task)")
+            raise TypeError(
+                f"this model reads token ids; got a {tokens.dtype} tensor (vectors are for a model "
+                "built for a continuous task)"
+            )
         if self.d_input is not None and (not tokens.is_floating_point() or tokens.shape[-1] != self.d_input):
-            raise TypeError(f"this model reads {self.d_input}-wide vectors [batch, pos, {self.d_input}]; got a "
-                            f"{tokens.dtype} tensor of shape {tuple(tokens.shape)}")
+            raise TypeError(
+                f"this model reads {self.d_input}-wide vectors [batch, pos, {self.d_input}]; got a "
+                f"{tokens.dtype} tensor of shape {tuple(tokens.shape)}"
+            )
         seq = tokens.shape[-1] if self.d_input is None else tokens.shape[-2]
         if seq > self.n_ctx:
             raise ValueError(f"input has {seq} positions but the model's n_ctx is {self.n_ctx}")
@@ -219,12 +258,16 @@ class FusedTransformer(HookedRootModule):
                 if self.n_models is None:
                     pos = self.hook_pos_embed(pos.expand(x.shape))
                 else:
-                    pos = self.hook_pos_embed(pos.expand(m, x.shape[0] // m, seq, -1).reshape(x.shape)).view(m, -1, seq, x.shape[-1])
+                    pos = self.hook_pos_embed(pos.expand(m, x.shape[0] // m, seq, -1).reshape(x.shape)).view(
+                        m, -1, seq, x.shape[-1]
+                    )
             if cfg.positional == "standard":
                 x, pos = self._add_pos(x, pos), None
         for block in self.blocks:
             x = self._hook(block.hook_resid_pre, x)
-            x = x + self._hook(block.hook_attn_out, self._attention(self._norm(x, getattr(block, "ln1", None)), block.attn, pos))
+            x = x + self._hook(
+                block.hook_attn_out, self._attention(self._norm(x, getattr(block, "ln1", None)), block.attn, pos)
+            )
             if not cfg.attn_only:
                 x = self._hook(block.hook_resid_mid, x)
                 mlp = block.mlp
@@ -255,8 +298,9 @@ class FusedTransformer(HookedRootModule):
             inputs = inputs.expand(self.n_models, *inputs.shape)
         return (inputs.flatten(1, 2) @ self.embed.W_E).view(-1, inputs.shape[-2], self.cfg.d_model)
 
-    def _attention(self, x: Float[Tensor, "batch pos d_model"], a: nn.Module,
-                   pos: Optional[Float[Tensor, "... pos d_model"]]) -> Float[Tensor, "batch pos d_model"]:
+    def _attention(
+        self, x: Float[Tensor, "batch pos d_model"], a: nn.Module, pos: Optional[Float[Tensor, "... pos d_model"]]
+    ) -> Float[Tensor, "batch pos d_model"]:
         mb, seq, dm = x.shape
         h, dh, lead = self.cfg.n_heads, self.cfg.head_dim, () if self.n_models is None else (self.n_models,)
         # One [d_model, 3 * head_index * d_head] matmul per model for Q, K and V (einsum over the
@@ -267,8 +311,12 @@ class FusedTransformer(HookedRootModule):
             qkv = self._mm(x, W, B)
         else:  # shortformer: positions inform where to attend, never what is moved
             qk = 2 * h * dh
-            qkv = torch.cat([self._mm(self._add_pos(x, pos), W[..., :qk], B[..., :qk]), self._mm(x, W[..., qk:], B[..., qk:])], -1)
-        q, k, v = (self._hook(hp, t) for hp, t in zip((a.hook_q, a.hook_k, a.hook_v), qkv.view(mb, seq, 3, h, dh).unbind(2)))
+            qkv = torch.cat(
+                [self._mm(self._add_pos(x, pos), W[..., :qk], B[..., :qk]), self._mm(x, W[..., qk:], B[..., qk:])], -1
+            )
+        q, k, v = (
+            self._hook(hp, t) for hp, t in zip((a.hook_q, a.hook_k, a.hook_v), qkv.view(mb, seq, 3, h, dh).unbind(2))
+        )
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [batch, head_index, pos, d_head]
         if self.cfg.positional == "rotary":
             cos, sin = self.rotary_cos[:seq], self.rotary_sin[:seq]
@@ -280,8 +328,12 @@ class FusedTransformer(HookedRootModule):
         if hooked_here(a.hook_pattern) or hooked_here(a.hook_attn_scores):
             # Scale, mask and q·k in one batched matmul: these [batch, head_index, pos, pos] tensors
             # dominate probing time, so each extra pass over them counts.
-            scores = torch.baddbmm(mask if mask.ndim == 2 else mask.flatten(0, 1), q.flatten(0, 1),
-                                   k.flatten(0, 1).transpose(-1, -2), alpha=1 / math.sqrt(dh))
+            scores = torch.baddbmm(
+                mask if mask.ndim == 2 else mask.flatten(0, 1),
+                q.flatten(0, 1),
+                k.flatten(0, 1).transpose(-1, -2),
+                alpha=1 / math.sqrt(dh),
+            )
             scores = self._hook(a.hook_attn_scores, scores.view(mb, h, seq, seq))
             z = self._hook(a.hook_pattern, scores.softmax(-1)) @ v
         elif self.cfg.positional == "relative":
@@ -291,8 +343,9 @@ class FusedTransformer(HookedRootModule):
         z = self._hook(a.hook_z, z.transpose(1, 2))  # [batch, pos, head_index, d_head]
         return self._mm(z.reshape(mb, seq, h * dh), a.W_O.flatten(-3, -2), a.b_O)
 
-    def _relative_scores(self, q: Float[Tensor, "batch head_index pos d_head"],
-                         W_rel: Float[Tensor, "*n_models head_index n_ctx d_head"]) -> Float[Tensor, "batch head_index query_pos key_pos"]:
+    def _relative_scores(
+        self, q: Float[Tensor, "batch head_index pos d_head"], W_rel: Float[Tensor, "*n_models head_index n_ctx d_head"]
+    ) -> Float[Tensor, "batch head_index query_pos key_pos"]:
         """q_i · r_{i-j} for every query i and key j ≤ i (0 above the diagonal, which the mask removes)."""
         mb, h, seq, dh = q.shape
         m = self.n_models or 1

@@ -55,14 +55,28 @@ class LinearizedConfig(ModelKind):
     network at the current weights θ, not the linearized function (which has no activations to hook); the
     trainer's loss and accuracy are the linearized function's own."""
 
-    base: ModelKind = doc("the network to linearize: another kind's [model] table (its kind and fields; its "
-                          "init_seed is this table's), e.g. {kind = \"transformer\", n_layers = 2}", {})
-    scale: float = doc("α: the output is α·J(θ − θ₀) (linearize) or α·(f(θ) − f(θ₀)); large α without "
-                       "linearizing is the lazy regime (compare runs at lr·α² fixed under SGD, lr·α under Adam)", 1.0)
-    linearize: bool = doc("true: the first-order Taylor expansion at θ₀ (the NTK model); false: the network "
-                          "itself, centred and scaled by α", True)
-    init_seed: int = doc("seed of θ₀, the base's initial weights (passed down to the base)", 0, lo=0, hi=MAX_SEED,
-                         why="torch seeds are 64-bit; seeds side by side add their index")
+    base: ModelKind = doc(
+        "the network to linearize: another kind's [model] table (its kind and fields; its "
+        'init_seed is this table\'s), e.g. {kind = "transformer", n_layers = 2}',
+        {},
+    )
+    scale: float = doc(
+        "α: the output is α·J(θ − θ₀) (linearize) or α·(f(θ) − f(θ₀)); large α without "
+        "linearizing is the lazy regime (compare runs at lr·α² fixed under SGD, lr·α under Adam)",
+        1.0,
+    )
+    linearize: bool = doc(
+        "true: the first-order Taylor expansion at θ₀ (the NTK model); false: the network "
+        "itself, centred and scaled by α",
+        True,
+    )
+    init_seed: int = doc(
+        "seed of θ₀, the base's initial weights (passed down to the base)",
+        0,
+        lo=0,
+        hi=MAX_SEED,
+        why="torch seeds are 64-bit; seeds side by side add their index",
+    )
 
     # Whether the task's vectors are readable is the base's to say (`validate` asks it).
     reads_vectors = True
@@ -73,14 +87,24 @@ class LinearizedConfig(ModelKind):
         base = self.base
         if isinstance(base, dict):
             kind = base.get("kind", DEFAULT_KIND)
-            check(kind != self.kind, "base.kind", f"{kind!r} cannot be linearized again (the base is the network "
-                                                  "to linearize); allowed: any other kind")
-            check("init_seed" not in base, "base.init_seed", "is set by model.init_seed (one seed for θ₀); allowed: "
-                                                             "init_seed beside kind = 'linearized', not in base")
+            check(
+                kind != self.kind,
+                "base.kind",
+                f"{kind!r} cannot be linearized again (the base is the network to linearize); allowed: any other kind",
+            )
+            check(
+                "init_seed" not in base,
+                "base.init_seed",
+                "is set by model.init_seed (one seed for θ₀); allowed: "
+                "init_seed beside kind = 'linearized', not in base",
+            )
             base = parse({**base, "init_seed": self.init_seed}, "base")
         elif isinstance(base, ModelKind):  # built in Python, or `replace(cfg, init_seed=...)`: the seed is ours
-            check(not isinstance(base, LinearizedConfig), "base.kind", f"{self.kind!r} cannot be linearized again; "
-                                                                       "allowed: any other kind")
+            check(
+                not isinstance(base, LinearizedConfig),
+                "base.kind",
+                f"{self.kind!r} cannot be linearized again; allowed: any other kind",
+            )
             base = base if base.init_seed == self.init_seed else replace(base, init_seed=self.init_seed)
         else:
             raise ConfigError("base", f"expected a table (another kind's [model] config), got {show(base)}")
@@ -192,8 +216,9 @@ class Linearized(nn.Module):
         self.base.n_models = value
         self.init.n_models = value
 
-    def forward(self, tokens: Int[Tensor, "*#n_models batch pos"] | Float[Tensor, "*#n_models batch pos d_input"]
-                ) -> Float[Tensor, "*#n_models batch out_pos d_vocab_out"]:
+    def forward(
+        self, tokens: Int[Tensor, "*#n_models batch pos"] | Float[Tensor, "*#n_models batch pos d_input"]
+    ) -> Float[Tensor, "*#n_models batch out_pos d_vocab_out"]:
         """The base's input -> α·(its output's first-order change from θ₀), in the base's output shape."""
         if not self.cfg.linearize:
             with torch.no_grad():

@@ -49,7 +49,9 @@ class MemoryKind(ModelKind):
 
     def __post_init__(self):
         check_fields(self)  # bounds and finite floats first
-        check(self.init_range is None or self.init_range > 0, "init_range", f"must be > 0 or unset, got {self.init_range}")
+        check(
+            self.init_range is None or self.init_range > 0, "init_range", f"must be > 0 or unset, got {self.init_range}"
+        )
 
     def trainable(self) -> dict[str, tuple[tuple[int, ...], int]]:
         """Each trainable weight's shape and its fan-in (which sets its default init scale)."""
@@ -70,8 +72,11 @@ class MemoryKind(ModelKind):
 
     def param_count(self, spec: TaskSpec) -> int:
         """Every parameter, the fixed embeddings included (what the model holds; `memory_params` is the paper's)."""
-        return spec.n_ctx * spec.d_vocab * self.d + self.d * spec.d_vocab_out + \
-            sum(math.prod(shape) for shape, _ in self.trainable().values())
+        return (
+            spec.n_ctx * spec.d_vocab * self.d
+            + self.d * spec.d_vocab_out
+            + sum(math.prod(shape) for shape, _ in self.trainable().values())
+        )
 
     def activation_bytes(self, spec: TaskSpec, batch: int) -> tuple[int, int]:
         # the embeddings of every position (summed at once), e(x), the hidden layer(s), the memory's output,
@@ -201,8 +206,13 @@ class MLPMemory(AssociativeMemory):
 @dataclass(frozen=True)
 class LinearMemoryConfig(MemoryKind):
     d: int = doc("d, the embedding dimension; W is d x d", 32, lo=1, hi=MAX_WIDTH)
-    init_seed: int = doc("seed of the fixed embeddings and the initial W", 0, lo=0, hi=MAX_SEED,
-                         why="torch seeds are 64-bit; seeds side by side add their index")
+    init_seed: int = doc(
+        "seed of the fixed embeddings and the initial W",
+        0,
+        lo=0,
+        hi=MAX_SEED,
+        why="torch seeds are 64-bit; seeds side by side add their index",
+    )
     init_range: Optional[float] = doc("std of the normal init of W; unset = 1/sqrt(d) (their flax default)", None)
 
     module = LinearMemory
@@ -226,10 +236,16 @@ class LinearMemoryConfig(MemoryKind):
 class MLPMemoryConfig(MemoryKind):
     d: int = doc("d, the embedding dimension", 32, lo=1, hi=MAX_WIDTH)
     m: int = doc("m, the hidden width of the MLP (2md parameters)", 64, lo=1, hi=2**20)
-    init_seed: int = doc("seed of the fixed embeddings and the initial weights", 0, lo=0, hi=MAX_SEED,
-                         why="torch seeds are 64-bit; seeds side by side add their index")
-    init_range: Optional[float] = doc("std of the normal init of W_in and W_out; unset = 1/sqrt(fan_in) "
-                                      "(their flax default); b_in starts at 0", None)
+    init_seed: int = doc(
+        "seed of the fixed embeddings and the initial weights",
+        0,
+        lo=0,
+        hi=MAX_SEED,
+        why="torch seeds are 64-bit; seeds side by side add their index",
+    )
+    init_range: Optional[float] = doc(
+        "std of the normal init of W_in and W_out; unset = 1/sqrt(fan_in) (their flax default); b_in starts at 0", None
+    )
 
     module = MLPMemory
     size_field = "model.m"

@@ -43,34 +43,46 @@ from mechsynth.tasks.base import TaskSpec
 @validates_itself
 @dataclass(frozen=True)
 class MinimalInductionConfig(ModelKind):
-    init_W: Literal["uniform", "identity"] = doc("W_k's start: init_W_scale·11ᵀ (uninformed, their code's) or "
-                                                 "init_W_scale·I", "uniform")
+    init_W: Literal["uniform", "identity"] = doc(
+        "W_k's start: init_W_scale·11ᵀ (uninformed, their code's) or init_W_scale·I", "uniform"
+    )
     init_W_scale: float = doc("the scale of W_k's start", 0.01)
     init_v: float = doc("every v_d's start (their code: 0)", 0.0)
     v_lr_ratio: float = doc("v's learning rate over W_k's under plain SGD (theirs: 1 / 1e-2)", 100.0)
-    init_seed: int = doc("unused: the start is deterministic (kept so seeds side by side and sweeps can set it)", 0,
-                         lo=0, hi=MAX_SEED, why="torch seeds are 64-bit")
+    init_seed: int = doc(
+        "unused: the start is deterministic (kept so seeds side by side and sweeps can set it)",
+        0,
+        lo=0,
+        hi=MAX_SEED,
+        why="torch seeds are 64-bit",
+    )
 
     def __post_init__(self):
         check_fields(self)
         check(self.v_lr_ratio > 0, "v_lr_ratio", f"must be > 0, got {self.v_lr_ratio}")
-        check(self.init_W_scale != 0 or self.init_v != 0, "init_W_scale",
-              "0 with init_v = 0 starts where every gradient is 0 (nothing would train); set either")
+        check(
+            self.init_W_scale != 0 or self.init_v != 0,
+            "init_W_scale",
+            "0 with init_v = 0 starts where every gradient is 0 (nothing would train); set either",
+        )
 
     def describe(self) -> str:
         return "minimal induction model (linear, relative positions v, W_k)"
 
     def validate(self, spec: TaskSpec) -> None:
         if spec.d_vocab != spec.d_vocab_out:
-            raise ConfigError("model.kind", f"'minimal_induction' predicts the next token by copying input tokens, so "
-                                            f"the task's outputs must be its tokens; it has {spec.d_vocab} tokens and "
-                                            f"{spec.d_vocab_out} outputs (markov_icl fits)")
+            raise ConfigError(
+                "model.kind",
+                f"'minimal_induction' predicts the next token by copying input tokens, so "
+                f"the task's outputs must be its tokens; it has {spec.d_vocab} tokens and "
+                f"{spec.d_vocab_out} outputs (markov_icl fits)",
+            )
 
     def build(self, spec: TaskSpec, n_models: Optional[int] = None) -> nn.Module:
         return MinimalInduction(self, spec, n_models)
 
     def param_count(self, spec: TaskSpec) -> int:
-        return spec.d_vocab ** 2 + spec.n_ctx
+        return spec.d_vocab**2 + spec.n_ctx
 
     def activation_bytes(self, spec: TaskSpec, batch: int) -> tuple[int, int]:
         t, k = spec.n_ctx, spec.d_vocab

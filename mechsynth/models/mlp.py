@@ -25,47 +25,85 @@ from mechsynth.tasks.base import TaskSpec
 @dataclass(frozen=True)
 class MLPConfig(ModelKind):
     width: int = doc("hidden width r of the MLP baseline", 100, lo=1, hi=2**24)
-    depth: int = doc("hidden layers, each of `width` units (1: the 2-layer baseline)", 1, lo=1, hi=256,
-                     why="one matrix of width² per layer; deeper is not a baseline any paper here uses")
+    depth: int = doc(
+        "hidden layers, each of `width` units (1: the 2-layer baseline)",
+        1,
+        lo=1,
+        hi=256,
+        why="one matrix of width² per layer; deeper is not a baseline any paper here uses",
+    )
     act_fn: Literal["relu", "poly"] = doc("hidden activation; 'poly' is x**poly_degree", "relu")
     first_act_fn: Optional[Literal["relu", "poly"]] = doc(
         "activation of the first hidden layer (the one that reads the input); unset = act_fn. 'poly' here and 'relu' "
         "deeper is the three-layer network of Nichani et al. 2023 and Wang et al. 2023: an even first layer whose "
-        "units are exact quadratics of x, then ReLUs", None)
+        "units are exact quadratics of x, then ReLUs",
+        None,
+    )
     poly_degree: int = doc("k in the x**k activation", 2, lo=1, hi=64, why="x**k overflows float32 long before")
-    init_seed: int = doc("seed of the initial weights", 0, lo=0, hi=MAX_SEED,
-                         why="torch seeds are 64-bit; seeds side by side add their index")
-    init_range: Optional[float] = doc("std of the normal weight init; unset = PyTorch's default (uniform ±1/sqrt(fan_in))", None)
-    init_sparsity: Optional[int] = doc("sparse init (\"lottery tickets\", Edelman et al. 2023): each hidden unit starts with "
-                                       "nonzero input weights on a random subset of this many input bits, drawn with "
-                                       "fan_in = this (uniform ±1/sqrt(s)); training may then move every weight. "
-                                       "Unset = dense", None, lo=1, hi=2**24)
+    init_seed: int = doc(
+        "seed of the initial weights",
+        0,
+        lo=0,
+        hi=MAX_SEED,
+        why="torch seeds are 64-bit; seeds side by side add their index",
+    )
+    init_range: Optional[float] = doc(
+        "std of the normal weight init; unset = PyTorch's default (uniform ±1/sqrt(fan_in))", None
+    )
+    init_sparsity: Optional[int] = doc(
+        'sparse init ("lottery tickets", Edelman et al. 2023): each hidden unit starts with '
+        "nonzero input weights on a random subset of this many input bits, drawn with "
+        "fan_in = this (uniform ±1/sqrt(s)); training may then move every weight. "
+        "Unset = dense",
+        None,
+        lo=1,
+        hi=2**24,
+    )
 
     reads_vectors: ClassVar[bool] = True
 
     def __post_init__(self):
         check_fields(self)  # bounds and finite floats first
-        check(self.init_range is None or self.init_range > 0, "init_range", f"must be > 0 or unset, got {self.init_range}")
+        check(
+            self.init_range is None or self.init_range > 0, "init_range", f"must be > 0 or unset, got {self.init_range}"
+        )
 
     def describe(self) -> str:
         first = self.first_act_fn not in (None, self.act_fn)
-        return (f"MLP, width {self.width}" + (f", {self.depth} hidden layers" if self.depth > 1 else "")
-                + (f", first layer {self._act_name(self.first_act_fn)}, then {self._act_name(self.act_fn)}" if first else "")
-                + (f", sparse init ({self.init_sparsity} inputs per unit)" if self.init_sparsity else ""))
+        return (
+            f"MLP, width {self.width}"
+            + (f", {self.depth} hidden layers" if self.depth > 1 else "")
+            + (
+                f", first layer {self._act_name(self.first_act_fn)}, then {self._act_name(self.act_fn)}"
+                if first
+                else ""
+            )
+            + (f", sparse init ({self.init_sparsity} inputs per unit)" if self.init_sparsity else "")
+        )
 
     def _act_name(self, act: Optional[str]) -> str:
         return "ReLU" if act == "relu" else f"x**{self.poly_degree}"
 
     def validate(self, spec: TaskSpec) -> None:
         if spec.d_input is not None:
-            check(spec.n_ctx == 1, "model.kind", f"'mlp' reads one input vector, and the task feeds {spec.n_ctx} per "
-                                                 "sequence; allowed here: 'transformer'")
+            check(
+                spec.n_ctx == 1,
+                "model.kind",
+                f"'mlp' reads one input vector, and the task feeds {spec.n_ctx} per "
+                "sequence; allowed here: 'transformer'",
+            )
         elif spec.token_values is None:
-            raise ConfigError("model.kind", "'mlp' needs a task with numeric inputs (sparse_parity, sparse_boolean) "
-                                            "or one input vector (single_index); allowed here: 'transformer'")
+            raise ConfigError(
+                "model.kind",
+                "'mlp' needs a task with numeric inputs (sparse_parity, sparse_boolean) "
+                "or one input vector (single_index); allowed here: 'transformer'",
+            )
         n_inputs = inputs(spec)
-        check(self.init_sparsity is None or self.init_sparsity <= n_inputs, "model.init_sparsity",
-              f"{self.init_sparsity} nonzero input weights per unit, but the task has {n_inputs} input bits; allowed: 1 to {n_inputs}")
+        check(
+            self.init_sparsity is None or self.init_sparsity <= n_inputs,
+            "model.init_sparsity",
+            f"{self.init_sparsity} nonzero input weights per unit, but the task has {n_inputs} input bits; allowed: 1 to {n_inputs}",
+        )
 
     def build(self, spec: TaskSpec, n_models: Optional[int] = None) -> nn.Module:
         return MLPBaseline(self, inputs(spec), spec.d_vocab_out, spec.token_values, n_models)
@@ -77,7 +115,9 @@ class MLPConfig(ModelKind):
 
     def param_count(self, spec: TaskSpec) -> int:
         n_inputs, V = inputs(spec), spec.d_vocab_out
-        return n_inputs * self.width + self.width + (self.depth - 1) * (self.width + 1) * self.width + self.width * V + V
+        return (
+            n_inputs * self.width + self.width + (self.depth - 1) * (self.width + 1) * self.width + self.width * V + V
+        )
 
     def activation_bytes(self, spec: TaskSpec, batch: int) -> tuple[int, int]:
         # input bits, hidden before and after the activation, output (logits, log-softmax, gradient)
@@ -109,8 +149,14 @@ class MLPBaseline(HookedRootModule):
     `n_models=M` runs M independent networks side by side (see FusedTransformer).
     """
 
-    def __init__(self, cfg: MLPConfig, n_inputs: int, d_vocab_out: int, token_values: Optional[tuple[float, ...]],
-                 n_models: Optional[int] = None):
+    def __init__(
+        self,
+        cfg: MLPConfig,
+        n_inputs: int,
+        d_vocab_out: int,
+        token_values: Optional[tuple[float, ...]],
+        n_models: Optional[int] = None,
+    ):
         super().__init__()
         self.cfg, self.n_inputs, self.n_models = cfg, n_inputs, n_models
         # token_values None: a continuous task's one vector [batch, 1, n_inputs] is the input
@@ -144,8 +190,13 @@ class MLPBaseline(HookedRootModule):
         deep = ((self.W_hidden, w), (self.b_hidden, w)) if self.cfg.depth > 1 else ()
         for i in range(self.n_models or 1):
             g = torch.Generator().manual_seed(self.cfg.init_seed + i)
-            for p, fan_in in ((self.W_in, s or self.n_inputs), (self.b_in, self.n_inputs), (self.W_out, w), (self.b_out, w),
-                              *deep):
+            for p, fan_in in (
+                (self.W_in, s or self.n_inputs),
+                (self.b_in, self.n_inputs),
+                (self.W_out, w),
+                (self.b_out, w),
+                *deep,
+            ):
                 sparse = s is not None and p is self.W_in
                 p = p if self.n_models is None else p[i]
                 if self.cfg.init_range is not None:
@@ -159,19 +210,24 @@ class MLPBaseline(HookedRootModule):
         kind = (self.cfg.first_act_fn or self.cfg.act_fn) if first else self.cfg.act_fn
         return F.relu(x) if kind == "relu" else x**self.cfg.poly_degree
 
-    def forward(self, tokens: Int[Tensor, "*#n_models batch pos"] | Float[Tensor, "*#n_models batch 1 d_input"]
-                ) -> Float[Tensor, "*#n_models batch 1 d_vocab_out"]:
+    def forward(
+        self, tokens: Int[Tensor, "*#n_models batch pos"] | Float[Tensor, "*#n_models batch 1 d_input"]
+    ) -> Float[Tensor, "*#n_models batch 1 d_vocab_out"]:
         """tokens [batch, pos] (or a vector [batch, 1, d_input]) -> [batch, 1, d_vocab_out]; side by side as
         FusedTransformer.forward. Hooks see [n_models * batch, ...]."""
         m = self.n_models or 1
         x = tokens[..., 0, :] if self.vectors else self.token_values[tokens[..., : self.n_inputs]]
         x = x.expand(m, -1, -1).reshape(-1, self.n_inputs)
         x = self.hook_in(x)
-        W_in, b_in, W_out, b_out = (p if self.n_models else p.unsqueeze(0) for p in (self.W_in, self.b_in, self.W_out, self.b_out))
+        W_in, b_in, W_out, b_out = (
+            p if self.n_models else p.unsqueeze(0) for p in (self.W_in, self.b_in, self.W_out, self.b_out)
+        )
         pre = self.hook_pre(torch.baddbmm(b_in.unsqueeze(1), x.view(m, -1, self.n_inputs), W_in).flatten(0, 1))
         post = self.hook_post(self.act(pre, first=True)).view(m, -1, pre.shape[-1])
         for layer in range(self.cfg.depth - 1):
             W, b = (p[:, layer] if self.n_models else p[layer].unsqueeze(0) for p in (self.W_hidden, self.b_hidden))
-            post = self.hook_hidden[layer](self.act(torch.baddbmm(b.unsqueeze(1), post, W)).flatten(0, 1)).view(m, -1, W.shape[-1])
+            post = self.hook_hidden[layer](self.act(torch.baddbmm(b.unsqueeze(1), post, W)).flatten(0, 1)).view(
+                m, -1, W.shape[-1]
+            )
         out = torch.baddbmm(b_out.unsqueeze(1), post, W_out)
         return out[:, :, None, :] if self.n_models else out[0, :, None, :]

@@ -33,13 +33,26 @@ from mechsynth.tasks.base import TaskSpec
 @validates_itself
 @dataclass(frozen=True)
 class NeuronConfig(ModelKind):
-    degree: int = doc("k of the link σ = He_k/√(k!), the normalised Hermite polynomial the student knows", 2,
-                      lo=1, hi=12, why="He_k of a Gaussian overflows float32 tails past that")
-    smoothing: float = doc("λ of Damian et al.'s smoothed loss: the prediction averages σ over directions "
-                           "(ŵ + λz)/‖ŵ + λz‖, z uniform on the sphere orthogonal to ŵ (exactly, not sampled); "
-                           "0 = none", 0.0)
-    init_seed: int = doc("seed of the initial direction (uniform on the sphere)", 0, lo=0, hi=MAX_SEED,
-                         why="torch seeds are 64-bit; seeds side by side add their index")
+    degree: int = doc(
+        "k of the link σ = He_k/√(k!), the normalised Hermite polynomial the student knows",
+        2,
+        lo=1,
+        hi=12,
+        why="He_k of a Gaussian overflows float32 tails past that",
+    )
+    smoothing: float = doc(
+        "λ of Damian et al.'s smoothed loss: the prediction averages σ over directions "
+        "(ŵ + λz)/‖ŵ + λz‖, z uniform on the sphere orthogonal to ŵ (exactly, not sampled); "
+        "0 = none",
+        0.0,
+    )
+    init_seed: int = doc(
+        "seed of the initial direction (uniform on the sphere)",
+        0,
+        lo=0,
+        hi=MAX_SEED,
+        why="torch seeds are 64-bit; seeds side by side add their index",
+    )
 
     reads_vectors: ClassVar[bool] = True
 
@@ -52,10 +65,16 @@ class NeuronConfig(ModelKind):
 
     def validate(self, spec: TaskSpec) -> None:
         if spec.d_input is None or spec.n_ctx != 1 or spec.d_vocab_out != 1:
-            raise ConfigError("model.kind", "'neuron' reads one input vector and predicts one real number "
-                                            "(single_index); allowed here: 'transformer', 'mlp'")
-        check(self.smoothing == 0 or spec.d_input >= 2, "model.smoothing",
-              f"smoothing averages over directions orthogonal to w, and d = {spec.d_input} has none; allowed: 0")
+            raise ConfigError(
+                "model.kind",
+                "'neuron' reads one input vector and predicts one real number "
+                "(single_index); allowed here: 'transformer', 'mlp'",
+            )
+        check(
+            self.smoothing == 0 or spec.d_input >= 2,
+            "model.smoothing",
+            f"smoothing averages over directions orthogonal to w, and d = {spec.d_input} has none; allowed: 0",
+        )
 
     def build(self, spec: TaskSpec, n_models: Optional[int] = None) -> nn.Module:
         return Neuron(self, spec.d_input, n_models)
@@ -109,8 +128,11 @@ class Neuron(HookedRootModule):
         super().__init__()
         self.cfg, self.d, self.n_models = cfg, d, n_models
         self.d_vocab, self.d_vocab_out, self.n_ctx = d, 1, 1
-        self.terms = smoothed_terms(cfg.degree, cfg.smoothing, d) if cfg.smoothing else \
-            [(c, n, 0) for n, c in enumerate(hermite_coefficients(cfg.degree)) if c]
+        self.terms = (
+            smoothed_terms(cfg.degree, cfg.smoothing, d)
+            if cfg.smoothing
+            else [(c, n, 0) for n, c in enumerate(hermite_coefficients(cfg.degree)) if c]
+        )
         self.W_in = nn.Parameter(torch.empty(*(() if n_models is None else (n_models,)), d, 1))
         self.hook_in = HookPoint()  # [batch, d]: x
         self.hook_pre = HookPoint()  # [batch, 1]: s = ŵ·x

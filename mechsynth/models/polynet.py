@@ -28,12 +28,24 @@ class PolyNet(ScalarNet):
 @validates_itself
 @dataclass(frozen=True)
 class PolyNetConfig(ScalarKind):
-    degree: int = doc("d, the number of linear forms multiplied (the parity degree k it can represent)", 3,
-                      lo=1, hi=64, why="a product of more forms overflows float32 long before")
+    degree: int = doc(
+        "d, the number of linear forms multiplied (the parity degree k it can represent)",
+        3,
+        lo=1,
+        hi=64,
+        why="a product of more forms overflows float32 long before",
+    )
     bias: bool = doc("add a learned bias to each form, ∏(wᵢᵀx + bᵢ) (needed for 0/1 bits)", False)
-    init_seed: int = doc("seed of the initial weights", 0, lo=0, hi=MAX_SEED,
-                         why="torch seeds are 64-bit; seeds side by side add their index")
-    init_range: Optional[float] = doc("std of the normal weight init; unset = uniform ±1/sqrt(n) (PyTorch's Linear)", None)
+    init_seed: int = doc(
+        "seed of the initial weights",
+        0,
+        lo=0,
+        hi=MAX_SEED,
+        why="torch seeds are 64-bit; seeds side by side add their index",
+    )
+    init_range: Optional[float] = doc(
+        "std of the normal weight init; unset = uniform ±1/sqrt(n) (PyTorch's Linear)", None
+    )
 
     module = PolyNet
 

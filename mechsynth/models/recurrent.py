@@ -43,8 +43,13 @@ class RecurrentConfig(ModelKind):
     cell: Literal["lstm", "gru"] = doc("the recurrent cell: PyTorch's nn.LSTM or nn.GRU equations", "lstm")
     n_layers: int = doc("stacked recurrent layers", 1, lo=1, hi=64)
     d_model: int = doc("width of the embedding and of every layer's hidden state", 128, lo=1, hi=MAX_WIDTH)
-    init_seed: int = doc("seed of the initial weights", 0, lo=0, hi=MAX_SEED,
-                         why="torch seeds are 64-bit; seeds side by side add their index")
+    init_seed: int = doc(
+        "seed of the initial weights",
+        0,
+        lo=0,
+        hi=MAX_SEED,
+        why="torch seeds are 64-bit; seeds side by side add their index",
+    )
 
     def __post_init__(self):
         check_fields(self)
@@ -136,12 +141,16 @@ class RecurrentLM(HookedRootModule):
         per_model = [self.W_E[tokens] if m is None else self.W_E[i][tokens[i]] for i in models]
         x = self._hooked(self.hook_embed, per_model)
         for block in self.blocks:
-            x = self._hooked(block.hook_resid_post, [self._layer(self._weights(block, i), h) for i, h in zip(models, x)])
+            x = self._hooked(
+                block.hook_resid_post, [self._layer(self._weights(block, i), h) for i, h in zip(models, x)]
+            )
         if m is None:
             return x[0] @ self.W_U + self.b_U
         return torch.stack([h @ self.W_U[i] + self.b_U[i] for i, h in zip(models, x)])
 
-    def _layer(self, weights: dict[str, Tensor], x: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_model"]:
+    def _layer(
+        self, weights: dict[str, Tensor], x: Float[Tensor, "batch pos d_model"]
+    ) -> Float[Tensor, "batch pos d_model"]:
         """One layer's hidden states: PyTorch's fused kernel, or step by step where it cannot serve (forward-mode
         AD, which sharpness's Hessian-vector products use, is not implemented for it)."""
         try:
@@ -157,7 +166,9 @@ class RecurrentLM(HookedRootModule):
         return list(hook(torch.cat(per_model)).chunk(len(per_model)))
 
 
-def step_by_step(cell: str, weights: dict[str, Tensor], x: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_model"]:
+def step_by_step(
+    cell: str, weights: dict[str, Tensor], x: Float[Tensor, "batch pos d_model"]
+) -> Float[Tensor, "batch pos d_model"]:
     """nn.LSTM's / nn.GRU's equations (PyTorch's documentation), one position at a time."""
     W_ih, W_hh, b_ih, b_hh = (weights[f"{name}_l0"] for name in CELL_WEIGHTS)
     gi = x @ W_ih.T + b_ih  # the inputs' part of every gate, for all positions at once

@@ -35,7 +35,9 @@ class ScalarKind(ModelKind):
 
     def __post_init__(self):
         check_fields(self)  # bounds and finite floats first
-        check(self.init_range is None or self.init_range > 0, "init_range", f"must be > 0 or unset, got {self.init_range}")
+        check(
+            self.init_range is None or self.init_range > 0, "init_range", f"must be > 0 or unset, got {self.init_range}"
+        )
 
     @property
     def forms(self) -> int:
@@ -43,11 +45,17 @@ class ScalarKind(ModelKind):
 
     def validate(self, spec: TaskSpec) -> None:
         if spec.token_values is None:
-            raise ConfigError("model.kind", f"{self.kind!r} needs a task with numeric inputs (sparse_parity, "
-                                            "sparse_boolean); allowed here: 'transformer'")
+            raise ConfigError(
+                "model.kind",
+                f"{self.kind!r} needs a task with numeric inputs (sparse_parity, "
+                "sparse_boolean); allowed here: 'transformer'",
+            )
         if spec.d_vocab_out != 2:
-            raise ConfigError("model.kind", f"{self.kind!r} predicts one number, read as a binary label; the task has "
-                                            f"{spec.d_vocab_out} output classes; allowed: 2")
+            raise ConfigError(
+                "model.kind",
+                f"{self.kind!r} predicts one number, read as a binary label; the task has "
+                f"{spec.d_vocab_out} output classes; allowed: 2",
+            )
 
     def build(self, spec: TaskSpec, n_models: Optional[int] = None) -> nn.Module:
         return self.module(self, spec.n_ctx - 1, spec.token_values, n_models)

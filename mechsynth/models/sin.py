@@ -30,9 +30,16 @@ class SinNeuron(ScalarNet):
 @dataclass(frozen=True)
 class SinConfig(ScalarKind):
     bias: bool = doc("add a learned bias inside the sine, sin(wᵀx + b) (needed for an even parity degree)", False)
-    init_seed: int = doc("seed of the initial weights", 0, lo=0, hi=MAX_SEED,
-                         why="torch seeds are 64-bit; seeds side by side add their index")
-    init_range: Optional[float] = doc("std of the normal weight init; unset = uniform ±1/sqrt(n) (PyTorch's Linear)", None)
+    init_seed: int = doc(
+        "seed of the initial weights",
+        0,
+        lo=0,
+        hi=MAX_SEED,
+        why="torch seeds are 64-bit; seeds side by side add their index",
+    )
+    init_range: Optional[float] = doc(
+        "std of the normal weight init; unset = uniform ±1/sqrt(n) (PyTorch's Linear)", None
+    )
 
     module = SinNeuron
 

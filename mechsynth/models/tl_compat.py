@@ -46,8 +46,12 @@ if TL_MAJOR >= 4:
         embedding module, the `ReadIn`, so `hook_embed` and the positions apply as to tokens."""
 
         def forward(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None, **kwargs):
-            return super().forward(input_ids=inputs_embeds if input_ids is None else input_ids,
-                                   attention_mask=attention_mask, position_ids=position_ids, **kwargs)
+            return super().forward(
+                input_ids=inputs_embeds if input_ids is None else input_ids,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                **kwargs,
+            )
 else:
     from transformer_lens import HookedTransformer, HookedTransformerConfig
     from transformer_lens.components import PosEmbed
@@ -72,6 +76,7 @@ class ReadIn(nn.Module):
     def forward(self, x: Tensor, *args, **kwargs) -> Tensor:
         return x @ getattr(self, self.weight_name)
 
+
 # What a HookedTransformer's state dict holds besides its weights: causal masks and rotary tables (buffers).
 BUFFERS = (".mask", ".IGNORE", "rotary_sin", "rotary_cos")
 
@@ -80,21 +85,40 @@ POSITIONAL = ("standard", "rotary", "none") if TL_MAJOR >= 4 else ("standard", "
 
 def check_supported(positional: str) -> None:
     if positional not in POSITIONAL:
-        raise ConfigError("model.positional", f"{positional!r} is not available in TransformerLens "
-                          f"{TL_VERSION}; allowed: {', '.join(POSITIONAL)}")
+        raise ConfigError(
+            "model.positional",
+            f"{positional!r} is not available in TransformerLens {TL_VERSION}; allowed: {', '.join(POSITIONAL)}",
+        )
 
 
 def _common(cfg, d_vocab: int, d_vocab_out: int, n_ctx: int) -> dict:
-    return dict(n_layers=cfg.n_layers, d_model=cfg.d_model, n_ctx=n_ctx, d_head=cfg.head_dim,
-                n_heads=cfg.n_heads, d_mlp=None if cfg.attn_only else cfg.mlp_dim, d_vocab=d_vocab,
-                d_vocab_out=d_vocab_out, act_fn=cfg.act_fn, attn_only=cfg.attn_only,
-                normalization_type=None if cfg.normalization == "none" else cfg.normalization,
-                # none: TransformerLens's learned positions, loaded as zeros (the state dict's W_pos)
-                positional_embedding_type="standard" if cfg.positional == "none" else cfg.positional, rotary_dim=cfg.head_dim if cfg.positional == "rotary" else None)
+    return dict(
+        n_layers=cfg.n_layers,
+        d_model=cfg.d_model,
+        n_ctx=n_ctx,
+        d_head=cfg.head_dim,
+        n_heads=cfg.n_heads,
+        d_mlp=None if cfg.attn_only else cfg.mlp_dim,
+        d_vocab=d_vocab,
+        d_vocab_out=d_vocab_out,
+        act_fn=cfg.act_fn,
+        attn_only=cfg.attn_only,
+        normalization_type=None if cfg.normalization == "none" else cfg.normalization,
+        # none: TransformerLens's learned positions, loaded as zeros (the state dict's W_pos)
+        positional_embedding_type="standard" if cfg.positional == "none" else cfg.positional,
+        rotary_dim=cfg.head_dim if cfg.positional == "rotary" else None,
+    )
 
 
-def hooked_transformer(cfg, d_vocab: int, d_vocab_out: int, n_ctx: int, state_dict: dict[str, Tensor],
-                       device: str | torch.device = "cpu", d_input: Optional[int] = None):
+def hooked_transformer(
+    cfg,
+    d_vocab: int,
+    d_vocab_out: int,
+    n_ctx: int,
+    state_dict: dict[str, Tensor],
+    device: str | torch.device = "cpu",
+    d_input: Optional[int] = None,
+):
     """A hooked TransformerLens model (TL 3: HookedTransformer, TL 4: TransformerBridge) with
     `state_dict` (HookedTransformer layout, as `FusedTransformer.state_dict()` gives) loaded. `d_input`: it
     reads vectors of that width (continuous inputs; d_vocab = d_input) through a `ReadIn`."""
@@ -108,9 +132,11 @@ def hooked_transformer(cfg, d_vocab: int, d_vocab_out: int, n_ctx: int, state_di
             model.embed.set_original_component(ReadIn(d_input, cfg.d_model, "weight").to(device))
             model.original_model.__class__ = _NativeVectors  # (a class, not a bound method: it deep-copies)
     else:
-        model = HookedTransformer(HookedTransformerConfig(**kw, rotary_adjacent_pairs=True,
-                                                          default_prepend_bos=False, init_weights=False,
-                                                          device=str(device)))
+        model = HookedTransformer(
+            HookedTransformerConfig(
+                **kw, rotary_adjacent_pairs=True, default_prepend_bos=False, init_weights=False, device=str(device)
+            )
+        )
         if d_input is not None:
             model.embed = ReadIn(d_input, cfg.d_model).to(device)
             if hasattr(model, "pos_embed"):
@@ -201,10 +227,14 @@ def from_bridge_layout(sd: dict[str, Tensor], n_heads: int) -> dict[str, Tensor]
         if module in ("q", "k", "v"):
             name = module.upper()
             out[f"{parent}.{'W' if leaf == 'weight' else 'b'}_{name}"] = (
-                einops.rearrange(t, "(h d) m -> h m d", h=n_heads) if leaf == "weight" else einops.rearrange(t, "(h d) -> h d", h=n_heads))
+                einops.rearrange(t, "(h d) m -> h m d", h=n_heads)
+                if leaf == "weight"
+                else einops.rearrange(t, "(h d) -> h d", h=n_heads)
+            )
         elif module == "o":
             out[f"{parent}.W_O" if leaf == "weight" else f"{parent}.b_O"] = (
-                einops.rearrange(t, "m (h d) -> h d m", h=n_heads) if leaf == "weight" else t)
+                einops.rearrange(t, "m (h d) -> h d m", h=n_heads) if leaf == "weight" else t
+            )
         elif module in ("in", "out"):
             out[f"{parent}.{'W' if leaf == 'weight' else 'b'}_{module}"] = t.T.contiguous() if leaf == "weight" else t
         elif prefix == "unembed":
@@ -220,5 +250,17 @@ def from_bridge_layout(sd: dict[str, Tensor], n_heads: int) -> dict[str, Tensor]
     return out
 
 
-__all__ = ["HookPoint", "HookedRootModule", "ReadIn", "TL_MAJOR", "TL_VERSION", "check_supported", "from_bridge_layout",
-           "hooked_model", "hooked_transformer", "is_bridge", "is_hooked_transformer", "load_weights"]
+__all__ = [
+    "HookPoint",
+    "HookedRootModule",
+    "ReadIn",
+    "TL_MAJOR",
+    "TL_VERSION",
+    "check_supported",
+    "from_bridge_layout",
+    "hooked_model",
+    "hooked_transformer",
+    "is_bridge",
+    "is_hooked_transformer",
+    "load_weights",
+]

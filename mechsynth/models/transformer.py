@@ -35,23 +35,39 @@ class TransformerConfig(ModelKind):
     positional: Literal["standard", "rotary", "shortformer", "relative", "none"] = doc(
         "learned absolute, rotary, shortformer (absolute added to queries and keys only; TransformerLens 3.x), none "
         "(NoPE: the causal mask alone tells positions apart; Wen et al. 2023's Dyck models), or "
-        "learned relative (Edelman et al. 2024: scores q·(k_j + r_{i-j}), one learned r per layer, head and distance)", "standard")
+        "learned relative (Edelman et al. 2024: scores q·(k_j + r_{i-j}), one learned r per layer, head and distance)",
+        "standard",
+    )
     normalization: Literal["LN", "LNPre", "none"] = doc("LayerNorm with weights, without weights, or none", "LN")
     act_fn: Literal["relu", "gelu", "gelu_new", "silu"] = doc("MLP activation", "relu")
     n_ctx: Optional[int] = doc("context length; unset = the task's longest sequence", None, lo=1, hi=MAX_CTX)
-    init_seed: int = doc("seed of the initial weights", 0, lo=0, hi=MAX_SEED,
-                         why="torch seeds are 64-bit; seeds side by side add their index")
-    init_range: Optional[float] = doc("std of the normal weight init; unset = 0.8/sqrt(d_model) as in TransformerLens", None)
+    init_seed: int = doc(
+        "seed of the initial weights",
+        0,
+        lo=0,
+        hi=MAX_SEED,
+        why="torch seeds are 64-bit; seeds side by side add their index",
+    )
+    init_range: Optional[float] = doc(
+        "std of the normal weight init; unset = 0.8/sqrt(d_model) as in TransformerLens", None
+    )
     freeze_embeddings: bool = doc(
         "W_E, W_pos, W_U and b_U stay at their initial values (Nichani et al. 2024 train only attention and the MLP, "
         "over random embeddings: the init's rows are near-orthogonal, of norm ~0.8; init_range = 1/sqrt(d_model) "
-        "gives their norm ~1)", False)
+        "gives their norm ~1)",
+        False,
+    )
 
     def __post_init__(self):
         check_fields(self)  # bounds and finite floats first
-        check(self.init_range is None or self.init_range > 0, "init_range", f"must be > 0 or unset, got {self.init_range}")
-        check(self.d_head is not None or self.d_model % self.n_heads == 0, "d_head",
-              f"unset needs d_model ({self.d_model}) divisible by n_heads ({self.n_heads}); set d_head")
+        check(
+            self.init_range is None or self.init_range > 0, "init_range", f"must be > 0 or unset, got {self.init_range}"
+        )
+        check(
+            self.d_head is not None or self.d_model % self.n_heads == 0,
+            "d_head",
+            f"unset needs d_model ({self.d_model}) divisible by n_heads ({self.n_heads}); set d_head",
+        )
         if self.positional == "rotary":
             check(self.head_dim % 2 == 0, "d_head", f"rotary needs an even d_head, got {self.head_dim}")
 
@@ -69,13 +85,18 @@ class TransformerConfig(ModelKind):
 
     def context_length(self, spec: TaskSpec) -> int:
         n_ctx = self.n_ctx if self.n_ctx is not None else spec.n_ctx
-        check(n_ctx >= spec.n_ctx, "model.n_ctx",
-              f"{n_ctx} is shorter than the task's sequences ({spec.n_ctx} tokens); allowed: ≥ {spec.n_ctx} or unset")
+        check(
+            n_ctx >= spec.n_ctx,
+            "model.n_ctx",
+            f"{n_ctx} is shorter than the task's sequences ({spec.n_ctx} tokens); allowed: ≥ {spec.n_ctx} or unset",
+        )
         return n_ctx
 
     def describe(self) -> str:
-        return (f"{self.n_layers}-layer{' attention-only' if self.attn_only else ''} transformer, "
-                f"{self.n_heads} heads, d_model {self.d_model}{', frozen embeddings' if self.freeze_embeddings else ''}")
+        return (
+            f"{self.n_layers}-layer{' attention-only' if self.attn_only else ''} transformer, "
+            f"{self.n_heads} heads, d_model {self.d_model}{', frozen embeddings' if self.freeze_embeddings else ''}"
+        )
 
     def validate(self, spec: TaskSpec) -> None:
         if self.transformer_lens:
@@ -93,8 +114,9 @@ class TransformerConfig(ModelKind):
         if not self.transformer_lens:
             return super().hooked(model, device)
         sd = {k: v.detach() for k, v in model.state_dict().items()}
-        return hooked_transformer(self, model.embed.W_E.shape[0], model.unembed.W_U.shape[1], model.n_ctx, sd, device,
-                                  d_input=model.d_input)
+        return hooked_transformer(
+            self, model.embed.W_E.shape[0], model.unembed.W_U.shape[1], model.n_ctx, sd, device, d_input=model.d_input
+        )
 
     def reload(self, hooked: nn.Module, model: nn.Module) -> nn.Module:
         if not self.transformer_lens:
@@ -126,7 +148,9 @@ class TransformerConfig(ModelKind):
         layer = norm + 5 * hd + (0 if self.attn_only else norm + 2 * self.mlp_dim)
         ends = dm + norm + 3 * V  # embedding; final norm, logits, log-softmax and its gradient
         pattern = batch * self.n_heads * T * T * FLOAT
-        relative = 2 * L * pattern if self.positional == "relative" else 0  # each layer's q·r, before and after the gather
+        relative = (
+            2 * L * pattern if self.positional == "relative" else 0
+        )  # each layer's q·r, before and after the gather
         return batch * T * FLOAT * (L * layer + ends) + pattern + relative, pattern
 
     def eval_activation_bytes(self, spec: TaskSpec, batch: int) -> tuple[int, int]:

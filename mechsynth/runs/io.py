@@ -158,8 +158,11 @@ def state_from_bytes(blob: bytes, path: Path | str) -> dict[str, Any]:
     except Exception as e:  # noqa: BLE001 - torch raises many types for a damaged zip or a refused pickle
         if "weights_only" in str(e) or "Unsupported global" in str(e):
             # torch's own message suggests weights_only=False, i.e. running the file's code: never.
-            raise CorruptFileError(path, "it holds Python objects other than tensors and plain values, which "
-                                         "mechsynth never loads (loading them could run code from the file)") from None
+            raise CorruptFileError(
+                path,
+                "it holds Python objects other than tensors and plain values, which "
+                "mechsynth never loads (loading them could run code from the file)",
+            ) from None
         raise CorruptFileError(path, one_line(e)) from None
     if not isinstance(state, dict):
         raise CorruptFileError(path, f"holds a {type(state).__name__}, not a training state")

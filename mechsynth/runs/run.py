@@ -67,8 +67,11 @@ class Run:
     def _one_model(self) -> None:
         """Metrics, checkpoints and models live in the seed directories of a batched run, not its parent."""
         if self.config.train.seeds > 1:
-            raise ConfigError("run_dir", f"{self.path} trained {self.config.train.seeds} seeds side by side; open one "
-                                         f"of them: {rundir.seed_dir(self.path, 0)} ... (in Python: load_run(...).seeds[i])")
+            raise ConfigError(
+                "run_dir",
+                f"{self.path} trained {self.config.train.seeds} seeds side by side; open one "
+                f"of them: {rundir.seed_dir(self.path, 0)} ... (in Python: load_run(...).seeds[i])",
+            )
 
     @property
     def metrics(self) -> list[dict[str, Any]]:
@@ -134,7 +137,9 @@ def load_weights(model: nn.Module, weights: dict[str, torch.Tensor], path: Path)
     try:
         model.load_state_dict(weights)
     except RuntimeError as e:
-        raise CorruptFileError(path, f"its tensors do not fit the model of config.json: {one_line(e, typed=False)}") from None
+        raise CorruptFileError(
+            path, f"its tensors do not fit the model of config.json: {one_line(e, typed=False)}"
+        ) from None
 
 
 def load_run(path: Path | str) -> Run:

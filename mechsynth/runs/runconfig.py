@@ -29,8 +29,12 @@ class RunConfig:
     wandb: WandbConfig = field(default_factory=WandbConfig)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"task": {"name": self.task_name, **self.task_params}, "model": models.to_dict(self.model),
-                "train": to_dict(self.train), "wandb": to_dict(self.wandb)}
+        return {
+            "task": {"name": self.task_name, **self.task_params},
+            "model": models.to_dict(self.model),
+            "train": to_dict(self.train),
+            "wandb": to_dict(self.wandb),
+        }
 
     def build_task(self) -> Task:
         return tasks.make(self.task_name, self.task_params)
@@ -38,8 +42,13 @@ class RunConfig:
     @classmethod
     def of(cls, task: Task, model: ModelKind, train: TrainConfig, wandb: WandbConfig) -> "RunConfig":
         """The run config of a built task (its parameters as config.json stores them: lists, not tuples)."""
-        return cls(task.name, {k: (list(v) if isinstance(v, tuple) else v) for k, v in to_dict(task.cfg).items()},
-                   model, train, wandb)
+        return cls(
+            task.name,
+            {k: (list(v) if isinstance(v, tuple) else v) for k, v in to_dict(task.cfg).items()},
+            model,
+            train,
+            wandb,
+        )
 
 
 def parse_config(data: dict[str, Any], *, resources: bool = True) -> RunConfig:
@@ -48,7 +57,11 @@ def parse_config(data: dict[str, Any], *, resources: bool = True) -> RunConfig:
     (the default) what this machine must have: the device `train.device` names, and memory for the
     run's estimated peak (mechsynth/training/budget.py). Opening a finished run elsewhere (another machine, no
     GPU) needs only the first part: `resources=False`."""
-    check(isinstance(data, dict), "config", f"must be a table of sections, got {show(data)}; allowed: {', '.join(SECTIONS)}")
+    check(
+        isinstance(data, dict),
+        "config",
+        f"must be a table of sections, got {show(data)}; allowed: {', '.join(SECTIONS)}",
+    )
     for key in data:
         check(key in SECTIONS, key_name(key), f"unknown section; allowed: {', '.join(SECTIONS)}")
     for section, table in data.items():  # `task = 5` is a value, not a [task] table
@@ -57,18 +70,27 @@ def parse_config(data: dict[str, Any], *, resources: bool = True) -> RunConfig:
     name = task_table.pop("name", None)
     check(isinstance(name, str), "task.name", f"missing or not a string; allowed: {', '.join(tasks.names())}")
     task = tasks.make(name, task_table)
-    train, wandb = from_dict(TrainConfig, data.get("train", {}), "train"), from_dict(WandbConfig, data.get("wandb", {}), "wandb")
+    train, wandb = (
+        from_dict(TrainConfig, data.get("train", {}), "train"),
+        from_dict(WandbConfig, data.get("wandb", {}), "wandb"),
+    )
     # the model table last: its kinds import TransformerLens (seconds), which a mistake above need not wait for
     cfg = RunConfig.of(task, models.parse(data.get("model", {}), "model"), train, wandb)
     models.validate(cfg.model, task.spec)
     if cfg.train.params is not None:
         check_params(cfg.model, task.spec, cfg.train.params)
     # A task's regulariser reads truth that only its own fresh training batches carry, one seed at a time.
-    check(not task.regularised or cfg.train.seeds == 1, "train.seeds",
-          f"{cfg.train.seeds} seeds side by side, but task {task.name} adds a regulariser to the loss, which trains "
-          f"one seed per run; allowed: 1 (a sweep over seeds instead)")
-    check(not task.regularised or cfg.train.data != "fixed", "train.data",
-          f"'fixed', but task {task.name} adds a regulariser to the loss, which needs fresh batches; allowed: online")
+    check(
+        not task.regularised or cfg.train.seeds == 1,
+        "train.seeds",
+        f"{cfg.train.seeds} seeds side by side, but task {task.name} adds a regulariser to the loss, which trains "
+        f"one seed per run; allowed: 1 (a sweep over seeds instead)",
+    )
+    check(
+        not task.regularised or cfg.train.data != "fixed",
+        "train.data",
+        f"'fixed', but task {task.name} adds a regulariser to the loss, which needs fresh batches; allowed: online",
+    )
     if cfg.train.data == "fixed":
         check_fixed_set(cfg.train, task)
     if resources:
@@ -91,12 +113,19 @@ def check_fixed_set(train: TrainConfig, task: Task) -> None:
     """A fixed training set needs its size from the config or from the task's list of its training inputs."""
     listed = task.enumerate("train")
     if listed is None:
-        check(train.n_train is not None, "train.n_train", f"missing: task {task.name} samples its inputs rather than "
-              "listing them, so a fixed training set needs its size; allowed: a positive integer")
+        check(
+            train.n_train is not None,
+            "train.n_train",
+            f"missing: task {task.name} samples its inputs rather than "
+            "listing them, so a fixed training set needs its size; allowed: a positive integer",
+        )
     else:
-        check(train.n_train is None or train.n_train <= len(listed.tokens), "train.n_train",
-              f"{train.n_train} is more than the {len(listed.tokens)} examples of task {task.name}'s training split; "
-              f"allowed: 1 to {len(listed.tokens)}, or unset for all of them")
+        check(
+            train.n_train is None or train.n_train <= len(listed.tokens),
+            "train.n_train",
+            f"{train.n_train} is more than the {len(listed.tokens)} examples of task {task.name}'s training split; "
+            f"allowed: 1 to {len(listed.tokens)}, or unset for all of them",
+        )
 
 
 def complete(config: dict[str, Any]) -> dict[str, Any]:

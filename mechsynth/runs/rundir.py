@@ -41,7 +41,9 @@ WEIGHTS, STATE, META = "model.safetensors", "state.pt", "meta.json"
 RESUMABLE = ("train.steps", "train.device", "train.eval_every", "train.seed_passes", "train.threads", "wandb.")
 # Keys config.json stores beside the run config: provenance (`stored_extras`), never compared or parsed as config.
 EXTRAS = ("versions", "plugins", "origin")  # origin: what made a run mechsynth did not train (Monitor, import)
-NOT_RECORDED = "not_recorded"  # origin's list of the config keys nobody gave (absent from the tables; see `unknown_keys`)
+NOT_RECORDED = (
+    "not_recorded"  # origin's list of the config keys nobody gave (absent from the tables; see `unknown_keys`)
+)
 
 
 # ---- layout ---------------------------------------------------------------------------------------
@@ -183,8 +185,11 @@ def check_resumable(old: dict[str, Any], new: dict[str, Any], field: str = "--se
     fixed = [k for k in changed_keys(old, new) if not may_change_on_resume(k)]
     if fixed:
         a, b = flatten(old), flatten(new)
-        raise ConfigError(field, f"{fixed[0]} cannot change when a run is continued (stored {a.get(fixed[0])!r}, "
-                                 f"given {b.get(fixed[0])!r}); allowed to change: {', '.join(RESUMABLE)}*")
+        raise ConfigError(
+            field,
+            f"{fixed[0]} cannot change when a run is continued (stored {a.get(fixed[0])!r}, "
+            f"given {b.get(fixed[0])!r}); allowed to change: {', '.join(RESUMABLE)}*",
+        )
 
 
 # ---- metrics --------------------------------------------------------------------------------------
@@ -214,8 +219,11 @@ def read_metrics(run_dir: Path | str) -> list[dict[str, Any]]:
             raise CorruptFileError(path, f"line {i + 1} is not a record with an integer step")
         if out and step <= out[-1]["step"]:
             what = "repeats" if step == out[-1]["step"] else "comes before"
-            raise CorruptFileError(path, f"line {i + 1}: step {step} {what} step {out[-1]['step']} of the line before "
-                                         "(two processes wrote to this run?)")
+            raise CorruptFileError(
+                path,
+                f"line {i + 1}: step {step} {what} step {out[-1]['step']} of the line before "
+                "(two processes wrote to this run?)",
+            )
         out.append(record)
     return out
 
@@ -267,14 +275,24 @@ class MetricsWriter:
 # ---- checkpoints ----------------------------------------------------------------------------------
 
 
-def write_checkpoint(run_dir: Path | str, step: int, weights: dict[str, Any], metrics: dict[str, Any],
-                     state: dict[str, Any], train_s: Optional[float] = None) -> None:
+def write_checkpoint(
+    run_dir: Path | str,
+    step: int,
+    weights: dict[str, Any],
+    metrics: dict[str, Any],
+    state: dict[str, Any],
+    train_s: Optional[float] = None,
+) -> None:
     """Weights, resumable state and meta.json (with both files' SHA-256) appear together or not at all.
     `train_s`: seconds spent training up to this step, over every resume (not the time between them)."""
     blobs = {WEIGHTS: io.tensors_bytes(weights), STATE: io.state_bytes(state)}
-    meta = {"step": step, "metrics": json_safe(metrics), "time": time.time(),
-            **({"train_s": round(train_s, 3)} if train_s is not None else {}),
-            "sha256": {name: hashlib.sha256(b).hexdigest() for name, b in blobs.items()}}
+    meta = {
+        "step": step,
+        "metrics": json_safe(metrics),
+        "time": time.time(),
+        **({"train_s": round(train_s, 3)} if train_s is not None else {}),
+        "sha256": {name: hashlib.sha256(b).hexdigest() for name, b in blobs.items()},
+    }
 
     def fill(tmp: Path) -> None:
         for name, blob in blobs.items():
@@ -305,8 +323,10 @@ def _verified_bytes(run_dir: Path | str, step: int, name: str) -> bytes:
         raise CorruptFileError(path, str(e)) from None
     expected = meta.get("sha256", {}).get(name)  # checkpoints written before checksums have none
     if expected is not None and hashlib.sha256(blob).hexdigest() != expected:
-        raise CorruptFileError(path, "its SHA-256 differs from the one recorded in meta.json when it was written: "
-                                     "the file was damaged since")
+        raise CorruptFileError(
+            path,
+            "its SHA-256 differs from the one recorded in meta.json when it was written: the file was damaged since",
+        )
     return blob
 
 
@@ -323,8 +343,11 @@ def read_state(run_dir: Path | str, step: int) -> dict[str, Any]:
 def remove_stale_temps(run_dir: Path | str) -> None:
     """Leftovers of writes a kill interrupted (hidden .*.tmp names mechsynth itself made): never read."""
     run_dir = Path(run_dir)
-    for stale in [*(run_dir / "checkpoints").glob(".step_*.tmp"), *(run_dir / "checkpoints").glob(".step_*.old"),
-                  *run_dir.glob(".*.tmp")]:
+    for stale in [
+        *(run_dir / "checkpoints").glob(".step_*.tmp"),
+        *(run_dir / "checkpoints").glob(".step_*.old"),
+        *run_dir.glob(".*.tmp"),
+    ]:
         io.remove(stale)
 
 
@@ -369,8 +392,10 @@ class RunLock:
             except BlockingIOError:
                 owner = _pid_in(path)
                 os.close(fd)
-                raise RunInUseError(f"{d}: in use by another mechsynth process{f' (pid {owner})' if owner else ''}; "
-                                    f"wait for it to finish or stop it: two writers would mix their {self.what}s") from None
+                raise RunInUseError(
+                    f"{d}: in use by another mechsynth process{f' (pid {owner})' if owner else ''}; "
+                    f"wait for it to finish or stop it: two writers would mix their {self.what}s"
+                ) from None
             except OSError as e:
                 if e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
                     os.close(fd)
@@ -427,8 +452,12 @@ def libraries() -> dict[str, str]:
 
     import torch
 
-    return {"mechsynth": version("mechsynth"), "torch": torch.__version__,
-            "transformer_lens": version("transformer-lens"), "python": platform.python_version()}
+    return {
+        "mechsynth": version("mechsynth"),
+        "torch": torch.__version__,
+        "transformer_lens": version("transformer-lens"),
+        "python": platform.python_version(),
+    }
 
 
 def versions() -> dict[str, str]:
@@ -452,6 +481,7 @@ CODE = ("mechsynth", "probes", "experiments", "pyproject.toml")  # what a commit
 def code_commit(where: Path) -> Optional[str]:
     """The commit of the git checkout holding `where`, with "-dirty" when tracked code (CODE) differs from
     it; None outside a checkout. Once per process: the code a process runs is the code it imported."""
+
     def git(*args: str) -> Optional[str]:
         try:
             out = subprocess.run(["git", *args], cwd=where, capture_output=True, text=True, timeout=30)

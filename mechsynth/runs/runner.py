@@ -31,13 +31,22 @@ def seed_config(cfg: RunConfig, i: int, name: str) -> RunConfig:
     """Seed i of a batched run as a run of its own. Its W&B run is named after the batch and grouped with
     the other seeds (under `wandb.group`, or else the batch's name)."""
     base = cfg.wandb.name or name
-    return replace(cfg, model=replace(cfg.model, init_seed=cfg.model.init_seed + i),
-                   train=replace(cfg.train, seed=cfg.train.seed + i, seeds=1),
-                   wandb=replace(cfg.wandb, name=f"{base}-seed_{i}", group=cfg.wandb.group or base))
+    return replace(
+        cfg,
+        model=replace(cfg.model, init_seed=cfg.model.init_seed + i),
+        train=replace(cfg.train, seed=cfg.train.seed + i, seeds=1),
+        wandb=replace(cfg.wandb, name=f"{base}-seed_{i}", group=cfg.wandb.group or base),
+    )
 
 
-def train_run(cfg: RunConfig, run_dir: Path | str, *, resume: bool = False, progress: bool = True,
-              log: Optional[Callable[[str], None]] = None) -> Path:
+def train_run(
+    cfg: RunConfig,
+    run_dir: Path | str,
+    *,
+    resume: bool = False,
+    progress: bool = True,
+    log: Optional[Callable[[str], None]] = None,
+) -> Path:
     """Train `cfg` into `run_dir` (new: absent or empty), or continue the run there when `resume` (from its
     last checkpoint; from step 0 if it has none yet). With `resume`, `cfg` may differ from the stored
     config only in keys `rundir.RESUMABLE` allows. `log` gets one line saying where training starts."""
@@ -66,7 +75,9 @@ def train_run(cfg: RunConfig, run_dir: Path | str, *, resume: bool = False, prog
             if not resume:
                 _check_new(run_dir, ours=made)  # again, now that we hold it: another process may have started here
             model = models.build(cfg.model, task.spec, n_models=None if n == 1 else n)
-            trainer = Trainer(model, task, cfg.train, device) if n == 1 else SeedsTrainer(model, task, cfg.train, device)
+            trainer = (
+                Trainer(model, task, cfg.train, device) if n == 1 else SeedsTrainer(model, task, cfg.train, device)
+            )
             wandb_ids: list[Optional[str]] = [None] * n
             start = None
             if resume:
@@ -81,8 +92,11 @@ def train_run(cfg: RunConfig, run_dir: Path | str, *, resume: bool = False, prog
                 load_weights(trainer.module, weights if n == 1 else stack_weights([weights] * n, trainer.stacked), path)
             if resume:
                 if log:
-                    log(f"continuing {run_dir} from step {start}" if start is not None else
-                        f"continuing {run_dir} from step 0 (it has no checkpoint yet)")
+                    log(
+                        f"continuing {run_dir} from step {start}"
+                        if start is not None
+                        else f"continuing {run_dir} from step 0 (it has no checkpoint yet)"
+                    )
                 fresh = False  # everything is read: only now change the directory
                 _rewrite_configs(run_dir, cfg, dirs, cfgs, start)
             else:
@@ -102,8 +116,16 @@ def train_run(cfg: RunConfig, run_dir: Path | str, *, resume: bool = False, prog
     return run_dir
 
 
-def _fit(trainer: Trainer, cfg: RunConfig, run_dir: Path, dirs: list[Path], cfgs: list[RunConfig],
-         wandb_ids: list[Optional[str]], start: Optional[int], progress: bool) -> None:
+def _fit(
+    trainer: Trainer,
+    cfg: RunConfig,
+    run_dir: Path,
+    dirs: list[Path],
+    cfgs: list[RunConfig],
+    wandb_ids: list[Optional[str]],
+    start: Optional[int],
+    progress: bool,
+) -> None:
     loggers = [WandbLogger(c.wandb, d, c.to_dict(), run_id=w) for c, d, w in zip(cfgs, dirs, wandb_ids)]
     writers: list[rundir.MetricsWriter] = []
     last = [start]  # the last checkpoint on disk
@@ -117,10 +139,17 @@ def _fit(trainer: Trainer, cfg: RunConfig, run_dir: Path, dirs: list[Path], cfgs
             logger.log(m, step)
 
     def on_checkpoint(step: int, metrics: Any) -> None:
-        for d, c, logger, w, m, s in zip(dirs, cfgs, loggers, trainer.seed_weights(), trainer.seed_records(metrics),
-                                         trainer.seed_states()):
-            rundir.write_checkpoint(d, step, w, m, {**s, "wandb_id": logger.id, "threads": torch.get_num_threads()},
-                                    before + time.perf_counter() - t0)
+        for d, c, logger, w, m, s in zip(
+            dirs, cfgs, loggers, trainer.seed_weights(), trainer.seed_records(metrics), trainer.seed_states()
+        ):
+            rundir.write_checkpoint(
+                d,
+                step,
+                w,
+                m,
+                {**s, "wandb_id": logger.id, "threads": torch.get_num_threads()},
+                before + time.perf_counter() - t0,
+            )
             if c.wandb.log_checkpoints:
                 logger.checkpoint(rundir.ckpt_dir(d, step), step)
         last[0] = step
@@ -139,11 +168,21 @@ def _fit(trainer: Trainer, cfg: RunConfig, run_dir: Path, dirs: list[Path], cfgs
                 pass
         raise
     except DivergedError as e:
-        seeds = f" (seed{'s' if len(e.seeds) > 1 else ''} {', '.join(map(str, e.seeds))})" if cfg.train.seeds > 1 else ""
-        kept = (f"the last finite checkpoint, step {last[0]}, is kept: probe and report work up to it"
-                if last[0] is not None else "no checkpoint was written")
-        raise DivergedError(f"{run_dir}: training diverged: the loss is not finite at step {e.step}{seeds}; {kept}. "
-                            "Train again with a smaller train.lr", e.step, last[0], e.seeds) from None
+        seeds = (
+            f" (seed{'s' if len(e.seeds) > 1 else ''} {', '.join(map(str, e.seeds))})" if cfg.train.seeds > 1 else ""
+        )
+        kept = (
+            f"the last finite checkpoint, step {last[0]}, is kept: probe and report work up to it"
+            if last[0] is not None
+            else "no checkpoint was written"
+        )
+        raise DivergedError(
+            f"{run_dir}: training diverged: the loss is not finite at step {e.step}{seeds}; {kept}. "
+            "Train again with a smaller train.lr",
+            e.step,
+            last[0],
+            e.seeds,
+        ) from None
     finally:
         for writer in writers:
             writer.close()
@@ -156,13 +195,17 @@ def _load(trainer: Trainer, dirs: list[Path], step: int) -> tuple[list[Optional[
     threads the run trained with (None in runs from before it was recorded)."""
     weights = [rundir.read_weights(d, step) for d in dirs]
     states = [rundir.read_state(d, step) for d in dirs]
-    load_weights(trainer.module, weights[0] if len(dirs) == 1 else stack_weights(weights, trainer.stacked),
-                 rundir.ckpt_dir(dirs[0], step) / rundir.WEIGHTS)
+    load_weights(
+        trainer.module,
+        weights[0] if len(dirs) == 1 else stack_weights(weights, trainer.stacked),
+        rundir.ckpt_dir(dirs[0], step) / rundir.WEIGHTS,
+    )
     try:
         trainer.load_seed_states(states)
     except (KeyError, ValueError, TypeError, RuntimeError, IndexError) as e:
-        raise CorruptFileError(rundir.ckpt_dir(dirs[0], step) / rundir.STATE,
-                               f"not the training state of this run ({one_line(e)})") from None
+        raise CorruptFileError(
+            rundir.ckpt_dir(dirs[0], step) / rundir.STATE, f"not the training state of this run ({one_line(e)})"
+        ) from None
     return [s.get("wandb_id") for s in states], states[0].get("threads")
 
 
@@ -171,14 +214,19 @@ def initial_weights(source: str) -> tuple[dict[str, Any], Path]:
     and their file; read and checked before training starts, a bad path is one line naming train.init_from."""
     path = Path(source)
     if (path / rundir.WEIGHTS).is_file():  # RUN/checkpoints/step_N
-        run_dir, step = path.parent.parent, int(path.name.removeprefix("step_")) if path.name.startswith("step_") else None
+        run_dir, step = (
+            path.parent.parent,
+            int(path.name.removeprefix("step_")) if path.name.startswith("step_") else None,
+        )
         if step is None or rundir.ckpt_dir(run_dir, step) != path:
             raise ConfigError("train.init_from", f"{source!r} holds weights but is not RUN/checkpoints/step_N")
         return rundir.read_weights(run_dir, step), path / rundir.WEIGHTS
     if not path.is_dir():
         raise ConfigError("train.init_from", f"{source!r} is not a run or checkpoint directory")
     if rundir.seed_dir(path, 0).is_dir():
-        raise ConfigError("train.init_from", f"{source!r} holds seeds side by side; name one: {rundir.seed_dir(path, 0)}")
+        raise ConfigError(
+            "train.init_from", f"{source!r} holds seeds side by side; name one: {rundir.seed_dir(path, 0)}"
+        )
     steps = rundir.steps(path)
     if not steps:
         raise ConfigError("train.init_from", f"{source!r} has no checkpoint")
@@ -190,11 +238,17 @@ def check_fits(weights: dict[str, Any], state: dict[str, Any], stacked: set[str]
     `state` this is (`stacked`: the keys holding seeds side by side on a leading axis)."""
     want = {k: tuple(v.shape[1:] if k in stacked else v.shape) for k, v in state.items()}
     got = {k: tuple(v.shape) for k, v in weights.items()}
-    wrong = [f"{k} {got.get(k, 'missing')} (this model: {want.get(k, 'none')})" for k in sorted(want.keys() | got.keys())
-             if got.get(k) != want.get(k)]
+    wrong = [
+        f"{k} {got.get(k, 'missing')} (this model: {want.get(k, 'none')})"
+        for k in sorted(want.keys() | got.keys())
+        if got.get(k) != want.get(k)
+    ]
     if wrong:
-        raise ConfigError("train.init_from", f"the weights of {path} do not fit this run's model: {wrong[0]}"
-                                             + (f" and {len(wrong) - 1} more" if len(wrong) > 1 else ""))
+        raise ConfigError(
+            "train.init_from",
+            f"the weights of {path} do not fit this run's model: {wrong[0]}"
+            + (f" and {len(wrong) - 1} more" if len(wrong) > 1 else ""),
+        )
 
 
 def resume_step(dirs: list[Path]) -> Optional[int]:
@@ -210,12 +264,17 @@ def resume_step(dirs: list[Path]) -> Optional[int]:
     for d, own, rec in zip(dirs, steps, records):
         ahead = sorted({x for x in own if step is None or x > step} | {x for x in rec if x > shared})
         if len(dirs) > 1 and len(ahead) > 1:
-            raise ConfigError("--resume", f"{d} has records or checkpoints at steps {ahead} that the other seeds lack: "
-                                          "it was continued on its own; resume it alone")
+            raise ConfigError(
+                "--resume",
+                f"{d} has records or checkpoints at steps {ahead} that the other seeds lack: "
+                "it was continued on its own; resume it alone",
+            )
     return step
 
 
-def _rewrite_configs(run_dir: Path, cfg: RunConfig, dirs: list[Path], cfgs: list[RunConfig], start: Optional[int]) -> None:
+def _rewrite_configs(
+    run_dir: Path, cfg: RunConfig, dirs: list[Path], cfgs: list[RunConfig], start: Optional[int]
+) -> None:
     """Before continuing from `start`: drop what a kill left half-written and the records after `start`
     (they will be produced again), and store the config as given (its resumable keys may have changed),
     with the versions that made the run and its plugins as found now (a plugin that moved, found through
@@ -227,7 +286,9 @@ def _rewrite_configs(run_dir: Path, cfg: RunConfig, dirs: list[Path], cfgs: list
         extras = rundir.stored_extras(c.to_dict())
         found = _found(old.get("plugins"), extras["plugins"])
         if not old or rundir.changed_keys(complete(old), c.to_dict()) or found != old.get("plugins", []):
-            io.write_json(path, {**c.to_dict(), "versions": old.get("versions") or extras["versions"], "plugins": found})
+            io.write_json(
+                path, {**c.to_dict(), "versions": old.get("versions") or extras["versions"], "plugins": found}
+            )
     for d in dirs:
         rundir.remove_stale_temps(d)
         rundir.truncate_metrics(d, start or None)  # from step 0, `fit` records step 0 again
@@ -239,11 +300,15 @@ def _found(old: Any, now: list[str]) -> list[str]:
     set this time; a moved one is in `now` at its new place)."""
     if not isinstance(old, list):
         return now
-    kept = [e for e in old if isinstance(e, str) and plugins.imported(e) and (not e.endswith(".py") or Path(e).is_file())]
+    kept = [
+        e for e in old if isinstance(e, str) and plugins.imported(e) and (not e.endswith(".py") or Path(e).is_file())
+    ]
     return list(dict.fromkeys(now + kept))
 
 
-def _config_files(run_dir: Path, cfg: RunConfig, dirs: list[Path], cfgs: list[RunConfig]) -> list[tuple[Path, RunConfig]]:
+def _config_files(
+    run_dir: Path, cfg: RunConfig, dirs: list[Path], cfgs: list[RunConfig]
+) -> list[tuple[Path, RunConfig]]:
     """Where a config.json goes: the run directory, and (side by side) each seed's with its own config."""
     return [(run_dir, cfg)] + (list(zip(dirs, cfgs)) if len(dirs) > 1 else [])
 
@@ -253,7 +318,9 @@ def _check_new(run_dir: Path, ours: list[Path] = ()) -> None:
     if run_dir.exists() and not run_dir.is_dir():
         raise ConfigError("--out", f"{run_dir} is a file; give a directory to train into")
     if run_dir.is_dir() and any(p.name != rundir.LOCK and p not in ours for p in run_dir.iterdir()):
-        raise ConfigError("--out", f"{run_dir} already exists and is not empty; choose another directory or --resume it")
+        raise ConfigError(
+            "--out", f"{run_dir} already exists and is not empty; choose another directory or --resume it"
+        )
 
 
 def remove_if_empty(run_dir: Path) -> None:

@@ -23,24 +23,36 @@ _ENV_MODES = {"online": "online", "run": "online", "offline": "offline", "dryrun
 class WandbConfig:
     mode: Optional[Mode] = doc(
         "offline needs no account or network (`wandb sync` uploads later); unset = WANDB_MODE from the "
-        "environment, else offline (the --wandb flag overrides both)", None)
+        "environment, else offline (the --wandb flag overrides both)",
+        None,
+    )
     project: str = doc("W&B project", "mechsynth")
     name: Optional[str] = doc("run name; unset = the run directory's name", None)
     group: Optional[str] = doc("W&B group (seeds and sweeps share one)", None)
     tags: tuple[str, ...] = doc("W&B tags", ())
-    log_checkpoints: bool = doc("also save every checkpoint as a W&B model artifact (copies its files into the W&B run)", False)
+    log_checkpoints: bool = doc(
+        "also save every checkpoint as a W&B model artifact (copies its files into the W&B run)", False
+    )
     init_timeout: float = doc(
         "seconds to wait for the W&B server when a run starts (mode online); when it expires: one warning, "
         "and training goes on without W&B, its metrics still in metrics.jsonl (offline waits up to 90 s, W&B's default, "
-        "for its local service)", 5.0)
+        "for its local service)",
+        5.0,
+    )
 
     def __post_init__(self) -> None:
-        check(self.mode is None or (isinstance(self.mode, str) and self.mode in MODES), "mode",
-              f"{show(self.mode)} is not allowed; allowed: {', '.join(map(repr, MODES))}, or unset (WANDB_MODE, "
-              "else offline)")
+        check(
+            self.mode is None or (isinstance(self.mode, str) and self.mode in MODES),
+            "mode",
+            f"{show(self.mode)} is not allowed; allowed: {', '.join(map(repr, MODES))}, or unset (WANDB_MODE, "
+            "else offline)",
+        )
         t = self.init_timeout  # (the range test also rejects nan and inf, and never converts a huge int)
-        check(isinstance(t, (int, float)) and not isinstance(t, bool) and 0 < t <= 3600, "init_timeout",
-              f"{show(t)} is not allowed; allowed: a number of seconds > 0 and <= 3600")
+        check(
+            isinstance(t, (int, float)) and not isinstance(t, bool) and 0 < t <= 3600,
+            "init_timeout",
+            f"{show(t)} is not allowed; allowed: a number of seconds > 0 and <= 3600",
+        )
 
 
 def resolve_mode(cfg: WandbConfig) -> str:
@@ -54,8 +66,9 @@ def resolve_mode(cfg: WandbConfig) -> str:
         return "offline"
     mode = _ENV_MODES.get(raw.strip().lower())
     if mode is None:
-        raise ConfigError("WANDB_MODE", f"{show(raw)} is not allowed; allowed: {', '.join(_ENV_MODES)}, or unset "
-                                        "(= offline)")
+        raise ConfigError(
+            "WANDB_MODE", f"{show(raw)} is not allowed; allowed: {', '.join(_ENV_MODES)}, or unset (= offline)"
+        )
     return mode
 
 
@@ -82,8 +95,9 @@ def _loggable(v: Any) -> bool:
 class WandbLogger:
     """Logs to a W&B run, or does nothing (with one warning) when W&B is disabled or fails to start."""
 
-    def __init__(self, cfg: WandbConfig, run_dir: Path, config: dict[str, Any], run_id: Optional[str] = None,
-                 yours: bool = False):
+    def __init__(
+        self, cfg: WandbConfig, run_dir: Path, config: dict[str, Any], run_id: Optional[str] = None, yours: bool = False
+    ):
         """`yours`: a run mechsynth did not train (a Monitor's, an import), whose W&B files go where W&B puts
         your own (`wandb_dir`)."""
         self.run, self.owned = None, True
@@ -97,24 +111,39 @@ class WandbLogger:
         try:
             import wandb
 
-            self.run = wandb.init(mode=mode, project=cfg.project, name=cfg.name or Path(run_dir).name,
-                                  group=cfg.group, tags=list(cfg.tags), config=config, dir=str(wandb_dir(run_dir, yours)),
-                                  id=run_id, resume="allow" if run_id else None,
-                                  # each logger owns its own run: seeds side by side log S runs at once
-                                  reinit="create_new",
-                                  # init_timeout bounds wandb.init's wait for the server (default
-                                  # 90 s); past it W&B raises, and the except below warns and goes on.
-                                  # Offline there is no server, only W&B's own service process, which a
-                                  # busy machine can take more than the online default's 5 s to start.
-                                  settings=wandb.Settings(console="off", silent=True, init_timeout=float(
-                                      cfg.init_timeout if mode == "online" else max(cfg.init_timeout, 90))))
+            self.run = wandb.init(
+                mode=mode,
+                project=cfg.project,
+                name=cfg.name or Path(run_dir).name,
+                group=cfg.group,
+                tags=list(cfg.tags),
+                config=config,
+                dir=str(wandb_dir(run_dir, yours)),
+                id=run_id,
+                resume="allow" if run_id else None,
+                # each logger owns its own run: seeds side by side log S runs at once
+                reinit="create_new",
+                # init_timeout bounds wandb.init's wait for the server (default
+                # 90 s); past it W&B raises, and the except below warns and goes on.
+                # Offline there is no server, only W&B's own service process, which a
+                # busy machine can take more than the online default's 5 s to start.
+                settings=wandb.Settings(
+                    console="off",
+                    silent=True,
+                    init_timeout=float(cfg.init_timeout if mode == "online" else max(cfg.init_timeout, 90)),
+                ),
+            )
         except Exception as e:  # noqa: BLE001 - any failure to start must not stop training
             # one line: W&B's own text goes on with advice for wandb.init callers, not for our config
             why = (str(e).strip().splitlines() or [""])[0]
-            hint = (f"; a slow server may need more than [wandb] init_timeout = {cfg.init_timeout:g} s"
-                    if "timed out" in str(e).lower() or isinstance(e, TimeoutError) else "")
-            warnings.warn(f"W&B did not start ({type(e).__name__}: {why}); metrics still go to metrics.jsonl{hint}",
-                          stacklevel=2)
+            hint = (
+                f"; a slow server may need more than [wandb] init_timeout = {cfg.init_timeout:g} s"
+                if "timed out" in str(e).lower() or isinstance(e, TimeoutError)
+                else ""
+            )
+            warnings.warn(
+                f"W&B did not start ({type(e).__name__}: {why}); metrics still go to metrics.jsonl{hint}", stacklevel=2
+            )
             self.run = None
 
     @classmethod
@@ -171,8 +200,13 @@ class WandbLogger:
             import wandb
 
             names = list(series)
-            self.run.log({key: wandb.plot.line_series(xs=xs, ys=[series[n] for n in names], keys=names, title=title,
-                                                      xname=x_name)})
+            self.run.log(
+                {
+                    key: wandb.plot.line_series(
+                        xs=xs, ys=[series[n] for n in names], keys=names, title=title, xname=x_name
+                    )
+                }
+            )
 
     def checkpoint(self, path: Path, step: int) -> None:
         """A checkpoint directory as a new version of this run's model artifact, aliased `step-<step>`."""

@@ -29,8 +29,20 @@ from mechsynth.sweep.job import Backend, BackendName, Resources, State, record_f
 from mechsynth.sweep.plan import Axis, Job, Plan, load_sweep, plan_of_runs
 from mechsynth.sweep.units import Unit, plan_units
 
-__all__ = ["Axis", "Job", "Outcome", "Plan", "check_dir", "describe_plan", "load_plan", "load_sweep", "plan_of_runs",
-           "prepare", "run_sweep", "state"]
+__all__ = [
+    "Axis",
+    "Job",
+    "Outcome",
+    "Plan",
+    "check_dir",
+    "describe_plan",
+    "load_plan",
+    "load_sweep",
+    "plan_of_runs",
+    "prepare",
+    "run_sweep",
+    "state",
+]
 
 
 # ---- the sweep directory -----------------------------------------------------------------------
@@ -81,8 +93,11 @@ def check_dir(plan: Plan, sweep_dir: Path, extend: bool = False) -> bool:
             return True
         old, new = _comparable(data), _comparable(plan.to_json())
         if old != new:
-            raise ConfigError("--out", f"{sweep_dir} holds a different sweep ({_difference(old, new)}); "
-                                       "choose another directory, or delete it to start over")
+            raise ConfigError(
+                "--out",
+                f"{sweep_dir} holds a different sweep ({_difference(old, new)}); "
+                "choose another directory, or delete it to start over",
+            )
         return True
     if sweep_dir.exists() and not sweep_dir.is_dir():
         raise ConfigError("--out", f"{sweep_dir} is a file; give a directory for the sweep")
@@ -93,13 +108,18 @@ def check_dir(plan: Plan, sweep_dir: Path, extend: bool = False) -> bool:
 
 def _check_runs(data: dict[str, Any], plan: Plan, sweep_dir: Path) -> None:
     if data["name"] != plan.name:
-        raise ConfigError("--out", f"{sweep_dir} holds the sweep {data['name']!r}, not {plan.name!r}; choose another directory")
+        raise ConfigError(
+            "--out", f"{sweep_dir} holds the sweep {data['name']!r}, not {plan.name!r}; choose another directory"
+        )
     stored = {r["dir"]: _fixed(r["config"]) for r in data["runs"]}
     for job in plan.jobs:
         diff = job.dir in stored and _first_change(stored[job.dir], _fixed(job.config))
         if diff:
-            raise ConfigError("--out", f"{sweep_dir / job.dir} was trained with {diff}; a run is never overwritten: "
-                                       "choose another directory, or move that run away")
+            raise ConfigError(
+                "--out",
+                f"{sweep_dir / job.dir} was trained with {diff}; a run is never overwritten: "
+                "choose another directory, or move that run away",
+            )
 
 
 def _union(data: dict[str, Any], plan: Plan) -> dict[str, Any]:
@@ -114,8 +134,12 @@ def _union(data: dict[str, Any], plan: Plan) -> dict[str, Any]:
             if lab not in old["labels"]:
                 old["labels"].append(lab)
                 old["settings"].append(setting)
-    return {**new, "axes": list(axes.values()), "seeds": sorted(set(data["seeds"]) | set(new["seeds"])),
-            "runs": list(runs.values())}
+    return {
+        **new,
+        "axes": list(axes.values()),
+        "seeds": sorted(set(data["seeds"]) | set(new["seeds"])),
+        "runs": list(runs.values()),
+    }
 
 
 def prepare(plan: Plan, sweep_dir: Path, extend: bool = False) -> None:
@@ -153,13 +177,23 @@ def _states(plan: Plan, sweep_dir: Path) -> dict[str, State]:
 
 @dataclass
 class Outcome:
-    counts: dict[str, int]          # runs by what happened: complete (before), done, resumed, skipped, failed
+    counts: dict[str, int]  # runs by what happened: complete (before), done, resumed, skipped, failed
     failures: list[dict[str, Any]]  # one per failed job: run (its directory), runs (its seeds'), error, traceback
 
 
-def run_sweep(plan: Plan, sweep_dir: Path | str, *, backend: BackendName = "local", workers: Optional[int] = None,
-              address: Optional[str] = None, num_cpus: Optional[float] = None, num_gpus: Optional[float] = None,
-              threads: Optional[int] = None, extend: bool = False, log: Callable[[str], None] = lambda s: print(s, file=sys.stderr)) -> Outcome:
+def run_sweep(
+    plan: Plan,
+    sweep_dir: Path | str,
+    *,
+    backend: BackendName = "local",
+    workers: Optional[int] = None,
+    address: Optional[str] = None,
+    num_cpus: Optional[float] = None,
+    num_gpus: Optional[float] = None,
+    threads: Optional[int] = None,
+    extend: bool = False,
+    log: Callable[[str], None] = lambda s: print(s, file=sys.stderr),
+) -> Outcome:
     """Run every incomplete run of `plan` into `sweep_dir`; returns counts by status and failures.
     `threads`: torch CPU threads per job on the local backend (default: the CPU count / workers).
     `extend`: the directory may hold other runs of the same sweep name (see `check_dir`)."""
@@ -172,13 +206,18 @@ def run_sweep(plan: Plan, sweep_dir: Path | str, *, backend: BackendName = "loca
         states = _states(plan, sweep_dir)
         units = plan_units(plan, sweep_dir, resources=backend != "ray")
         # Each job carries the plugins of this process: a worker does not inherit one imported by hand here.
-        todo = [(replace(u, config={**u.config, "plugins": plugins.recorded(u.config)}), str(sweep_dir / u.dir))
-                for u in units if any(states[j.dir] != "complete" for j in u.jobs)]
+        todo = [
+            (replace(u, config={**u.config, "plugins": plugins.recorded(u.config)}), str(sweep_dir / u.dir))
+            for u in units
+            if any(states[j.dir] != "complete" for j in u.jobs)
+        ]
         # Longest first (by model-steps), so that the pool does not end on one long job while other workers idle.
         todo.sort(key=lambda t: -t[0].config["train"]["steps"] * t[0].config["train"].get("seeds", 1))
         n = {s: list(states.values()).count(s) for s in ("complete", "partial", "new", "foreign")}
-        log(f"sweep {plan.name}: {len(plan.jobs)} runs — {n['complete']} complete, {n['partial']} to resume, "
-            f"{n['new'] + n['foreign']} to start — in {sweep_dir}")
+        log(
+            f"sweep {plan.name}: {len(plan.jobs)} runs — {n['complete']} complete, {n['partial']} to resume, "
+            f"{n['new'] + n['foreign']} to start — in {sweep_dir}"
+        )
         batched = [u for u, _ in todo if u.side_by_side]
         if batched:
             log(f"  seeds side by side: {sum(len(u.jobs) for u in batched)} runs in {len(batched)} jobs")
@@ -188,29 +227,45 @@ def run_sweep(plan: Plan, sweep_dir: Path | str, *, backend: BackendName = "loca
 
         def on_result(unit: Unit, result: dict[str, Any]) -> None:
             finished[0] += 1
-            counts[result["status"]] = counts.get(result["status"], 0) \
-                + sum(states[j.dir] != "complete" for j in unit.jobs)
+            counts[result["status"]] = counts.get(result["status"], 0) + sum(
+                states[j.dir] != "complete" for j in unit.jobs
+            )
             head = f"[{finished[0]}/{len(todo)}] {unit.describe()}"
             if "moved_aside" in result:
                 log(f"{head}: held files but no readable run config; moved aside to {result['moved_aside']}")
             if result["status"] == "failed":
-                failures.append({"run": unit.dir, "runs": [j.dir for j in unit.jobs], "error": result["error"],
-                                 "traceback": result.get("traceback", "")})
+                failures.append(
+                    {
+                        "run": unit.dir,
+                        "runs": [j.dir for j in unit.jobs],
+                        "error": result["error"],
+                        "traceback": result.get("traceback", ""),
+                    }
+                )
                 log(f"{head} FAILED: {result['error']}")
                 return
             log(f"{head} {result['status']} in {result['seconds']:.1f} s{_accuracies(result.get('finals', []))}")
 
         if todo:
-            resources = Resources(workers or min(local_pool.cpu_count(), len(todo)), address, num_cpus or plan.num_cpus,
-                                  num_gpus if num_gpus is not None else plan.num_gpus, threads)
+            resources = Resources(
+                workers or min(local_pool.cpu_count(), len(todo)),
+                address,
+                num_cpus or plan.num_cpus,
+                num_gpus if num_gpus is not None else plan.num_gpus,
+                threads,
+            )
             get_backend(backend)(todo, on_result, resources)
-        record_failures(sweep_dir / "failures.json", failures, len(todo), "jobs failed", "start the sweep again to retry them", log)
+        record_failures(
+            sweep_dir / "failures.json", failures, len(todo), "jobs failed", "start the sweep again to retry them", log
+        )
         return Outcome(counts, failures)
 
 
 def _accuracies(finals: list[dict[str, Any]]) -> str:
     keys = [k for k in (finals[0] if finals else {}) if k.endswith("/acc")]
-    return "".join(f"  {k}=" + "/".join(f"{f[k]:.3f}" for f in finals if isinstance(f.get(k), (int, float))) for k in keys)
+    return "".join(
+        f"  {k}=" + "/".join(f"{f[k]:.3f}" for f in finals if isinstance(f.get(k), (int, float))) for k in keys
+    )
 
 
 def get_backend(name: BackendName) -> Backend:
@@ -229,17 +284,25 @@ def describe_plan(plan: Plan, sweep_dir: Path, extend: bool = False, resources: 
     models = {j.config["train"].get("seeds", 1) for j in plan.jobs}
     each = f" of {models.pop()} models side by side each" if models != {1} and len(models) == 1 else ""
     points = plan.points()
-    lines = [f"sweep {plan.name}: {len(plan.axes)} ax{'is' if len(plan.axes) == 1 else 'es'}, "
-             f"{len(points)} points × {len(plan.seeds)} seeds = {len(plan.jobs)} runs{each} -> {sweep_dir}"]
+    lines = [
+        f"sweep {plan.name}: {len(plan.axes)} ax{'is' if len(plan.axes) == 1 else 'es'}, "
+        f"{len(points)} points × {len(plan.seeds)} seeds = {len(plan.jobs)} runs{each} -> {sweep_dir}"
+    ]
     for a in plan.axes:
         lines.append(f"  {a.key}: {', '.join(a.labels)}")
     states = _states(plan, sweep_dir)
     units = plan_units(plan, sweep_dir, resources)
     batched = [u for u in units if u.side_by_side]
-    lines.append(f"  {len(units)} jobs: {sum(len(u.jobs) for u in batched)} runs in {len(batched)} jobs of seeds side "
-                 f"by side, {len(units) - len(batched)} runs on their own")
+    lines.append(
+        f"  {len(units)} jobs: {sum(len(u.jobs) for u in batched)} runs in {len(batched)} jobs of seeds side "
+        f"by side, {len(units) - len(batched)} runs on their own"
+    )
     for u in units:
         for j in u.jobs:
-            how = f"  (side by side in {u.dir})" if u.side_by_side else (f"  (on its own: {u.separate_why})" if u.separate_why else "")
+            how = (
+                f"  (side by side in {u.dir})"
+                if u.side_by_side
+                else (f"  (on its own: {u.separate_why})" if u.separate_why else "")
+            )
             lines.append(f"  {states[j.dir]:<8} {j.dir}{how}")
     return lines

@@ -23,8 +23,8 @@ class Resources:
     workers: int = 1
     address: Optional[str] = None
     num_cpus: float = 1.0
-    num_gpus: Optional[float] = None   # None: 1 for runs that need CUDA, else 0
-    threads: Optional[int] = None      # torch CPU threads per job (local); None: the CPU count / workers
+    num_gpus: Optional[float] = None  # None: 1 for runs that need CUDA, else 0
+    threads: Optional[int] = None  # torch CPU threads per job (local); None: the CPU count / workers
 
 
 # What a backend is: `run(units, on_result, resources, fn=run_job)` runs each (unit, run_dir) to completion
@@ -38,8 +38,9 @@ BACKENDS: tuple[str, ...] = get_args(BackendName)
 State = Literal["complete", "partial", "new", "foreign"]
 
 
-def record_failures(path: Path, failures: list[dict[str, Any]], total: int, failed: str, retry: str,
-                    log: Callable[[str], None]) -> None:
+def record_failures(
+    path: Path, failures: list[dict[str, Any]], total: int, failed: str, retry: str, log: Callable[[str], None]
+) -> None:
     """Write the failures of this invocation, with their tracebacks, to `path` and say so ("3 of 8 `failed`"),
     or remove the file an earlier invocation left when none failed this time."""
     if failures:
@@ -99,8 +100,10 @@ def run_job(run_dir: str, config: dict[str, Any], threads: int = 1) -> dict[str,
             state = "new"
         elif state == "foreign":
             if n > 1 and any((d / rundir.CONFIG).exists() for d in rundir.members(path, n)):
-                raise UserError(f"{path} holds runs of its seeds trained on their own; a batch does not train over "
-                                "them (set [sweep] side_by_side = false)")
+                raise UserError(
+                    f"{path} holds runs of its seeds trained on their own; a batch does not train over "
+                    "them (set [sweep] side_by_side = false)"
+                )
             out["moved_aside"] = str(rundir.move_aside(path))
             state = "new"
         if state == "complete":
@@ -113,10 +116,21 @@ def run_job(run_dir: str, config: dict[str, Any], threads: int = 1) -> dict[str,
             status = "done"
         finals = [(rundir.read_metrics(d) or [{}])[-1] for d in rundir.members(path, n)]
     except (UserError, DivergedError) as e:  # one line says it all
-        return {**out, "status": "failed", "error": f"{type(e).__name__}: {e}", "traceback": "", "seconds": time.time() - t0}
+        return {
+            **out,
+            "status": "failed",
+            "error": f"{type(e).__name__}: {e}",
+            "traceback": "",
+            "seconds": time.time() - t0,
+        }
     except Exception as e:  # noqa: BLE001 - one run's failure is reported, the others go on
-        return {**out, "status": "failed", "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(),
-                "seconds": time.time() - t0}
+        return {
+            **out,
+            "status": "failed",
+            "error": f"{type(e).__name__}: {e}",
+            "traceback": traceback.format_exc(),
+            "seconds": time.time() - t0,
+        }
     return {**out, "status": status, "seconds": time.time() - t0, "finals": finals}
 
 

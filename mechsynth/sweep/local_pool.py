@@ -47,8 +47,9 @@ def _how_workers_ended(workers: list[Any]) -> str:
     return ", ".join(how(p.exitcode) for p in workers if p.exitcode is not None) or "how is unknown"
 
 
-def run(tasks: list[tuple[Any, str]], on_result: Callable[[Any, dict], None], resources: Resources,
-        fn: JobFn = run_job) -> None:
+def run(
+    tasks: list[tuple[Any, str]], on_result: Callable[[Any, dict], None], resources: Resources, fn: JobFn = run_job
+) -> None:
     """Each run in a process of a spawn pool (fork would copy torch's thread pools and CUDA state);
     with one worker, each run in turn in this process. `fn(run_dir, task.config, threads)` does the work
     (default: train the run; `mechsynth probe` passes its probing)."""
@@ -74,20 +75,31 @@ def run(tasks: list[tuple[Any, str]], on_result: Callable[[Any, dict], None], re
         cut = _run_pool(todo, on_result, workers, threads, fn)
         for task, run_dir, why in cut:
             if run_dir in tried:
-                on_result(task, failed(f"its worker process died ({why}) twice; run the same command again to retry it"))
+                on_result(
+                    task, failed(f"its worker process died ({why}) twice; run the same command again to retry it")
+                )
         todo = [(task, run_dir) for task, run_dir, _ in cut if run_dir not in tried]
         tried |= {run_dir for _, run_dir in todo}
 
 
-def _run_pool(tasks: list[tuple[Any, str]], on_result: Callable[[Any, dict], None], workers: int,
-              threads: int, fn: JobFn = run_job) -> list[tuple[Any, str, str]]:
+def _run_pool(
+    tasks: list[tuple[Any, str]],
+    on_result: Callable[[Any, dict], None],
+    workers: int,
+    threads: int,
+    fn: JobFn = run_job,
+) -> list[tuple[Any, str, str]]:
     """Run `tasks` in one spawn pool; returns those cut off by a worker's death, with how it died."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
     from concurrent.futures.process import BrokenProcessPool
 
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_init_worker, initargs=(threads,))
+    pool = ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=_init_worker,
+        initargs=(threads,),
+    )
     cut = []
     try:
         futures = {pool.submit(fn, run_dir, task.config, threads): (task, run_dir) for task, run_dir in tasks}

@@ -44,8 +44,8 @@ class Axis:
     """One grid axis: `key` is a dotted config key ("task.n") or the name of a multi-key axis."""
 
     key: str
-    labels: tuple[str, ...]                   # each value's name in directories and reports
-    settings: tuple[dict[str, Any], ...]      # each value as {dotted key: value} ({} in explicit plans)
+    labels: tuple[str, ...]  # each value's name in directories and reports
+    settings: tuple[dict[str, Any], ...]  # each value as {dotted key: value} ({} in explicit plans)
 
     def to_json(self) -> dict[str, Any]:
         return {"key": self.key, "labels": list(self.labels), "settings": list(self.settings)}
@@ -57,8 +57,8 @@ class Job:
 
     point: str
     seed: int
-    labels: dict[str, str]     # axis key -> label of this point's value
-    config: dict[str, Any]     # the complete, validated run config
+    labels: dict[str, str]  # axis key -> label of this point's value
+    config: dict[str, Any]  # the complete, validated run config
 
     @property
     def dir(self) -> str:
@@ -76,22 +76,37 @@ class Plan:
     seeds: tuple[int, ...]
     jobs: tuple[Job, ...]
     num_cpus: float = 1.0
-    num_gpus: Optional[float] = None   # None: 1 for runs that need CUDA, else 0
-    side_by_side: bool = True          # how seeds are trained, not what: not part of a sweep's identity
-    seed_keys: tuple[str, ...] = field(default=())   # set by the seed besides SEED_KEYS
+    num_gpus: Optional[float] = None  # None: 1 for runs that need CUDA, else 0
+    side_by_side: bool = True  # how seeds are trained, not what: not part of a sweep's identity
+    seed_keys: tuple[str, ...] = field(default=())  # set by the seed besides SEED_KEYS
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "axes": [a.to_json() for a in self.axes], "seeds": list(self.seeds),
-                "seed_keys": list(self.seed_keys), "side_by_side": self.side_by_side,
-                "num_cpus": self.num_cpus, "num_gpus": self.num_gpus, "runs": [j.to_json() for j in self.jobs]}
+        return {
+            "name": self.name,
+            "axes": [a.to_json() for a in self.axes],
+            "seeds": list(self.seeds),
+            "seed_keys": list(self.seed_keys),
+            "side_by_side": self.side_by_side,
+            "num_cpus": self.num_cpus,
+            "num_gpus": self.num_gpus,
+            "runs": [j.to_json() for j in self.jobs],
+        }
 
     @staticmethod
     def from_json(data: dict[str, Any]) -> "Plan":
         axes = tuple(Axis(a["key"], tuple(a["labels"]), tuple(a["settings"])) for a in data["axes"])
         jobs = tuple(Job(r["point"], r["seed"], r["labels"], r["config"]) for r in data["runs"])
         # (sweep.json files written before side by side existed have neither key)
-        return Plan(data["name"], axes, tuple(data["seeds"]), jobs, data.get("num_cpus", 1.0), data.get("num_gpus"),
-                    data.get("side_by_side", False), tuple(data.get("seed_keys", ())))
+        return Plan(
+            data["name"],
+            axes,
+            tuple(data["seeds"]),
+            jobs,
+            data.get("num_cpus", 1.0),
+            data.get("num_gpus"),
+            data.get("side_by_side", False),
+            tuple(data.get("seed_keys", ())),
+        )
 
     def points(self) -> list[str]:
         return list(dict.fromkeys(j.point for j in self.jobs))
@@ -126,8 +141,11 @@ def _set(config: dict[str, Any], dotted: str, value: Any) -> None:
     node = config
     for i, part in enumerate(tables):
         node = node.setdefault(part, {})
-        check(isinstance(node, dict), ".".join(tables[:i + 1]), f"is {show(node)}, not a table, so {dotted!r} cannot "
-                                                                 "go into it; allowed: a table")
+        check(
+            isinstance(node, dict),
+            ".".join(tables[: i + 1]),
+            f"is {show(node)}, not a table, so {dotted!r} cannot go into it; allowed: a table",
+        )
     node[key] = copy.deepcopy(value)
 
 
@@ -142,9 +160,12 @@ def label(value: Any) -> str:
 
 def _check_key(dotted: str, field: str, seed_keys: Sequence[str] = ()) -> None:
     parts = dotted.split(".")
-    check(len(parts) >= 2 and parts[0] in SECTIONS and all(parts), field,
-          f"{dotted!r} must be section.key (or section.table.key, into a table such as model.base) with section one "
-          f"of {', '.join(SECTIONS)}")
+    check(
+        len(parts) >= 2 and parts[0] in SECTIONS and all(parts),
+        field,
+        f"{dotted!r} must be section.key (or section.table.key, into a table such as model.base) with section one "
+        f"of {', '.join(SECTIONS)}",
+    )
     check(dotted not in (*SEED_KEYS, *seed_keys), field, f"{dotted!r} is set by the seed; give seeds with sweep.seeds")
 
 
@@ -191,7 +212,11 @@ def _axes_of(grid: dict[str, Any]) -> dict[str, Any]:
     """The grid as {axis key: values}, in file order; one axis spelt both ways ("task.n" and task.n) is refused."""
     out: dict[str, Any] = {}
     for key, values in _flatten_axes(grid):
-        check(key not in out, f"sweep.grid.{key}", "is given twice (quoted \"task.n\" and bare task.n are one axis); give it once")
+        check(
+            key not in out,
+            f"sweep.grid.{key}",
+            'is given twice (quoted "task.n" and bare task.n are one axis); give it once',
+        )
         out[key] = values
     return out
 
@@ -216,8 +241,11 @@ def _override(data: dict[str, Any], assignment: str) -> None:
 
 def _number(sweep: dict[str, Any], key: str, default: Any, lo_ok) -> Any:
     v = sweep.get(key, default)
-    check(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and lo_ok(v)), f"sweep.{key}",
-          f"must be a number {'> 0' if key == 'num_cpus' else '≥ 0'}, got {v!r}")
+    check(
+        v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and lo_ok(v)),
+        f"sweep.{key}",
+        f"must be a number {'> 0' if key == 'num_cpus' else '≥ 0'}, got {v!r}",
+    )
     return None if v is None else float(v)
 
 
@@ -225,22 +253,31 @@ def _seeds(value: Any) -> list[int]:
     if isinstance(value, int) and not isinstance(value, bool):
         check(value >= 1, "sweep.seeds", f"must be ≥ 1 or a list of seeds, got {value}")
         value = list(range(value))
-    check(isinstance(value, list) and len(value) > 0
-          and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in value)
-          and len(set(value)) == len(value), "sweep.seeds", f"must be a count ≥ 1 or a list of distinct integers ≥ 0, got {value!r}")
+    check(
+        isinstance(value, list)
+        and len(value) > 0
+        and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in value)
+        and len(set(value)) == len(value),
+        "sweep.seeds",
+        f"must be a count ≥ 1 or a list of distinct integers ≥ 0, got {value!r}",
+    )
     return value
 
 
 def _seed_keys(value: Any) -> tuple[str, ...]:
-    check(isinstance(value, list) and all(isinstance(k, str) for k in value), "sweep.seed_keys",
-          f"must be a list of config keys such as \"task.seed\", got {value!r}")
+    check(
+        isinstance(value, list) and all(isinstance(k, str) for k in value),
+        "sweep.seed_keys",
+        f'must be a list of config keys such as "task.seed", got {value!r}',
+    )
     for k in value:
         _check_key(k, "sweep.seed_keys")
     return tuple(dict.fromkeys(value))
 
 
-def load_sweep(path: str | Path, overrides: tuple[str, ...] = (), wandb_mode: Optional[str] = None,
-               resources: bool = True) -> Plan:
+def load_sweep(
+    path: str | Path, overrides: tuple[str, ...] = (), wandb_mode: Optional[str] = None, resources: bool = True
+) -> Plan:
     """Read a sweep file and expand it into validated runs; any bad field raises ConfigError before work.
     `resources`: also check that this machine has each run's device and memory (see `parse_config`)."""
     path = Path(path)
@@ -252,8 +289,11 @@ def load_sweep(path: str | Path, overrides: tuple[str, ...] = (), wandb_mode: Op
     for key in sweep:
         check(key in SWEEP_KEYS, f"sweep.{key}", f"unknown key; allowed: {', '.join(SWEEP_KEYS)}")
     name = sweep.get("name", path.stem)
-    check(isinstance(name, str) and name != "" and safe(name) == name, "sweep.name",
-          f"must be a non-empty name of letters, digits and ._=,+-, got {name!r}")
+    check(
+        isinstance(name, str) and name != "" and safe(name) == name,
+        "sweep.name",
+        f"must be a non-empty name of letters, digits and ._=,+-, got {name!r}",
+    )
     seeds = _seeds(sweep.get("seeds", 1))
     seed_keys = _seed_keys(sweep.get("seed_keys", []))
     side_by_side = sweep.get("side_by_side", True)
@@ -282,14 +322,24 @@ def load_sweep(path: str | Path, overrides: tuple[str, ...] = (), wandb_mode: Op
 # ---- plans built in Python ---------------------------------------------------------------------
 
 
-def plan_of_runs(name: str, runs: Sequence[tuple[Mapping[str, Any], int, Mapping[str, Any]]], *,
-                 seed_keys: Sequence[str] = (), side_by_side: bool = True, wandb_mode: Optional[str] = None,
-                 resources: bool = True) -> Plan:
+def plan_of_runs(
+    name: str,
+    runs: Sequence[tuple[Mapping[str, Any], int, Mapping[str, Any]]],
+    *,
+    seed_keys: Sequence[str] = (),
+    side_by_side: bool = True,
+    wandb_mode: Optional[str] = None,
+    resources: bool = True,
+) -> Plan:
     """A plan of explicit runs, each (labels, seed, config): `labels` names its point ({"T": 16, "n": 45}
     -> runs/T=16,n=45/seed_<seed>), the seed sets train.seed, model.init_seed and `seed_keys` in
     `config` (a run config as TOML tables). For runs that are not one grid: the rounds of an adaptive
     search, or points whose settings differ by seed."""
-    check(safe(name) == name and name != "", "sweep.name", f"must be a non-empty name of letters, digits and ._=,+-, got {name!r}")
+    check(
+        safe(name) == name and name != "",
+        "sweep.name",
+        f"must be a non-empty name of letters, digits and ._=,+-, got {name!r}",
+    )
     keys = tuple(dict.fromkeys(_seed_keys(list(seed_keys))))
     axes: dict[str, list[str]] = {}
     jobs, seen = [], set()
@@ -306,12 +356,26 @@ def plan_of_runs(name: str, runs: Sequence[tuple[Mapping[str, Any], int, Mapping
         jobs.append(make_job(name, point, shown, seed, copy.deepcopy(dict(config)), keys, wandb_mode, resources))
     check(len(jobs) > 0, "runs", "no runs given")
     seeds = tuple(sorted({j.seed for j in jobs}))
-    return Plan(name, tuple(Axis(k, tuple(v), tuple({} for _ in v)) for k, v in axes.items()), seeds, tuple(jobs),
-                side_by_side=side_by_side, seed_keys=keys)
+    return Plan(
+        name,
+        tuple(Axis(k, tuple(v), tuple({} for _ in v)) for k, v in axes.items()),
+        seeds,
+        tuple(jobs),
+        side_by_side=side_by_side,
+        seed_keys=keys,
+    )
 
 
-def make_job(name: str, point: str, labels: dict[str, str], seed: int, config: dict[str, Any], seed_keys: Sequence[str],
-             wandb_mode: Optional[str], resources: bool) -> Job:
+def make_job(
+    name: str,
+    point: str,
+    labels: dict[str, str],
+    seed: int,
+    config: dict[str, Any],
+    seed_keys: Sequence[str],
+    wandb_mode: Optional[str],
+    resources: bool,
+) -> Job:
     """One validated run: `config` with the seed set and W&B named; an error names the point and seed."""
     config = copy.deepcopy(config)
     if wandb_mode:

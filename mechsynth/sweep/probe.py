@@ -59,12 +59,16 @@ def runs_within(path: Path) -> Optional[list[tuple[Path, bool]]]:
 def check_single_run(backend: str, workers: Optional[int], address: Optional[str], num_cpus: Optional[float]) -> None:
     """The parallel flags mean nothing for one run: say so rather than ignore them."""
     if backend != "local" or workers is not None or address or num_cpus is not None:
-        raise ConfigError("--backend" if workers is None else "--workers",
-                          "probes the runs of a sweep directory or of a run with seeds side by side in parallel; "
-                          "this is a single run")
+        raise ConfigError(
+            "--backend" if workers is None else "--workers",
+            "probes the runs of a sweep directory or of a run with seeds side by side in parallel; "
+            "this is a single run",
+        )
 
 
-def _check_flags(backend: BackendName, workers: Optional[int], address: Optional[str], num_cpus: Optional[float]) -> None:
+def _check_flags(
+    backend: BackendName, workers: Optional[int], address: Optional[str], num_cpus: Optional[float]
+) -> None:
     if workers is not None and workers < 1:
         raise ConfigError("--workers", f"must be an integer ≥ 1, got {workers}")
     if num_cpus is not None and not num_cpus > 0:
@@ -79,8 +83,9 @@ def _check_flags(backend: BackendName, workers: Optional[int], address: Optional
         ray_backend.require()
 
 
-def _request(probe_names: Optional[str], steps: Optional[str], batch_size: int, sets: Sequence[str],
-             wandb: Optional[str]) -> dict[str, Any]:
+def _request(
+    probe_names: Optional[str], steps: Optional[str], batch_size: int, sets: Sequence[str], wandb: Optional[str]
+) -> dict[str, Any]:
     """What every run is asked for, each value checked before any work."""
     from mechsynth import probes
 
@@ -167,6 +172,7 @@ def covered(run_dir: Path, names: Sequence[str], steps: Sequence[int], options: 
         return False
     if not set(steps) <= set(tl.steps) or any(n not in tl.per_head for n in names):
         return False
+
     def stored(n: str) -> Any:
         return tl.options[n] if n in tl.options else json.loads(json.dumps(to_dict(probes.options(n))))
 
@@ -232,8 +238,12 @@ def probe_job(run_dir: str, request: dict[str, Any], threads: int = 1) -> dict[s
     except (UserError, DivergedError) as e:  # one line says it all
         return {"status": "failed", "error": f"{type(e).__name__}: {e}", "traceback": "", "seconds": time.time() - t0}
     except Exception as e:  # noqa: BLE001 - one run's failure is reported, the others go on
-        return {"status": "failed", "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(),
-                "seconds": time.time() - t0}
+        return {
+            "status": "failed",
+            "error": f"{type(e).__name__}: {e}",
+            "traceback": traceback.format_exc(),
+            "seconds": time.time() - t0,
+        }
     return {"status": status, "seconds": time.time() - t0, "formed": formed}
 
 
@@ -246,8 +256,13 @@ def _log_to_wandb(run: Any, tl: Any, mode: Optional[str]) -> None:
 
     cfg = run.config.wandb if mode is None else replace(run.config.wandb, mode=mode)
     if resolve_mode(cfg) != "disabled":
-        logger = WandbLogger(cfg, run.path, run.recorded_config(), run_id=run.state(run.steps[-1]).get("wandb_id"),
-                             yours=run.origin is not None)
+        logger = WandbLogger(
+            cfg,
+            run.path,
+            run.recorded_config(),
+            run_id=run.state(run.steps[-1]).get("wandb_id"),
+            yours=run.origin is not None,
+        )
         timeline.log_to_wandb(tl, logger)
         logger.finish()
 
@@ -256,10 +271,22 @@ def _formed_text(formed: dict[str, Any]) -> str:
     return "; ".join(f"{n} {f[0]} at step {f[1]}" if f else f"{n} not reached" for n, f in formed.items())
 
 
-def probe_many(path: Path, runs: list[tuple[Path, bool]], probe_names: Optional[str], steps: Optional[str],
-               batch_size: int, sets: Sequence[str] = (), *, wandb: Optional[str] = None, backend: BackendName = "local",
-               workers: Optional[int] = None, address: Optional[str] = None, num_cpus: Optional[float] = None,
-               as_json: bool = False, log: Callable[[str], None] = lambda s: print(s, file=sys.stderr)) -> int:
+def probe_many(
+    path: Path,
+    runs: list[tuple[Path, bool]],
+    probe_names: Optional[str],
+    steps: Optional[str],
+    batch_size: int,
+    sets: Sequence[str] = (),
+    *,
+    wandb: Optional[str] = None,
+    backend: BackendName = "local",
+    workers: Optional[int] = None,
+    address: Optional[str] = None,
+    num_cpus: Optional[float] = None,
+    as_json: bool = False,
+    log: Callable[[str], None] = lambda s: print(s, file=sys.stderr),
+) -> int:
     """Probe the complete ones of `runs` (from `runs_within(path)`) in parallel; exit code 1 when any failed."""
     from mechsynth.sweep import get_backend
 
@@ -275,8 +302,10 @@ def probe_many(path: Path, runs: list[tuple[Path, bool]], probe_names: Optional[
         rundir.check_writable(d, "run_dir")
     todo = [(Target(str(d.relative_to(path)), request), str(d)) for d in to_probe]
     left_out = len(runs) - len(complete)
-    log(f"probe {path}: {len(complete)} complete runs — {len(done)} probed already, {len(todo)} to probe"
-        + (f"; {left_out} not complete, left out" if left_out else ""))
+    log(
+        f"probe {path}: {len(complete)} complete runs — {len(done)} probed already, {len(todo)} to probe"
+        + (f"; {left_out} not complete, left out" if left_out else "")
+    )
     results: dict[str, dict[str, Any]] = {}
     failures: list[dict[str, Any]] = []
 
@@ -291,11 +320,14 @@ def probe_many(path: Path, runs: list[tuple[Path, bool]], probe_names: Optional[
         log(f"{head} {result['status']}{when}: {_formed_text(result['formed']) or 'no probe scores heads'}")
 
     if todo:
-        resources = Resources(workers or min(local_pool.cpu_count(), len(todo)), address, num_cpus or 1.0,
-                              0.0)  # probing runs on the CPU (as for one run): no GPU asked of Ray
+        resources = Resources(
+            workers or min(local_pool.cpu_count(), len(todo)), address, num_cpus or 1.0, 0.0
+        )  # probing runs on the CPU (as for one run): no GPU asked of Ray
         get_backend(backend)(todo, on_result, resources, probe_job)
     results |= {str(d.relative_to(path)): {"status": "skipped"} for d in done}
-    record_failures(path / FAILURES, failures, len(todo), "runs failed to probe", "run the same command again to retry them", log)
+    record_failures(
+        path / FAILURES, failures, len(todo), "runs failed to probe", "run the same command again to retry them", log
+    )
     if as_json:
         print(json.dumps(results))
     else:

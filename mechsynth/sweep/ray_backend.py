@@ -34,8 +34,9 @@ def _gpus_for(config: dict[str, Any], cluster_gpus: float) -> float:
     return 1.0 if device == "auto" and cluster_gpus > 0 else 0.0
 
 
-def run(tasks: list[tuple[Any, str]], on_result: Callable[[Any, dict], None], resources: Resources,
-        fn: JobFn = run_job) -> None:
+def run(
+    tasks: list[tuple[Any, str]], on_result: Callable[[Any, dict], None], resources: Resources, fn: JobFn = run_job
+) -> None:
     """Run `tasks` [(job, run_dir)] as Ray tasks, each `fn(run_dir, job.config, threads)` (default: train it),
     and call `on_result(job, result)` as each finishes.
     Without `resources.address`, starts a fresh local Ray instance (never attaches to a stray one) and
@@ -56,7 +57,9 @@ def run(tasks: list[tuple[Any, str]], on_result: Callable[[Any, dict], None], re
         for job, run_dir in tasks:
             gpus = resources.num_gpus if resources.num_gpus is not None else _gpus_for(job.config, cluster_gpus)
             threads = max(1, int(resources.num_cpus))
-            ref = remote.options(num_cpus=resources.num_cpus, num_gpus=gpus, name=job.dir).remote(run_dir, job.config, threads)
+            ref = remote.options(num_cpus=resources.num_cpus, num_gpus=gpus, name=job.dir).remote(
+                run_dir, job.config, threads
+            )
             refs[ref] = job
         pending = list(refs)
         try:

@@ -32,8 +32,18 @@ METRICS = {  # heatmap quantity -> (column, how a cell is written, colour range)
     "frac_converged": ("frac_converged", lambda v: f"{v:.2f}", (0.0, 1.0)),
     "conv_step": ("conv_step_median", lambda v: f"{v:.0f}", None),
 }
-COLUMNS = ("n_runs", "n_complete", "frac_converged", "conv_step_median", "conv_step_q25", "conv_step_q75",
-           "conv_step_min", "conv_step_max", "final_acc_mean", "final_acc_std")
+COLUMNS = (
+    "n_runs",
+    "n_complete",
+    "frac_converged",
+    "conv_step_median",
+    "conv_step_q25",
+    "conv_step_q75",
+    "conv_step_min",
+    "conv_step_max",
+    "final_acc_mean",
+    "final_acc_std",
+)
 
 
 @dataclass(frozen=True)
@@ -75,8 +85,11 @@ def outcomes(run_dir: Path, acc_key: str, rule: Criterion) -> list[RunOutcome]:
 def _series(metrics: list[dict[str, Any]], key: str, run_dir: Path, field: str) -> list[dict[str, Any]]:
     records = [r for r in metrics if isinstance(r.get(key), (int, float))]
     if not records:
-        raise ConfigError(field, f"{key!r} is not in {run_dir}/metrics.jsonl; "
-                                 f"allowed: {', '.join(sorted(k for k in metrics[-1] if k.endswith('acc')))}")
+        raise ConfigError(
+            field,
+            f"{key!r} is not in {run_dir}/metrics.jsonl; "
+            f"allowed: {', '.join(sorted(k for k in metrics[-1] if k.endswith('acc')))}",
+        )
     return records
 
 
@@ -97,8 +110,9 @@ def _quantile(xs: list[float], q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
-def summarize(sweep_dir: Path | str, acc_key: Optional[str] = None,
-              threshold: Optional[float] = None) -> tuple[Plan, list[dict[str, Any]]]:
+def summarize(
+    sweep_dir: Path | str, acc_key: Optional[str] = None, threshold: Optional[float] = None
+) -> tuple[Plan, list[dict[str, Any]]]:
     """One row per grid point: its axis labels, then COLUMNS (NaN where there is nothing to count), and
     "criterion", what converged means there (see the module docstring)."""
     from mechsynth.sweep import load_plan
@@ -118,17 +132,19 @@ def summarize(sweep_dir: Path | str, acc_key: Optional[str] = None,
         got = done[point]
         steps = [o.conv_step for o in got if o.converged]
         accs = [o.final_acc for o in got]
-        row.update({
-            "n_complete": len(got),
-            "frac_converged": len(steps) / len(got) if got else nan,
-            "conv_step_median": statistics.median(steps) if steps else nan,
-            "conv_step_q25": _quantile(steps, 0.25) if steps else nan,
-            "conv_step_q75": _quantile(steps, 0.75) if steps else nan,
-            "conv_step_min": min(steps) if steps else nan,
-            "conv_step_max": max(steps) if steps else nan,
-            "final_acc_mean": statistics.fmean(accs) if accs else nan,
-            "final_acc_std": statistics.stdev(accs) if len(accs) > 1 else (0.0 if accs else nan),
-        })
+        row.update(
+            {
+                "n_complete": len(got),
+                "frac_converged": len(steps) / len(got) if got else nan,
+                "conv_step_median": statistics.median(steps) if steps else nan,
+                "conv_step_q25": _quantile(steps, 0.25) if steps else nan,
+                "conv_step_q75": _quantile(steps, 0.75) if steps else nan,
+                "conv_step_min": min(steps) if steps else nan,
+                "conv_step_max": max(steps) if steps else nan,
+                "final_acc_mean": statistics.fmean(accs) if accs else nan,
+                "final_acc_std": statistics.stdev(accs) if len(accs) > 1 else (0.0 if accs else nan),
+            }
+        )
     return plan, list(rows.values())
 
 
@@ -137,8 +153,8 @@ class Formation:
     """What `add_formation` found: the probes tabulated, and the complete runs (seeds) it could not use."""
 
     probes: tuple[str, ...]
-    unprobed: int   # no probes.json yet
-    damaged: int    # a probes.json that cannot be read
+    unprobed: int  # no probes.json yet
+    damaged: int  # a probes.json that cannot be read
 
 
 def formation_columns(probe: str) -> tuple[str, str, str]:
@@ -213,7 +229,7 @@ def write_csv(plan: Plan, rows: list[dict[str, Any]], path: Path, probes: Sequen
 
 
 def formation_text(row: dict[str, Any], probe: str) -> str:
-    """"40 (2/2 seeds)", "not reached (0/2 seeds)", or "-" where no seed was probed."""
+    """ "40 (2/2 seeds)", "not reached (0/2 seeds)", or "-" where no seed was probed."""
     median, n_formed, n_probed = formation_columns(probe)
     if not row.get(n_probed):
         return "-"
@@ -223,22 +239,31 @@ def formation_text(row: dict[str, Any], probe: str) -> str:
 
 def format_table(plan: Plan, rows: list[dict[str, Any]], probes: Sequence[str] = ()) -> str:
     """The table for a terminal: one line per grid point; then, per probe in `probes`, when it formed."""
+
     def fmt(v: Any) -> str:
         if isinstance(v, float):
             return "-" if math.isnan(v) else (f"{v:.0f}" if v == int(v) and abs(v) >= 10 else f"{v:.3f}")
         return str(v)
 
-    header = [a.key for a in plan.axes] + ["runs", "converged", "conv_step median [q25, q75]", "final acc"] \
+    header = (
+        [a.key for a in plan.axes]
+        + ["runs", "converged", "conv_step median [q25, q75]", "final acc"]
         + [f"{p} forms" for p in probes]
+    )
     lines = []
     for r in rows:
         # "-": no complete run to count; "not reached": complete runs, none of them converged
-        steps = ("not reached" if r["n_complete"] else "-") if math.isnan(r["conv_step_median"]) else \
-            f"{r['conv_step_median']:.0f} [{r['conv_step_q25']:.0f}, {r['conv_step_q75']:.0f}]"
+        steps = (
+            ("not reached" if r["n_complete"] else "-")
+            if math.isnan(r["conv_step_median"])
+            else f"{r['conv_step_median']:.0f} [{r['conv_step_q25']:.0f}, {r['conv_step_q75']:.0f}]"
+        )
         acc = "-" if math.isnan(r["final_acc_mean"]) else f"{r['final_acc_mean']:.3f} ± {r['final_acc_std']:.3f}"
-        lines.append([str(r[a.key]) for a in plan.axes]
-                     + [f"{r['n_complete']}/{r['n_runs']}", fmt(r["frac_converged"]), steps, acc]
-                     + [formation_text(r, p) for p in probes])
+        lines.append(
+            [str(r[a.key]) for a in plan.axes]
+            + [f"{r['n_complete']}/{r['n_runs']}", fmt(r["frac_converged"]), steps, acc]
+            + [formation_text(r, p) for p in probes]
+        )
     widths = [max(len(x) for x in col) for col in zip(header, *lines)]
     return "\n".join("  ".join(x.ljust(w) for x, w in zip(line, widths)).rstrip() for line in [header, *lines])
 
@@ -248,7 +273,9 @@ def _axis(plan: Plan, name: Optional[str], field: str) -> Optional[int]:
     if name is None:
         return None
     keys = [a.key for a in plan.axes]
-    matches = [i for i, k in enumerate(keys) if k == name] or [i for i, k in enumerate(keys) if k.split(".")[-1] == name]
+    matches = [i for i, k in enumerate(keys) if k == name] or [
+        i for i, k in enumerate(keys) if k.split(".")[-1] == name
+    ]
     if len(matches) != 1:
         raise ConfigError(field, f"{name!r} is not an axis of this sweep; allowed: {', '.join(keys) or '(no grid)'}")
     return matches[0]
@@ -260,17 +287,21 @@ def criteria(rows: list[dict[str, Any]]) -> str:
 
 
 def title(plan: Plan, metric: str, acc_key: str, rule: str) -> str:
-    what = {"final_acc": f"final {acc_key}, % (mean over seeds)",
-            "frac_converged": f"fraction of seeds with final {rule}",
-            "conv_step": f"median first step with {rule}"}[metric]
+    what = {
+        "final_acc": f"final {acc_key}, % (mean over seeds)",
+        "frac_converged": f"fraction of seeds with final {rule}",
+        "conv_step": f"median first step with {rule}",
+    }[metric]
     return f"{plan.name}\n{what}"
 
 
 def not_converged_hint(rows: list[dict[str, Any]]) -> Optional[str]:
     """A line for when complete runs exist and none converged: what converged meant, and the flags that change it."""
     if any(r["n_complete"] for r in rows) and not any(r["frac_converged"] > 0 for r in rows if r["n_complete"]):
-        return (f"no run converged ({criteria(rows)}); set the criterion with --acc-key KEY and --acc THRESHOLD "
-                "(the heatmap's quantity: --metric)")
+        return (
+            f"no run converged ({criteria(rows)}); set the criterion with --acc-key KEY and --acc THRESHOLD "
+            "(the heatmap's quantity: --metric)"
+        )
     return None
 
 
@@ -280,28 +311,68 @@ def check_axes(plan: Plan, rows_axis: Optional[str], cols_axis: Optional[str]) -
         raise ConfigError("--cols", "rows and columns must be different axes")
 
 
-def heatmap(plan: Plan, rows: list[dict[str, Any]], path: Path, metric: str = "final_acc",
-            rows_axis: Optional[str] = None, cols_axis: Optional[str] = None, title: str = "") -> None:
+def heatmap(
+    plan: Plan,
+    rows: list[dict[str, Any]],
+    path: Path,
+    metric: str = "final_acc",
+    rows_axis: Optional[str] = None,
+    cols_axis: Optional[str] = None,
+    title: str = "",
+) -> None:
     """`metric` over two grid axes with the numbers in the cells (like the accuracy-vs-depth tables of
     Liu et al. 2023); one panel per combination of any further axes; one axis gives a single row."""
     if metric not in METRICS:
         raise ConfigError("--metric", f"{metric!r} is not allowed; allowed: {', '.join(METRICS)}")
     column, text, vrange = METRICS[metric]
-    _draw(plan, rows, path, column, lambda r: "–" if math.isnan(r[column]) else text(r[column]), vrange,
-          rows_axis, cols_axis, title or f"{plan.name}: {column}")
+    _draw(
+        plan,
+        rows,
+        path,
+        column,
+        lambda r: "–" if math.isnan(r[column]) else text(r[column]),
+        vrange,
+        rows_axis,
+        cols_axis,
+        title or f"{plan.name}: {column}",
+    )
 
 
-def formation_heatmap(plan: Plan, rows: list[dict[str, Any]], path: Path, probe: str,
-                      rows_axis: Optional[str] = None, cols_axis: Optional[str] = None) -> None:
+def formation_heatmap(
+    plan: Plan,
+    rows: list[dict[str, Any]],
+    path: Path,
+    probe: str,
+    rows_axis: Optional[str] = None,
+    cols_axis: Optional[str] = None,
+) -> None:
     """When `probe`'s circuit forms over the grid (`add_formation`'s columns): the median step, coloured,
     with the seeds where it formed; "not reached" and unprobed points blank."""
     median = formation_columns(probe)[0]
-    _draw(plan, rows, path, median, lambda r: formation_text(r, probe).replace(" (", "\n("), None, rows_axis, cols_axis,
-          f"{plan.name}\n{probe}: step its earliest head forms\n(median over the seeds where it formed)")
+    _draw(
+        plan,
+        rows,
+        path,
+        median,
+        lambda r: formation_text(r, probe).replace(" (", "\n("),
+        None,
+        rows_axis,
+        cols_axis,
+        f"{plan.name}\n{probe}: step its earliest head forms\n(median over the seeds where it formed)",
+    )
 
 
-def _draw(plan: Plan, rows: list[dict[str, Any]], path: Path, column: str, cell: Callable[[dict[str, Any]], str],
-          vrange: Optional[tuple[float, float]], rows_axis: Optional[str], cols_axis: Optional[str], title: str) -> None:
+def _draw(
+    plan: Plan,
+    rows: list[dict[str, Any]],
+    path: Path,
+    column: str,
+    cell: Callable[[dict[str, Any]], str],
+    vrange: Optional[tuple[float, float]],
+    rows_axis: Optional[str],
+    cols_axis: Optional[str],
+    title: str,
+) -> None:
     """`column` of `rows` as colours over two grid axes, each cell's text `cell(row)`; a non-finite value blank."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -325,8 +396,12 @@ def _draw(plan: Plan, rows: list[dict[str, Any]], path: Path, column: str, cell:
 
     row_labels, col_labels = labels(r_i), labels(c_i)
     label_width = 0.08 * max(len(str(v)) for v in row_labels)
-    fig = Figure(figsize=(max(4.5, 2.0 + label_width + 0.75 * len(col_labels)),
-                          (1.0 + 0.45 * len(row_labels)) * len(facets) + 0.6))
+    fig = Figure(
+        figsize=(
+            max(4.5, 2.0 + label_width + 0.75 * len(col_labels)),
+            (1.0 + 0.45 * len(row_labels)) * len(facets) + 0.6,
+        )
+    )
     FigureCanvasAgg(fig)
     axes = fig.subplots(len(facets), 1, squeeze=False)[:, 0]
     for ax, facet in zip(axes, facets):
@@ -334,7 +409,10 @@ def _draw(plan: Plan, rows: list[dict[str, Any]], path: Path, column: str, cell:
         texts = [["–"] * len(col_labels) for _ in row_labels]
         for key, r in by_labels.items():
             if all(key[i] == v for i, v in zip(rest, facet)):
-                y, x = row_labels.index(key[r_i]) if r_i is not None else 0, col_labels.index(key[c_i]) if c_i is not None else 0
+                y, x = (
+                    row_labels.index(key[r_i]) if r_i is not None else 0,
+                    col_labels.index(key[c_i]) if c_i is not None else 0,
+                )
                 grid[y][x] = r[column] if math.isfinite(r[column]) else float("nan")
                 texts[y][x] = cell(r)
         im = ax.imshow(grid, cmap="viridis", vmin=vmin, vmax=vmax, aspect="auto")

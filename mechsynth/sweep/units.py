@@ -36,14 +36,18 @@ class Unit:
     dir: str
     config: dict[str, Any]
     jobs: tuple[Job, ...]
-    separate_why: Optional[str] = None   # a point with several seeds that runs them separately: why
+    separate_why: Optional[str] = None  # a point with several seeds that runs them separately: why
 
     @property
     def side_by_side(self) -> bool:
         return len(self.jobs) > 1
 
     def describe(self) -> str:
-        return f"{self.dir} (seeds {self.jobs[0].seed}-{self.jobs[-1].seed} side by side)" if self.side_by_side else self.dir
+        return (
+            f"{self.dir} (seeds {self.jobs[0].seed}-{self.jobs[-1].seed} side by side)"
+            if self.side_by_side
+            else self.dir
+        )
 
 
 def elementwise(optimizer: str) -> bool:
@@ -114,7 +118,9 @@ def why_not_on_disk(point_dir: Path, config: dict[str, Any]) -> Optional[str]:
             return f"its batch config cannot be read ({e})"
         if rundir.n_seeds(stored) != n:
             return f"it holds a batch of {rundir.n_seeds(stored)} seeds"
-        fixed = [k for k in rundir.changed_keys(complete(stored), complete(config)) if not rundir.may_change_on_resume(k)]
+        fixed = [
+            k for k in rundir.changed_keys(complete(stored), complete(config)) if not rundir.may_change_on_resume(k)
+        ]
         if fixed:
             return f"its batch has another {fixed[0]}"
         from mechsynth.runs.runner import resume_step

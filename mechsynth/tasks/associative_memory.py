@@ -49,13 +49,21 @@ MAX_TOKENS = 2**20
 @validates_itself
 @dataclass(frozen=True)
 class AssociativeMemoryConfig:
-    inputs: int = doc("N, the number of input tokens (associations to store)", 256, lo=1, hi=MAX_TOKENS,
-                      why="every input is listed for evaluation")
-    outputs: Optional[int] = doc("M, the number of output classes; unset = N (their runs)", None, lo=1, hi=MAX_TOKENS,
-                                 why="a vocabulary")
+    inputs: int = doc(
+        "N, the number of input tokens (associations to store)",
+        256,
+        lo=1,
+        hi=MAX_TOKENS,
+        why="every input is listed for evaluation",
+    )
+    outputs: Optional[int] = doc(
+        "M, the number of output classes; unset = N (their runs)", None, lo=1, hi=MAX_TOKENS, why="a vocabulary"
+    )
     mapping: Literal["balanced", "random"] = doc(
         "f*: 'balanced' (theirs: f*(i) = floor(i·M/N) on inputs shuffled by the seed, a permutation when M = N) "
-        "or 'random' (each f*(x) uniform on the M outputs)", "balanced")
+        "or 'random' (each f*(x) uniform on the M outputs)",
+        "balanced",
+    )
     zipf: float = doc("training inputs are drawn with p(x) ∝ (x + 1)**-zipf; 0 = uniform (all their runs)", 0.0)
     seed: int = doc("seed of f*", 0, lo=0, hi=MAX_SEED, why="torch seeds are 64-bit")
 
@@ -94,7 +102,9 @@ def input_probs(n_inputs: int, zipf: float) -> Float[Tensor, "input"]:
     return (p / p.sum()).float()
 
 
-def memory_truth(x: Int[Tensor, "batch"], mapping: Int[Tensor, "input"], probs: Float[Tensor, "input"]) -> dict[str, Any]:
+def memory_truth(
+    x: Int[Tensor, "batch"], mapping: Int[Tensor, "input"], probs: Float[Tensor, "input"]
+) -> dict[str, Any]:
     """Batch.truth of associative_memory: `input` [batch], each sequence's input x (its only token);
     `mapping` [input], f* for every input (target = mapping[input]); `probs` [input], the training
     distribution p(x) of every input."""
@@ -111,7 +121,8 @@ class AssociativeMemory(Task):
         N, M, g = cfg.inputs, cfg.n_outputs, task_generator(cfg.seed)
         mapping = balanced_map(N, M, g) if cfg.mapping == "balanced" else torch.randint(M, (N,), generator=g)
         self._tables: dict[torch.device, tuple[Tensor, Tensor]] = {
-            torch.device("cpu"): (mapping, input_probs(N, cfg.zipf))}
+            torch.device("cpu"): (mapping, input_probs(N, cfg.zipf))
+        }
 
     @property
     def mapping(self) -> Int[Tensor, "input"]:
@@ -122,8 +133,13 @@ class AssociativeMemory(Task):
     def spec(self) -> TaskSpec:  # type: ignore[override]  # (cached: up to millions of token names)
         """Inputs are named `x0`, `x1`, ...; outputs `y0`, `y1`, ..."""
         N, M = self.cfg.inputs, self.cfg.n_outputs
-        return TaskSpec(d_vocab=N, d_vocab_out=M, n_ctx=1, token_names=tuple(f"x{i}" for i in range(N)),
-                        target_names=tuple(f"y{i}" for i in range(M)))
+        return TaskSpec(
+            d_vocab=N,
+            d_vocab_out=M,
+            n_ctx=1,
+            token_names=tuple(f"x{i}" for i in range(N)),
+            target_names=tuple(f"y{i}" for i in range(M)),
+        )
 
     def tables(self, device: torch.device | str) -> tuple[Int[Tensor, "input"], Float[Tensor, "input"]]:
         """(f*, p(x)) on `device`, copied there once."""
@@ -136,10 +152,12 @@ class AssociativeMemory(Task):
         """The one-token sequences of inputs `x`, each scored on f*(x)."""
         mapping, probs = self.tables(x.device)
         tokens = x[:, None]
-        return Batch(tokens, mapping[x][:, None], torch.ones_like(tokens, dtype=torch.bool), memory_truth(x, mapping, probs))
+        return Batch(
+            tokens, mapping[x][:, None], torch.ones_like(tokens, dtype=torch.bool), memory_truth(x, mapping, probs)
+        )
 
     def sample(self, batch_size, generator, device="cpu", split="train") -> Batch:
-        """"train": x ~ p(x) (uniform for zipf = 0); "eval": x uniform. With replacement."""
+        """ "train": x ~ p(x) (uniform for zipf = 0); "eval": x uniform. With replacement."""
         self.check_split(split)
         if split == "train" and self.cfg.zipf > 0:
             x = torch.multinomial(self.tables(device)[1], batch_size, replacement=True, generator=generator)

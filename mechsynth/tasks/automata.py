@@ -43,36 +43,76 @@ AUTOMATA = GROUPS + ("flipflop", "gridworld", "dyck", "car")
 @validates_itself
 @dataclass(frozen=True)
 class AutomataConfig:
-    automaton: Literal["parity", "cyclic", "dihedral", "quaternion", "alternating", "symmetric", "c2_cubed",
-                       "flipflop", "gridworld", "dyck", "car"] = doc("which automaton to simulate", "parity")
+    automaton: Literal[
+        "parity",
+        "cyclic",
+        "dihedral",
+        "quaternion",
+        "alternating",
+        "symmetric",
+        "c2_cubed",
+        "flipflop",
+        "gridworld",
+        "dyck",
+        "car",
+    ] = doc("which automaton to simulate", "parity")
     n: int = doc("size: C_n, D_2n (n-gon), A_n, S_n, gridworld cells, Dyck max depth", 3, lo=1, hi=64)
     alphabet: Literal["generators", "liu", "all"] = doc(
         "inputs: mechsynth's generating sets, Liu et al.'s alphabets, or every group element (see the module docstring)",
-        "generators")
-    n_actions: Optional[int] = doc("liu alphabet of cyclic (add 0..n_actions-1) and symmetric (the first n_actions "
-                                   "permutations); unset = their default, 2 and 3", None, lo=2, hi=720)
+        "generators",
+    )
+    n_actions: Optional[int] = doc(
+        "liu alphabet of cyclic (add 0..n_actions-1) and symmetric (the first n_actions "
+        "permutations); unset = their default, 2 and 3",
+        None,
+        lo=2,
+        hi=720,
+    )
     length: int = doc("T, the training (and eval) sequence length", 20, lo=1, hi=MAX_CTX)
-    eval_length: Optional[int] = doc("length of the out-of-distribution eval_long split; unset = 2 * length", None,
-                                     lo=1, hi=MAX_CTX)
+    eval_length: Optional[int] = doc(
+        "length of the out-of-distribution eval_long split; unset = 2 * length", None, lo=1, hi=MAX_CTX
+    )
 
     def __post_init__(self):
         check_fields(self)  # bounds and finite floats first
-        check(self.eval_length is not None or 2 * self.length <= MAX_CTX, "length",
-              f"with eval_length unset (= 2 * length) must be ≤ {MAX_CTX // 2}, got {self.length}; allowed: "
-              f"1 to {MAX_CTX // 2}, or set eval_length ≤ {MAX_CTX}")
-        check(self.eval_length is None or self.eval_length >= self.length, "eval_length",
-              f"must be ≥ length={self.length} or unset, got {self.eval_length}")
-        lo, hi = {"cyclic": (2, 64), "dihedral": (3, 32), "alternating": (3, 6), "symmetric": (3, 6),
-                  "gridworld": (2, 64), "dyck": (1, 64)}.get(self.automaton, (None, None))
+        check(
+            self.eval_length is not None or 2 * self.length <= MAX_CTX,
+            "length",
+            f"with eval_length unset (= 2 * length) must be ≤ {MAX_CTX // 2}, got {self.length}; allowed: "
+            f"1 to {MAX_CTX // 2}, or set eval_length ≤ {MAX_CTX}",
+        )
+        check(
+            self.eval_length is None or self.eval_length >= self.length,
+            "eval_length",
+            f"must be ≥ length={self.length} or unset, got {self.eval_length}",
+        )
+        lo, hi = {
+            "cyclic": (2, 64),
+            "dihedral": (3, 32),
+            "alternating": (3, 6),
+            "symmetric": (3, 6),
+            "gridworld": (2, 64),
+            "dyck": (1, 64),
+        }.get(self.automaton, (None, None))
         if lo is not None:
             check(lo <= self.n <= hi, "n", f"{self.automaton} needs {lo} ≤ n ≤ {hi}, got {self.n}")
-        check(self.alphabet != "all" or self.automaton in GROUPS, "alphabet",
-              f"'all' is for groups ({', '.join(GROUPS)}); {self.automaton!r} allows 'generators' or 'liu'")
+        check(
+            self.alphabet != "all" or self.automaton in GROUPS,
+            "alphabet",
+            f"'all' is for groups ({', '.join(GROUPS)}); {self.automaton!r} allows 'generators' or 'liu'",
+        )
         if self.n_actions is not None:
             most = {"cyclic": self.n, "symmetric": math.factorial(self.n)}.get(self.automaton)
-            check(self.alphabet == "liu" and most is not None, "n_actions",
-                  f"is for alphabet 'liu' with cyclic or symmetric, not {self.alphabet!r} with {self.automaton!r}; leave it unset")
-            check(self.n_actions <= most, "n_actions", f"{self.automaton} n={self.n} has {most} actions, got {self.n_actions}")
+            check(
+                self.alphabet == "liu" and most is not None,
+                "n_actions",
+                f"is for alphabet 'liu' with cyclic or symmetric, not {self.alphabet!r} with {self.automaton!r}; leave it unset",
+            )
+            check(
+                self.n_actions <= most,
+                "n_actions",
+                f"{self.automaton} n={self.n} has {most} actions, got {self.n_actions}",
+            )
 
     @property
     def long_length(self) -> int:
@@ -125,8 +165,11 @@ def group(identity, gens: dict[str, Hashable], mul, alphabet: str, name=str) -> 
     if alphabet == "all":
         elements = _elements(identity, gens, mul)
         idx = {e: i for i, e in enumerate(elements)}
-        table = Table([[idx[mul(g, a)] for a in elements] for g in elements], [name(e) for e in elements],
-                      [name(e) for e in elements])
+        table = Table(
+            [[idx[mul(g, a)] for a in elements] for g in elements],
+            [name(e) for e in elements],
+            [name(e) for e in elements],
+        )
     return table
 
 
@@ -154,9 +197,19 @@ def cycle(n: int, points: list[int]) -> tuple[int, ...]:
 
 
 # Quaternions as (sign, unit), unit in "1ijk"; unit products follow i·j = k, j·k = i, k·i = j.
-_Q = {("1", u): (1, u) for u in "1ijk"} | {(u, "1"): (1, u) for u in "ijk"} | {(u, u): (-1, "1") for u in "ijk"} | {
-    ("i", "j"): (1, "k"), ("j", "k"): (1, "i"), ("k", "i"): (1, "j"),
-    ("j", "i"): (-1, "k"), ("k", "j"): (-1, "i"), ("i", "k"): (-1, "j")}
+_Q = (
+    {("1", u): (1, u) for u in "1ijk"}
+    | {(u, "1"): (1, u) for u in "ijk"}
+    | {(u, u): (-1, "1") for u in "ijk"}
+    | {
+        ("i", "j"): (1, "k"),
+        ("j", "k"): (1, "i"),
+        ("k", "i"): (1, "j"),
+        ("j", "i"): (-1, "k"),
+        ("k", "j"): (-1, "i"),
+        ("i", "k"): (-1, "j"),
+    }
+)
 
 
 def qmul(a: tuple[int, str], b: tuple[int, str]) -> tuple[int, str]:
@@ -172,12 +225,17 @@ def liu(cfg: AutomataConfig) -> Optional[Table]:
     if a == "cyclic":
         return group(0, {str(i): i for i in range(cfg.n_actions or 2)}, lambda x, y: (x + y) % n, "generators")
     if a == "dihedral":  # state (flip, position); move steps one vertex in the current direction
-        t = closure((0, 0), {"flip": lambda s: (1 - s[0], s[1]), "move": lambda s: (s[0], (s[1] + 1 - 2 * s[0]) % n)},
-                    name=lambda s: f"{'s' if s[0] else 'r'}{s[1]}")
+        t = closure(
+            (0, 0),
+            {"flip": lambda s: (1 - s[0], s[1]), "move": lambda s: (s[0], (s[1] + 1 - 2 * s[0]) % n)},
+            name=lambda s: f"{'s' if s[0] else 'r'}{s[1]}",
+        )
         t.factors = {"flip": [int(s[0] == "s") for s in t.states], "rotation": [int(s[1:]) for s in t.states]}
         return t
     if a == "quaternion":
-        return group((1, "1"), {u: (1, u) for u in "1ijk"}, qmul, "generators", name=lambda q: ("" if q[0] > 0 else "-") + q[1])
+        return group(
+            (1, "1"), {u: (1, u) for u in "1ijk"}, qmul, "generators", name=lambda q: ("" if q[0] > 0 else "-") + q[1]
+        )
     identity = tuple(range(n))
     if a == "alternating":
         gens = {"id": identity} | {f"(12{x + 1})": _three_cycle(n, x) for x in range(2, n)}
@@ -185,9 +243,11 @@ def liu(cfg: AutomataConfig) -> Optional[Table]:
     if a == "symmetric":
         shift, swap = tuple(range(1, n)) + (0,), (1, 0) + tuple(range(2, n))
         first = [identity, shift, swap]
-        actions = (first + [p for p in itertools.permutations(range(n)) if p not in first])[:cfg.n_actions or 3]
+        actions = (first + [p for p in itertools.permutations(range(n)) if p not in first])[: cfg.n_actions or 3]
         names = ["id", "shift", "swap"] + ["".join(map(str, p)) for p in actions[3:]]
-        return group(identity, dict(zip(names, actions)), _their_action, "generators", name=lambda p: "".join(map(str, p)))
+        return group(
+            identity, dict(zip(names, actions)), _their_action, "generators", name=lambda p: "".join(map(str, p))
+        )
     return None
 
 
@@ -213,24 +273,45 @@ def build(cfg: AutomataConfig) -> Table:
         m = 2 if a == "parity" else n
         return group(0, {"0": 0, "1": 1}, lambda x, y: (x + y) % m, alpha)
     if a == "dihedral":  # symmetries of the n-gon as permutations of its vertices
-        t = group(tuple(range(n)), {"r": cycle(n, list(range(n))), "s": tuple((-i) % n for i in range(n))},
-                  compose, alpha, name=lambda p: f"{'s' if (p[1] - p[0]) % n == n - 1 else 'r'}{p[0]}")
+        t = group(
+            tuple(range(n)),
+            {"r": cycle(n, list(range(n))), "s": tuple((-i) % n for i in range(n))},
+            compose,
+            alpha,
+            name=lambda p: f"{'s' if (p[1] - p[0]) % n == n - 1 else 'r'}{p[0]}",
+        )
         t.factors = {"flip": [int(s[0] == "s") for s in t.states], "rotation": [int(s[1:]) for s in t.states]}
         return t
     if a == "quaternion":
-        return group((1, "1"), {"i": (1, "i"), "j": (1, "j")}, qmul, alpha,
-                     name=lambda q: ("" if q[0] > 0 else "-") + q[1])
+        return group(
+            (1, "1"), {"i": (1, "i"), "j": (1, "j")}, qmul, alpha, name=lambda q: ("" if q[0] > 0 else "-") + q[1]
+        )
     if a == "alternating":
         second = list(range(n)) if n % 2 else list(range(1, n))  # an even cycle of n or n-1 points
-        return group(tuple(range(n)), {"(012)": cycle(n, [0, 1, 2]), "cycle": cycle(n, second)}, compose, alpha,
-                     name=lambda p: "".join(map(str, p)))
+        return group(
+            tuple(range(n)),
+            {"(012)": cycle(n, [0, 1, 2]), "cycle": cycle(n, second)},
+            compose,
+            alpha,
+            name=lambda p: "".join(map(str, p)),
+        )
     if a == "symmetric":
-        return group(tuple(range(n)), {"(01)": cycle(n, [0, 1]), "cycle": cycle(n, list(range(n)))}, compose,
-                     alpha, name=lambda p: "".join(map(str, p)))
+        return group(
+            tuple(range(n)),
+            {"(01)": cycle(n, [0, 1]), "cycle": cycle(n, list(range(n)))},
+            compose,
+            alpha,
+            name=lambda p: "".join(map(str, p)),
+        )
     if a == "c2_cubed":
         gens = {f"e{i}": tuple(int(i == j) for j in range(3)) for i in range(3)}
-        t = group((0, 0, 0), gens, lambda x, y: tuple((u + v) % 2 for u, v in zip(x, y)), alpha,
-                  name=lambda b: "".join(map(str, b)))
+        t = group(
+            (0, 0, 0),
+            gens,
+            lambda x, y: tuple((u + v) % 2 for u, v in zip(x, y)),
+            alpha,
+            name=lambda b: "".join(map(str, b)),
+        )
         t.factors = {f"bit{i}": [int(s[i]) for s in t.states] for i in range(3)}
         return t
     if a == "flipflop":
@@ -242,8 +323,11 @@ def build(cfg: AutomataConfig) -> Table:
         t = closure(0, {"(": lambda d: d + 1 if d < n else None, ")": lambda d: d - 1 if d > 0 else None})
         return _sorted(t)
     # Car on a circle of 4 cells: D drives one cell in the current direction, U turns around.
-    t = closure((1, 0), {"D": lambda s: (s[0], (s[1] + s[0]) % 4), "U": lambda s: (-s[0], s[1])},
-                name=lambda s: f"{'+' if s[0] > 0 else '-'}{s[1]}")
+    t = closure(
+        (1, 0),
+        {"D": lambda s: (s[0], (s[1] + s[0]) % 4), "U": lambda s: (-s[0], s[1])},
+        name=lambda s: f"{'+' if s[0] > 0 else '-'}{s[1]}",
+    )
     t.factors = {"direction": [int(s[0] == "-") for s in t.states], "position": [int(s[1:]) for s in t.states]}
     return t
 
@@ -252,12 +336,17 @@ def _sorted(t: Table) -> Table:
     """Number integer states by value (gridworld cell, Dyck depth) so that label = value."""
     order = sorted(range(len(t.states)), key=lambda i: int(t.states[i]))
     new = {old: i for i, old in enumerate(order)}
-    return Table([[new[x] if x >= 0 else -1 for x in t.delta[old]] for old in order],
-                 [t.states[old] for old in order], t.symbols, new[t.start])
+    return Table(
+        [[new[x] if x >= 0 else -1 for x in t.delta[old]] for old in order],
+        [t.states[old] for old in order],
+        t.symbols,
+        new[t.start],
+    )
 
 
-def automaton_truth(states: Int[Tensor, "batch pos"],
-                    factors: dict[str, Int[Tensor, "state"]]) -> dict[str, Int[Tensor, "batch pos"]]:
+def automaton_truth(
+    states: Int[Tensor, "batch pos"], factors: dict[str, Int[Tensor, "state"]]
+) -> dict[str, Int[Tensor, "batch pos"]]:
     """Batch.truth of automata: `states` [batch, pos], the state after each symbol (the targets too); for a
     decomposable automaton `factor:<name>` [batch, pos], that factor of the state (D_2n: `factor:flip`,
     `factor:rotation`), from `factors[name]`, the factor's value in each state."""
@@ -278,9 +367,13 @@ class Automata(Task):
 
     @property
     def spec(self) -> TaskSpec:
-        return TaskSpec(d_vocab=len(self.table.symbols), d_vocab_out=len(self.table.states),
-                        n_ctx=self.cfg.long_length, token_names=tuple(self.table.symbols),
-                        target_names=tuple(self.table.states))
+        return TaskSpec(
+            d_vocab=len(self.table.symbols),
+            d_vocab_out=len(self.table.states),
+            n_ctx=self.cfg.long_length,
+            token_names=tuple(self.table.symbols),
+            target_names=tuple(self.table.states),
+        )
 
     @property
     def truth_keys(self) -> tuple[str, ...]:  # type: ignore[override]

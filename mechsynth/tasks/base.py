@@ -42,8 +42,12 @@ class Batch:
 
     def to(self, device: torch.device | str) -> "Batch":
         move = lambda v: v.to(device) if isinstance(v, Tensor) else v  # noqa: E731
-        return Batch(self.tokens.to(device), self.targets.to(device), self.mask.to(device),
-                     {k: move(v) for k, v in self.truth.items()})
+        return Batch(
+            self.tokens.to(device),
+            self.targets.to(device),
+            self.mask.to(device),
+            {k: move(v) for k, v in self.truth.items()},
+        )
 
 
 @dataclass(frozen=True)
@@ -111,8 +115,9 @@ class Task:
     def spec(self) -> TaskSpec:
         raise NotImplementedError
 
-    def sample(self, batch_size: int, generator: torch.Generator, device: torch.device | str = "cpu",
-               split: str = "train") -> Batch:
+    def sample(
+        self, batch_size: int, generator: torch.Generator, device: torch.device | str = "cpu", split: str = "train"
+    ) -> Batch:
         """A batch drawn with `generator` (which must live on `device`); same generator state -> same batch."""
         raise NotImplementedError
 
@@ -133,8 +138,9 @@ class Task:
     # Whether training adds `regulariser`'s term (a task whose config can turn one on makes this a property).
     regularised: ClassVar[bool] = False
 
-    def regulariser(self, forward: Callable[[Tensor], Tensor], batch: Batch,
-                    logits: Float[Tensor, "batch out_pos d_vocab_out"]) -> Optional[Float[Tensor, ""]]:
+    def regulariser(
+        self, forward: Callable[[Tensor], Tensor], batch: Batch, logits: Float[Tensor, "batch out_pos d_vocab_out"]
+    ) -> Optional[Float[Tensor, ""]]:
         """A term training adds to the loss of a training batch, given the model's `forward` and its `logits` on
         the batch (e.g. a penalty on how the outputs change under a transformation the task's truth says must
         not change them). None (the default): the loss alone."""
@@ -158,9 +164,13 @@ class Task:
             raise ValueError(f"split: {split!r} is not a split of {self.name}; allowed: {', '.join(self.splits)}")
 
 
-def align(logits: Float[Tensor, "batch out_pos d_vocab_out"],
-          batch: Batch) -> tuple[Float[Tensor, "batch out_pos d_vocab_out"],
-                                 Int[Tensor, "batch out_pos"] | Float[Tensor, "batch out_pos"], Bool[Tensor, "batch out_pos"]]:
+def align(
+    logits: Float[Tensor, "batch out_pos d_vocab_out"], batch: Batch
+) -> tuple[
+    Float[Tensor, "batch out_pos d_vocab_out"],
+    Int[Tensor, "batch out_pos"] | Float[Tensor, "batch out_pos"],
+    Bool[Tensor, "batch out_pos"],
+]:
     """Match logits to targets. Models that only predict the last P positions (the MLP baselines,
     which read the whole input and answer at the readout) are scored on the last P targets."""
     p = logits.shape[1]
@@ -178,8 +188,9 @@ def readout_batch(bits: Int[Tensor, "batch bit"], labels: Int[Tensor, "batch"], 
     return Batch(tokens, targets, mask, truth)
 
 
-def masked_loss(logits: Float[Tensor, "batch out_pos d_vocab_out"], batch: Batch,
-                kind: LossKind = "cross_entropy") -> Float[Tensor, ""]:
+def masked_loss(
+    logits: Float[Tensor, "batch out_pos d_vocab_out"], batch: Batch, kind: LossKind = "cross_entropy"
+) -> Float[Tensor, ""]:
     """The task's loss (`Task.loss_kind`) averaged over scored positions. Unscored targets become
     ignore_index rather than being dropped by boolean indexing, which would cost a device->host sync every step."""
     logits, targets, mask = align(logits, batch)
@@ -188,14 +199,21 @@ def masked_loss(logits: Float[Tensor, "batch out_pos d_vocab_out"], batch: Batch
     return F.cross_entropy(logits.flatten(0, 1).float(), torch.where(mask, targets, -100).flatten(), ignore_index=-100)
 
 
-def squared_error(logits: Float[Tensor, "*batch out_pos 1"], targets: Float[Tensor, "*batch out_pos"],
-                  mask: Bool[Tensor, "*batch out_pos"]) -> Float[Tensor, "*batch out_pos"]:
+def squared_error(
+    logits: Float[Tensor, "*batch out_pos 1"],
+    targets: Float[Tensor, "*batch out_pos"],
+    mask: Bool[Tensor, "*batch out_pos"],
+) -> Float[Tensor, "*batch out_pos"]:
     """(prediction − target)² at scored positions, 0 elsewhere: the prediction is the model's one output."""
     return (logits[..., 0].float() - targets).square() * mask
 
 
-def real_loss(logits: Float[Tensor, "*batch out_pos 1"], targets: Float[Tensor, "*batch out_pos"],
-              mask: Bool[Tensor, "*batch out_pos"], kind: LossKind) -> Float[Tensor, "*batch out_pos"]:
+def real_loss(
+    logits: Float[Tensor, "*batch out_pos 1"],
+    targets: Float[Tensor, "*batch out_pos"],
+    mask: Bool[Tensor, "*batch out_pos"],
+    kind: LossKind,
+) -> Float[Tensor, "*batch out_pos"]:
     """The loss of a real-valued prediction (the model's one output) at scored positions, 0 elsewhere:
     "squared_error", (f − y)²; "correlation", 1 − f·y (Damian et al.'s for single-index models: the cross term of
     the squared error, whose f² term a unit-variance f makes a constant)."""

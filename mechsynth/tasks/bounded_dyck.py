@@ -44,23 +44,44 @@ THRESHOLD = 0.8  # Yao et al.'s closing-bracket accuracy: the right close's shar
 class BoundedDyckConfig:
     k: int = doc("bracket types", 2, lo=1, hi=128)
     depth: int = doc("D, the deepest nesting allowed: at depth D the next bracket is a close", 4, lo=1, hi=256)
-    length: int = doc("brackets per training and `eval` sequence (Wen et al.'s 28); the model reads START and the "
-                      "first length − 1", 28, lo=2, hi=MAX_CTX)
-    eval_long_length: int = doc("brackets per `eval_long` sequence, ≥ length: length generalisation (Wen et al. test "
-                                "400–500); the model's context", 400, lo=2, hi=MAX_CTX)
-    loss_on: Literal["closes", "all"] = doc("training targets: the closes only (Wen et al.: the stack decides them) "
-                                            "or every next bracket (Yao et al.)", "closes")
-    contrastive: float = doc("weight of Wen et al.'s contrastive regulariser: the mean squared change of the logits "
-                             "when a balanced prefix of 4·depth + 2 brackets is prepended (theirs 0.3); 0: off",
-                             0.0, lo=0, hi=1000)
+    length: int = doc(
+        "brackets per training and `eval` sequence (Wen et al.'s 28); the model reads START and the first length − 1",
+        28,
+        lo=2,
+        hi=MAX_CTX,
+    )
+    eval_long_length: int = doc(
+        "brackets per `eval_long` sequence, ≥ length: length generalisation (Wen et al. test "
+        "400–500); the model's context",
+        400,
+        lo=2,
+        hi=MAX_CTX,
+    )
+    loss_on: Literal["closes", "all"] = doc(
+        "training targets: the closes only (Wen et al.: the stack decides them) or every next bracket (Yao et al.)",
+        "closes",
+    )
+    contrastive: float = doc(
+        "weight of Wen et al.'s contrastive regulariser: the mean squared change of the logits "
+        "when a balanced prefix of 4·depth + 2 brackets is prepended (theirs 0.3); 0: off",
+        0.0,
+        lo=0,
+        hi=1000,
+    )
 
     def __post_init__(self):
         check_fields(self)
-        check(self.eval_long_length >= self.length, "eval_long_length",
-              f"must be ≥ length={self.length}, got {self.eval_long_length}")
-        check(not self.contrastive or self.eval_long_length >= self.length + self.prefix_length, "eval_long_length",
-              f"must be ≥ length + 4·depth + 2 = {self.length + self.prefix_length} with contrastive > 0 (the "
-              f"prefixed training sequences must fit the context), got {self.eval_long_length}")
+        check(
+            self.eval_long_length >= self.length,
+            "eval_long_length",
+            f"must be ≥ length={self.length}, got {self.eval_long_length}",
+        )
+        check(
+            not self.contrastive or self.eval_long_length >= self.length + self.prefix_length,
+            "eval_long_length",
+            f"must be ≥ length + 4·depth + 2 = {self.length + self.prefix_length} with contrastive > 0 (the "
+            f"prefixed training sequences must fit the context), got {self.eval_long_length}",
+        )
 
     @property
     def prefix_length(self) -> int:
@@ -83,8 +104,9 @@ def dyck_truth(depth: Int[Tensor, "batch pos"], match: Int[Tensor, "batch pos"])
     return {"depth": depth, "match": match}
 
 
-def walk(batch_size: int, brackets: int, k: int, D: int, generator: torch.Generator, device: Any
-         ) -> tuple[Int[Tensor, "batch pos"], Int[Tensor, "batch pos"], Int[Tensor, "batch pos"]]:
+def walk(
+    batch_size: int, brackets: int, k: int, D: int, generator: torch.Generator, device: Any
+) -> tuple[Int[Tensor, "batch pos"], Int[Tensor, "batch pos"], Int[Tensor, "batch pos"]]:
     """`brackets` steps of the walk for each sequence: (bracket ids, the depth after each, the position of the open
     then on top, −1 where the stack is empty), positions counted from 1 (START is 0). One vectorised step per
     position; the draws are made up front, so the same generator state gives the same batch."""
@@ -96,15 +118,15 @@ def walk(batch_size: int, brackets: int, k: int, D: int, generator: torch.Genera
     depth = torch.zeros(batch_size, 1, dtype=torch.long, device=device)
     seq, depths, match = (torch.empty(batch_size, brackets, dtype=torch.long, device=device) for _ in range(3))
     for i in range(brackets):
-        close = (depth == D) | ((depth > 0) & (u[:, i:i + 1] < 0.5))
+        close = (depth == D) | ((depth > 0) & (u[:, i : i + 1] < 0.5))
         top = (depth - 1).clamp_min(0)
-        seq[:, i:i + 1] = torch.where(close, k + stack.gather(1, top), types[:, i:i + 1])
+        seq[:, i : i + 1] = torch.where(close, k + stack.gather(1, top), types[:, i : i + 1])
         slot = torch.where(close, D, depth)
-        stack.scatter_(1, slot, types[:, i:i + 1])
+        stack.scatter_(1, slot, types[:, i : i + 1])
         where.scatter_(1, slot, torch.full_like(slot, i + 1))
         depth = torch.where(close, depth - 1, depth + 1)
-        depths[:, i:i + 1] = depth
-        match[:, i:i + 1] = torch.where(depth > 0, where.gather(1, (depth - 1).clamp_min(0)), -1)
+        depths[:, i : i + 1] = depth
+        match[:, i : i + 1] = torch.where(depth > 0, where.gather(1, (depth - 1).clamp_min(0)), -1)
     return seq, depths, match
 
 
@@ -122,8 +144,13 @@ class BoundedDyck(Task):
     def spec(self) -> TaskSpec:
         letters = [chr(ord("a") + t) if t < 26 else str(t) for t in range(self.cfg.k)]
         brackets = tuple(f"({a}" for a in letters) + tuple(f"{a})" for a in letters)
-        return TaskSpec(d_vocab=2 * self.cfg.k + 1, d_vocab_out=2 * self.cfg.k, n_ctx=self.cfg.eval_long_length,
-                        token_names=brackets + ("START",), target_names=brackets)
+        return TaskSpec(
+            d_vocab=2 * self.cfg.k + 1,
+            d_vocab_out=2 * self.cfg.k,
+            n_ctx=self.cfg.eval_long_length,
+            token_names=brackets + ("START",),
+            target_names=brackets,
+        )
 
     def sample(self, batch_size, generator, device="cpu", split="train") -> Batch:
         self.check_split(split)
@@ -132,7 +159,11 @@ class BoundedDyck(Task):
         seq, depths, match = walk(batch_size, n, cfg.k, cfg.depth, generator, device)
         start = torch.full((batch_size, 1), self.start, dtype=torch.long, device=device)
         tokens, targets = torch.cat([start, seq[:, :-1]], 1), seq
-        mask = torch.ones_like(targets, dtype=torch.bool) if split == "train" and cfg.loss_on == "all" else targets >= cfg.k
+        mask = (
+            torch.ones_like(targets, dtype=torch.bool)
+            if split == "train" and cfg.loss_on == "all"
+            else targets >= cfg.k
+        )
         depth = torch.cat([torch.zeros_like(start), depths[:, :-1]], 1)
         top = torch.cat([torch.full_like(start, -1), match[:, :-1]], 1)
         truth = dyck_truth(depth, top)
@@ -144,25 +175,27 @@ class BoundedDyck(Task):
     def regularised(self) -> bool:
         return self.cfg.contrastive > 0
 
-    def regulariser(self, forward: Callable[[Tensor], Tensor], batch: Batch,
-                    logits: Float[Tensor, "batch pos d_vocab_out"]) -> Optional[Float[Tensor, ""]]:
+    def regulariser(
+        self, forward: Callable[[Tensor], Tensor], batch: Batch, logits: Float[Tensor, "batch pos d_vocab_out"]
+    ) -> Optional[Float[Tensor, ""]]:
         """Wen et al.'s contrastive term: `contrastive` × the mean squared difference between the logits of the
         training sequences and of the same sequences after their balanced prefix (both differentiated)."""
         if not self.cfg.contrastive:
             return None
-        prefixed = forward(torch.cat([batch.truth["prefix"], batch.tokens], -1))[..., -logits.shape[-2]:, :]
+        prefixed = forward(torch.cat([batch.truth["prefix"], batch.tokens], -1))[..., -logits.shape[-2] :, :]
         return self.cfg.contrastive * F.mse_loss(prefixed.float(), logits.float())
 
     def metrics(self, logits: Float[Tensor, "batch out_pos d_vocab_out"], batch: Batch) -> dict[str, float]:
         """Loss and accuracy on the scored targets, and `close_acc` (Yao et al.'s closing-bracket accuracy)."""
         out = super().metrics(logits, batch)
-        scored = open_positions(batch)[:, -logits.shape[1]:]
+        scored = open_positions(batch)[:, -logits.shape[1] :]
         out["close_acc"] = float(close_correct(logits, batch, self.cfg.k)[scored].float().mean())
         return out
 
 
-def balanced_prefix(batch_size: int, k: int, D: int, generator: torch.Generator, device: Any
-                    ) -> Int[Tensor, "batch prefix_pos"]:
+def balanced_prefix(
+    batch_size: int, k: int, D: int, generator: torch.Generator, device: Any
+) -> Int[Tensor, "batch prefix_pos"]:
     """Wen et al.'s balanced prefix for each sequence: D opens of type a then their D closes, the same for type b
     (a, b = 0, 1; both 0 when k = 1), with a pair "(_t )_t" inserted after the d-th open of block t, t ∈ {0, 1} and
     d ∈ [0, D) uniform. Depth never exceeds D, and the string leaves the stack empty."""
@@ -181,11 +214,13 @@ def open_positions(batch: Batch) -> Bool[Tensor, "batch pos"]:
     return batch.truth["match"] >= 0
 
 
-def close_correct(logits: Float[Tensor, "batch out_pos d_vocab_out"], batch: Batch, k: int) -> Bool[Tensor, "batch out_pos"]:
+def close_correct(
+    logits: Float[Tensor, "batch out_pos d_vocab_out"], batch: Batch, k: int
+) -> Bool[Tensor, "batch out_pos"]:
     """Whether the close matching the top of the stack holds more than THRESHOLD of the closes' probability (False
     where the stack is empty, which has no right close)."""
     p = logits.shape[1]  # the last p positions (as base.align scores a model that answers at the last few only)
     match = batch.truth["match"]
     right = batch.tokens.gather(1, match.clamp_min(0))[:, -p:].clamp_max(k - 1)  # the open's type (START: unscored)
-    share = logits[..., k:2 * k].float().softmax(-1).gather(-1, right[..., None])[..., 0]
+    share = logits[..., k : 2 * k].float().softmax(-1).gather(-1, right[..., None])[..., 0]
     return (share > THRESHOLD) & (match[:, -p:] >= 0)

@@ -55,29 +55,56 @@ class CausalICLConfig:
     graph: Literal["chain", "tree", "dag"] = doc(
         "the hidden causal graph: chain (the parent of i is i-1: an in-context Markov chain); tree (their 'random' "
         "graph: node i's parent is uniform over {none, 0, ..., i-1}, so some nodes are roots); dag (nodes i ≥ parents "
-        "have `parents` distinct parents drawn uniformly from nodes < i, the others are roots)", "tree")
-    parents: int = doc("parents of each non-root node of the dag (graph = 'dag' only)", 2, lo=1, hi=12,
-                       why="k**parents kernel rows ≤ 4096")
+        "have `parents` distinct parents drawn uniformly from nodes < i, the others are roots)",
+        "tree",
+    )
+    parents: int = doc(
+        "parents of each non-root node of the dag (graph = 'dag' only)",
+        2,
+        lo=1,
+        hi=12,
+        why="k**parents kernel rows ≤ 4096",
+    )
     alpha: float = doc("Dirichlet concentration of the kernel's rows (theirs: 0.1); > 0 and ≤ 10**6", 0.1)
     roots: Literal["auto", "stationary", "uniform"] = doc(
         "how roots are drawn: from the kernel's stationary distribution, or uniformly; auto = as their code: "
-        "stationary for chain and tree, uniform for the dag (a multi-parent kernel has no stationary distribution)", "auto")
+        "stationary for chain and tree, uniform for the dag (a multi-parent kernel has no stationary distribution)",
+        "auto",
+    )
     target: Literal["query", "next"] = doc(
         "query: only the last position is scored, its target a draw from the kernel given its parents (chain and "
-        "tree: the row of a uniformly drawn query token, their setup); next: the next token at every position", "query")
-    seed: int = doc("seed of the graph (tree and dag; the chain has none)", 0, lo=0, hi=MAX_SEED, why="torch seeds are 64-bit")
+        "tree: the row of a uniformly drawn query token, their setup); next: the next token at every position",
+        "query",
+    )
+    seed: int = doc(
+        "seed of the graph (tree and dag; the chain has none)", 0, lo=0, hi=MAX_SEED, why="torch seeds are 64-bit"
+    )
 
     def __post_init__(self):
         check_fields(self)  # bounds and finite floats first: k**parents with parents = 10**20 would never end
-        check(0 < self.alpha <= MAX_ALPHA, "alpha", f"must be in (0, 10**6], got {self.alpha}; allowed: 0 < alpha ≤ 10**6 "
-              "(rows are uniform long before; past float32's range the Gamma sampler never accepts a draw)")
+        check(
+            0 < self.alpha <= MAX_ALPHA,
+            "alpha",
+            f"must be in (0, 10**6], got {self.alpha}; allowed: 0 < alpha ≤ 10**6 "
+            "(rows are uniform long before; past float32's range the Gamma sampler never accepts a draw)",
+        )
         if self.graph == "dag":
-            check(self.k ** self.parents <= MAX_ROWS, "parents",
-                  f"k**parents kernel rows must be ≤ 4096, got {self.k}**{self.parents} = {self.k ** self.parents}")
-            check(self.length >= self.parents, "length", f"must be ≥ parents={self.parents} (the answer needs its "
-                  f"parents among the tokens), got {self.length}")
-            check(self.roots != "stationary", "roots", "'stationary' is defined for chain and tree only (one parent); "
-                  "allowed with graph = 'dag': 'auto', 'uniform'")
+            check(
+                self.k**self.parents <= MAX_ROWS,
+                "parents",
+                f"k**parents kernel rows must be ≤ 4096, got {self.k}**{self.parents} = {self.k**self.parents}",
+            )
+            check(
+                self.length >= self.parents,
+                "length",
+                f"must be ≥ parents={self.parents} (the answer needs its parents among the tokens), got {self.length}",
+            )
+            check(
+                self.roots != "stationary",
+                "roots",
+                "'stationary' is defined for chain and tree only (one parent); "
+                "allowed with graph = 'dag': 'auto', 'uniform'",
+            )
 
     @property
     def root_kind(self) -> str:
@@ -159,7 +186,9 @@ def graph_levels(parents: Int[Tensor, "node parent"]) -> list[Int[Tensor, "level
     return [torch.nonzero(at == d)[:, 0] for d in range(max(level) + 1)]
 
 
-def contexts(tokens: Int[Tensor, "batch pos"], parents: Int[Tensor, "node parent"], k: int) -> Int[Tensor, "batch node"]:
+def contexts(
+    tokens: Int[Tensor, "batch pos"], parents: Int[Tensor, "node parent"], k: int
+) -> Int[Tensor, "batch node"]:
     """Each node's parents' tokens as one base-k number, the first parent most significant (0 for roots).
     Every node's parents are tokens: the answer node's lie before it."""
     weights = k ** torch.arange(parents.shape[1] - 1, -1, -1, device=tokens.device)
@@ -167,14 +196,17 @@ def contexts(tokens: Int[Tensor, "batch pos"], parents: Int[Tensor, "node parent
     return torch.where(parents[:, 0] >= 0, ctx, 0)
 
 
-def count_bayes(tokens: Int[Tensor, "batch pos"], parents: Int[Tensor, "node parent"], k: int,
-                alpha: float) -> Float[Tensor, "batch pos d_vocab_out"]:
+def count_bayes(
+    tokens: Int[Tensor, "batch pos"], parents: Int[Tensor, "node parent"], k: int, alpha: float
+) -> Float[Tensor, "batch pos d_vocab_out"]:
     """The posterior predictive of node t+1 given tokens 0..t, where roots are uniform (so say nothing of the
     kernel; the dag's, their InContextDAG): the add-alpha count of the tokens at earlier non-root nodes whose
     parents' tokens equal node t+1's, (n_j + alpha) / (n + k alpha); uniform where node t+1 is a root."""
     T = tokens.shape[1]
     ctx = contexts(tokens, parents, k)
-    evidence = (parents[:T, 0] >= 0) & torch.ones(T, T, dtype=torch.bool, device=tokens.device).tril()  # [t, node j ≤ t]
+    evidence = (parents[:T, 0] >= 0) & torch.ones(
+        T, T, dtype=torch.bool, device=tokens.device
+    ).tril()  # [t, node j ≤ t]
     match = (ctx[:, None, :T] == ctx[:, 1:, None]) & evidence  # [batch, t, j]
     counts = match.float() @ F.one_hot(tokens, k).float()
     bayes = (counts + alpha) / (counts.sum(-1, keepdim=True) + k * alpha)
@@ -182,9 +214,14 @@ def count_bayes(tokens: Int[Tensor, "batch pos"], parents: Int[Tensor, "node par
 
 
 @torch.no_grad()
-def importance_bayes(tokens: Int[Tensor, "batch pos"], parents: Int[Tensor, "node parent"],
-                     stationary_root: Bool[Tensor, "node"], k: int, alpha: float,
-                     samples: int = BAYES_SAMPLES) -> Float[Tensor, "batch pos d_vocab_out"]:
+def importance_bayes(
+    tokens: Int[Tensor, "batch pos"],
+    parents: Int[Tensor, "node parent"],
+    stationary_root: Bool[Tensor, "node"],
+    k: int,
+    alpha: float,
+    samples: int = BAYES_SAMPLES,
+) -> Float[Tensor, "batch pos d_vocab_out"]:
     """The posterior predictive of node t+1 given tokens 0..t for one-parent graphs whose roots (those marked)
     are drawn from the kernel's stationary distribution π, which makes them evidence too: p(P | x) ∝
     ∏_roots π_P(x_r) · Dirichlet posterior(P | edge counts). By importance sampling: `samples` kernels from the
@@ -207,7 +244,7 @@ def importance_bayes(tokens: Int[Tensor, "batch pos"], parents: Int[Tensor, "nod
     out = torch.empty(B, T, k, device=dev)
     chunk = max(1, CHUNK // (samples * k * k))  # sequences at a time
     for b0 in range(0, B, chunk):
-        x = tokens[b0:b0 + chunk]
+        x = tokens[b0 : b0 + chunk]
         n = len(x)
         G = prior.expand(n, -1, -1).clone()
         seen: list[int] = []  # the stationary roots so far
@@ -224,16 +261,20 @@ def importance_bayes(tokens: Int[Tensor, "batch pos"], parents: Int[Tensor, "nod
             w = pi.gather(2, at).clamp_min(1e-30).log().sum(-1).softmax(1)[..., None]  # [n, sample, 1]
             if parent[t + 1] >= 0:
                 row = P.gather(2, x[:, parent[t + 1]][:, None, None, None].expand(n, samples, 1, k))[:, :, 0]
-                est = (mean[b0:b0 + n, t] + ((w - 1 / samples) * row).sum(1)).clamp_min(1e-9)
-                out[b0:b0 + n, t] = est / est.sum(-1, keepdim=True)
+                est = (mean[b0 : b0 + n, t] + ((w - 1 / samples) * row).sum(1)).clamp_min(1e-9)
+                out[b0 : b0 + n, t] = est / est.sum(-1, keepdim=True)
             else:
-                out[b0:b0 + n, t] = (w * pi).sum(1) if root[t + 1] else 1 / k
+                out[b0 : b0 + n, t] = (w * pi).sum(1) if root[t + 1] else 1 / k
     return out
 
 
-def causal_truth(parents: Int[Tensor, "batch node parent"], transition: Float[Tensor, "batch row d_vocab_out"],
-                 root: Float[Tensor, "batch d_vocab_out"], conditional: Float[Tensor, "batch pos d_vocab_out"],
-                 bayes: Optional[Float[Tensor, "batch pos d_vocab_out"]] = None) -> dict[str, Tensor]:
+def causal_truth(
+    parents: Int[Tensor, "batch node parent"],
+    transition: Float[Tensor, "batch row d_vocab_out"],
+    root: Float[Tensor, "batch d_vocab_out"],
+    conditional: Float[Tensor, "batch pos d_vocab_out"],
+    bayes: Optional[Float[Tensor, "batch pos d_vocab_out"]] = None,
+) -> dict[str, Tensor]:
     """Batch.truth of causal_icl: `parents` [batch, node = pos + 1, parent], the graph (the same for every
     sequence), node i's parents, -1 padded (1 column for chain and tree, `parents` for the dag; node T is the
     answer); `transition` [batch, row, d_vocab_out], each sequence's kernel (row: the parents' tokens as a base-k
@@ -271,15 +312,20 @@ class CausalICL(Task):
     @property
     def spec(self) -> TaskSpec:
         names = tuple(str(i) for i in range(self.cfg.k))
-        return TaskSpec(d_vocab=self.cfg.k, d_vocab_out=self.cfg.k, n_ctx=self.cfg.length, token_names=names,
-                        target_names=names)
+        return TaskSpec(
+            d_vocab=self.cfg.k, d_vocab_out=self.cfg.k, n_ctx=self.cfg.length, token_names=names, target_names=names
+        )
 
     def graph_on(self, device) -> Graph:
         key = str(torch.device(device))
         if key not in self._on:
             g = self.graph
-            self._on[key] = Graph(g.parents.to(device), [lv.to(device) for lv in g.levels], g.uniform_root.to(device),
-                                  g.stationary_root.to(device))
+            self._on[key] = Graph(
+                g.parents.to(device),
+                [lv.to(device) for lv in g.levels],
+                g.uniform_root.to(device),
+                g.stationary_root.to(device),
+            )
         return self._on[key]
 
     def sample(self, batch_size, generator, device="cpu", split="train") -> Batch:
@@ -311,8 +357,12 @@ class CausalICL(Task):
         truth = causal_truth(graph.parents.expand(batch_size, -1, -1), P, root, conditional, bayes)
         return Batch(tokens, x[:, 1:], mask, truth)
 
-    def conditional(self, tokens: Int[Tensor, "batch pos"], transition: Float[Tensor, "batch row d_vocab_out"],
-                    root: Float[Tensor, "batch d_vocab_out"]) -> Float[Tensor, "batch pos d_vocab_out"]:
+    def conditional(
+        self,
+        tokens: Int[Tensor, "batch pos"],
+        transition: Float[Tensor, "batch row d_vocab_out"],
+        root: Float[Tensor, "batch d_vocab_out"],
+    ) -> Float[Tensor, "batch pos d_vocab_out"]:
         """The true distribution of node t+1 given its parents' tokens (truth `conditional`)."""
         graph, k = self.graph_on(tokens.device), self.cfg.k
         ctx = contexts(tokens, graph.parents, k)[:, 1:]
@@ -354,7 +404,9 @@ class CausalICL(Task):
         truth = causal_truth(batch.truth["parents"], P, root, conditional, bayes)
         return Batch(tokens, torch.cat([tokens[:, 1:], answer[:, None]], 1), batch.mask.clone(), truth)
 
-    def bayes(self, tokens: Int[Tensor, "batch pos"], samples: int = BAYES_SAMPLES) -> Float[Tensor, "batch pos d_vocab_out"]:
+    def bayes(
+        self, tokens: Int[Tensor, "batch pos"], samples: int = BAYES_SAMPLES
+    ) -> Float[Tensor, "batch pos d_vocab_out"]:
         """The posterior predictive of node t+1 from tokens 0..t: `count_bayes` where no root is drawn from the
         stationary distribution, else `importance_bayes` (`samples` draws)."""
         graph = self.graph_on(tokens.device)
@@ -367,7 +419,7 @@ class CausalICL(Task):
         out = super().metrics(logits, batch)
         if "bayes" in batch.truth:
             logits, _, mask = align(logits, batch)
-            q = batch.truth["bayes"][:, -logits.shape[1]:]
+            q = batch.truth["bayes"][:, -logits.shape[1] :]
             kl = (q * (q.clamp_min(1e-30).log() - logits.float().log_softmax(-1))).sum(-1)
             out["kl_bayes"] = kl[mask].mean().item()
         return out

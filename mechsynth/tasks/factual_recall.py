@@ -59,25 +59,57 @@ MAX_FACTS = 2**24  # S·R entries of the fact table (int64: 128 MiB), drawn when
 @validates_itself
 @dataclass(frozen=True)
 class FactualRecallConfig:
-    subjects: int = doc("S, the number of subjects (subject tokens)", 64, lo=1, hi=MAX_TOKENS,
-                        why="a vocabulary part; with relations, S·R ≤ 2**24 facts")
-    relations: int = doc("R, the number of relations (relation tokens)", 4, lo=1, hi=MAX_TOKENS,
-                         why="a vocabulary part; with answers, R·D ≤ 2**20 output classes")
-    answers: int = doc("D, the size of each relation's answer set; the sets are disjoint, so there are R·D "
-                       "answer classes", 8, lo=1, hi=MAX_TOKENS, why="R·D ≤ 2**20 output classes")
-    noise: Optional[int] = doc("N, the number of noise token types; unset = subjects + relations (as the paper's code)",
-                               None, lo=1, hi=MAX_TOKENS, why="a vocabulary part")
-    length: int = doc("T, tokens per sequence, the end token included (the paper: 32); at least 3: the subject, "
-                      "the relation and the end token", 32, lo=3, hi=MAX_CTX, why="attention costs T²")
+    subjects: int = doc(
+        "S, the number of subjects (subject tokens)",
+        64,
+        lo=1,
+        hi=MAX_TOKENS,
+        why="a vocabulary part; with relations, S·R ≤ 2**24 facts",
+    )
+    relations: int = doc(
+        "R, the number of relations (relation tokens)",
+        4,
+        lo=1,
+        hi=MAX_TOKENS,
+        why="a vocabulary part; with answers, R·D ≤ 2**20 output classes",
+    )
+    answers: int = doc(
+        "D, the size of each relation's answer set; the sets are disjoint, so there are R·D answer classes",
+        8,
+        lo=1,
+        hi=MAX_TOKENS,
+        why="R·D ≤ 2**20 output classes",
+    )
+    noise: Optional[int] = doc(
+        "N, the number of noise token types; unset = subjects + relations (as the paper's code)",
+        None,
+        lo=1,
+        hi=MAX_TOKENS,
+        why="a vocabulary part",
+    )
+    length: int = doc(
+        "T, tokens per sequence, the end token included (the paper: 32); at least 3: the subject, "
+        "the relation and the end token",
+        32,
+        lo=3,
+        hi=MAX_CTX,
+        why="attention costs T²",
+    )
     seed: int = doc("seed of the fact table", 0, lo=0, hi=MAX_SEED, why="torch seeds are 64-bit")
 
     def __post_init__(self):
         check_fields(self)  # bounds first: S·R below never sees 2**64
-        check(self.subjects * self.relations <= MAX_FACTS, "subjects",
-              f"subjects · relations = {self.subjects * self.relations} facts is too many; allowed: ≤ 2**24 "
-              "(the fact table is drawn in memory when the task is built)")
-        check(self.relations * self.answers <= MAX_TOKENS, "answers",
-              f"relations · answers = {self.relations * self.answers} output classes is too many; allowed: ≤ 2**20")
+        check(
+            self.subjects * self.relations <= MAX_FACTS,
+            "subjects",
+            f"subjects · relations = {self.subjects * self.relations} facts is too many; allowed: ≤ 2**24 "
+            "(the fact table is drawn in memory when the task is built)",
+        )
+        check(
+            self.relations * self.answers <= MAX_TOKENS,
+            "answers",
+            f"relations · answers = {self.relations * self.answers} output classes is too many; allowed: ≤ 2**20",
+        )
 
     @property
     def n_noise(self) -> int:
@@ -98,16 +130,27 @@ class FactualRecallConfig:
         return batch, batch + n_seqs * (self.length * 8 + 4 * 8)  # the noise draw, index temporaries
 
 
-def recall_truth(subject: Int[Tensor, "batch"], relation: Int[Tensor, "batch"], subject_pos: Int[Tensor, "batch"],
-                 relation_pos: Int[Tensor, "batch"], answer_set: Int[Tensor, "relation answer"],
-                 facts: Int[Tensor, "subject relation"]) -> dict[str, Any]:
+def recall_truth(
+    subject: Int[Tensor, "batch"],
+    relation: Int[Tensor, "batch"],
+    subject_pos: Int[Tensor, "batch"],
+    relation_pos: Int[Tensor, "batch"],
+    answer_set: Int[Tensor, "relation answer"],
+    facts: Int[Tensor, "subject relation"],
+) -> dict[str, Any]:
     """Batch.truth of factual_recall: `subject` [batch], each sequence's subject s (0..S-1; its token is s);
     `relation` [batch], its relation r (0..R-1; its token is S + r); `subject_pos` [batch] and `relation_pos`
     [batch], where they stand (distinct, both in 0..T-2); `answer_set` [relation, answer], row r the output
     classes of relation r's answers (D·r .. D·r + D - 1), so answer_set[relation] is each sequence's
     right type; `facts` [subject, relation], the whole fact table (target = facts[subject, relation])."""
-    return {"subject": subject, "relation": relation, "subject_pos": subject_pos, "relation_pos": relation_pos,
-            "answer_set": answer_set, "facts": facts}
+    return {
+        "subject": subject,
+        "relation": relation,
+        "subject_pos": subject_pos,
+        "relation_pos": relation_pos,
+        "answer_set": answer_set,
+        "facts": facts,
+    }
 
 
 @TASKS.register("factual_recall")
@@ -138,13 +181,20 @@ class FactualRecall(Task):
         """Token names `s3` (subject 3), `r1` (relation 1), `n7` (noise type 7), `EOS`; answer class D·r + d
         is named `a{r}.{d}`, relation r's d-th answer."""
         cfg = self.cfg
-        names = (tuple(f"s{i}" for i in range(cfg.subjects)) + tuple(f"r{i}" for i in range(cfg.relations))
-                 + tuple(f"n{i}" for i in range(cfg.n_noise)) + ("EOS",))
+        names = (
+            tuple(f"s{i}" for i in range(cfg.subjects))
+            + tuple(f"r{i}" for i in range(cfg.relations))
+            + tuple(f"n{i}" for i in range(cfg.n_noise))
+            + ("EOS",)
+        )
         answers = tuple(f"a{r}.{d}" for r in range(cfg.relations) for d in range(cfg.answers))
-        return TaskSpec(d_vocab=len(names), d_vocab_out=len(answers), n_ctx=cfg.length, token_names=names,
-                        target_names=answers)
+        return TaskSpec(
+            d_vocab=len(names), d_vocab_out=len(answers), n_ctx=cfg.length, token_names=names, target_names=answers
+        )
 
-    def tables(self, device: torch.device | str) -> tuple[Int[Tensor, "subject relation"], Int[Tensor, "relation answer"]]:
+    def tables(
+        self, device: torch.device | str
+    ) -> tuple[Int[Tensor, "subject relation"], Int[Tensor, "relation answer"]]:
         """(the fact table, the answer sets) on `device`, copied there once (the table is up to 128 MiB)."""
         device = torch.empty(0, device=device).device  # "cuda" and "cuda:0" are one device: one copy
         if device not in self._tables:
@@ -174,7 +224,9 @@ class FactualRecall(Task):
         targets[:, -1] = facts[subject, relation]
         mask = torch.zeros_like(tokens, dtype=torch.bool)
         mask[:, -1] = True
-        return Batch(tokens, targets, mask, recall_truth(subject, relation, subject_pos, relation_pos, answer_set, facts))
+        return Batch(
+            tokens, targets, mask, recall_truth(subject, relation, subject_pos, relation_pos, answer_set, facts)
+        )
 
     def counterfactual(self, batch, generator, control=False) -> Optional[Batch]:
         """The subject swapped for one whose fact for the sequence's relation differs, uniform among those (any

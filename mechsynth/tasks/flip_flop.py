@@ -36,16 +36,29 @@ W, R, I, BIT0 = 0, 1, 2, 3  # token ids; the bit b is BIT0 + b
 @validates_itself
 @dataclass(frozen=True)
 class FlipFlopConfig:
-    length: int = doc("T, tokens per sequence: T/2 (instruction, bit) pairs; the paper's 512", 64, lo=4, hi=MAX_CTX + 1,
-                      why="the model reads the first T − 1 tokens")
-    p_ignore: float = doc("p_i of the training sequences (and of `eval`): each instruction between the first write and "
-                          "the last read is an ignore with this probability, else a write or a read, equally likely", 0.8)
+    length: int = doc(
+        "T, tokens per sequence: T/2 (instruction, bit) pairs; the paper's 512",
+        64,
+        lo=4,
+        hi=MAX_CTX + 1,
+        why="the model reads the first T − 1 tokens",
+    )
+    p_ignore: float = doc(
+        "p_i of the training sequences (and of `eval`): each instruction between the first write and "
+        "the last read is an ignore with this probability, else a write or a read, equally likely",
+        0.8,
+    )
     sparse_p_ignore: float = doc("p_i of the `eval_sparse` split (the paper's long-range test)", 0.98)
     dense_p_ignore: float = doc("p_i of the `eval_dense` split (the paper's short-range test)", 0.1)
-    diverse: bool = doc("train on an equal mixture of FFL(p_ignore), FFL(sparse_p_ignore) and FFL(dense_p_ignore) "
-                        "(the paper's remedy of more diverse data, App. B.3)", False)
-    loss_on: Literal["reads", "all"] = doc("training targets: the read bits (the paper's reported, clean setting) or "
-                                           "every next token (its noisy setting)", "reads")
+    diverse: bool = doc(
+        "train on an equal mixture of FFL(p_ignore), FFL(sparse_p_ignore) and FFL(dense_p_ignore) "
+        "(the paper's remedy of more diverse data, App. B.3)",
+        False,
+    )
+    loss_on: Literal["reads", "all"] = doc(
+        "training targets: the read bits (the paper's reported, clean setting) or every next token (its noisy setting)",
+        "reads",
+    )
 
     def __post_init__(self):
         check_fields(self)
@@ -82,7 +95,9 @@ class FlipFlop(Task):
         return TaskSpec(d_vocab=5, d_vocab_out=5, n_ctx=self.cfg.length - 1, token_names=names, target_names=names)
 
     def p_ignore(self, split: str) -> float:
-        return {"eval_sparse": self.cfg.sparse_p_ignore, "eval_dense": self.cfg.dense_p_ignore}.get(split, self.cfg.p_ignore)
+        return {"eval_sparse": self.cfg.sparse_p_ignore, "eval_dense": self.cfg.dense_p_ignore}.get(
+            split, self.cfg.p_ignore
+        )
 
     def sample(self, batch_size, generator, device="cpu", split="train") -> Batch:
         self.check_split(split)
@@ -111,7 +126,7 @@ class FlipFlop(Task):
         and `seq_error`, the share of sequences with at least one."""
         out = super().metrics(logits, batch)
         logits, targets, _ = align(logits, batch)
-        reads = read_positions(batch)[:, -logits.shape[1]:]
+        reads = read_positions(batch)[:, -logits.shape[1] :]
         wrong = (logits.argmax(-1) != targets) & reads
         out["error"] = (wrong.sum() / reads.sum()).item()
         out["seq_error"] = wrong.any(1).float().mean().item()

@@ -45,22 +45,42 @@ from mechsynth.tasks.single_index import hermite
 @dataclass(frozen=True)
 class HierarchicalPolynomialConfig:
     d: int = doc("dimension of x", 16, lo=1, hi=2**12, why="each feature is a d × d matrix")
-    features: int = doc("r: how many quadratic features p_1 … p_r the target reads", 1, lo=1, hi=64,
-                        why="r ≪ d is the theory's setting; each feature costs a d × d matrix")
-    rank: Optional[int] = doc("rank of each A_i (eigenvalues alternating +1, −1 over that many random orthonormal "
-                              "directions); unset = d, full rank. Low rank makes p a function of few directions",
-                              None, lo=1, hi=2**12)
-    degree: int = doc("q: the link applies h_q = He_q/√(q!) to each feature", 3, lo=1, hi=8,
-                      why="the mean of h_q(p) needs p's moments to order q, and p's tails grow with them")
-    linear: float = doc("weight of the link's first Hermite term, linear · p_i, beside h_q(p_i) (the sum scaled by "
-                        "1/√(1 + linear²)); the theory's first stage needs it ≠ 0", 0.0)
+    features: int = doc(
+        "r: how many quadratic features p_1 … p_r the target reads",
+        1,
+        lo=1,
+        hi=64,
+        why="r ≪ d is the theory's setting; each feature costs a d × d matrix",
+    )
+    rank: Optional[int] = doc(
+        "rank of each A_i (eigenvalues alternating +1, −1 over that many random orthonormal "
+        "directions); unset = d, full rank. Low rank makes p a function of few directions",
+        None,
+        lo=1,
+        hi=2**12,
+    )
+    degree: int = doc(
+        "q: the link applies h_q = He_q/√(q!) to each feature",
+        3,
+        lo=1,
+        hi=8,
+        why="the mean of h_q(p) needs p's moments to order q, and p's tails grow with them",
+    )
+    linear: float = doc(
+        "weight of the link's first Hermite term, linear · p_i, beside h_q(p_i) (the sum scaled by "
+        "1/√(1 + linear²)); the theory's first stage needs it ≠ 0",
+        0.0,
+    )
     noise: float = doc("std of the label noise: y = f*(x) + noise·ε", 0.0)
     seed: int = doc("seed of the matrices A_i", 0, lo=0, hi=MAX_SEED)
 
     def __post_init__(self):
         check_fields(self)
-        check(self.rank is None or self.rank <= self.d, "rank", f"{self.rank} is more than d = {self.d}; allowed: 1 to "
-                                                                 f"{self.d}, or unset for full rank")
+        check(
+            self.rank is None or self.rank <= self.d,
+            "rank",
+            f"{self.rank} is more than d = {self.d}; allowed: 1 to {self.d}, or unset for full rank",
+        )
         check(self.noise >= 0, "noise", f"must be ≥ 0, got {self.noise}")
 
     @property
@@ -92,8 +112,9 @@ def feature_moments(eigenvalues: list[float], order: int) -> list[float]:
     """E[p^n] for n = 0 … order of p = (xᵀAx − tr A)/√(2‖A‖_F²), x ~ N(0, I), A with these eigenvalues: from the
     cumulants of a Gaussian quadratic form, κ_n(xᵀAx) = 2^{n−1}(n−1)! tr(Aⁿ), and m_n = Σ_k C(n−1, k−1) κ_k m_{n−k}."""
     scale = math.sqrt(2 * sum(s * s for s in eigenvalues))
-    kappa = [0.0, 0.0] + [2 ** (n - 1) * math.factorial(n - 1) * sum(s**n for s in eigenvalues) / scale**n
-                          for n in range(2, order + 1)]
+    kappa = [0.0, 0.0] + [
+        2 ** (n - 1) * math.factorial(n - 1) * sum(s**n for s in eigenvalues) / scale**n for n in range(2, order + 1)
+    ]
     m = [1.0]
     for n in range(1, order + 1):
         m.append(sum(math.comb(n - 1, k - 1) * kappa[k] * m[n - k] for k in range(1, n + 1)))
@@ -111,8 +132,9 @@ def spectrum(k: int) -> list[float]:
     return [1.0 if j % 2 == 0 else -1.0 for j in range(k)]
 
 
-def hierarchical_truth(A: Float[Tensor, "feature d d"], features: Float[Tensor, "batch feature"],
-                       f_star: Float[Tensor, "batch"]) -> dict[str, Tensor]:
+def hierarchical_truth(
+    A: Float[Tensor, "feature d d"], features: Float[Tensor, "batch feature"], f_star: Float[Tensor, "batch"]
+) -> dict[str, Tensor]:
     """Batch.truth of hierarchical_polynomial: the matrices `A` [feature, d, d] (one for the batch), the feature values
     `features` [batch, feature] and the target before noise `f_star` [batch]."""
     return {"A": A, "features": features, "f_star": f_star}
@@ -139,8 +161,9 @@ class HierarchicalPolynomial(Task):
 
     @property
     def spec(self) -> TaskSpec:
-        return TaskSpec(d_vocab=self.cfg.d, d_vocab_out=1, n_ctx=1, token_names=("x",), target_names=("y",),
-                        d_input=self.cfg.d)
+        return TaskSpec(
+            d_vocab=self.cfg.d, d_vocab_out=1, n_ctx=1, token_names=("x",), target_names=("y",), d_input=self.cfg.d
+        )
 
     def features_of(self, x: Float[Tensor, "batch d"]) -> Float[Tensor, "batch feature"]:
         """p_i(x) for every feature, through the projections on A_i's directions (batch·d·k per feature, not d²)."""
@@ -171,5 +194,8 @@ class HierarchicalPolynomial(Task):
         logits, targets, mask = align(logits, batch)
         sq = float(squared_error(logits, targets, mask).sum() / mask.sum())
         var = float(targets[mask].float().var(unbiased=False)) if mask.sum() > 1 else 0.0
-        return {"loss": float(masked_loss(logits, batch, self.loss_kind)), "squared_error": sq,
-                "explained": 1 - sq / var if var > 0 else float("nan")}
+        return {
+            "loss": float(masked_loss(logits, batch, self.loss_kind)),
+            "squared_error": sq,
+            "explained": 1 - sq / var if var > 0 else float("nan"),
+        }

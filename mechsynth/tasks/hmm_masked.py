@@ -75,34 +75,59 @@ MAX_LENGTH = 2**12  # forward–backward runs one step per position
 @dataclass(frozen=True)
 class HMMMaskedConfig:
     k: int = doc("hidden states", 3, lo=2, hi=32, why="the probe's CP decomposition has rank k")
-    d: int = doc("observations (tokens 0..d-1)", 8, lo=2, hi=64,
-                 why="triplet answers are d² classes; the probe reads a d×d×d tensor")
+    d: int = doc(
+        "observations (tokens 0..d-1)",
+        8,
+        lo=2,
+        hi=64,
+        why="triplet answers are d² classes; the probe reads a d×d×d tensor",
+    )
     length: int = doc("L, observation slots per sequence", 8, lo=2, hi=MAX_LENGTH, why="forward–backward steps")
     objective: Literal["pairwise", "triplet", "mlm"] = doc(
         "predict x_{t2} from x_{t1}; the pair (x_{t2}, x_{t3}) from x_{t1}; or every masked token from the "
-        "visible ones (BERT-style)", "triplet")
-    t1: int = doc("the visible position (pairwise, triplet; mlm: the probe's)", 0, lo=0, hi=MAX_LENGTH - 1,
-                  why="< length")
+        "visible ones (BERT-style)",
+        "triplet",
+    )
+    t1: int = doc(
+        "the visible position (pairwise, triplet; mlm: the probe's)", 0, lo=0, hi=MAX_LENGTH - 1, why="< length"
+    )
     t2: int = doc("the (first) predicted position", 1, lo=0, hi=MAX_LENGTH - 1, why="< length")
-    t3: int = doc("the second predicted position (triplet; mlm: the probe's; unused by pairwise)", 2, lo=0,
-                  hi=MAX_LENGTH - 1, why="< length")
-    mask_ratio: float = doc("mlm: each position is masked with this probability, in (0, 1] (where none is, the one "
-                            "with the smallest draw is)", 0.5)
+    t3: int = doc(
+        "the second predicted position (triplet; mlm: the probe's; unused by pairwise)",
+        2,
+        lo=0,
+        hi=MAX_LENGTH - 1,
+        why="< length",
+    )
+    mask_ratio: float = doc(
+        "mlm: each position is masked with this probability, in (0, 1] (where none is, the one "
+        "with the smallest draw is)",
+        0.5,
+    )
     emission: Literal["generic", "repeated"] = doc(
         "O's columns iid Dirichlet (Kruskal's condition holds when d ≥ k), or the same with hidden state 1 "
-        "emitting exactly as state 0 (rank k-1: it fails)", "generic")
-    concentration: float = doc("Dirichlet concentration of O's columns and T's rows, in (0, 10**4]: small = sharp, "
-                               "large = near uniform", 1.0)
+        "emitting exactly as state 0 (rank k-1: it fails)",
+        "generic",
+    )
+    concentration: float = doc(
+        "Dirichlet concentration of O's columns and T's rows, in (0, 10**4]: small = sharp, large = near uniform", 1.0
+    )
     seed: int = doc("seed of O and T", 0, lo=0, hi=MAX_SEED, why="torch seeds are 64-bit")
 
     def __post_init__(self):
         check_fields(self)
         for name in ("t1", "t2") + (("t3",) if self.objective != "pairwise" else ()):
-            check(getattr(self, name) < self.length, name,
-                  f"must be < length={self.length}, got {getattr(self, name)}; allowed: 0 to {self.length - 1}")
+            check(
+                getattr(self, name) < self.length,
+                name,
+                f"must be < length={self.length}, got {getattr(self, name)}; allowed: 0 to {self.length - 1}",
+            )
         used = self.positions
-        check(len(set(used)) == len(used), "t2" if self.t2 == self.t1 else "t3",
-              f"the positions must be distinct, got {', '.join(f't{i + 1}={t}' for i, t in enumerate(used))}")
+        check(
+            len(set(used)) == len(used),
+            "t2" if self.t2 == self.t1 else "t3",
+            f"the positions must be distinct, got {', '.join(f't{i + 1}={t}' for i, t in enumerate(used))}",
+        )
         check(0 < self.mask_ratio <= 1, "mask_ratio", f"must be in (0, 1], got {self.mask_ratio}")
         check(0 < self.concentration <= 1e4, "concentration", f"must be in (0, 10**4], got {self.concentration}")
 
@@ -129,13 +154,15 @@ class HMMMaskedConfig:
         and, for mlm, forward–backward's float64 messages."""
         n_ctx = self.length + self.n_answers
         kept = n_ctx * 17 + (0 if split == "train" else self.n_answers * self.d_out * 4)
-        work = self.length * (3 * 4 + 2 * 8) + (0 if split == "train" or self.objective != "mlm"
-                                                 else self.length * (4 * self.k + self.d) * 8)
+        work = self.length * (3 * 4 + 2 * 8) + (
+            0 if split == "train" or self.objective != "mlm" else self.length * (4 * self.k + self.d) * 8
+        )
         return n_seqs * kept, n_seqs * (kept + work)
 
 
-def window_joint(O: Float[Tensor, "obs hidden"], T: Float[Tensor, "hidden hidden"], pi: Float[Tensor, "hidden"],
-                 times: Sequence[int]) -> Tensor:
+def window_joint(
+    O: Float[Tensor, "obs hidden"], T: Float[Tensor, "hidden hidden"], pi: Float[Tensor, "hidden"], times: Sequence[int]
+) -> Tensor:
     """P(x_{times[0]}, x_{times[1]}, ...) of the stationary HMM as a tensor [obs] * len(times), axes in the order
     of `times` (distinct): walked forward in time, P(x_a, .., h_b) = P(x_a, .., h_a) T^{b−a} ∘ O[x_b]."""
     order = sorted(range(len(times)), key=lambda i: times[i])
@@ -147,8 +174,13 @@ def window_joint(O: Float[Tensor, "obs hidden"], T: Float[Tensor, "hidden hidden
     return joint.permute(*[order.index(i) for i in range(len(times))])
 
 
-def posterior_predictive(O: Float[Tensor, "obs hidden"], T: Float[Tensor, "hidden hidden"], pi: Float[Tensor, "hidden"],
-                         slots: Int[Tensor, "batch pos"], visible: Tensor) -> Float[Tensor, "batch pos obs"]:
+def posterior_predictive(
+    O: Float[Tensor, "obs hidden"],
+    T: Float[Tensor, "hidden hidden"],
+    pi: Float[Tensor, "hidden"],
+    slots: Int[Tensor, "batch pos"],
+    visible: Tensor,
+) -> Float[Tensor, "batch pos obs"]:
     """P(x_t | the visible x's) at every slot t by forward–backward (a masked slot's emission likelihood is 1),
     messages normalised at each step; at a visible slot, the prediction of x_t from the other visible slots."""
     like = torch.where(visible[..., None], O[slots.clamp_max(O.shape[0] - 1)], torch.ones_like(O[:1]))  # [b, t, h]
@@ -167,9 +199,12 @@ def posterior_predictive(O: Float[Tensor, "obs hidden"], T: Float[Tensor, "hidde
     return gamma @ O.T
 
 
-def hmm_truth(emission: Float[Tensor, "obs hidden"], hidden_transition: Float[Tensor, "hidden hidden"],
-              hidden_stationary: Float[Tensor, "hidden"],
-              optimal: Optional[Float[Tensor, "batch answer d_vocab_out"]] = None) -> dict[str, Any]:
+def hmm_truth(
+    emission: Float[Tensor, "obs hidden"],
+    hidden_transition: Float[Tensor, "hidden hidden"],
+    hidden_stationary: Float[Tensor, "hidden"],
+    optimal: Optional[Float[Tensor, "batch answer d_vocab_out"]] = None,
+) -> dict[str, Any]:
     """Batch.truth of hmm_masked: `emission` O [obs, hidden] (column h: P(x | h)); `hidden_transition` T
     [hidden, hidden] (row h: P(h_{t+1} | h_t = h)); `hidden_stationary` π [hidden]; in evaluation batches
     `optimal` [batch, answer, d_vocab_out], the exact optimal predictor (the conditional distribution of the
@@ -211,16 +246,22 @@ class HMMMasked(Task):
         d = self.cfg.d
         obs = tuple(str(i) for i in range(d))
         out = tuple(f"{i},{j}" for i in range(d) for j in range(d)) if self.cfg.objective == "triplet" else obs
-        return TaskSpec(d_vocab=d + 2, d_vocab_out=self.cfg.d_out, n_ctx=self.cfg.length + self.cfg.n_answers,
-                        token_names=obs + ("_", "?"), target_names=out)
+        return TaskSpec(
+            d_vocab=d + 2,
+            d_vocab_out=self.cfg.d_out,
+            n_ctx=self.cfg.length + self.cfg.n_answers,
+            token_names=obs + ("_", "?"),
+            target_names=out,
+        )
 
     def tables(self, device: torch.device | str) -> tuple[Tensor, ...]:
         """(O, T, π as float32; the cumulative sums of π, T's rows, O's columns; the answer table) on `device`."""
         device = torch.empty(0, device=device).device
         if device not in self._tables:
             O, T, pi = self.emission, self.transition, self.stationary
-            self._tables[device] = tuple(t.float().to(device) for t in (O, T, pi, pi.cumsum(0), T.cumsum(1),
-                                                                       O.T.cumsum(1), self.table))
+            self._tables[device] = tuple(
+                t.float().to(device) for t in (O, T, pi, pi.cumsum(0), T.cumsum(1), O.T.cumsum(1), self.table)
+            )
         return self._tables[device]
 
     def truth(self, device: torch.device | str, optimal: Optional[Tensor] = None) -> dict[str, Any]:
@@ -237,7 +278,7 @@ class HMMMasked(Task):
         u_x = torch.rand(B, L, generator=generator, device=device)
         h = [(pi_cdf < u_h[:, :1]).sum(-1).clamp_max(cfg.k - 1)]
         for t in range(1, L):
-            h.append((T_cdf[h[-1]] < u_h[:, t:t + 1]).sum(-1).clamp_max(cfg.k - 1))
+            h.append((T_cdf[h[-1]] < u_h[:, t : t + 1]).sum(-1).clamp_max(cfg.k - 1))
         hidden = torch.stack(h, 1)
         x = (O_cdf[hidden] < u_x[..., None]).sum(-1).clamp_max(cfg.d - 1)  # [batch, L]
         if cfg.objective == "mlm":
@@ -249,8 +290,13 @@ class HMMMasked(Task):
         answer = x[:, cfg.t2] * cfg.d + x[:, cfg.t3] if cfg.objective == "triplet" else x[:, cfg.t2]
         return self.batch(x, visible, answer[:, None], split != "train")
 
-    def batch(self, x: Int[Tensor, "batch pos"], visible: Tensor, answers: Int[Tensor, "batch answer"],
-              with_optimal: bool = True) -> Batch:
+    def batch(
+        self,
+        x: Int[Tensor, "batch pos"],
+        visible: Tensor,
+        answers: Int[Tensor, "batch answer"],
+        with_optimal: bool = True,
+    ) -> Batch:
         """The sequences of slots `x` shown where `visible` (else MASK), then the question(s); `answers` are the
         targets at the answer positions (mlm: the slots themselves, scored where masked)."""
         cfg = self.cfg

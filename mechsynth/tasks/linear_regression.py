@@ -48,21 +48,40 @@ PIVOT = 1e-10  # eigenvalues of X^T X below this times the largest are rank defi
 @validates_itself
 @dataclass(frozen=True)
 class LinearRegressionConfig:
-    d: int = doc("dimension of x and w", 4, lo=1, hi=1024, why="x·w costs d per token and ridge a d x d solve per position")
-    k: int = doc("examples per sequence, the query included: the 2k tokens x_1, y_1, ..., x_k, y_k, a prediction at "
-                 "every x", 16, lo=1, hi=MAX_CTX // 2)
+    d: int = doc(
+        "dimension of x and w", 4, lo=1, hi=1024, why="x·w costs d per token and ridge a d x d solve per position"
+    )
+    k: int = doc(
+        "examples per sequence, the query included: the 2k tokens x_1, y_1, ..., x_k, y_k, a prediction at every x",
+        16,
+        lo=1,
+        hi=MAX_CTX // 2,
+    )
     noise: float = doc("σ, the std of the label noise: y = w·x + σ ε", 0.0)
-    n_tasks: Optional[int] = doc("M: unset = a fresh w ~ N(0, I_d) per sequence; M = a pool of M w's drawn once from "
-                                 "`seed`, one picked uniformly per training sequence (Raventós et al.'s task diversity)",
-                                 None, lo=1, hi=2**22, why="the pool is held in memory, and dmmse weighs every task")
-    sparsity: Optional[int] = doc("s: unset = dense w; s = only s coordinates of w (at random places) are nonzero: "
-                                  "sparse linear regression", None, lo=1, hi=1024)
+    n_tasks: Optional[int] = doc(
+        "M: unset = a fresh w ~ N(0, I_d) per sequence; M = a pool of M w's drawn once from "
+        "`seed`, one picked uniformly per training sequence (Raventós et al.'s task diversity)",
+        None,
+        lo=1,
+        hi=2**22,
+        why="the pool is held in memory, and dmmse weighs every task",
+    )
+    sparsity: Optional[int] = doc(
+        "s: unset = dense w; s = only s coordinates of w (at random places) are nonzero: sparse linear regression",
+        None,
+        lo=1,
+        hi=1024,
+    )
     seed: int = doc("seed of the task pool (n_tasks)", 0, lo=0, hi=MAX_SEED)
 
     def __post_init__(self):
         check_fields(self)
         check(self.noise >= 0, "noise", f"must be ≥ 0, got {self.noise}")
-        check(self.sparsity is None or self.sparsity <= self.d, "sparsity", f"must be ≤ d={self.d} or unset, got {self.sparsity}")
+        check(
+            self.sparsity is None or self.sparsity <= self.d,
+            "sparsity",
+            f"must be ≤ d={self.d} or unset, got {self.sparsity}",
+        )
 
     context_field: ClassVar[str] = "task.k"  # for the memory estimate (mechsynth/training/budget.py)
 
@@ -83,8 +102,11 @@ class LinearRegressionConfig:
         return 4 * self.d * (self.n_tasks or 0)
 
 
-def regression_truth(w: Float[Tensor, "batch d"], pool_index: Optional[Int[Tensor, "batch"]] = None,
-                     **predictions: Float[Tensor, "batch pos"]) -> dict[str, Tensor]:
+def regression_truth(
+    w: Float[Tensor, "batch d"],
+    pool_index: Optional[Int[Tensor, "batch"]] = None,
+    **predictions: Float[Tensor, "batch pos"],
+) -> dict[str, Tensor]:
     """Batch.truth of linear_regression: `w` [batch, d], each sequence's weights; with a finite pool `pool_index`
     [batch] (its place in the pool, −1 for a w drawn from the prior); in evaluation batches each reference
     predictor's prediction [batch, pos] at the x positions (0 at the y positions, which are not scored)."""
@@ -101,7 +123,8 @@ class LinearRegression(Task):
         # The pool is drawn from the prior once, on the CPU, from the task seed alone (a task generator):
         # every run and seed of the task sees the same M tasks.
         self.pool: Optional[Float[Tensor, "task d"]] = (
-            None if cfg.n_tasks is None else self.prior(cfg.n_tasks, task_generator(cfg.seed), "cpu"))
+            None if cfg.n_tasks is None else self.prior(cfg.n_tasks, task_generator(cfg.seed), "cpu")
+        )
         self._pools: dict[str, Tensor] = {}
 
     @property
@@ -111,7 +134,9 @@ class LinearRegression(Task):
     @property
     def strategies(self) -> tuple[str, ...]:
         """The reference predictors in evaluation batches' truth."""
-        return ("least_squares", "ridge", "averaging", "nearest_neighbours") + (("dmmse",) if self.pool is not None else ())
+        return ("least_squares", "ridge", "averaging", "nearest_neighbours") + (
+            ("dmmse",) if self.pool is not None else ()
+        )
 
     @property
     def truth_keys(self) -> tuple[str, ...]:  # type: ignore[override]
@@ -120,8 +145,14 @@ class LinearRegression(Task):
     @property
     def spec(self) -> TaskSpec:
         d_input = self.cfg.d + 1
-        return TaskSpec(d_vocab=d_input, d_vocab_out=1, n_ctx=2 * self.cfg.k, token_names=("x", "y"), target_names=("y",),
-                        d_input=d_input)
+        return TaskSpec(
+            d_vocab=d_input,
+            d_vocab_out=1,
+            n_ctx=2 * self.cfg.k,
+            token_names=("x", "y"),
+            target_names=("y",),
+            d_input=d_input,
+        )
 
     def prior(self, n: int, generator: torch.Generator, device) -> Float[Tensor, "n d"]:
         """n weight vectors from the prior: N(0, I_d), with all but `sparsity` coordinates (at random places) zeroed."""
@@ -162,11 +193,14 @@ class LinearRegression(Task):
         mask[:, :, 0] = True
         # The reference predictors cost more than the batch; training never reads them.
         predictions = {} if split == "train" else {name: at_x(p) for name, p in self.predictors(x, y).items()}
-        return Batch(tokens.flatten(1, 2), targets.flatten(1, 2), mask.flatten(1, 2), regression_truth(w, index, **predictions))
+        return Batch(
+            tokens.flatten(1, 2), targets.flatten(1, 2), mask.flatten(1, 2), regression_truth(w, index, **predictions)
+        )
 
     @torch.no_grad()
-    def predictors(self, x: Float[Tensor, "batch example d"], y: Float[Tensor, "batch example"]
-                   ) -> dict[str, Float[Tensor, "batch example"]]:
+    def predictors(
+        self, x: Float[Tensor, "batch example d"], y: Float[Tensor, "batch example"]
+    ) -> dict[str, Float[Tensor, "batch example"]]:
         """Each reference predictor's prediction of y_i from the pairs (x_j, y_j), j < i, at every i, in float64."""
         x, y = x.double(), y.double()
         B, k, d = x.shape
@@ -182,11 +216,20 @@ class LinearRegression(Task):
 
         # (X^T X)^+ X^T y = X^+ y: the minimum-norm least-squares solution (interpolant below d examples)
         least = predict((torch.linalg.pinv(G, rtol=PIVOT, hermitian=True) @ b[..., None])[..., 0])
-        var = self.cfg.noise ** 2
-        ridge = least if var == 0 else predict(torch.linalg.solve(G + var * torch.eye(d, dtype=x.dtype, device=x.device),
-                                                                  b[..., None])[..., 0])
-        out = {"least_squares": least, "ridge": ridge, "averaging": predict(b / seen.clamp_min(1)),
-               "nearest_neighbours": nearest_neighbours(x, y)}
+        var = self.cfg.noise**2
+        ridge = (
+            least
+            if var == 0
+            else predict(
+                torch.linalg.solve(G + var * torch.eye(d, dtype=x.dtype, device=x.device), b[..., None])[..., 0]
+            )
+        )
+        out = {
+            "least_squares": least,
+            "ridge": ridge,
+            "averaging": predict(b / seen.clamp_min(1)),
+            "nearest_neighbours": nearest_neighbours(x, y),
+        }
         if self.pool is not None:
             out["dmmse"] = discrete_mmse(x, y, self.pool_on(x.device).double(), max(var, MIN_VARIANCE))
         return {name: p.float() for name, p in out.items()}
@@ -202,7 +245,9 @@ class LinearRegression(Task):
         out = {"loss": loss, "normalized_loss": loss / self.cfg.d}
         for name in self.strategies:
             if name in batch.truth:
-                out[f"to_{name}"] = float(squared_error(logits, batch.truth[name][:, -logits.shape[1]:], mask).sum() / n) / self.cfg.d
+                out[f"to_{name}"] = (
+                    float(squared_error(logits, batch.truth[name][:, -logits.shape[1] :], mask).sum() / n) / self.cfg.d
+                )
         return out
 
     def token_labels(self, tokens: Float[Tensor, "pos d_input"]) -> list[str]:
@@ -216,8 +261,9 @@ def at_x(values: Float[Tensor, "batch example"]) -> Float[Tensor, "batch pos"]:
     return torch.stack([values, torch.zeros_like(values)], -1).flatten(1)
 
 
-def nearest_neighbours(x: Float[Tensor, "batch example d"], y: Float[Tensor, "batch example"],
-                       n: int = NEIGHBOURS) -> Float[Tensor, "batch example"]:
+def nearest_neighbours(
+    x: Float[Tensor, "batch example d"], y: Float[Tensor, "batch example"], n: int = NEIGHBOURS
+) -> Float[Tensor, "batch example"]:
     """The mean y of the (up to) n earlier examples whose x is nearest x_i (0 with none before), uniform weights."""
     B, k, _ = x.shape
     dist = torch.cdist(x, x).square()  # [batch, example i, example j]
@@ -230,8 +276,9 @@ def nearest_neighbours(x: Float[Tensor, "batch example d"], y: Float[Tensor, "ba
     return (ys * valid).sum(-1) / valid.sum(-1).clamp_min(1)
 
 
-def discrete_mmse(x: Float[Tensor, "batch example d"], y: Float[Tensor, "batch example"], pool: Float[Tensor, "task d"],
-                  var: float) -> Float[Tensor, "batch example"]:
+def discrete_mmse(
+    x: Float[Tensor, "batch example d"], y: Float[Tensor, "batch example"], pool: Float[Tensor, "task d"], var: float
+) -> Float[Tensor, "batch example"]:
     """The posterior-mean prediction when w is uniform over the pool and y = w·x + N(0, var): task m weighs
     exp(−Σ_{j<i} (y_j − w_m·x_j)² / 2 var), and the prediction is the weighted mean of w_m·x_i. Chunks of the
     pool at a time, with a running maximum of the log weights (a streamed softmax), so memory stays bounded."""
@@ -241,7 +288,7 @@ def discrete_mmse(x: Float[Tensor, "batch example d"], y: Float[Tensor, "batch e
     num = torch.zeros(B, k, dtype=x.dtype, device=x.device)
     den = torch.zeros(B, k, dtype=x.dtype, device=x.device)
     for start in range(0, len(pool), chunk):
-        guess = x @ pool[start:start + chunk].T  # [batch, example, task]: each task's prediction of each y
+        guess = x @ pool[start : start + chunk].T  # [batch, example, task]: each task's prediction of each y
         residual = (y[..., None] - guess).square()
         logw = -(torch.cumsum(residual, 1) - residual) / (2 * var)  # the evidence of the examples before i
         new_top = torch.maximum(top, logw.max(-1).values)

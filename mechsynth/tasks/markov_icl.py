@@ -20,32 +20,57 @@ from mechsynth.tasks.base import TASKS, Batch, Convergence, Task, TaskSpec, comp
 
 
 MAX_ALPHA = 1e6
-BAYES_SAMPLES = 512  # posterior draws per position for Bayes' predictor where it has no closed form: ~0.004 error in a probability
+BAYES_SAMPLES = (
+    512  # posterior draws per position for Bayes' predictor where it has no closed form: ~0.004 error in a probability
+)
 
 
 @validates_itself
 @dataclass(frozen=True)
 class MarkovICLConfig:
     k: int = doc("number of states (the vocabulary)", 3, lo=2, hi=4096, why="k**(order-1) contexts ≤ 4096")
-    order: int = doc("n of the n-gram: 2 = bigram (next token depends on 1 previous), 3 = trigram, ...", 2, lo=2, hi=13,
-                     why="k**(order-1) contexts ≤ 4096")
+    order: int = doc(
+        "n of the n-gram: 2 = bigram (next token depends on 1 previous), 3 = trigram, ...",
+        2,
+        lo=2,
+        hi=13,
+        why="k**(order-1) contexts ≤ 4096",
+    )
     length: int = doc("T, tokens per sequence fed to the model", 100, lo=2, hi=MAX_CTX)
-    alpha: float = doc("Dirichlet concentration of the transition rows; > 0 and ≤ 10**6 (past float32's range the "
-                       "Gamma sampler never accepts a draw; at 10**6 the rows are already uniform)", 1.0)
+    alpha: float = doc(
+        "Dirichlet concentration of the transition rows; > 0 and ≤ 10**6 (past float32's range the "
+        "Gamma sampler never accepts a draw; at 10**6 the rows are already uniform)",
+        1.0,
+    )
     prior: Literal["dirichlet", "doubly_stochastic", "unigram"] = doc(
-        "rows iid Dirichlet; doubly stochastic (uniform stationary distribution); or one row shared by all contexts", "dirichlet")
+        "rows iid Dirichlet; doubly stochastic (uniform stationary distribution); or one row shared by all contexts",
+        "dirichlet",
+    )
     start: Literal["stationary", "uniform"] = doc(
         "how the first order-1 tokens are drawn: from the chain's stationary distribution (Edelman et al.'s "
-        "generator; they then say something about the chain), or uniformly (they say nothing)", "stationary")
+        "generator; they then say something about the chain), or uniformly (they say nothing)",
+        "stationary",
+    )
 
     def __post_init__(self):
         check_fields(self)  # bounds and finite floats first: k**(order-1) with order = 10**20 would never end
-        check(self.k ** (self.order - 1) <= 4096, "order", f"k**(order-1) contexts must be ≤ 4096, got {self.k ** (self.order - 1)}")
+        check(
+            self.k ** (self.order - 1) <= 4096,
+            "order",
+            f"k**(order-1) contexts must be ≤ 4096, got {self.k ** (self.order - 1)}",
+        )
         check(self.length >= self.order, "length", f"must be ≥ order={self.order}, got {self.length}")
-        check(0 < self.alpha <= MAX_ALPHA, "alpha", f"must be in (0, 10**6], got {self.alpha}; allowed: 0 < alpha ≤ 10**6 "
-              "(rows are uniform long before; past float32's range the Gamma sampler never accepts a draw)")
-        check(self.prior != "doubly_stochastic" or self.order == 2, "prior",
-              "'doubly_stochastic' is defined for order=2 only; allowed with order>2: 'dirichlet', 'unigram'")
+        check(
+            0 < self.alpha <= MAX_ALPHA,
+            "alpha",
+            f"must be in (0, 10**6], got {self.alpha}; allowed: 0 < alpha ≤ 10**6 "
+            "(rows are uniform long before; past float32's range the Gamma sampler never accepts a draw)",
+        )
+        check(
+            self.prior != "doubly_stochastic" or self.order == 2,
+            "prior",
+            "'doubly_stochastic' is defined for order=2 only; allowed with order>2: 'dirichlet', 'unigram'",
+        )
 
     # For the memory estimate (mechsynth/training/budget.py) before anything is built.
     context_field: ClassVar[str] = "task.length"
@@ -114,12 +139,15 @@ def stationary(P: Float[Tensor, "batch state state"]) -> Float[Tensor, "batch st
     return (pi / pi.sum(-1, keepdim=True)).to(P.dtype)
 
 
-def markov_truth(tokens: Int[Tensor, "batch pos"], transition: Float[Tensor, "batch context d_vocab_out"],
-                 stationary: Float[Tensor, "batch context"],
-                 uniform: Optional[Float[Tensor, "batch pos d_vocab_out"]] = None,
-                 unigram: Optional[Float[Tensor, "batch pos d_vocab_out"]] = None,
-                 ngram: Optional[Float[Tensor, "batch pos d_vocab_out"]] = None,
-                 bayes: Optional[Float[Tensor, "batch pos d_vocab_out"]] = None) -> dict[str, Tensor]:
+def markov_truth(
+    tokens: Int[Tensor, "batch pos"],
+    transition: Float[Tensor, "batch context d_vocab_out"],
+    stationary: Float[Tensor, "batch context"],
+    uniform: Optional[Float[Tensor, "batch pos d_vocab_out"]] = None,
+    unigram: Optional[Float[Tensor, "batch pos d_vocab_out"]] = None,
+    ngram: Optional[Float[Tensor, "batch pos d_vocab_out"]] = None,
+    bayes: Optional[Float[Tensor, "batch pos d_vocab_out"]] = None,
+) -> dict[str, Tensor]:
     """Batch.truth of markov_icl: `transition` [batch, context, d_vocab_out], each sequence's chain (row c:
     the distribution of the token after context c); `stationary` [batch, context], the stationary
     distribution of its contexts; and in evaluation batches each reference predictor (`uniform`,
@@ -147,8 +175,9 @@ class MarkovICL(Task):
     @property
     def spec(self) -> TaskSpec:
         names = tuple(str(i) for i in range(self.cfg.k))
-        return TaskSpec(d_vocab=self.cfg.k, d_vocab_out=self.cfg.k, n_ctx=self.cfg.length, token_names=names,
-                        target_names=names)
+        return TaskSpec(
+            d_vocab=self.cfg.k, d_vocab_out=self.cfg.k, n_ctx=self.cfg.length, token_names=names, target_names=names
+        )
 
     @property
     def strategies(self) -> tuple[str, ...]:
@@ -162,13 +191,18 @@ class MarkovICL(Task):
         than the batch and training never reads them); their shapes: `markov_truth`."""
         return ("transition", "stationary") + self.strategies
 
-    def transitions(self, batch_size: int, generator: torch.Generator,
-                    device) -> Float[Tensor, "batch context d_vocab_out"]:
+    def transitions(
+        self, batch_size: int, generator: torch.Generator, device
+    ) -> Float[Tensor, "batch context d_vocab_out"]:
         cfg, C = self.cfg, self.n_contexts
         if cfg.prior == "dirichlet":
             return dirichlet(cfg.alpha, (batch_size, C, cfg.k), generator, device)
         if cfg.prior == "unigram":
-            return dirichlet(cfg.alpha, (batch_size, 1, cfg.k), generator, device).expand(batch_size, C, cfg.k).contiguous()
+            return (
+                dirichlet(cfg.alpha, (batch_size, 1, cfg.k), generator, device)
+                .expand(batch_size, C, cfg.k)
+                .contiguous()
+            )
         # Birkhoff: a convex combination of permutation matrices is doubly stochastic.
         weights = dirichlet(cfg.alpha, (batch_size, cfg.k), generator, device)
         perms = torch.rand(batch_size, cfg.k, cfg.k, generator=generator, device=device).argsort(-1)
@@ -230,13 +264,12 @@ class MarkovICL(Task):
         onehot = F.one_hot(tokens, k).float()
         counts = onehot.cumsum(1)  # tokens seen in 0..t
         n_seen = torch.arange(1, T + 1, device=tokens.device, dtype=torch.float)[None, :, None]
-        out = {"uniform": torch.full((B, T, k), 1 / k, device=tokens.device),
-               "unigram": (counts + 1) / (n_seen + k)}
+        out = {"uniform": torch.full((B, T, k), 1 / k, device=tokens.device), "unigram": (counts + 1) / (n_seen + k)}
         # ctx[t] = the context ending at t (valid for t >= order-2).
         o = cfg.order - 1
         ctx = torch.zeros(B, T, dtype=torch.long, device=tokens.device)
         for i in range(o):
-            ctx[:, o - 1:] += tokens[:, o - 1 - i : T - i] * k**i
+            ctx[:, o - 1 :] += tokens[:, o - 1 - i : T - i] * k**i
         # Transition (context at s-1 -> token at s) is complete once s <= t.
         trans = torch.zeros(B, T, C, k, device=tokens.device)
         s = torch.arange(o, T, device=tokens.device)
@@ -259,8 +292,9 @@ class MarkovICL(Task):
         return out
 
     @torch.no_grad()
-    def importance_bayes(self, tokens: Int[Tensor, "batch pos"], ctx: Int[Tensor, "batch pos"],
-                         samples: int = BAYES_SAMPLES) -> Float[Tensor, "batch pos d_vocab_out"]:
+    def importance_bayes(
+        self, tokens: Int[Tensor, "batch pos"], ctx: Int[Tensor, "batch pos"], samples: int = BAYES_SAMPLES
+    ) -> Float[Tensor, "batch pos d_vocab_out"]:
         """The posterior predictive when the first context was drawn from the chain's stationary distribution
         π, which makes it evidence too: p(P | x) ∝ π_P(first context) · Dirichlet posterior(P | counts). Drawn
         by importance sampling: `samples` chains from the Dirichlet posterior of the counts so far, weighted
@@ -278,7 +312,7 @@ class MarkovICL(Task):
         g = torch.Generator(device=dev).manual_seed(0)
         first = sum(tokens[:, j] * k ** (o - 1 - j) for j in range(o))  # [batch]: the first context
         cell = torch.zeros(B, T, dtype=torch.long, device=dev)  # the transition completed at t, as context * k + token
-        cell[:, o:] = ctx[:, o - 1:-1] * k + tokens[:, o:]
+        cell[:, o:] = ctx[:, o - 1 : -1] * k + tokens[:, o:]
         gamma = sample_gamma(cfg.alpha, (B, 1, samples, C * k), g, dev)  # the prior's draws, as Gamma variables
         out = torch.empty(B, T, k, device=dev)
         chunk = max(1, 2**22 // (B * samples * C * C))  # positions at a time: ~16 MB per tensor
@@ -299,7 +333,9 @@ class MarkovICL(Task):
                 if t < o - 1:  # the next token is digit t + 1 of the first context
                     marginal = pi[:, i].reshape(B, samples, k ** (t + 2), -1).sum(-1)  # of tokens 0..t+1
                     prefix = first // k ** (o - 1 - t)
-                    num = marginal.gather(-1, (prefix[:, None, None] * k + torch.arange(k, device=dev)).expand(B, samples, k))
+                    num = marginal.gather(
+                        -1, (prefix[:, None, None] * k + torch.arange(k, device=dev)).expand(B, samples, k)
+                    )
                     out[:, t] = num.sum(1) / num.sum((1, 2))[:, None]
         return out
 

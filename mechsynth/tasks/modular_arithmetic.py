@@ -41,8 +41,13 @@ def is_prime(n: int) -> bool:
 @validates_itself
 @dataclass(frozen=True)
 class ModularArithmeticConfig:
-    p: int = doc("the prime modulus: residues 0..p-1 (Nanda et al.: 113)", 113, lo=2, hi=MAX_P,
-                 why="all p² pairs are listed in memory when the config is read")
+    p: int = doc(
+        "the prime modulus: residues 0..p-1 (Nanda et al.: 113)",
+        113,
+        lo=2,
+        hi=MAX_P,
+        why="all p² pairs are listed in memory when the config is read",
+    )
     op: Op = doc("the operation a ∘ b (mod p); a/b is a · b^(p-2), over pairs with b ≠ 0", "a+b")
     train_frac: float = doc("fraction of all pairs in the training split; the rest are held out (eval)", 0.3)
     seed: int = doc("seed of the train/eval split of the pairs", 0, lo=0, hi=MAX_SEED, why="torch seeds are 64-bit")
@@ -52,9 +57,12 @@ class ModularArithmeticConfig:
         check(is_prime(self.p), "p", f"must be prime, got {self.p}; allowed: a prime from 2 to {MAX_P}")
         check(self.op in OPS, "op", f"{self.op!r} is not allowed; allowed: {', '.join(map(repr, OPS))}")
         check(0 < self.train_frac < 1, "train_frac", f"must be in (0, 1), got {self.train_frac}")
-        check(0 < self.n_train < self.n_pairs, "train_frac",
-              f"round(train_frac * {self.n_pairs} pairs) = {self.n_train} leaves a split empty (p={self.p}, "
-              f"op={self.op!r}); allowed: a fraction giving both splits at least one pair")
+        check(
+            0 < self.n_train < self.n_pairs,
+            "train_frac",
+            f"round(train_frac * {self.n_pairs} pairs) = {self.n_train} leaves a split empty (p={self.p}, "
+            f"op={self.op!r}); allowed: a fraction giving both splits at least one pair",
+        )
 
     @property
     def n_pairs(self) -> int:
@@ -92,14 +100,25 @@ def modpow(x: Int[Tensor, "*batch"], e: int, p: int) -> Int[Tensor, "*batch"]:
 
 def answer(op: str, a: Int[Tensor, "batch"], b: Int[Tensor, "batch"], p: int) -> Int[Tensor, "batch"]:
     """c = a ∘ b mod p (torch's % is non-negative for p > 0; a**3 < 2**36 fits int64)."""
-    c = {"a+b": lambda: a + b, "a-b": lambda: a - b, "a*b": lambda: a * b, "a/b": lambda: a * modpow(b, p - 2, p),
-         "a^2+b^2": lambda: a * a + b * b, "a^2+ab+b^2": lambda: a * a + a * b + b * b,
-         "a^3+ab": lambda: a**3 + a * b}[op]()
+    c = {
+        "a+b": lambda: a + b,
+        "a-b": lambda: a - b,
+        "a*b": lambda: a * b,
+        "a/b": lambda: a * modpow(b, p - 2, p),
+        "a^2+b^2": lambda: a * a + b * b,
+        "a^2+ab+b^2": lambda: a * a + a * b + b * b,
+        "a^3+ab": lambda: a**3 + a * b,
+    }[op]()
     return c % p
 
 
-def modular_truth(a: Int[Tensor, "batch"], b: Int[Tensor, "batch"], modulus: int, in_train: Bool[Tensor, "batch"],
-                  linear: Optional[tuple[int, int]] = None) -> dict[str, Any]:
+def modular_truth(
+    a: Int[Tensor, "batch"],
+    b: Int[Tensor, "batch"],
+    modulus: int,
+    in_train: Bool[Tensor, "batch"],
+    linear: Optional[tuple[int, int]] = None,
+) -> dict[str, Any]:
     """Batch.truth of modular_arithmetic: `a` [batch] and `b` [batch], the operands; `modulus`, p (an int);
     `in_train` [batch], whether the pair is in the training split; and for ops linear in a and b (a+b,
     a-b) `linear`, a tuple (c_a, c_b) of ints with c = c_a·a + c_b·b mod p."""
@@ -129,8 +148,13 @@ class ModularArithmetic(Task):
     def spec(self) -> TaskSpec:
         # The default token_labels reads these: residues as their numbers, "=" for the last token.
         residues = tuple(str(i) for i in range(self.cfg.p))
-        return TaskSpec(d_vocab=self.cfg.p + 1, d_vocab_out=self.cfg.p, n_ctx=3, token_names=residues + ("=",),
-                        target_names=residues)
+        return TaskSpec(
+            d_vocab=self.cfg.p + 1,
+            d_vocab_out=self.cfg.p,
+            n_ctx=3,
+            token_names=residues + ("=",),
+            target_names=residues,
+        )
 
     def tables(self, device: torch.device | str) -> tuple[dict[str, Tensor], Tensor]:
         """(each split's pair indices, in_train per pair) on `device`, copied there once: at large p they

@@ -22,8 +22,12 @@ from mechsynth.tasks.base import TASKS, Batch, Task, TaskSpec
 class RandomTokensConfig:
     d_vocab: int = doc("tokens in the vocabulary", 10, lo=2, hi=2**20)
     n_ctx: int = doc("sequence length", 32, lo=2, hi=MAX_CTX)
-    d_vocab_out: Optional[int] = doc("output classes; unset = d_vocab (targets ≥ it are drawn again: only the "
-                                     "sizes matter here)", None, lo=1, hi=2**20)
+    d_vocab_out: Optional[int] = doc(
+        "output classes; unset = d_vocab (targets ≥ it are drawn again: only the sizes matter here)",
+        None,
+        lo=1,
+        hi=2**20,
+    )
 
     context_field: ClassVar[str] = "task.n_ctx"  # for the memory estimate (mechsynth/training/budget.py)
 
@@ -38,8 +42,13 @@ class RandomTokens(Task):
     @property
     def spec(self) -> TaskSpec:
         n_out = self.cfg.d_vocab_out or self.cfg.d_vocab
-        return TaskSpec(d_vocab=self.cfg.d_vocab, d_vocab_out=n_out, n_ctx=self.cfg.n_ctx,
-                        token_names=tuple(map(str, range(self.cfg.d_vocab))), target_names=tuple(map(str, range(n_out))))
+        return TaskSpec(
+            d_vocab=self.cfg.d_vocab,
+            d_vocab_out=n_out,
+            n_ctx=self.cfg.n_ctx,
+            token_names=tuple(map(str, range(self.cfg.d_vocab))),
+            target_names=tuple(map(str, range(n_out))),
+        )
 
     def sample(self, batch_size, generator, device="cpu", split="train") -> Batch:
         self.check_split(split)

@@ -19,21 +19,37 @@ from jaxtyping import Float
 from torch import Tensor
 
 from mechsynth.config import MAX_SEED, check_fields, doc, validates_itself
-from mechsynth.tasks.base import (TASKS, Batch, LossKind, Task, TaskSpec, align, masked_loss, squared_error,
-                                  task_generator)
+from mechsynth.tasks.base import (
+    TASKS,
+    Batch,
+    LossKind,
+    Task,
+    TaskSpec,
+    align,
+    masked_loss,
+    squared_error,
+    task_generator,
+)
 
 
 @validates_itself
 @dataclass(frozen=True)
 class SingleIndexConfig:
     d: int = doc("dimension of x and w*", 32, lo=1, hi=2**16, why="x costs d floats per sample")
-    k_star: int = doc("information exponent k*: σ = He_{k*}/√(k*!), the normalised Hermite polynomial of that "
-                      "degree", 2, lo=1, hi=12, why="He_k of a Gaussian overflows float32 tails past that")
+    k_star: int = doc(
+        "information exponent k*: σ = He_{k*}/√(k*!), the normalised Hermite polynomial of that degree",
+        2,
+        lo=1,
+        hi=12,
+        why="He_k of a Gaussian overflows float32 tails past that",
+    )
     noise: float = doc("std of the label noise: y = σ(w*·x) + noise·ε", 0.0)
     seed: int = doc("seed of w*", 0, lo=0, hi=MAX_SEED)
     loss: Literal["squared", "correlation"] = doc(
         "what training minimises: the squared error (f − y)², or Damian et al.'s correlation loss 1 − f·y (for a "
-        "student whose f has unit variance, as the neuron kind's)", "squared")
+        "student whose f has unit variance, as the neuron kind's)",
+        "squared",
+    )
 
     def __post_init__(self):
         check_fields(self)
@@ -73,8 +89,9 @@ class SingleIndex(Task):
 
     @property
     def spec(self) -> TaskSpec:
-        return TaskSpec(d_vocab=self.cfg.d, d_vocab_out=1, n_ctx=1, token_names=("x",), target_names=("y",),
-                        d_input=self.cfg.d)
+        return TaskSpec(
+            d_vocab=self.cfg.d, d_vocab_out=1, n_ctx=1, token_names=("x",), target_names=("y",), d_input=self.cfg.d
+        )
 
     def sample(self, batch_size, generator, device="cpu", split="train") -> Batch:
         self.check_split(split)
@@ -92,5 +109,8 @@ class SingleIndex(Task):
         explained, 1 − squared_error / (1 + noise²): 0 for the mean prediction (Var σ = 1), 1 for σ(w*·x) itself."""
         logits, targets, mask = align(logits, batch)
         sq = float(squared_error(logits, targets, mask).sum() / mask.sum())
-        return {"loss": float(masked_loss(logits, batch, self.loss_kind)), "squared_error": sq,
-                "explained": 1 - sq / (1 + self.cfg.noise ** 2)}
+        return {
+            "loss": float(masked_loss(logits, batch, self.loss_kind)),
+            "squared_error": sq,
+            "explained": 1 - sq / (1 + self.cfg.noise**2),
+        }

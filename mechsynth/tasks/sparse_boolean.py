@@ -25,26 +25,47 @@ class SparseBooleanConfig:
     length: int = doc("T, the number of input bits", 16, lo=1, hi=MAX_CTX - 1, why="the sequence is length + 1 tokens")
     s: int = doc("number of relevant positions |S|", 3, lo=1, hi=16, why="the truth table has 2**s rows")
     function: Literal["and", "or", "majority", "parity", "table"] = doc("the Boolean function of the s bits", "and")
-    table: tuple[int, ...] = doc("truth table for function='table': 2**s outputs, indexed by the s bits read as a binary number (first bit most significant)", ())
-    bias: Optional[float] = doc("probability that an input bit is 1; unset = 0.5, or for 'and'/'or' the value making the label balanced", None)
-    n_train: Optional[int] = doc("fixed training set of this many examples; unset = fresh samples; n_train * length "
-                                 "≤ 2**26 bits", None, lo=1, hi=2**26, why="it is built when the config is read")
-    seed: int = doc("seed of the hidden positions S (and of the fixed training set)", 0, lo=0, hi=MAX_SEED,
-                    why="torch seeds are 64-bit")
+    table: tuple[int, ...] = doc(
+        "truth table for function='table': 2**s outputs, indexed by the s bits read as a binary number (first bit most significant)",
+        (),
+    )
+    bias: Optional[float] = doc(
+        "probability that an input bit is 1; unset = 0.5, or for 'and'/'or' the value making the label balanced", None
+    )
+    n_train: Optional[int] = doc(
+        "fixed training set of this many examples; unset = fresh samples; n_train * length ≤ 2**26 bits",
+        None,
+        lo=1,
+        hi=2**26,
+        why="it is built when the config is read",
+    )
+    seed: int = doc(
+        "seed of the hidden positions S (and of the fixed training set)",
+        0,
+        lo=0,
+        hi=MAX_SEED,
+        why="torch seeds are 64-bit",
+    )
 
     def __post_init__(self):
         check_fields(self)  # bounds and finite floats first
         check(1 <= self.s <= self.length, "s", f"must be between 1 and length={self.length}, got {self.s}")
         check(self.s <= 16, "s", f"must be ≤ 16 (the truth table has 2**s rows), got {self.s}")
         if self.function == "table":
-            check(len(self.table) == 2**self.s and set(self.table) <= {0, 1}, "table",
-                  f"must list 2**s = {2**self.s} outputs, each 0 or 1; got {len(self.table)} values")
+            check(
+                len(self.table) == 2**self.s and set(self.table) <= {0, 1},
+                "table",
+                f"must list 2**s = {2**self.s} outputs, each 0 or 1; got {len(self.table)} values",
+            )
         else:
             check(not self.table, "table", "is only allowed with function='table'")
         check(self.bias is None or 0.0 < self.bias < 1.0, "bias", f"must be in (0, 1) or unset, got {self.bias}")
-        check(self.n_train is None or self.n_train * self.length <= MAX_TRAIN_BITS, "n_train",
-              f"n_train * length = {self.n_train * self.length if self.n_train else 0} bits is too many; allowed: "
-              "n_train * length ≤ 2**26 (the fixed training set is built in memory when the config is read)")
+        check(
+            self.n_train is None or self.n_train * self.length <= MAX_TRAIN_BITS,
+            "n_train",
+            f"n_train * length = {self.n_train * self.length if self.n_train else 0} bits is too many; allowed: "
+            "n_train * length ≤ 2**26 (the fixed training set is built in memory when the config is read)",
+        )
 
     # For the memory estimate (mechsynth/training/budget.py) before anything is built.
     context_field: ClassVar[str] = "task.length"
@@ -100,8 +121,14 @@ class SparseBoolean(Task):
 
     @property
     def spec(self) -> TaskSpec:
-        return TaskSpec(d_vocab=3, d_vocab_out=2, n_ctx=self.cfg.length + 1, token_names=("0", "1", "?"),
-                        target_names=("0", "1"), token_values=(-1.0, 1.0, 0.0))
+        return TaskSpec(
+            d_vocab=3,
+            d_vocab_out=2,
+            n_ctx=self.cfg.length + 1,
+            token_names=("0", "1", "?"),
+            target_names=("0", "1"),
+            token_values=(-1.0, 1.0, 0.0),
+        )
 
     def token_labels(self, tokens) -> list[str]:
         return readout_labels(self.spec.token_names, tokens, self.support)
@@ -123,7 +150,9 @@ class SparseBoolean(Task):
         that a model fits it; None when training samples are fresh."""
         if self._train_set is None:
             return None
-        return readout_batch(self._train_set, self.label(self._train_set), selection_truth(self._train_set, self.support))
+        return readout_batch(
+            self._train_set, self.label(self._train_set), selection_truth(self._train_set, self.support)
+        )
 
     def pivotal(self, bits: Int[Tensor, "batch bit"]) -> Bool[Tensor, "batch support"]:
         """Which bits of S change the label when flipped, in each sequence."""

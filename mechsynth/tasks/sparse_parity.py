@@ -28,18 +28,32 @@ class SparseParityConfig:
     k: int = doc("size of the hidden support S", 2, lo=1)
     encoding: Literal["pm1", "01"] = doc("bit values: ±1 (label = product) or 0/1 (label = sum mod 2)", "pm1")
     noise: float = doc("probability that a training label is flipped", 0.0)
-    n_train: Optional[int] = doc("fixed training set of this many examples (finite-sample regime); unset = fresh samples; "
-                                 "n_train * n ≤ 2**26 bits", None, lo=1, hi=2**26, why="it is built when the config is read")
-    seed: int = doc("seed of the hidden support S (and of the fixed training set)", 0, lo=0, hi=MAX_SEED,
-                    why="torch seeds are 64-bit")
+    n_train: Optional[int] = doc(
+        "fixed training set of this many examples (finite-sample regime); unset = fresh samples; "
+        "n_train * n ≤ 2**26 bits",
+        None,
+        lo=1,
+        hi=2**26,
+        why="it is built when the config is read",
+    )
+    seed: int = doc(
+        "seed of the hidden support S (and of the fixed training set)",
+        0,
+        lo=0,
+        hi=MAX_SEED,
+        why="torch seeds are 64-bit",
+    )
 
     def __post_init__(self):
         check_fields(self)  # bounds and finite floats first
         check(1 <= self.k <= self.n, "k", f"must be between 1 and n={self.n}, got {self.k}")
         check(0.0 <= self.noise < 0.5, "noise", f"must be in [0, 0.5), got {self.noise}")
-        check(self.n_train is None or self.n_train * self.n <= MAX_TRAIN_BITS, "n_train",
-              f"n_train * n = {self.n_train * self.n if self.n_train else 0} bits is too many; allowed: n_train * n ≤ 2**26 "
-              "(the fixed training set is built in memory when the config is read)")
+        check(
+            self.n_train is None or self.n_train * self.n <= MAX_TRAIN_BITS,
+            "n_train",
+            f"n_train * n = {self.n_train * self.n if self.n_train else 0} bits is too many; allowed: n_train * n ≤ 2**26 "
+            "(the fixed training set is built in memory when the config is read)",
+        )
 
     # For the memory estimate (mechsynth/training/budget.py) before anything is built.
     context_field: ClassVar[str] = "task.n"
@@ -60,8 +74,9 @@ def parity_labels(bits: Int[Tensor, "*batch bit"], support: Int[Tensor, "support
     return bits[..., support].sum(-1) % 2
 
 
-def parity_truth(bits: Int[Tensor, "batch bit"], support: Int[Tensor, "support"],
-                 label: Int[Tensor, "batch"]) -> dict[str, Any]:
+def parity_truth(
+    bits: Int[Tensor, "batch bit"], support: Int[Tensor, "support"], label: Int[Tensor, "batch"]
+) -> dict[str, Any]:
     """Batch.truth of sparse_parity: `support` [support], the positions of the k bits the label reads
     (sorted); `label` [batch], the label before noise; `readout`, the readout token's position (an int:
     it follows the n bits)."""
@@ -90,8 +105,14 @@ class SparseParity(Task):
         # Token 0 is the bit value 0 (+1 in ±1 encoding); token 1 is bit 1 (−1); token 2 marks the readout.
         # In ±1 encoding the label "product = −1" is class 1, so both encodings share one label rule.
         names = ("+1", "-1") if self.cfg.encoding == "pm1" else ("0", "1")
-        return TaskSpec(d_vocab=3, d_vocab_out=2, n_ctx=self.cfg.n + 1, token_names=names + ("?",),
-                        target_names=names, token_values=values + (0.0,))
+        return TaskSpec(
+            d_vocab=3,
+            d_vocab_out=2,
+            n_ctx=self.cfg.n + 1,
+            token_names=names + ("?",),
+            target_names=names,
+            token_values=values + (0.0,),
+        )
 
     def token_labels(self, tokens) -> list[str]:
         return readout_labels(self.spec.token_names, tokens, self.support)

@@ -69,6 +69,7 @@ class Estimate:
 
 # ---- the model: each kind sizes its own (mechsynth/models/<kind>.py) -----------------------------------
 
+
 def param_count(cfg: ModelKind, task: Task) -> int:
     """Parameters of one model as `models.build(cfg, task.spec)` makes it."""
     return cfg.param_count(task.spec)
@@ -86,6 +87,7 @@ def eval_activation_bytes(cfg: ModelKind, task: Task, batch: int) -> tuple[int, 
 
 
 # ---- data ---------------------------------------------------------------------------------------------
+
 
 def sample_bytes(task: Task, n_seqs: int, split: str) -> tuple[int, int]:
     """(bytes of a batch of `n_seqs` sequences of `split`, peak bytes while sampling it)."""
@@ -115,6 +117,7 @@ def context_field(task: Task) -> str:
 
 
 # ---- the estimate -------------------------------------------------------------------------------------
+
 
 def optimizer_slots(cfg: TrainConfig) -> int:
     """Parameter-sized buffers besides the weights: the gradient, the optimizer's state (its own count:
@@ -147,14 +150,27 @@ def estimate(model: ModelKind, train: TrainConfig, task: Task) -> Estimate:
         Part("weights", weights, weight_field, f"weights, gradients and optimizer state of {params:,} parameters"),
         Part("data", S * chunk_kept, "train.data_chunk", f"the training data chunk ({chunk:,} sequences)"),
         Part("eval data", S * eval_kept, "train.eval_batch_size", "the held-out batches"),
-        Part("fixed data", getattr(task.cfg, "fixed_bytes", 0) + (sample_bytes(task, fixed, "train")[0] if fixed else 0),
-             "train.n_train" if fixed else "task.n_train", "the fixed training set"),
+        Part(
+            "fixed data",
+            getattr(task.cfg, "fixed_bytes", 0) + (sample_bytes(task, fixed, "train")[0] if fixed else 0),
+            "train.n_train" if fixed else "task.n_train",
+            "the fixed training set",
+        ),
     )
     transient = (
-        Part("activations", S * acts, act_field, "training activations (batch_size x sequence x widths x layers, "
-                                                 "attention batch_size x heads x n_ctx**2)"),
-        Part("evaluation", S * evals, eval_field, "the evaluation's forward pass (eval_batch_size x sequence x widths, "
-                                                  "attention eval_batch_size x heads x n_ctx**2)"),
+        Part(
+            "activations",
+            S * acts,
+            act_field,
+            "training activations (batch_size x sequence x widths x layers, attention batch_size x heads x n_ctx**2)",
+        ),
+        Part(
+            "evaluation",
+            S * evals,
+            eval_field,
+            "the evaluation's forward pass (eval_batch_size x sequence x widths, "
+            "attention eval_batch_size x heads x n_ctx**2)",
+        ),
         Part("sampling", S * (chunk_peak - chunk_kept), "train.data_chunk", "sampling a training data chunk"),
         Part("eval sampling", S * eval_peak, "train.eval_batch_size", "sampling the held-out batches"),
     )
@@ -162,6 +178,7 @@ def estimate(model: ModelKind, train: TrainConfig, task: Task) -> Estimate:
 
 
 # ---- the device ---------------------------------------------------------------------------------------
+
 
 def device_memory(device: torch.device) -> int:
     """Total memory of `device` in bytes: the GPU's for CUDA, physical RAM otherwise (MPS shares it)."""
@@ -184,8 +201,9 @@ def fmt_bytes(n: float) -> str:
     raise AssertionError  # unreachable
 
 
-def check(model: ModelKind, train: TrainConfig, task: Task, device: torch.device,
-          available: int | None = None) -> Estimate:
+def check(
+    model: ModelKind, train: TrainConfig, task: Task, device: torch.device, available: int | None = None
+) -> Estimate:
     """Raise ConfigError, naming the field that drives the estimate, when the run clearly cannot fit in
     `device`'s memory (`available` bytes; default: the device's total). Returns the estimate."""
     est = estimate(model, train, task)
@@ -196,10 +214,13 @@ def check(model: ModelKind, train: TrainConfig, task: Task, device: torch.device
         if train.seeds > 1 and est.total / train.seeds <= available:
             field = "train.seeds"  # one model would fit: the seeds side by side do not
         seeds = f" for {train.seeds} seeds side by side" if train.seeds > 1 else ""
-        raise ConfigError(field, f"the run needs about {fmt_bytes(est.total)} of memory{seeds}, more than the "
-                                 f"{fmt_bytes(available)} {_where(device)} has; mostly {part.what}: {fmt_bytes(part.bytes)}; "
-                                 f"allowed: a smaller {field}, or any change that brings the estimate under "
-                                 f"{fmt_bytes(available)}")
+        raise ConfigError(
+            field,
+            f"the run needs about {fmt_bytes(est.total)} of memory{seeds}, more than the "
+            f"{fmt_bytes(available)} {_where(device)} has; mostly {part.what}: {fmt_bytes(part.bytes)}; "
+            f"allowed: a smaller {field}, or any change that brings the estimate under "
+            f"{fmt_bytes(available)}",
+        )
     return est
 
 

@@ -51,8 +51,9 @@ class FixedTrainingSet:
         if split != "train":
             return self.data.sample(batch_size, generator, device, split)
         epochs = -(-batch_size // self.epoch)
-        order = torch.cat([torch.randperm(self.epoch, generator=generator, device=generator.device)
-                           for _ in range(epochs)])[:batch_size]
+        order = torch.cat(
+            [torch.randperm(self.epoch, generator=generator, device=generator.device) for _ in range(epochs)]
+        )[:batch_size]
         s = self._set(device)
         order = order.to(s.tokens.device)
         return Batch(s.tokens[order], s.targets[order], s.mask[order])
@@ -74,4 +75,6 @@ def select(batch: Batch, rows: Tensor) -> Batch:
     batch's length) taken along."""
     n = len(batch.tokens)
     take = lambda v: v[rows] if isinstance(v, Tensor) and v.ndim and v.shape[0] == n else v  # noqa: E731
-    return Batch(batch.tokens[rows], batch.targets[rows], batch.mask[rows], {k: take(v) for k, v in batch.truth.items()})
+    return Batch(
+        batch.tokens[rows], batch.targets[rows], batch.mask[rows], {k: take(v) for k, v in batch.truth.items()}
+    )

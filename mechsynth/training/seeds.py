@@ -58,17 +58,21 @@ PER_SEED_FROM_BYTES = 4 * 2**20
 T = TypeVar("T")
 
 
-def per_model_loss(logits: Float[Tensor, "n_models batch out_pos d_vocab_out"],
-                   targets: Int[Tensor, "n_models batch pos"] | Float[Tensor, "n_models batch pos"],
-                   mask: Bool[Tensor, "n_models batch pos"], kind: LossKind = "cross_entropy") -> Float[Tensor, "n_models"]:
+def per_model_loss(
+    logits: Float[Tensor, "n_models batch out_pos d_vocab_out"],
+    targets: Int[Tensor, "n_models batch pos"] | Float[Tensor, "n_models batch pos"],
+    mask: Bool[Tensor, "n_models batch pos"],
+    kind: LossKind = "cross_entropy",
+) -> Float[Tensor, "n_models"]:
     """`masked_loss` of each model on its own batch: the mean of the task's loss (`kind`) over its scored
     positions (models that answer only at the last `out_pos` positions are scored there)."""
     p = logits.shape[2]
     targets, mask = targets[..., -p:], mask[..., -p:]
     if kind != "cross_entropy":
         return real_loss(logits, targets, mask, kind).flatten(1).sum(1) / mask.flatten(1).sum(1)
-    ce = F.cross_entropy(logits.flatten(0, 2).float(), torch.where(mask, targets, -100).flatten(), ignore_index=-100,
-                         reduction="none")
+    ce = F.cross_entropy(
+        logits.flatten(0, 2).float(), torch.where(mask, targets, -100).flatten(), ignore_index=-100, reduction="none"
+    )
     return ce.view(mask.shape[0], -1).sum(1) / mask.flatten(1).sum(1)
 
 
@@ -120,13 +124,19 @@ def stack_weights(per_model: list[dict[str, Tensor]], stacked: set[str]) -> dict
 def split_optimizer_state(state: dict[str, Any], params: list[Tensor], n: int) -> list[dict[str, Any]]:
     """An optimizer state dict over stacked params as n single-model ones: per-element buffers (exp_avg,
     momentum_buffer, ...) are sliced; scalars (Adam's step) are the same for every model."""
+
     def take(v: Any, p: Tensor, i: int) -> Any:
         if torch.is_tensor(v):
             return (v[i] if v.shape == p.shape else v).clone()
         return copy.deepcopy(v)
 
-    return [{"state": {k: {name: take(v, params[k], i) for name, v in s.items()} for k, s in state["state"].items()},
-             "param_groups": copy.deepcopy(state["param_groups"])} for i in range(n)]
+    return [
+        {
+            "state": {k: {name: take(v, params[k], i) for name, v in s.items()} for k, s in state["state"].items()},
+            "param_groups": copy.deepcopy(state["param_groups"]),
+        }
+        for i in range(n)
+    ]
 
 
 def stack_optimizer_state(per_model: list[dict[str, Any]], params: list[Tensor]) -> dict[str, Any]:
@@ -138,8 +148,10 @@ def stack_optimizer_state(per_model: list[dict[str, Any]], params: list[Tensor])
         return v
 
     first = per_model[0]
-    return {"state": {k: {name: join(k, name) for name in s} for k, s in first["state"].items()},
-            "param_groups": first["param_groups"]}
+    return {
+        "state": {k: {name: join(k, name) for name in s} for k, s in first["state"].items()},
+        "param_groups": first["param_groups"],
+    }
 
 
 class SeedsTrainer(Trainer):
@@ -166,15 +178,18 @@ class SeedsTrainer(Trainer):
             workers = min(torch.get_num_threads(), self.n_seeds)
             if workers > 1:
                 # Each worker runs single-threaded ops: two models on two cores beat one model on both.
-                self._pool = ThreadPoolExecutor(workers, thread_name_prefix="mechsynth-seed",
-                                                initializer=torch.set_num_threads, initargs=(1,))
+                self._pool = ThreadPoolExecutor(
+                    workers, thread_name_prefix="mechsynth-seed", initializer=torch.set_num_threads, initargs=(1,)
+                )
 
     def _stacked_passes(self) -> bool:
         if self.cfg.seed_passes != "auto":
             return self.cfg.seed_passes == "stacked"
         if self.device.type != "cpu" or self.cfg.compile:  # (compiling S views would cost S compilations)
             return True
-        tokens = self.data.sample(self.cfg.batch_size, torch.Generator(self.device).manual_seed(0), self.device, "train").tokens
+        tokens = self.data.sample(
+            self.cfg.batch_size, torch.Generator(self.device).manual_seed(0), self.device, "train"
+        ).tokens
         return saved_activation_bytes(seed_view(self.module, 0), tokens) < PER_SEED_FROM_BYTES
 
     def _on_worker(self, fn: Callable[[], T]) -> T:
@@ -218,9 +233,13 @@ class SeedsTrainer(Trainer):
         if self.project is not None:
             self.project()
 
-    def _seed_backward(self, i: int, tokens: Int[Tensor, "batch pos"] | Float[Tensor, "batch pos d_input"],
-                       targets: Int[Tensor, "batch pos"] | Float[Tensor, "batch pos"],
-                       mask: Bool[Tensor, "batch pos"]) -> Float[Tensor, ""]:
+    def _seed_backward(
+        self,
+        i: int,
+        tokens: Int[Tensor, "batch pos"] | Float[Tensor, "batch pos d_input"],
+        targets: Int[Tensor, "batch pos"] | Float[Tensor, "batch pos"],
+        mask: Bool[Tensor, "batch pos"],
+    ) -> Float[Tensor, ""]:
         """Seed i's loss on its batch, with its gradients left on its view's parameters."""
         for p in self._view_params[i]:
             p.grad = None
@@ -228,31 +247,40 @@ class SeedsTrainer(Trainer):
         loss.backward()
         return loss.detach()
 
-    def _sample_chunk(self) -> tuple[Int[Tensor, "n_models batch pos"] | Float[Tensor, "n_models batch pos d_input"],
-                                     Int[Tensor, "n_models batch pos"] | Float[Tensor, "n_models batch pos"],
-                                     Bool[Tensor, "n_models batch pos"]]:
+    def _sample_chunk(
+        self,
+    ) -> tuple[
+        Int[Tensor, "n_models batch pos"] | Float[Tensor, "n_models batch pos d_input"],
+        Int[Tensor, "n_models batch pos"] | Float[Tensor, "n_models batch pos"],
+        Bool[Tensor, "n_models batch pos"],
+    ]:
         """`data_chunk` batches for every seed from its own generator: tokens, targets, mask, each
         [n_models, data_chunk * batch_size, pos]. (Ground truth is left out: the loss needs only targets and mask.)"""
         n = self.chunk_shape()[1]
         batches = self._each(lambda i: self.data.sample(n, self.generators[i], self.device, "train"))
         return tuple(torch.stack([getattr(b, f) for b in batches]) for f in ("tokens", "targets", "mask"))
 
-    def _next_batch(self) -> tuple[Int[Tensor, "n_models batch pos"] | Float[Tensor, "n_models batch pos d_input"],
-                                   Int[Tensor, "n_models batch pos"] | Float[Tensor, "n_models batch pos"],
-                                   Bool[Tensor, "n_models batch pos"]]:
+    def _next_batch(
+        self,
+    ) -> tuple[
+        Int[Tensor, "n_models batch pos"] | Float[Tensor, "n_models batch pos d_input"],
+        Int[Tensor, "n_models batch pos"] | Float[Tensor, "n_models batch pos"],
+        Bool[Tensor, "n_models batch pos"],
+    ]:
         (n, _), b = self.chunk_shape(), self.cfg.batch_size
         if self._chunk is None or self._chunk_pos == n:
             if self._chunk is not None:
                 self._chunk_states, self._chunk_pos = [g.get_state() for g in self.generators], 0
             self._chunk = self._sample_chunk()
         i, self._chunk_pos = self._chunk_pos, self._chunk_pos + 1
-        return tuple(t[:, i * b:(i + 1) * b] for t in self._chunk)
+        return tuple(t[:, i * b : (i + 1) * b] for t in self._chunk)
 
     def eval_batches(self) -> dict[str, list[Batch]]:
         """Each seed's held-out batches, exactly those of its own run (drawn from its data seed)."""
         if not self._eval_batches:
-            per_seed = self._each(lambda i: held_out_batches(self.data, self.cfg.seed + i, self.cfg.eval_batch_size,
-                                                             self.device))
+            per_seed = self._each(
+                lambda i: held_out_batches(self.data, self.cfg.seed + i, self.cfg.eval_batch_size, self.device)
+            )
             self._eval_batches = {split: [b[split] for b in per_seed] for split in per_seed[0]}
             self._eval_tokens = {split: torch.stack([b.tokens for b in bs]) for split, bs in self._eval_batches.items()}
         return self._eval_batches
@@ -261,14 +289,16 @@ class SeedsTrainer(Trainer):
     def evaluate(self) -> list[dict[str, float]]:
         if not self.stacked_passes:
             batches = self.eval_batches()
-            return self._each(lambda i: held_out_metrics(self.views[i], self.data, {s: b[i] for s, b in batches.items()}))
+            return self._each(
+                lambda i: held_out_metrics(self.views[i], self.data, {s: b[i] for s, b in batches.items()})
+            )
         was_training = self.model.training
         self.model.eval()
         out: list[dict[str, float]] = [{} for _ in range(self.n_seeds)]
         for split, batches in self.eval_batches().items():
             tokens = self._eval_tokens[split]
             step = max(1, EVAL_SEQUENCES["cpu" if self.device.type == "cpu" else "other"] // self.n_seeds)
-            logits = torch.cat([self.model(tokens[:, j:j + step]) for j in range(0, tokens.shape[1], step)], 1)
+            logits = torch.cat([self.model(tokens[:, j : j + step]) for j in range(0, tokens.shape[1], step)], 1)
             for i, batch in enumerate(batches):
                 for k, v in self.data.metrics(logits[i], batch).items():
                     out[i][f"{split}/{k}"] = v
@@ -291,8 +321,10 @@ class SeedsTrainer(Trainer):
     def state(self) -> list[dict[str, Any]]:
         """Each seed's resumable state, in the format of a single run's `Trainer.state()`."""
         optimizers = split_optimizer_state(self.optimizer.state_dict(), self.params, self.n_seeds)
-        return [{"optimizer": opt, "generator": g, "chunk_pos": self._chunk_pos, "step": self.step}
-                for opt, g in zip(optimizers, self._chunk_states)]
+        return [
+            {"optimizer": opt, "generator": g, "chunk_pos": self._chunk_pos, "step": self.step}
+            for opt, g in zip(optimizers, self._chunk_states)
+        ]
 
     def seed_weights(self) -> list[dict[str, Tensor]]:
         """Each seed's weights as a single model's state dict."""

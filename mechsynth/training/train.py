@@ -38,83 +38,163 @@ DEVICES = "auto, cpu, cuda, cuda:N (N = 0, 1, ...), mps"
 @dataclass(frozen=True)
 class TrainConfig:
     steps: int = doc("optimizer steps", 2000, lo=1, hi=MAX_STEPS, why="about 12 days at 1000 steps/s")
-    batch_size: int = doc("sequences per step, sampled fresh on the training device (from a fixed training set: "
-                          "the set's size or more trains full batch)", 64, lo=1, hi=2**20)
+    batch_size: int = doc(
+        "sequences per step, sampled fresh on the training device (from a fixed training set: "
+        "the set's size or more trains full batch)",
+        64,
+        lo=1,
+        hi=2**20,
+    )
     data: Literal["online", "fixed"] = doc(
         "online: fresh samples every step; fixed: a training set drawn once from the task's training split "
-        "(train.n_train examples, train.set_seed), trained on in epochs and evaluated whole as the split train_set", "online")
-    n_train: Optional[int] = doc("with data = fixed, the training set's size; unset = the task's whole training split "
-                                 "(tasks that list their inputs, e.g. modular_arithmetic)", None, lo=1, hi=2**24,
-                                 why="the set is held in memory and evaluated whole")
-    set_seed: int = doc("seed of the fixed training set: the same for every seed side by side, which differ in "
-                        "initialization and data order only", 0, lo=0, hi=MAX_SEED, why="torch seeds are 64-bit")
+        "(train.n_train examples, train.set_seed), trained on in epochs and evaluated whole as the split train_set",
+        "online",
+    )
+    n_train: Optional[int] = doc(
+        "with data = fixed, the training set's size; unset = the task's whole training split "
+        "(tasks that list their inputs, e.g. modular_arithmetic)",
+        None,
+        lo=1,
+        hi=2**24,
+        why="the set is held in memory and evaluated whole",
+    )
+    set_seed: int = doc(
+        "seed of the fixed training set: the same for every seed side by side, which differ in "
+        "initialization and data order only",
+        0,
+        lo=0,
+        hi=MAX_SEED,
+        why="torch seeds are 64-bit",
+    )
     lr: float = doc("peak learning rate", 1e-3)
-    optimizer: str = doc("optimizer, by its name in mechsynth/optimizers/ (adam, adamw, sgd, adafactor, mezo, and any "
-                         "plugin's); with seeds > 1 an elementwise one", "adamw")
+    optimizer: str = doc(
+        "optimizer, by its name in mechsynth/optimizers/ (adam, adamw, sgd, adafactor, mezo, and any "
+        "plugin's); with seeds > 1 an elementwise one",
+        "adamw",
+    )
     betas: tuple[float, float] = doc("Adam betas", (0.9, 0.999))
     momentum: float = doc("SGD momentum", 0.0)
     weight_decay: float = doc("weight decay (decoupled for adamw, L2 for adam/sgd)", 0.0)
     decay: Literal["all", "matrices"] = doc(
         "which weights decay: all, or only the matrices of attention, MLP and unembedding, not embeddings, "
-        "positions, norms or biases (minGPT's and GPT-2's convention)", "all")
+        "positions, norms or biases (minGPT's and GPT-2's convention)",
+        "all",
+    )
     warmup_steps: int = doc("linear warmup from 0 to lr over this many steps", 0, lo=0, hi=MAX_STEPS)
-    schedule: Literal["constant", "cosine", "linear"] = doc("after warmup: constant, or cosine or linear decay to "
-                                                            "min_lr_frac * lr at the last step", "constant")
+    schedule: Literal["constant", "cosine", "linear"] = doc(
+        "after warmup: constant, or cosine or linear decay to min_lr_frac * lr at the last step", "constant"
+    )
     min_lr_frac: float = doc("floor of the cosine or linear schedule as a fraction of lr", 0.0)
     grad_clip: Optional[float] = doc("clip the global gradient norm to this; 0 or unset = no clipping", 1.0)
-    data_chunk: int = doc("training batches generated per call to the task: amortizes kernel launches on a GPU", 16,
-                          lo=1, hi=4096, why="the chunk is held in memory")
+    data_chunk: int = doc(
+        "training batches generated per call to the task: amortizes kernel launches on a GPU",
+        16,
+        lo=1,
+        hi=4096,
+        why="the chunk is held in memory",
+    )
     eval_every: int = doc("evaluate every this many steps (and at every checkpoint)", 100, lo=1, hi=MAX_STEPS)
     eval_batch_size: int = doc("sequences per evaluation split (a fixed held-out batch)", 512, lo=1, hi=2**20)
-    checkpoints: int = doc("about this many checkpoints, log-spaced early and linear later", 100, lo=2, hi=10_000,
-                           why="each one is written to disk")
-    seed: int = doc("seed of the training data stream (and of the held-out batches)", 0, lo=0, hi=MAX_SEED,
-                    why="torch seeds are 64-bit and held-out splits add offsets")
-    seeds: int = doc("train this many models side by side in one batched computation; model i uses data seed "
-                     "seed + i and model.init_seed + i, so it equals a separate run with those values and "
-                     "seeds = 1, and gets its own run directory RUN_DIR/seed_i", 1, lo=1, hi=1024,
-                     why="each seed has its own run directory and W&B run")
+    checkpoints: int = doc(
+        "about this many checkpoints, log-spaced early and linear later",
+        100,
+        lo=2,
+        hi=10_000,
+        why="each one is written to disk",
+    )
+    seed: int = doc(
+        "seed of the training data stream (and of the held-out batches)",
+        0,
+        lo=0,
+        hi=MAX_SEED,
+        why="torch seeds are 64-bit and held-out splits add offsets",
+    )
+    seeds: int = doc(
+        "train this many models side by side in one batched computation; model i uses data seed "
+        "seed + i and model.init_seed + i, so it equals a separate run with those values and "
+        "seeds = 1, and gets its own run directory RUN_DIR/seed_i",
+        1,
+        lo=1,
+        hi=1024,
+        why="each seed has its own run directory and W&B run",
+    )
     seed_passes: Literal["auto", "stacked", "per_seed"] = doc(
         "with seeds > 1, how the forward and backward passes run: 'stacked' (one batched pass for all seeds), "
         "'per_seed' (each seed's own pass, spread over one worker thread per core; the optimizer step stays "
         "batched), or 'auto': stacked on a GPU; on a CPU per_seed when one seed's pass keeps >= 4 MiB of "
-        "activations for its backward pass, else stacked", "auto")
-    device: str = doc("'auto' (CUDA when available), 'cpu', 'cuda', 'cuda:N', or 'mps' (Apple GPUs); one this "
-                      "machine lacks is refused when the config is parsed", "auto")
-    threads: Optional[int] = doc("torch's CPU threads while training; unset: what the command picks (mechsynth train "
-                                 "and demo: the CPUs free when it starts, or MECHSYNTH_THREADS), and on --resume the "
-                                 "count the run trained with, which keeps a resumed run bit-identical", None, lo=1,
-                                 hi=4096)
-    init_from: Optional[str] = doc("fine-tuning: start from the weights of this run directory's last checkpoint, or "
-                                   "of one checkpoint directory (RUN/checkpoints/step_N); the model must have the "
-                                   "same shapes; unset: a fresh initialisation", None)
+        "activations for its backward pass, else stacked",
+        "auto",
+    )
+    device: str = doc(
+        "'auto' (CUDA when available), 'cpu', 'cuda', 'cuda:N', or 'mps' (Apple GPUs); one this "
+        "machine lacks is refused when the config is parsed",
+        "auto",
+    )
+    threads: Optional[int] = doc(
+        "torch's CPU threads while training; unset: what the command picks (mechsynth train "
+        "and demo: the CPUs free when it starts, or MECHSYNTH_THREADS), and on --resume the "
+        "count the run trained with, which keeps a resumed run bit-identical",
+        None,
+        lo=1,
+        hi=4096,
+    )
+    init_from: Optional[str] = doc(
+        "fine-tuning: start from the weights of this run directory's last checkpoint, or "
+        "of one checkpoint directory (RUN/checkpoints/step_N); the model must have the "
+        "same shapes; unset: a fresh initialisation",
+        None,
+    )
     params: Optional[tuple[str, ...]] = doc(
         "train only these parameters, each named as the checkpoints name it (W_hidden, blocks.0.attn.W_Q) or by a "
         "prefix ending at a dot (blocks.0: every weight of block 0); the others keep their initial (or init_from's) "
-        "values. Unset: all. Layerwise training is runs chained with init_from, each training its own layer", None)
-    compile: bool = doc("torch.compile the model (fuses kernels; ~1 min of compiling up front; measured gains are small at these sizes)", False)
+        "values. Unset: all. Layerwise training is runs chained with init_from, each training its own layer",
+        None,
+    )
+    compile: bool = doc(
+        "torch.compile the model (fuses kernels; ~1 min of compiling up front; measured gains are small at these sizes)",
+        False,
+    )
 
     def __post_init__(self):
         check_fields(self)  # bounds and finite floats first
-        check(self.n_train is None or self.data == "fixed", "n_train", "is set but train.data is 'online'; allowed: "
-              "train.data = 'fixed' with it, or leave n_train unset")
+        check(
+            self.n_train is None or self.data == "fixed",
+            "n_train",
+            "is set but train.data is 'online'; allowed: train.data = 'fixed' with it, or leave n_train unset",
+        )
         check(self.lr > 0, "lr", f"must be a positive number, got {self.lr}")
         check(self.weight_decay >= 0, "weight_decay", f"must be ≥ 0, got {self.weight_decay}")
         check(0 <= self.min_lr_frac <= 1, "min_lr_frac", f"must be in [0, 1], got {self.min_lr_frac}")
         check(self.grad_clip is None or self.grad_clip >= 0, "grad_clip", f"must be ≥ 0 or unset, got {self.grad_clip}")
-        check(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), "betas",
-              f"must be two numbers in [0, 1), got {show(self.betas)}")
+        check(
+            len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas),
+            "betas",
+            f"must be two numbers in [0, 1), got {show(self.betas)}",
+        )
         check(0 <= self.momentum < 1, "momentum", f"must be in [0, 1), got {self.momentum}")
-        check(isinstance(self.optimizer, str) and self.optimizer in optimizers.OPTIMIZERS, "optimizer",
-              f"{show(self.optimizer)} is not allowed; allowed: {', '.join(optimizers.names())}")
-        check(self.seeds == 1 or optimizers.get(self.optimizer).elementwise, "optimizer",
-              f"{self.optimizer!r} is not elementwise, so seeds side by side would couple the seeds; allowed with "
-              f"train.seeds > 1: {', '.join(optimizers.elementwise())}")
-        check(isinstance(self.device, str) and DEVICE.fullmatch(self.device) is not None, "device",
-              f"{show(self.device)} is not allowed; allowed: {DEVICES}")
+        check(
+            isinstance(self.optimizer, str) and self.optimizer in optimizers.OPTIMIZERS,
+            "optimizer",
+            f"{show(self.optimizer)} is not allowed; allowed: {', '.join(optimizers.names())}",
+        )
+        check(
+            self.seeds == 1 or optimizers.get(self.optimizer).elementwise,
+            "optimizer",
+            f"{self.optimizer!r} is not elementwise, so seeds side by side would couple the seeds; allowed with "
+            f"train.seeds > 1: {', '.join(optimizers.elementwise())}",
+        )
+        check(
+            isinstance(self.device, str) and DEVICE.fullmatch(self.device) is not None,
+            "device",
+            f"{show(self.device)} is not allowed; allowed: {DEVICES}",
+        )
         if self.params is not None:  # (the message lists it: only where it is set)
-            check(len(self.params) > 0 and all(self.params), "params", f"{show(list(self.params))} names nothing to "
-                  "train; allowed: parameter names or prefixes, or unset to train all")
+            check(
+                len(self.params) > 0 and all(self.params),
+                "params",
+                f"{show(list(self.params))} names nothing to "
+                "train; allowed: parameter names or prefixes, or unset to train all",
+            )
 
 
 @runtime_checkable
@@ -126,8 +206,9 @@ class DataSource(Protocol):
 
     def sample(self, batch_size: int, generator: torch.Generator, device: Any, split: str) -> Batch: ...
 
-    def regulariser(self, forward: Callable[[Tensor], Tensor], batch: Batch,
-                    logits: Float[Tensor, "batch out_pos d_vocab_out"]) -> Optional[Float[Tensor, ""]]: ...
+    def regulariser(
+        self, forward: Callable[[Tensor], Tensor], batch: Batch, logits: Float[Tensor, "batch out_pos d_vocab_out"]
+    ) -> Optional[Float[Tensor, ""]]: ...
 
     def metrics(self, logits: Float[Tensor, "batch out_pos d_vocab_out"], batch: Batch) -> dict[str, float]: ...
 
@@ -135,17 +216,25 @@ class DataSource(Protocol):
 def resolve_device(name: str) -> torch.device:
     """The torch device `train.device` names on this machine; ConfigError (naming train.device) for a
     malformed name or a device this machine lacks (CUDA or MPS unavailable, cuda:N past the last GPU)."""
-    check(isinstance(name, str) and DEVICE.fullmatch(name) is not None, "train.device",
-          f"{show(name)} is not allowed; allowed: {DEVICES}")
+    check(
+        isinstance(name, str) and DEVICE.fullmatch(name) is not None,
+        "train.device",
+        f"{show(name)} is not allowed; allowed: {DEVICES}",
+    )
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda"):
         check(torch.cuda.is_available(), "train.device", f"{name!r} but CUDA is not available here; allowed: auto, cpu")
         count, index = torch.cuda.device_count(), int(name.split(":")[1]) if ":" in name else 0
-        check(index < count, "train.device",
-              f"{name!r} but this machine has {count} CUDA device(s); allowed: auto, cpu, cuda, cuda:0 to cuda:{count - 1}")
+        check(
+            index < count,
+            "train.device",
+            f"{name!r} but this machine has {count} CUDA device(s); allowed: auto, cpu, cuda, cuda:0 to cuda:{count - 1}",
+        )
     if name == "mps":
-        check(torch.backends.mps.is_available(), "train.device", "'mps' but MPS is not available here; allowed: auto, cpu")
+        check(
+            torch.backends.mps.is_available(), "train.device", "'mps' but MPS is not available here; allowed: auto, cpu"
+        )
     return torch.device(name)
 
 
@@ -180,7 +269,9 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
 def checkpoint_steps(total: int, count: int = 100) -> list[int]:
     """About `count` steps in [0, total]: half log-spaced (circuits form early), half evenly spaced."""
     n_log = count // 2
-    log = {round(math.exp(math.log(total) * i / (n_log - 1))) for i in range(n_log)} if total > 1 and n_log > 1 else set()
+    log = (
+        {round(math.exp(math.log(total) * i / (n_log - 1))) for i in range(n_log)} if total > 1 and n_log > 1 else set()
+    )
     lin = {round(total * i / (count - n_log - 1)) for i in range(count - n_log)} if count - n_log > 1 else set()
     return sorted({0, total} | log | lin)
 
@@ -202,10 +293,16 @@ def freeze_unselected(model: nn.Module, params: Optional[Sequence[str]]) -> None
     names = [n for n, _ in named]
     trainable = [n for n, p in named if p.requires_grad]
     for pattern in params:
-        check(any(selects(n, pattern) for n in names), "train.params",
-              f"{pattern!r} names no parameter of this model (a name, or a prefix ending at a dot); allowed: {', '.join(names)}")
-    check(any(selects(n, pattern) for n in trainable for pattern in params), "train.params",
-          f"{show(list(params))} selects only parameters this model kind keeps fixed; allowed: {', '.join(trainable)}")
+        check(
+            any(selects(n, pattern) for n in names),
+            "train.params",
+            f"{pattern!r} names no parameter of this model (a name, or a prefix ending at a dot); allowed: {', '.join(names)}",
+        )
+    check(
+        any(selects(n, pattern) for n in trainable for pattern in params),
+        "train.params",
+        f"{show(list(params))} selects only parameters this model kind keeps fixed; allowed: {', '.join(trainable)}",
+    )
     for n, p in named:
         if not any(selects(n, pattern) for pattern in params):
             p.requires_grad_(False)
@@ -217,8 +314,14 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
     if cfg.decay == "all":
         return optimizers.build(cfg.optimizer, [p for _, p in named], cfg)
     matrix = [n.rsplit(".", 1)[-1].startswith("W_") and n.rsplit(".", 1)[-1] not in NOT_MATRICES for n, _ in named]
-    return optimizers.build(cfg.optimizer, [{"params": [p for (_, p), m in zip(named, matrix) if m]},
-                                            {"params": [p for (_, p), m in zip(named, matrix) if not m], "weight_decay": 0.0}], cfg)
+    return optimizers.build(
+        cfg.optimizer,
+        [
+            {"params": [p for (_, p), m in zip(named, matrix) if m]},
+            {"params": [p for (_, p), m in zip(named, matrix) if not m], "weight_decay": 0.0},
+        ],
+        cfg,
+    )
 
 
 # Weights (TransformerLens's names) that look up a row rather than multiply: embeddings, not matrices.
@@ -342,12 +445,17 @@ class Trainer:
                 self._chunk_state, self._chunk_pos = self.generator.get_state(), 0
             self._chunk = self.data.sample(size, self.generator, self.device, "train")
         i, self._chunk_pos = self._chunk_pos, self._chunk_pos + 1
-        take = lambda v: v[i * b:(i + 1) * b] if isinstance(v, torch.Tensor) and v.ndim and v.shape[0] == size else v  # noqa: E731
+        take = lambda v: v[i * b : (i + 1) * b] if isinstance(v, torch.Tensor) and v.ndim and v.shape[0] == size else v  # noqa: E731
         c = self._chunk
         return Batch(take(c.tokens), take(c.targets), take(c.mask), {k: take(v) for k, v in c.truth.items()})
 
-    def fit(self, on_eval: Callable[[int, Any], None], on_checkpoint: Callable[[int, Any], None],
-            checkpoint_at: set[int], progress: bool = True) -> None:
+    def fit(
+        self,
+        on_eval: Callable[[int, Any], None],
+        on_checkpoint: Callable[[int, Any], None],
+        checkpoint_at: set[int],
+        progress: bool = True,
+    ) -> None:
         """Train to `cfg.steps`, evaluating every `eval_every` steps and at each checkpoint step. The
         callbacks get `record()`'s metrics: a dict (a list of dicts, one per seed, side by side)."""
         self.model.train()
@@ -383,10 +491,15 @@ class Trainer:
         """Raise DivergedError when a loss in `record()`'s metrics (or, for a checkpoint, a weight) is not
         finite: training on would only write NaN checkpoints. Checked where metrics are recorded anyway,
         so a GPU step never waits for it."""
-        bad = [i for i, m in enumerate(self.seed_records(metrics))
-               if any(k.endswith("loss") and isinstance(v, float) and not math.isfinite(v) for k, v in m.items())]
+        bad = [
+            i
+            for i, m in enumerate(self.seed_records(metrics))
+            if any(k.endswith("loss") and isinstance(v, float) and not math.isfinite(v) for k, v in m.items())
+        ]
         if weights and not bad:  # every model's parameters at once, in place: one sync, no copies
-            finite = torch.stack([p.detach().isfinite().reshape(self.n_seeds, -1).all(1) for p in self.module.parameters()])
+            finite = torch.stack(
+                [p.detach().isfinite().reshape(self.n_seeds, -1).all(1) for p in self.module.parameters()]
+            )
             bad = [i for i, ok in enumerate(finite.all(0).tolist()) if not ok]
         if bad:
             raise DivergedError(f"the loss is not finite at step {self.step}", self.step, None, bad)
@@ -413,8 +526,12 @@ class Trainer:
     def state(self) -> dict[str, Any]:
         """Everything besides the weights needed to continue exactly: optimizer, data RNG, step.
         (The LR schedule is a pure function of the step, so it needs no state.)"""
-        return {"optimizer": self.optimizer.state_dict(), "generator": self._chunk_state,
-                "chunk_pos": self._chunk_pos, "step": self.step}
+        return {
+            "optimizer": self.optimizer.state_dict(),
+            "generator": self._chunk_state,
+            "chunk_pos": self._chunk_pos,
+            "step": self.step,
+        }
 
     def load_state(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(state["optimizer"])

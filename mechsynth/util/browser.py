@@ -18,8 +18,16 @@ from typing import Optional
 
 # Chromium's own services off (sync, component updates, QUIC): on a machine without network their lookups
 # can stall a --screenshot run for minutes (seen here: 1 in 6 loads of a page that asks the network).
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--disable-quic"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-quic",
+]
 NETWORK_SCHEMES = ("http:", "https:", "ws:", "wss:", "ftp:")
 
 
@@ -61,9 +69,17 @@ def page_requests(net_log: Path) -> tuple[list[str], list[str]]:
     return page, browser
 
 
-def open_page(path: Path | str, *, width: int = 1280, height: int = 2000, budget_ms: int = 20000,
-              screenshot: Optional[Path] = None, fragment: str = "", chromium: Optional[str] = None,
-              timeout: float = 120) -> Opened:
+def open_page(
+    path: Path | str,
+    *,
+    width: int = 1280,
+    height: int = 2000,
+    budget_ms: int = 20000,
+    screenshot: Optional[Path] = None,
+    fragment: str = "",
+    chromium: Optional[str] = None,
+    timeout: float = 120,
+) -> Opened:
     """Load `path` twice in headless Chromium (once for the DOM, once for the screenshot), letting
     scripts run for `budget_ms` of virtual time, and collect the network requests of both loads."""
     chromium = chromium or find_chromium()
@@ -75,11 +91,20 @@ def open_page(path: Path | str, *, width: int = 1280, height: int = 2000, budget
         shot = Path(screenshot) if screenshot else tmp_path / "screenshot.png"
 
         def run(name: str, extra: list[str]) -> str:
-            cmd = [chromium, *FLAGS, f"--user-data-dir={tmp_path / ('profile-' + name)}",
-                   f"--log-net-log={tmp_path / (name + '.netlog.json')}", f"--virtual-time-budget={budget_ms}",
-                   f"--window-size={width},{height}", "--hide-scrollbars", *extra, url]
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                                  env={**os.environ, "HOME": str(tmp_path)})  # no dotfiles in the real home
+            cmd = [
+                chromium,
+                *FLAGS,
+                f"--user-data-dir={tmp_path / ('profile-' + name)}",
+                f"--log-net-log={tmp_path / (name + '.netlog.json')}",
+                f"--virtual-time-budget={budget_ms}",
+                f"--window-size={width},{height}",
+                "--hide-scrollbars",
+                *extra,
+                url,
+            ]
+            done = subprocess.run(
+                cmd, capture_output=True, text=True, timeout=timeout, env={**os.environ, "HOME": str(tmp_path)}
+            )  # no dotfiles in the real home
             if done.returncode != 0:
                 raise RuntimeError(f"chromium exited with {done.returncode}: {done.stderr[-2000:]}")
             return done.stdout

@@ -30,8 +30,12 @@ class Progress:
             self.bar.set_postfix(**values)
         elif self.enabled and (step >= self.next or step == self.total):
             self.next = step + self.every if self.total is not None else 2 * step
-            print(f"step {step}{'' if self.total is None else f'/{self.total}'}  " + "  ".join(f"{k} {v}" for k, v in values.items()), file=sys.stderr,
-                  flush=True)
+            print(
+                f"step {step}{'' if self.total is None else f'/{self.total}'}  "
+                + "  ".join(f"{k} {v}" for k, v in values.items()),
+                file=sys.stderr,
+                flush=True,
+            )
 
     def close(self) -> None:
         if self.bar is not None:

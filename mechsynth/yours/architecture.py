@@ -24,12 +24,18 @@ from mechsynth.runs import io
 FIELD = "checkpoints"  # how errors name the sources
 
 # Where an architecture field came from, as the summary and the run's origin name it.
-WEIGHTS, SAVED, TL_CONFIG, GIVEN = "the weights' shapes", "the checkpoint's stored architecture", "the TransformerLens config", "--set"
+WEIGHTS, SAVED, TL_CONFIG, GIVEN = (
+    "the weights' shapes",
+    "the checkpoint's stored architecture",
+    "the TransformerLens config",
+    "--set",
+)
 
 
 @dataclass
 class Found:
     """TransformerConfig fields of an import, where each came from, and which are guesses (field -> why)."""
+
     fields: dict[str, Any]
     source: dict[str, str] = field(default_factory=dict)
     guessed: dict[str, str] = field(default_factory=dict)
@@ -42,12 +48,18 @@ def hooked_layout(sd: dict[str, Tensor], n_heads: Optional[int] = None) -> dict[
         return {k: v for k, v in sd.items() if not k.endswith(BUFFERS)}
     if "embed.weight" in sd:
         if n_heads is None:
-            raise ConfigError("model.n_heads", "missing: a TransformerBridge state dict fuses the heads, so its weights do "
-                                               "not say how many there are; give them (--set model.n_heads=N), or the "
-                                               "model's config (--tl-config FILE), or save with mechsynth.save_checkpoint")
+            raise ConfigError(
+                "model.n_heads",
+                "missing: a TransformerBridge state dict fuses the heads, so its weights do "
+                "not say how many there are; give them (--set model.n_heads=N), or the "
+                "model's config (--tl-config FILE), or save with mechsynth.save_checkpoint",
+            )
         return from_bridge_layout(sd, n_heads)
-    raise ConfigError(FIELD, f"weights in an unknown layout (first keys: {', '.join(list(sd)[:3])}); allowed: "
-                             "HookedTransformer's (embed.W_E, ...), TransformerBridge's (embed.weight, ...), nanoGPT's")
+    raise ConfigError(
+        FIELD,
+        f"weights in an unknown layout (first keys: {', '.join(list(sd)[:3])}); allowed: "
+        "HookedTransformer's (embed.W_E, ...), TransformerBridge's (embed.weight, ...), nanoGPT's",
+    )
 
 
 def bridge_heads(sd: dict[str, Tensor], declared: dict[str, Any], source: dict[str, str]) -> Optional[int]:
@@ -61,15 +73,20 @@ def bridge_heads(sd: dict[str, Tensor], declared: dict[str, Any], source: dict[s
     n_heads, d_head = declared.get("n_heads"), declared.get("d_head")
     if d_head is not None and (rows % d_head or (n_heads is not None and n_heads * d_head != rows)):
         said = f"n_heads {n_heads} × d_head {d_head}" if n_heads is not None else f"d_head {d_head}"
-        raise ConfigError("model.n_heads" if n_heads is not None else "model.d_head",
-                          f"{said} (from {source.get('n_heads', source['d_head'])}) does not fit blocks.0.attn.q.weight, "
-                          f"{_shape(q)} in the checkpoint (its {rows} rows are n_heads × d_head); "
-                          f"{_fix('n_heads', rows // d_head, source) if rows % d_head == 0 else 'give the right d_head'}")
+        raise ConfigError(
+            "model.n_heads" if n_heads is not None else "model.d_head",
+            f"{said} (from {source.get('n_heads', source['d_head'])}) does not fit blocks.0.attn.q.weight, "
+            f"{_shape(q)} in the checkpoint (its {rows} rows are n_heads × d_head); "
+            f"{_fix('n_heads', rows // d_head, source) if rows % d_head == 0 else 'give the right d_head'}",
+        )
     if n_heads is None and d_head is not None:
         return rows // d_head
     if n_heads is not None and rows % n_heads:
-        raise ConfigError("model.n_heads", f"{n_heads} (from {source['n_heads']}) does not divide the {rows} rows of "
-                                           f"blocks.0.attn.q.weight ({_shape(q)}: n_heads × d_head); give the model's head count")
+        raise ConfigError(
+            "model.n_heads",
+            f"{n_heads} (from {source['n_heads']}) does not divide the {rows} rows of "
+            f"blocks.0.attn.q.weight ({_shape(q)}: n_heads × d_head); give the model's head count",
+        )
     return n_heads
 
 
@@ -95,8 +112,13 @@ def shapes(sd: dict[str, Tensor]) -> tuple[dict[str, Any], dict[str, str]]:
     mlp, pos = sd.get("blocks.0.mlp.W_in"), sd.get("pos_embed.W_pos")
     q = f"blocks.0.attn.W_Q is {_shape(W_Q)} (n_heads × d_model × d_head)"
     found = {"n_layers": n_layers, "n_heads": n_heads, "d_model": d_model, "d_head": d_head, "attn_only": mlp is None}
-    why = {"n_layers": f"the checkpoint has blocks 0 to {n_layers - 1}", "n_heads": q, "d_head": q, "d_model": q,
-           "attn_only": "the checkpoint has " + ("no MLP weights" if mlp is None else "MLP weights (blocks.0.mlp.W_in)")}
+    why = {
+        "n_layers": f"the checkpoint has blocks 0 to {n_layers - 1}",
+        "n_heads": q,
+        "d_head": q,
+        "d_model": q,
+        "attn_only": "the checkpoint has " + ("no MLP weights" if mlp is None else "MLP weights (blocks.0.mlp.W_in)"),
+    }
     if mlp is not None:
         found["d_mlp"], why["d_mlp"] = mlp.shape[1], f"blocks.0.mlp.W_in is {_shape(mlp)} (d_model × d_mlp)"
     if pos is not None:
@@ -106,7 +128,9 @@ def shapes(sd: dict[str, Tensor]) -> tuple[dict[str, Any], dict[str, str]]:
     return found, why
 
 
-def architecture(sd: dict[str, Tensor], declared: dict[str, Any], source: dict[str, str], info: dict[str, Any]) -> Found:
+def architecture(
+    sd: dict[str, Tensor], declared: dict[str, Any], source: dict[str, str], info: dict[str, Any]
+) -> Found:
     """TransformerConfig fields of a HookedTransformer-layout state dict: its shapes, what the file says (nanoGPT:
     GELU; tracr: its config), and what was declared (the TransformerLens config, --set), which must agree with the
     shapes: a declared head count the weights contradict is refused, never loaded as a different model."""
@@ -119,13 +143,19 @@ def architecture(sd: dict[str, Tensor], declared: dict[str, Any], source: dict[s
         out.source |= {k: "the tracr program" for k in info["tracr"]["config"]}
     for key, value in declared.items():
         if key in found and found[key] != value and not (key == "d_mlp" and found["attn_only"]):
-            raise ConfigError(f"model.{key}", f"{value} (from {source[key]}), but {why[key]} in the checkpoint "
-                                              f"({key} {found[key]}); {_fix(key, found[key], source)}")
+            raise ConfigError(
+                f"model.{key}",
+                f"{value} (from {source[key]}), but {why[key]} in the checkpoint "
+                f"({key} {found[key]}); {_fix(key, found[key], source)}",
+            )
     absent_ln = "normalization" not in found and declared.get("normalization") == "LN"
     if absent_ln:
-        raise ConfigError("model.normalization", f"LN (from {source['normalization']}), but the checkpoint has no "
-                                                 "layer-norm weights (blocks.0.ln1.w), which is LNPre or none; "
-                                                 f"{_fix('normalization', 'LNPre', source)}")
+        raise ConfigError(
+            "model.normalization",
+            f"LN (from {source['normalization']}), but the checkpoint has no "
+            "layer-norm weights (blocks.0.ln1.w), which is LNPre or none; "
+            f"{_fix('normalization', 'LNPre', source)}",
+        )
     out.fields |= declared
     out.source |= {k: source[k] for k in declared}
     if "pos_embed.W_pos" in sd and "positional" not in out.fields:
@@ -134,14 +164,22 @@ def architecture(sd: dict[str, Tensor], declared: dict[str, Any], source: dict[s
     # would) guessed and said to be a guess.
     if "positional" not in out.fields:
         out.fields["positional"], out.source["positional"] = "rotary", WEIGHTS
-        out.guessed["positional"] = ("rotary, a guess: the weights have no pos_embed.W_pos, which is rotary or none "
-                                     "(--set model.positional=none if it had no positions)")
+        out.guessed["positional"] = (
+            "rotary, a guess: the weights have no pos_embed.W_pos, which is rotary or none "
+            "(--set model.positional=none if it had no positions)"
+        )
     if "normalization" not in out.fields:
-        raise ConfigError("model.normalization", "missing: the weights have no layer-norm weights, which is LNPre or "
-                                                 "none; give it (--set model.normalization=none)")
+        raise ConfigError(
+            "model.normalization",
+            "missing: the weights have no layer-norm weights, which is LNPre or "
+            "none; give it (--set model.normalization=none)",
+        )
     if not out.fields["attn_only"] and "act_fn" not in out.fields:
-        raise ConfigError("model.act_fn", "missing: the weights have MLPs and do not say their activation; give it "
-                                          "(--set model.act_fn=gelu); allowed: relu, gelu, gelu_new, silu")
+        raise ConfigError(
+            "model.act_fn",
+            "missing: the weights have MLPs and do not say their activation; give it "
+            "(--set model.act_fn=gelu); allowed: relu, gelu, gelu_new, silu",
+        )
     return out
 
 
@@ -162,9 +200,15 @@ def tl_fields(cfg: Any, where: str) -> dict[str, Any]:
         raise ConfigError(where, f"normalization_type={norm!r} is not modelled; allowed: LN, LNPre, None")
     n_heads = cfg.get("n_heads", -1)
     n_heads = cfg["d_model"] // cfg["d_head"] if n_heads in (None, -1) else n_heads  # TL's own default
-    out = {"n_layers": cfg["n_layers"], "n_heads": n_heads, "d_model": cfg["d_model"], "d_head": cfg["d_head"],
-           "attn_only": bool(cfg.get("attn_only", False)), "normalization": external._NORMS[norm],
-           "positional": cfg.get("positional_embedding_type", "standard")}
+    out = {
+        "n_layers": cfg["n_layers"],
+        "n_heads": n_heads,
+        "d_model": cfg["d_model"],
+        "d_head": cfg["d_head"],
+        "attn_only": bool(cfg.get("attn_only", False)),
+        "normalization": external._NORMS[norm],
+        "positional": cfg.get("positional_embedding_type", "standard"),
+    }
     if not out["attn_only"]:
         out |= {"d_mlp": cfg.get("d_mlp"), "act_fn": cfg.get("act_fn")}
     if isinstance(cfg.get("n_ctx"), int) and out["positional"] == "standard":

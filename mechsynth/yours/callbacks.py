@@ -60,10 +60,15 @@ def lightning_callback(monitor: Monitor) -> Any:
 def _check_monitor(monitor: Any, field: str) -> None:
     """Refused here, in one line: otherwise the Trainer would fail at its first step, deep in its own loop."""
     if not isinstance(monitor, Monitor):
-        raise ConfigError(field, f"expected a mechsynth.Monitor, got {show(monitor)}; make one first "
-                                 "(with mechsynth.Monitor(model, run_dir, task) as monitor: ...)")
+        raise ConfigError(
+            field,
+            f"expected a mechsynth.Monitor, got {show(monitor)}; make one first "
+            "(with mechsynth.Monitor(model, run_dir, task) as monitor: ...)",
+        )
     if monitor.closed:
-        raise ConfigError(field, f"the monitor of {monitor.run_dir} is closed (finished); make a new one for this training")
+        raise ConfigError(
+            field, f"the monitor of {monitor.run_dir} is closed (finished); make a new one for this training"
+        )
 
 
 def _check_trains(monitor: Monitor, trained: nn.Module, field: str) -> None:
@@ -73,8 +78,11 @@ def _check_trains(monitor: Monitor, trained: nn.Module, field: str) -> None:
     theirs = {id(p) for p in trained.parameters()}
     missing = sum(id(p) not in theirs for p in ours)
     if missing:
-        raise ConfigError(field, f"the Trainer's model does not hold the monitor's model ({missing} of its {len(ours)} "
-                                 "parameters are not among the Trainer's); wrap the very model you gave the Monitor")
+        raise ConfigError(
+            field,
+            f"the Trainer's model does not hold the monitor's model ({missing} of its {len(ours)} "
+            "parameters are not among the Trainer's); wrap the very model you gave the Monitor",
+        )
 
 
 # HuggingFace lr_scheduler_type -> train.schedule, where the two are the same curve (HF's decays to 0 at max_steps)
@@ -83,9 +91,11 @@ HF_SCHEDULES = {"linear": "linear", "cosine": "cosine", "constant": "constant", 
 
 def hf_fields(args: Any, max_steps: int) -> dict[str, Any]:
     """What a HuggingFace TrainingArguments says of the loop, as TrainConfig fields (see the module docstring)."""
-    fields: dict[str, Any] = {"batch_size": args.train_batch_size * args.gradient_accumulation_steps * args.world_size,
-                              "seed": args.data_seed if args.data_seed is not None else args.seed,
-                              "grad_clip": float(args.max_grad_norm) if args.max_grad_norm else None}  # 0: no clipping
+    fields: dict[str, Any] = {
+        "batch_size": args.train_batch_size * args.gradient_accumulation_steps * args.world_size,
+        "seed": args.data_seed if args.data_seed is not None else args.seed,
+        "grad_clip": float(args.max_grad_norm) if args.max_grad_norm else None,
+    }  # 0: no clipping
     if args.learning_rate > 0:
         fields["lr"] = float(args.learning_rate)
     kind = getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)
@@ -134,8 +144,15 @@ def _hf_class() -> type:
                 self.monitor.step(self.pending, loss)
                 self.pending = None
 
-        def on_train_begin(self, args: Any, state: Any, control: Any, model: Optional[nn.Module] = None,
-                           optimizer: Any = None, **kw: Any) -> None:
+        def on_train_begin(
+            self,
+            args: Any,
+            state: Any,
+            control: Any,
+            model: Optional[nn.Module] = None,
+            optimizer: Any = None,
+            **kw: Any,
+        ) -> None:
             if model is not None:
                 _check_trains(self.monitor, model, "hf_callback")
             self.monitor.note(optimizer, **hf_fields(args, state.max_steps))
@@ -213,7 +230,11 @@ def _lightning_class() -> type:
             total = None
             if self.losses:
                 # automatic optimization divides each batch's loss by the batches accumulated: their sum is the mean
-                total = torch.stack(self.losses).sum() if pl_module.automatic_optimization else torch.stack(self.losses).mean()
+                total = (
+                    torch.stack(self.losses).sum()
+                    if pl_module.automatic_optimization
+                    else torch.stack(self.losses).mean()
+                )
             self.monitor.step(step, total)
             self.losses, self.last = [], step
 

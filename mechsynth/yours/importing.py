@@ -98,7 +98,9 @@ def read(path: Path) -> tuple[dict[str, Tensor], Optional[int], dict[str, Any]]:
     info: dict[str, Any] = {}
     if isinstance(obj, dict) and isinstance(obj.get(ENTRY), dict) and isinstance(obj.get("state_dict"), dict):
         info[ENTRY] = _entry(obj[ENTRY], path)
-    elif isinstance(obj, dict):  # a TransformerLens config saved beside the weights, as {"cfg": {...}, "state_dict": ...}
+    elif isinstance(
+        obj, dict
+    ):  # a TransformerLens config saved beside the weights, as {"cfg": {...}, "state_dict": ...}
         cfg = next((obj[k] for k in ("cfg", "config") if isinstance(obj.get(k), dict) and "d_model" in obj[k]), None)
         info = {"tl_cfg": cfg} if cfg is not None else {}
     step = info[ENTRY]["step"] if ENTRY in info else None
@@ -112,7 +114,11 @@ def read(path: Path) -> tuple[dict[str, Tensor], Optional[int], dict[str, Any]]:
 
 def _entry(entry: Any, path: Path) -> dict[str, Any]:
     """save_checkpoint's entry, checked for what import reads of it."""
-    if not isinstance(entry, dict) or not isinstance(entry.get("model"), dict) or not isinstance(entry.get("step"), int):
+    if (
+        not isinstance(entry, dict)
+        or not isinstance(entry.get("model"), dict)
+        or not isinstance(entry.get("step"), int)
+    ):
         raise CorruptFileError(path, f"its {ENTRY!r} entry is not one mechsynth.save_checkpoint writes (model, step)")
     return entry
 
@@ -142,12 +148,15 @@ def _nanogpt(sd: dict[str, Tensor], args: dict[str, Any], path: Path) -> dict[st
             w = sd[p + "attn.c_attn.weight"].T  # [d_model, 3 d_model]
             b = get(p + "attn.c_attn.bias", 3 * d)
             for j, name in enumerate("QKV"):
-                out[f"blocks.{i}.attn.W_{name}"] = einops.rearrange(w[:, j * d:(j + 1) * d], "m (h e) -> h m e", h=h)
-                out[f"blocks.{i}.attn.b_{name}"] = einops.rearrange(b[j * d:(j + 1) * d], "(h e) -> h e", h=h)
+                out[f"blocks.{i}.attn.W_{name}"] = einops.rearrange(w[:, j * d : (j + 1) * d], "m (h e) -> h m e", h=h)
+                out[f"blocks.{i}.attn.b_{name}"] = einops.rearrange(b[j * d : (j + 1) * d], "(h e) -> h e", h=h)
             out[f"blocks.{i}.attn.W_O"] = einops.rearrange(sd[p + "attn.c_proj.weight"].T, "(h e) m -> h e m", h=h)
             out[f"blocks.{i}.attn.b_O"] = get(p + "attn.c_proj.bias", d)
             for ln, ours in (("ln_1", "ln1"), ("ln_2", "ln2")):
-                out[f"blocks.{i}.{ours}.w"], out[f"blocks.{i}.{ours}.b"] = sd[p + f"{ln}.weight"], get(p + f"{ln}.bias", d)
+                out[f"blocks.{i}.{ours}.w"], out[f"blocks.{i}.{ours}.b"] = (
+                    sd[p + f"{ln}.weight"],
+                    get(p + f"{ln}.bias", d),
+                )
             out[f"blocks.{i}.mlp.W_in"] = sd[p + "mlp.c_fc.weight"].T.contiguous()
             out[f"blocks.{i}.mlp.b_in"] = get(p + "mlp.c_fc.bias", 4 * d)
             out[f"blocks.{i}.mlp.W_out"] = sd[p + "mlp.c_proj.weight"].T.contiguous()
@@ -184,7 +193,9 @@ def task_fix(task: Task, ok: Callable[[TaskSpec], bool], target: int) -> Optiona
     for key, value in params.items():
         if not isinstance(value, int) or isinstance(value, bool):
             continue
-        for v in sorted({target + d for d in range(-3, 4)} | {target // 2 + d for d in range(-1, 2)}, key=lambda v: abs(v - target)):
+        for v in sorted(
+            {target + d for d in range(-3, 4)} | {target // 2 + d for d in range(-1, 2)}, key=lambda v: abs(v - target)
+        ):
             if v < 1 or v == value:
                 continue
             try:
@@ -202,19 +213,27 @@ def check_task(sd: dict[str, Tensor], task: Task) -> None:
     fits = lambda s: s.d_vocab == E.shape[0] and (U is None or s.d_vocab_out == U.shape[1])  # noqa: E731
     fix = lambda ok, target: task_fix(task, ok, target) or "the task's parameters"  # noqa: E731
     if spec.d_input is None and E.shape[0] != spec.d_vocab:
-        raise ConfigError("task", f"the checkpoint's vocabulary is {E.shape[0]} tokens (embed.W_E is {_shape(E)}) and "
-                                  f"task {task.name}'s is {spec.d_vocab} (d_vocab); give {fix(fits, E.shape[0])}, or "
-                                  "the --task they learned")
+        raise ConfigError(
+            "task",
+            f"the checkpoint's vocabulary is {E.shape[0]} tokens (embed.W_E is {_shape(E)}) and "
+            f"task {task.name}'s is {spec.d_vocab} (d_vocab); give {fix(fits, E.shape[0])}, or "
+            "the --task they learned",
+        )
     if U is not None and U.shape[1] != spec.d_vocab_out:
-        raise ConfigError("task", f"the checkpoint has {U.shape[1]} outputs (unembed.W_U is {_shape(U)}) and task "
-                                  f"{task.name} has {spec.d_vocab_out} target classes (d_vocab_out); give "
-                                  f"{fix(fits, U.shape[1])}, or the --task they learned")
+        raise ConfigError(
+            "task",
+            f"the checkpoint has {U.shape[1]} outputs (unembed.W_U is {_shape(U)}) and task "
+            f"{task.name} has {spec.d_vocab_out} target classes (d_vocab_out); give "
+            f"{fix(fits, U.shape[1])}, or the --task they learned",
+        )
     if P is not None and P.shape[0] < spec.n_ctx:
         length = task_fix(task, lambda s: s.n_ctx == P.shape[0], P.shape[0])
-        raise ConfigError(length.split("=")[0].removeprefix("--set ") if length else "task",
-                          f"the checkpoint has {P.shape[0]} positions (pos_embed.W_pos is {_shape(P)}) and task "
-                          f"{task.name}'s sequences are {spec.n_ctx} tokens; give the length it was trained at: "
-                          f"{length or f'a task of at most {P.shape[0]} tokens'}")
+        raise ConfigError(
+            length.split("=")[0].removeprefix("--set ") if length else "task",
+            f"the checkpoint has {P.shape[0]} positions (pos_embed.W_pos is {_shape(P)}) and task "
+            f"{task.name}'s sequences are {spec.n_ctx} tokens; give the length it was trained at: "
+            f"{length or f'a task of at most {P.shape[0]} tokens'}",
+        )
 
 
 # ---- writing the run ----------------------------------------------------------------------------
@@ -222,8 +241,25 @@ def check_task(sd: dict[str, Tensor], task: Task) -> None:
 # What a checkpoint does not record of how the model was trained or began: left out of config.json's tables and
 # listed in origin["not_recorded"] (rundir.unknown_keys), which the report shows as "not recorded" rather than as
 # the defaults a reader parses there.
-UNKNOWN_TRAIN = ("batch_size", "data", "n_train", "set_seed", "lr", "optimizer", "betas", "momentum", "weight_decay",
-                 "decay", "warmup_steps", "schedule", "min_lr_frac", "grad_clip", "seed", "init_from", "params")
+UNKNOWN_TRAIN = (
+    "batch_size",
+    "data",
+    "n_train",
+    "set_seed",
+    "lr",
+    "optimizer",
+    "betas",
+    "momentum",
+    "weight_decay",
+    "decay",
+    "warmup_steps",
+    "schedule",
+    "min_lr_frac",
+    "grad_clip",
+    "seed",
+    "init_from",
+    "params",
+)
 UNKNOWN_MODEL = ("init_seed", "init_range")  # how the weights began: no checkpoint says
 NOT_RECORDED = tuple(f"train.{k}" for k in UNKNOWN_TRAIN) + tuple(f"model.{k}" for k in UNKNOWN_MODEL)
 
@@ -245,15 +281,25 @@ def rebuild(kind: ModelKind, task: Task, weights: dict[str, Tensor]) -> nn.Modul
     model = models.build(kind, task.spec)
     why = misfit(model.state_dict(), weights)
     if why is not None:
-        raise ConfigError("model", f"the weights do not fit a {models.describe(kind)} for task {task.name}: {why}; give "
-                                   "the model fields (--set model.KEY=VALUE) and --task the weights were trained with")
+        raise ConfigError(
+            "model",
+            f"the weights do not fit a {models.describe(kind)} for task {task.name}: {why}; give "
+            "the model fields (--set model.KEY=VALUE) and --task the weights were trained with",
+        )
     model.load_state_dict(weights)
     return model.eval()
 
 
-def write_run(run_dir: Path | str, task: Task, kind: ModelKind, checkpoints: Iterable[tuple[int, dict[str, Tensor]]],
-              origin: dict[str, Any], seed: int = 0, eval_batch_size: int = 512,
-              unknown: Sequence[str] = NOT_RECORDED) -> Path:
+def write_run(
+    run_dir: Path | str,
+    task: Task,
+    kind: ModelKind,
+    checkpoints: Iterable[tuple[int, dict[str, Tensor]]],
+    origin: dict[str, Any],
+    seed: int = 0,
+    eval_batch_size: int = 512,
+    unknown: Sequence[str] = NOT_RECORDED,
+) -> Path:
     """A run directory holding `checkpoints` ((step, weights in HookedTransformer layout), steps increasing),
     each with the task's held-out metrics; `unknown`: the dotted config keys its source does not record (left out
     of config.json's tables, listed in its origin). Nothing is written until every checkpoint has been read."""
@@ -267,16 +313,31 @@ def write_run(run_dir: Path | str, task: Task, kind: ModelKind, checkpoints: Ite
     items.sort(key=lambda c: c[0])
     steps = [s for s, _ in items]
     if len(set(steps)) != len(steps):
-        raise ConfigError(FIELD, f"two checkpoints have the same step ({sorted(s for s in steps if steps.count(s) > 1)[0]}); "
-                                 "name the files by step (the last number in each name)")
+        raise ConfigError(
+            FIELD,
+            f"two checkpoints have the same step ({sorted(s for s in steps if steps.count(s) > 1)[0]}); "
+            "name the files by step (the last number in each name)",
+        )
     built = [rebuild(kind, task, w) for _, w in items]  # every checkpoint fits before any is written
-    train = TrainConfig(steps=max(1, steps[-1]), checkpoints=max(2, len(steps)), eval_batch_size=eval_batch_size,
-                        seed=seed, device="cpu")
+    train = TrainConfig(
+        steps=max(1, steps[-1]),
+        checkpoints=max(2, len(steps)),
+        eval_batch_size=eval_batch_size,
+        seed=seed,
+        device="cpu",
+    )
     run_dir.mkdir(parents=True, exist_ok=True)
     with rundir.RunLock([run_dir]):
         tables = rundir.flatten(RunConfig.of(task, kind, train, WandbConfig(mode="disabled")).to_dict())
-        start_run(run_dir, kind, task, train, origin, "--out",  # (a model kind without init_range: not listed)
-                  not_recorded=[k for k in unknown if k in tables])
+        start_run(
+            run_dir,
+            kind,
+            task,
+            train,
+            origin,
+            "--out",  # (a model kind without init_range: not listed)
+            not_recorded=[k for k in unknown if k in tables],
+        )
         batches = held_out_batches(task, seed, eval_batch_size, torch.device("cpu"))
         writer = rundir.MetricsWriter(run_dir)
         try:
@@ -299,7 +360,11 @@ def sources(paths: Sequence[Path | str]) -> list[Path]:
     out: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():
-            found = sorted(q for q in p.iterdir() if q.suffix in SUFFIXES or (q.suffix == ".json" and q.with_suffix(".safetensors").exists()))
+            found = sorted(
+                q
+                for q in p.iterdir()
+                if q.suffix in SUFFIXES or (q.suffix == ".json" and q.with_suffix(".safetensors").exists())
+            )
             found = [q for q in found if not (q.suffix == ".safetensors" and q.with_suffix(".json").exists())]
             if not found:
                 raise RunFileError(p, f"holds no checkpoint file ({', '.join(SUFFIXES)})")
@@ -312,9 +377,13 @@ def sources(paths: Sequence[Path | str]) -> list[Path]:
 
 
 @typing.no_type_check  # it checks its arguments: tests see the user's error, not the test-time checker's
-def import_checkpoints(paths: Sequence[Path | str] | Path | str, run_dir: Path | str, task: Task | str | None = None,
-                       model: Optional[dict[str, Any]] = None,
-                       tl_config: Path | str | dict[str, Any] | None = None) -> Path:
+def import_checkpoints(
+    paths: Sequence[Path | str] | Path | str,
+    run_dir: Path | str,
+    task: Task | str | None = None,
+    model: Optional[dict[str, Any]] = None,
+    tl_config: Path | str | dict[str, Any] | None = None,
+) -> Path:
     """Checkpoint files (or directories of them) into a new run directory. `task`: a Task or a task name (None:
     the one a save_checkpoint file names, else random tokens the model's size; a tracr program brings its own);
     `model`: TransformerConfig fields the weights cannot say (act_fn, normalization), e.g. {"act_fn": "gelu"};
@@ -325,14 +394,20 @@ def import_checkpoints(paths: Sequence[Path | str] | Path | str, run_dir: Path |
     task = resolve_task(task, None) if task is not None else None  # a wrong name is said before any file is read
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
-    check(isinstance(paths, Iterable) and not isinstance(paths, bytes), FIELD,
-          f"expected a path or a list of paths, got {show(paths)}")
+    check(
+        isinstance(paths, Iterable) and not isinstance(paths, bytes),
+        FIELD,
+        f"expected a path or a list of paths, got {show(paths)}",
+    )
     paths = list(paths)
     for p in paths:
         check(isinstance(p, (str, os.PathLike)), FIELD, f"expected a path or a list of paths, got {show(p)} among them")
     check(bool(paths), FIELD, "no checkpoint given")
-    check(model is None or isinstance(model, dict), "model", f"expected a table of model fields such as "
-                                                             f"{{'act_fn': 'gelu'}}, got {show(model)}")
+    check(
+        model is None or isinstance(model, dict),
+        "model",
+        f"expected a table of model fields such as {{'act_fn': 'gelu'}}, got {show(model)}",
+    )
     tl = read_tl_config(tl_config) if tl_config is not None else None
     files = sources(paths)
     read_all = [read(f) for f in files]
@@ -346,27 +421,46 @@ def import_checkpoints(paths: Sequence[Path | str] | Path | str, run_dir: Path |
         if len(files) > 1:
             raise ConfigError(FIELD, f"{files[steps.index(None)]}: no step in its name; name each file by its step")
         steps = [0]
-    fmt = ("mechsynth.save_checkpoint" if ENTRY in info else "nanoGPT" if "nanogpt" in info else
-           "tracr" if "tracr" in info else
-           "TransformerBridge state dict" if "embed.weight" in read_all[0][0] else "HookedTransformer state dict")
-    origin = {"by": "mechsynth import", "files": [f.name for f in files], "format": fmt, "architecture": found.source,
-              "guessed": found.guessed}
+    fmt = (
+        "mechsynth.save_checkpoint"
+        if ENTRY in info
+        else "nanoGPT"
+        if "nanogpt" in info
+        else "tracr"
+        if "tracr" in info
+        else "TransformerBridge state dict"
+        if "embed.weight" in read_all[0][0]
+        else "HookedTransformer state dict"
+    )
+    origin = {
+        "by": "mechsynth import",
+        "files": [f.name for f in files],
+        "format": fmt,
+        "architecture": found.source,
+        "guessed": found.guessed,
+    }
     return write_run(run_dir, the_task, kind, zip(steps, weights), origin)
 
 
-def _saved(files: list[Path], read_all: list, task: Optional[Task], told: dict[str, Any],
-           tl: Optional[dict[str, Any]]) -> tuple[ModelKind, Task, Found, list[dict[str, Tensor]]]:
+def _saved(
+    files: list[Path], read_all: list, task: Optional[Task], told: dict[str, Any], tl: Optional[dict[str, Any]]
+) -> tuple[ModelKind, Task, Found, list[dict[str, Tensor]]]:
     """The architecture and task a save_checkpoint file stores: what is declared besides must agree with it, and
     each file's rebuilt model must compute the logits stored with it."""
     entry = read_all[0][2][ENTRY]
     kind = models.parse(entry["model"], "model")
     stored = models.to_dict(kind)
-    declared = {**({k: (v, TL_CONFIG) for k, v in tl_fields(tl, "--tl-config").items()} if tl is not None else {}),
-                **{k: (v, GIVEN) for k, v in told.items()}}
+    declared = {
+        **({k: (v, TL_CONFIG) for k, v in tl_fields(tl, "--tl-config").items()} if tl is not None else {}),
+        **{k: (v, GIVEN) for k, v in told.items()},
+    }
     for key, (value, whence) in declared.items():
         if key in stored and stored[key] != value:
-            raise ConfigError(f"model.{key}", f"{value} (from {whence}), but {files[0].name} stores its architecture "
-                                              f"({key} {stored[key]}); leave the {whence} out: the file says it")
+            raise ConfigError(
+                f"model.{key}",
+                f"{value} (from {whence}), but {files[0].name} stores its architecture "
+                f"({key} {stored[key]}); leave the {whence} out: the file says it",
+            )
     sizes = entry.get("sizes", {})
     if task is not None or isinstance(entry.get("task"), dict):
         the_task = _task_for(read_all[0][2], task, read_all[0][0])
@@ -383,8 +477,14 @@ def _saved(files: list[Path], read_all: list, task: Optional[Task], told: dict[s
     return kind, the_task, Found(stored, said), weights
 
 
-def _inferred(files: list[Path], read_all: list, task: Optional[Task], told: dict[str, Any],
-              tl: Optional[dict[str, Any]], tl_given: bool) -> tuple[ModelKind, Task, Found, list[dict[str, Tensor]]]:
+def _inferred(
+    files: list[Path],
+    read_all: list,
+    task: Optional[Task],
+    told: dict[str, Any],
+    tl: Optional[dict[str, Any]],
+    tl_given: bool,
+) -> tuple[ModelKind, Task, Found, list[dict[str, Tensor]]]:
     """The architecture read off the weights' shapes, checked against what is declared (a TransformerLens config
     given or stored beside the weights, then --set), with the guesses said."""
     info = read_all[0][2]
@@ -393,24 +493,31 @@ def _inferred(files: list[Path], read_all: list, task: Optional[Task], told: dic
     source = {k: TL_CONFIG for k in declared}
     for key, value in told.items():
         if key in declared and declared[key] != value:
-            raise ConfigError(f"model.{key}", f"{value} (from --set), but the TransformerLens config says {declared[key]}; "
-                                              "give one of them")
+            raise ConfigError(
+                f"model.{key}",
+                f"{value} (from --set), but the TransformerLens config says {declared[key]}; give one of them",
+            )
         declared[key], source[key] = value, GIVEN
     n_heads = bridge_heads(read_all[0][0], declared, source)
     layouts = [hooked_layout(sd, n_heads) for sd, _, _ in read_all]
     for f, weights in zip(files, layouts):  # the first such file, before anything is written
         if (bad := external.nonfinite(weights)) is not None:
-            raise RunFileError(f, f"its weights are not finite ({bad} holds NaN or inf); {external.NONFINITE}: "
-                                  "import the checkpoints before it")
+            raise RunFileError(
+                f,
+                f"its weights are not finite ({bad} holds NaN or inf); {external.NONFINITE}: "
+                "import the checkpoints before it",
+            )
     found = architecture(layouts[0], declared, source, info)
     q = read_all[0][0].get("blocks.0.attn.q.weight")
     if q is not None and "embed.W_E" not in read_all[0][0] and source.get("n_heads") == GIVEN:
         rows = q.shape[0]
         fits = [n for n in range(1, rows + 1) if rows % n == 0]
-        found.guessed["n_heads"] = (f"{n_heads} from --set, which the weights cannot confirm: a TransformerBridge state "
-                                    f"dict fuses the heads (blocks.0.attn.q.weight is {_shape(q)}), and "
-                                    f"{', '.join(map(str, fits))} heads fit it alike, each a different model; give "
-                                    "--tl-config FILE, or save with mechsynth.save_checkpoint")
+        found.guessed["n_heads"] = (
+            f"{n_heads} from --set, which the weights cannot confirm: a TransformerBridge state "
+            f"dict fuses the heads (blocks.0.attn.q.weight is {_shape(q)}), and "
+            f"{', '.join(map(str, fits))} heads fit it alike, each a different model; give "
+            "--tl-config FILE, or save with mechsynth.save_checkpoint"
+        )
     the_task = _task_for(info, task, layouts[0])
     check_task(layouts[0], the_task)
     found.fields.setdefault("n_ctx", the_task.spec.n_ctx)
@@ -428,12 +535,15 @@ def summary(run_dir: Path | str) -> list[str]:
     config = rundir.read_config(run_dir)
     origin, run = config.get("origin", {}), load_run(run_dir)
     steps = run.steps
-    shown = ", ".join(map(str, steps[:5])) + (f", …, {steps[-1]}" if len(steps) > 6 else
-                                              f", {steps[-1]}" if len(steps) == 6 else "")
+    shown = ", ".join(map(str, steps[:5])) + (
+        f", …, {steps[-1]}" if len(steps) > 6 else f", {steps[-1]}" if len(steps) == 6 else ""
+    )
     guessed = origin.get("guessed") or {}
-    first = (f"imported {len(steps)} checkpoint{'s' if len(steps) > 1 else ''} (step{'s' if len(steps) > 1 else ''} "
-             f"{shown}; {origin.get('format')}) as a {models.describe(run.config.model)}"
-             + (f"; GUESSED: {', '.join(guessed)} (see below)" if guessed else ""))
+    first = (
+        f"imported {len(steps)} checkpoint{'s' if len(steps) > 1 else ''} (step{'s' if len(steps) > 1 else ''} "
+        f"{shown}; {origin.get('format')}) as a {models.describe(run.config.model)}"
+        + (f"; GUESSED: {', '.join(guessed)} (see below)" if guessed else "")
+    )
     by_source: dict[str, list[str]] = {}
     table = models.to_dict(run.config.model)
     for key, whence in (origin.get("architecture") or {}).items():
@@ -443,8 +553,9 @@ def summary(run_dir: Path | str) -> list[str]:
     lines.append(f"  task: {run.config.task_name} ({params})")
     lines += [f"  guessed {key}: {why}" for key, why in guessed.items()]
     if run.not_recorded:
-        lines.append(f"  not recorded (the checkpoints do not say how they were trained): "
-                     f"{', '.join(sorted(run.not_recorded))}")
+        lines.append(
+            f"  not recorded (the checkpoints do not say how they were trained): {', '.join(sorted(run.not_recorded))}"
+        )
     return lines
 
 
@@ -452,7 +563,9 @@ def summary(run_dir: Path | str) -> list[str]:
 
 
 @typing.no_type_check  # it checks its arguments: tests see the user's error, not the test-time checker's
-def import_models(checkpoints: Iterable[tuple[int, nn.Module]], run_dir: Path | str, task: Task | str | None = None) -> Path:
+def import_models(
+    checkpoints: Iterable[tuple[int, nn.Module]], run_dir: Path | str, task: Task | str | None = None
+) -> Path:
     """(step, model) pairs you hold (TransformerLens transformers of either version, or mechsynth models) into a
     new run directory; each conversion is checked against the model's own logits."""
     items = _pairs(checkpoints)
@@ -476,15 +589,23 @@ def _pairs(checkpoints: Any) -> list[tuple[int, nn.Module]]:
     items = list(checkpoints)
     check(bool(items), FIELD, "no (step, model) given")
     for item in items:
-        check(isinstance(item, (tuple, list)) and len(item) == 2 and isinstance(item[1], nn.Module), FIELD,
-              f"expected (step, model) pairs, got {show(item)} among them")
+        check(
+            isinstance(item, (tuple, list)) and len(item) == 2 and isinstance(item[1], nn.Module),
+            FIELD,
+            f"expected (step, model) pairs, got {show(item)} among them",
+        )
         check_int(item[0], f"{FIELD} (step)", 0)
     return [(item[0], item[1]) for item in items]
 
 
 @typing.no_type_check  # it checks its arguments: tests see the user's error, not the test-time checker's
-def probe_models(checkpoints: Iterable[tuple[int, nn.Module]], task: Task | str | None = None,
-                 run_dir: Path | str | None = None, probes: Optional[Sequence[str]] = None, **probe_args: Any):
+def probe_models(
+    checkpoints: Iterable[tuple[int, nn.Module]],
+    task: Task | str | None = None,
+    run_dir: Path | str | None = None,
+    probes: Optional[Sequence[str]] = None,
+    **probe_args: Any,
+):
     """The timeline `mechsynth probe` writes — per-head scores, formation steps, stages — for (step, model)
     pairs you hold. They are stored as a run first (in `run_dir`, or a new temporary directory: the timeline's
     `run_dir`), so that `mechsynth report RUN_DIR` (or `mechsynth.analysis.report.write(tl.run_dir)`) draws it afterwards."""
@@ -509,7 +630,9 @@ def probe_models(checkpoints: Iterable[tuple[int, nn.Module]], task: Task | str 
         for name in names:
             why = timeline.why_not_model(first, the_task, name)
             check(why is None, "probes", f"{name!r} does not apply: {why}")
-    path, made = (as_dir(run_dir), None) if run_dir is not None else (None, Path(tempfile.mkdtemp(prefix="mechsynth-models-")))
+    path, made = (
+        (as_dir(run_dir), None) if run_dir is not None else (None, Path(tempfile.mkdtemp(prefix="mechsynth-models-")))
+    )
     try:
         run = load_run(import_models(items, path or made / "run", the_task))
     except BaseException:

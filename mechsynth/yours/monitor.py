@@ -63,8 +63,11 @@ def resolve_task(task: Task | str | None, model: Any) -> Task:
     try:
         d_vocab, d_vocab_out, n_ctx = external.sizes(model)
     except AttributeError:
-        raise ConfigError("task", f"missing: {type(model).__name__} does not say its vocabulary and context, so random "
-                                  "tokens cannot be sized to it; give the task it learns") from None
+        raise ConfigError(
+            "task",
+            f"missing: {type(model).__name__} does not say its vocabulary and context, so random "
+            "tokens cannot be sized to it; give the task it learns",
+        ) from None
     return random_tokens(d_vocab, d_vocab_out or d_vocab, n_ctx)
 
 
@@ -73,8 +76,15 @@ def random_tokens(d_vocab: int, d_vocab_out: int, n_ctx: int) -> Task:
     return tasks.make("random_tokens", {"d_vocab": d_vocab, "n_ctx": n_ctx, "d_vocab_out": d_vocab_out})
 
 
-def start_run(run_dir: Path, kind: ModelKind, task: Task, train: TrainConfig, origin: dict[str, Any],
-              field: str = "run_dir", not_recorded: Collection[str] = ()) -> RunConfig:
+def start_run(
+    run_dir: Path,
+    kind: ModelKind,
+    task: Task,
+    train: TrainConfig,
+    origin: dict[str, Any],
+    field: str = "run_dir",
+    not_recorded: Collection[str] = (),
+) -> RunConfig:
     """Write config.json into the new run directory `run_dir` (absent or empty: checked again, now that the
     caller holds its lock). `not_recorded`: dotted keys nobody gave (see `write_config`)."""
     cfg = RunConfig.of(task, kind, train, WandbConfig(mode="disabled"))
@@ -89,8 +99,10 @@ def write_config(run_dir: Path, cfg: RunConfig, origin: dict[str, Any], not_reco
     origin["not_recorded"]: a reader gets the defaults back only so that the config parses (rundir.unknown_keys)."""
     tables = cfg.to_dict()
     listed = {rundir.NOT_RECORDED: sorted(not_recorded)} if not_recorded else {}
-    io.write_json(run_dir / rundir.CONFIG, {**rundir.drop_unknown(tables, not_recorded), **rundir.stored_extras(tables),
-                                           "origin": {**origin, **listed}})
+    io.write_json(
+        run_dir / rundir.CONFIG,
+        {**rundir.drop_unknown(tables, not_recorded), **rundir.stored_extras(tables), "origin": {**origin, **listed}},
+    )
 
 
 # What a Monitor knows of any loop: its own schedule, and that it watches one model.
@@ -151,19 +163,34 @@ def told(optimizer: Any, lr: Any, batch_size: Any, seed: Any) -> tuple[dict[str,
     fields: dict[str, Any] = {}
     origin: dict[str, Any] = {}
     if isinstance(optimizer, str):
-        check(optimizer in optimizers.OPTIMIZERS, "optimizer", f"{show(optimizer)} is not an optimizer mechsynth "
-              f"knows; allowed: {', '.join(optimizers.names())}, or your torch optimizer itself (optimizer=opt)")
+        check(
+            optimizer in optimizers.OPTIMIZERS,
+            "optimizer",
+            f"{show(optimizer)} is not an optimizer mechsynth "
+            f"knows; allowed: {', '.join(optimizers.names())}, or your torch optimizer itself (optimizer=opt)",
+        )
         fields["optimizer"] = optimizer
     elif optimizer is not None:
         inner = unwrapped(optimizer)
-        check(isinstance(inner, torch.optim.Optimizer), "optimizer", f"expected your torch optimizer (optimizer=opt, "
-              f"e.g. torch.optim.Adam(model.parameters())) or a name ({', '.join(optimizers.names())}), got {show(optimizer)}")
+        check(
+            isinstance(inner, torch.optim.Optimizer),
+            "optimizer",
+            f"expected your torch optimizer (optimizer=opt, "
+            f"e.g. torch.optim.Adam(model.parameters())) or a name ({', '.join(optimizers.names())}), got {show(optimizer)}",
+        )
         fields, origin = optimizer_fields(inner), {"optimizer": class_name(inner)}
     if lr is not None:
-        check(isinstance(lr, (int, float)) and not isinstance(lr, bool) and math.isfinite(lr) and lr > 0, "lr",
-              f"expected a positive number (your loop's peak learning rate), got {show(lr)}")
-        check(fields.get("lr", lr) == lr, "lr", f"{lr:g}, but your optimizer's learning rate is {fields.get('lr'):g}; "
-              "give one of them (optimizer= records its own)")
+        check(
+            isinstance(lr, (int, float)) and not isinstance(lr, bool) and math.isfinite(lr) and lr > 0,
+            "lr",
+            f"expected a positive number (your loop's peak learning rate), got {show(lr)}",
+        )
+        check(
+            fields.get("lr", lr) == lr,
+            "lr",
+            f"{lr:g}, but your optimizer's learning rate is {fields.get('lr'):g}; "
+            "give one of them (optimizer= records its own)",
+        )
         fields["lr"] = float(lr)
     for name, value, lo in (("batch_size", batch_size, 1), ("seed", seed, 0)):
         if value is not None:
@@ -202,8 +229,11 @@ def probe_names(names: Any, field: str = "probes") -> Optional[list[str]]:
     """`names` as a list of registered probe names (None stays None: all that apply), checked before any work."""
     if names is None:
         return None
-    check(isinstance(names, Iterable) and not isinstance(names, (str, bytes)), field,
-          f"expected a list of probe names, got {show(names)}")
+    check(
+        isinstance(names, Iterable) and not isinstance(names, (str, bytes)),
+        field,
+        f"expected a list of probe names, got {show(names)}",
+    )
     names = list(names)
     probes.check_known(names, field)
     return names
@@ -221,8 +251,11 @@ def check_new(run_dir: Path, field: str = "run_dir", overwrite_hint: str = "") -
 def check_replaceable(run_dir: Path, field: str = "run_dir") -> None:
     """overwrite=True replaces a run directory, never a directory of other files (a typo'd run_dir=".")."""
     if rundir.status(run_dir) == "foreign":
-        raise ConfigError(field, f"{run_dir} holds files but no mechsynth run (no readable config.json), and "
-                                 "overwrite=True replaces only a run; choose another directory")
+        raise ConfigError(
+            field,
+            f"{run_dir} holds files but no mechsynth run (no readable config.json), and "
+            "overwrite=True replaces only a run; choose another directory",
+        )
     rundir.check_writable(run_dir, field)
 
 
@@ -245,7 +278,9 @@ def probe_options(options: Any, names: Optional[list[str]], field: str = "option
     for name, table in options.items():
         probes.check_known([name], field)
         if names is not None:
-            check(name in names, field, f"probe {name!r} is not among probes={names}; name it there or drop its options")
+            check(
+                name in names, field, f"probe {name!r} is not among probes={names}; name it there or drop its options"
+            )
         else:  # all that apply: a costly probe runs only when named
             check(not probes.PROBES.get(name).costly, field, f"probe {name!r} runs only when named; add it to probes=")
         try:
@@ -290,24 +325,49 @@ class Monitor:
     """
 
     @typing.no_type_check  # it checks its arguments: tests see the user's error, not the test-time checker's
-    def __init__(self, model: nn.Module, run_dir: Path | str, task: Task | str | None = None, *,
-                 steps: Optional[int] = None, checkpoints: int = 100, schedule: Optional[Sequence[int]] = None,
-                 eval_every: int = 100, eval_batch_size: int = 128, optimizer: Any = None, lr: Optional[float] = None,
-                 batch_size: Optional[int] = None, seed: Optional[int] = None, probes: Optional[Sequence[str]] = None,
-                 options: Optional[Mapping[str, Mapping[str, Any]]] = None, live: bool = False, wandb: Any = None,
-                 start: int = 0, progress: bool = False, overwrite: bool = False):
+    def __init__(
+        self,
+        model: nn.Module,
+        run_dir: Path | str,
+        task: Task | str | None = None,
+        *,
+        steps: Optional[int] = None,
+        checkpoints: int = 100,
+        schedule: Optional[Sequence[int]] = None,
+        eval_every: int = 100,
+        eval_batch_size: int = 128,
+        optimizer: Any = None,
+        lr: Optional[float] = None,
+        batch_size: Optional[int] = None,
+        seed: Optional[int] = None,
+        probes: Optional[Sequence[str]] = None,
+        options: Optional[Mapping[str, Mapping[str, Any]]] = None,
+        live: bool = False,
+        wandb: Any = None,
+        start: int = 0,
+        progress: bool = False,
+        overwrite: bool = False,
+    ):
         # Every argument is checked before anything is made: a mistake is one line naming it, and leaves no directory.
         if schedule is not None and steps is not None:
             raise ConfigError("schedule", "give steps (the log-spaced schedule) or schedule, not both")
         if schedule is not None:
             listed = isinstance(schedule, Iterable) and not isinstance(schedule, (str, bytes))
             schedule = list(schedule) if listed else schedule
-            if not listed or not schedule or any(not isinstance(s, int) or isinstance(s, bool) or s < 0 for s in schedule):
+            if (
+                not listed
+                or not schedule
+                or any(not isinstance(s, int) or isinstance(s, bool) or s < 0 for s in schedule)
+            ):
                 raise ConfigError("schedule", f"must be a non-empty list of steps ≥ 0, got {show(schedule)}")
         if steps is not None:
             check_int(steps, "steps", 1)  # `steps or ...` once took 0 for unset
-        for name, value, lo in (("checkpoints", checkpoints, 2), ("eval_every", eval_every, 1),
-                                ("eval_batch_size", eval_batch_size, 1), ("start", start, 0)):
+        for name, value, lo in (
+            ("checkpoints", checkpoints, 2),
+            ("eval_every", eval_every, 1),
+            ("eval_batch_size", eval_batch_size, 1),
+            ("start", start, 0),
+        ):
             check_int(value, name, lo)
         for name, value in (("live", live), ("progress", progress), ("overwrite", overwrite)):
             check(isinstance(value, bool), name, f"expected True or False, got {show(value)}")
@@ -316,21 +376,37 @@ class Monitor:
         loop, loop_origin = told(optimizer, lr, batch_size, seed)
         self.probe_names = probe_names(probes)
         self.options = probe_options(options, self.probe_names)
-        check(isinstance(model, nn.Module), "model", f"expected a TransformerLens transformer or a model mechsynth built, "
-                                                     f"got {show(model)}")
+        check(
+            isinstance(model, nn.Module),
+            "model",
+            f"expected a TransformerLens transformer or a model mechsynth built, got {show(model)}",
+        )
         device = device_name(model)
         # The upper bounds are TrainConfig's own; a schedule alone gives the steps of its last checkpoint.
-        known = {"steps": steps if steps is not None else max([1, *(schedule or [])]), "checkpoints": checkpoints,
-                 "eval_every": eval_every, "eval_batch_size": eval_batch_size, "seeds": 1, **loop}
+        known = {
+            "steps": steps if steps is not None else max([1, *(schedule or [])]),
+            "checkpoints": checkpoints,
+            "eval_every": eval_every,
+            "eval_batch_size": eval_batch_size,
+            "seeds": 1,
+            **loop,
+        }
         known |= {"device": device} if device is not None else {}
         train = TrainConfig(**known)
         self.model, self.task = model, resolve_task(task, model)
         self.run_dir = as_dir(run_dir)
-        self.schedule = (set(schedule) if schedule is not None else
-                         set(checkpoint_steps(steps, checkpoints)) if steps is not None else None)
+        self.schedule = (
+            set(schedule)
+            if schedule is not None
+            else set(checkpoint_steps(steps, checkpoints))
+            if steps is not None
+            else None
+        )
         self.live, self.progress, self.eval_every = live, progress, eval_every
         self.timeline = None
-        kind, weights = external.convert(model, self.task)  # a model that cannot make a run fails before anything is made
+        kind, weights = external.convert(
+            model, self.task
+        )  # a model that cannot make a run fails before anything is made
         self._device = next(model.parameters()).device
         self._plain = external.rebuild(kind, self.task.spec, weights).to(self._device)
         check_applies(self.probe_names, self._plain, self.task)
@@ -347,8 +423,9 @@ class Monitor:
                 clear(self.run_dir)  # asked for, and only now: every argument has been checked and the run is ours
             self._origin = {"by": "mechsynth.Monitor", "model": type(model).__name__, **loop_origin}
             self._known = set(known)
-            self.config = start_run(self.run_dir, kind, self.task, train, self._origin,
-                                    not_recorded=not_recorded(self._known))
+            self.config = start_run(
+                self.run_dir, kind, self.task, train, self._origin, not_recorded=not_recorded(self._known)
+            )
             self._batches = held_out_batches(self.task, train.seed, eval_batch_size, self._device)
             self._writer = rundir.MetricsWriter(self.run_dir)
             self._running: Optional[Tensor] = None
@@ -369,7 +446,11 @@ class Monitor:
         as `optimizer=` is) and TrainConfig fields by name (lr=3e-3, batch_size=32, seed=1234, grad_clip=None,
         schedule="linear", ...). The Trainer callbacks call it when training begins, from the Trainer's own
         arguments; config.json is rewritten at once, and the keys given leave its "not recorded" list."""
-        check(self._lock is not None, "note", f"the monitor of {self.run_dir} is closed; note what the loop used before it ends")
+        check(
+            self._lock is not None,
+            "note",
+            f"the monitor of {self.run_dir} is closed; note what the loop used before it ends",
+        )
         fields, origin = told(optimizer, None, None, None)
         fields |= train
         self.config = dataclasses.replace(self.config, train=dataclasses.replace(self.config.train, **fields))
@@ -383,8 +464,9 @@ class Monitor:
         """After update number `step` (1, 2, ...): `loss` of its batch (a tensor is not synced until it is
         recorded) and any scalars of yours. Checkpoints where the schedule says; records every eval_every."""
         if step <= self._last:
-            raise ConfigError("step", f"{step} does not follow step {self._last}; call step() once per update, "
-                                      "with increasing steps")
+            raise ConfigError(
+                "step", f"{step} does not follow step {self._last}; call step() once per update, with increasing steps"
+            )
         if self._bar is not None:
             self._bar.update(step - self._last)
         self._last, self._latest = step, metrics  # the last step's own scalars, for the final checkpoint
@@ -407,7 +489,9 @@ class Monitor:
             due, self._exponent = due or next_step == step, self._exponent + 1
         return due
 
-    def _record(self, step: int, metrics: dict[str, float], held_out: Optional[dict[str, float]] = None) -> dict[str, Any]:
+    def _record(
+        self, step: int, metrics: dict[str, float], held_out: Optional[dict[str, float]] = None
+    ) -> dict[str, Any]:
         record: dict[str, Any] = {}
         if self._running is not None:
             record["train/loss"] = float(self._running) / self._n
@@ -415,10 +499,18 @@ class Monitor:
         record |= {k: float(v) for k, v in metrics.items()} | (held_out or {})
         self._writer.write(step, record)
         if self._bar is not None:  # (values already synced for the record: the bar costs no extra sync)
-            self._bar.show(step, **{k.split("/")[-1] if k == "train/loss" else k: f"{record[k]:.4f}"
-                                    for k in ("train/loss", f"{self.task.main_eval}/acc") if k in record})
+            self._bar.show(
+                step,
+                **{
+                    k.split("/")[-1] if k == "train/loss" else k: f"{record[k]:.4f}"
+                    for k in ("train/loss", f"{self.task.main_eval}/acc")
+                    if k in record
+                },
+            )
         if self._logger is not None:
-            self._logger.log_against("mechsynth/step", [{"mechsynth/step": step} | {f"mechsynth/{k}": v for k, v in record.items()}])
+            self._logger.log_against(
+                "mechsynth/step", [{"mechsynth/step": step} | {f"mechsynth/{k}": v for k, v in record.items()}]
+            )
         return record
 
     def _checkpoint(self, step: int, metrics: dict[str, float]) -> None:
@@ -431,9 +523,14 @@ class Monitor:
         # when the monitor started): 5x faster than a TransformerBridge's forward, so checkpoints stay cheap.
         self._plain.load_state_dict(weights)
         record = self._record(step, metrics, held_out_metrics(self._plain, self.task, self._batches))
-        rundir.write_checkpoint(self.run_dir, step, weights, record,
-                                {"step": step, "wandb_id": self._logger.id if self._logger else None},
-                                time.perf_counter() - self._t0)
+        rundir.write_checkpoint(
+            self.run_dir,
+            step,
+            weights,
+            record,
+            {"step": step, "wandb_id": self._logger.id if self._logger else None},
+            time.perf_counter() - self._t0,
+        )
         self._saved = step
         if self.live and self._logger is not None:
             self._probe_live(step)
@@ -445,15 +542,20 @@ class Monitor:
         row: dict[str, Any] = {"probe_step": step}
         for name, result in results.items():
             if result.per_head is not None:
-                row |= {f"probe/{name}/{hooks.head_label(layer, head)}": float(result.per_head[layer, head])
-                        for layer in range(result.per_head.shape[0]) for head in range(result.per_head.shape[1])}
+                row |= {
+                    f"probe/{name}/{hooks.head_label(layer, head)}": float(result.per_head[layer, head])
+                    for layer in range(result.per_head.shape[0])
+                    for head in range(result.per_head.shape[1])
+                }
             row |= {f"probe/{name}/{k}": v for k, v in result.metrics.items() if isinstance(v, (int, float))}
         self._logger.log_against("probe_step", [row])
 
     def _names(self, model: nn.Module) -> list[str]:
         if self.probe_names is not None:
             return [n for n in self.probe_names if not probes.PROBES.get(n).costly]
-        return [n for n in probes.names() if not probes.PROBES.get(n).costly and probes.why_not(n, model, self.task) is None]
+        return [
+            n for n in probes.names() if not probes.PROBES.get(n).costly and probes.why_not(n, model, self.task) is None
+        ]
 
     # ---- the end ----------------------------------------------------------------------------------
 
@@ -466,7 +568,9 @@ class Monitor:
             if self._saved != self._last:
                 self._checkpoint(self._last, self._latest)
             # complete at the step the loop ended (only step 0: partial)
-            self.config = dataclasses.replace(self.config, train=dataclasses.replace(self.config.train, steps=max(1, self._last)))
+            self.config = dataclasses.replace(
+                self.config, train=dataclasses.replace(self.config.train, steps=max(1, self._last))
+            )
             write_config(self.run_dir, self.config, self._origin, not_recorded(self._known))
         finally:
             self._release()
@@ -478,7 +582,11 @@ class Monitor:
         run = load_run(self.run_dir)
         names = self.probe_names if self.probe_names is not None else timeline.applicable(run)
         if self.progress:  # the probes can take a while after the bar has ended
-            print(f"probing {len(run.steps)} checkpoints of {self.run_dir}: {', '.join(names)}", file=sys.stderr, flush=True)
+            print(
+                f"probing {len(run.steps)} checkpoints of {self.run_dir}: {', '.join(names)}",
+                file=sys.stderr,
+                flush=True,
+            )
         self.timeline = timeline.probe_run(run, names, options=self.options, progress=self.progress)
         timeline.save(self.timeline, self.run_dir)
         if self._logger is not None:
@@ -511,5 +619,16 @@ class Monitor:
             self._lock = None
 
 
-__all__ = ["Monitor", "as_dir", "check_int", "check_new", "not_recorded", "optimizer_fields", "probe_names",
-           "resolve_task", "start_run", "unwrapped", "write_config"]
+__all__ = [
+    "Monitor",
+    "as_dir",
+    "check_int",
+    "check_new",
+    "not_recorded",
+    "optimizer_fields",
+    "probe_names",
+    "resolve_task",
+    "start_run",
+    "unwrapped",
+    "write_config",
+]

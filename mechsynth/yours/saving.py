@@ -47,8 +47,15 @@ def _check_logits(model: nn.Module, d_vocab: int, n_ctx: int) -> Optional[Tensor
 def _tl_cfg(model: nn.Module, kind: ModelKind, d_vocab: int, d_vocab_out: int, n_ctx: int) -> dict[str, Any]:
     """The model's TransformerLens config fields, as JSON keeps them: its own cfg (a TL model) or the fields of the
     TL model mechsynth would build for it."""
-    cfg = model.cfg.to_dict() if tl_compat.is_hooked_transformer(model) else (
-        tl_compat._common(kind, d_vocab, d_vocab_out, n_ctx) if isinstance(kind, TransformerConfig) and kind.transformer_lens else {})
+    cfg = (
+        model.cfg.to_dict()
+        if tl_compat.is_hooked_transformer(model)
+        else (
+            tl_compat._common(kind, d_vocab, d_vocab_out, n_ctx)
+            if isinstance(kind, TransformerConfig) and kind.transformer_lens
+            else {}
+        )
+    )
     return {k: v for k, v in cfg.items() if v is None or isinstance(v, (bool, int, float, str))}
 
 
@@ -66,10 +73,14 @@ def save_checkpoint(model: nn.Module, path: Path | str, step: int, task: Task | 
     kind, weights = external.kind_of(model), external.weights_of(model)
     d_vocab, d_vocab_out, n_ctx = external.sizes(model)
     d_vocab_out = d_vocab_out if d_vocab_out is not None else (task.spec.d_vocab_out if task is not None else None)
-    entry: dict[str, Any] = {"version": 1, "step": step, "model": models.to_dict(kind),
-                             "sizes": {"d_vocab": d_vocab, "d_vocab_out": d_vocab_out, "n_ctx": n_ctx},
-                             "tl_cfg": _tl_cfg(model, kind, d_vocab, d_vocab_out or d_vocab, n_ctx),
-                             "task": None if task is None else {"name": task.name, **to_dict(task.cfg)}}
+    entry: dict[str, Any] = {
+        "version": 1,
+        "step": step,
+        "model": models.to_dict(kind),
+        "sizes": {"d_vocab": d_vocab, "d_vocab_out": d_vocab_out, "n_ctx": n_ctx},
+        "tl_cfg": _tl_cfg(model, kind, d_vocab, d_vocab_out or d_vocab, n_ctx),
+        "task": None if task is None else {"name": task.name, **to_dict(task.cfg)},
+    }
     entry = json.loads(json.dumps(entry))  # plain JSON types: torch.load(weights_only=True) refuses numpy's floats
     logits = _check_logits(model, d_vocab, n_ctx)
     path = Path(path)
@@ -78,7 +89,9 @@ def save_checkpoint(model: nn.Module, path: Path | str, step: int, task: Task | 
         extra = {} if logits is None else {f"{ENTRY}.check_logits": logits.contiguous()}
         save_file({**weights, **extra}, str(path), metadata={ENTRY: json.dumps(entry)})
     else:
-        torch.save({"state_dict": weights, ENTRY: {**entry, **({} if logits is None else {"check_logits": logits})}}, path)
+        torch.save(
+            {"state_dict": weights, ENTRY: {**entry, **({} if logits is None else {"check_logits": logits})}}, path
+        )
     return path
 
 
@@ -90,9 +103,12 @@ def verify_saved(model: nn.Module, entry: dict[str, Any], check_logits: Optional
     mine = _check_logits(model, sizes.get("d_vocab", 1), sizes.get("n_ctx", CHECK_TOKENS))
     diff = math.inf if mine is None or mine.shape != check_logits.shape else float((mine - check_logits).abs().max())
     if not diff <= external.TOLERANCE * max(1.0, float(check_logits.abs().max())):
-        raise ConfigError(FIELD, f"{where.name}: the imported model computes differently from the model saved (max "
-                                 f"|Δlogit| {diff:.2g} on the stored check input); it was saved by another version "
-                                 "of mechsynth or TransformerLens that this one does not read alike")
+        raise ConfigError(
+            FIELD,
+            f"{where.name}: the imported model computes differently from the model saved (max "
+            f"|Δlogit| {diff:.2g} on the stored check input); it was saved by another version "
+            "of mechsynth or TransformerLens that this one does not read alike",
+        )
 
 
 __all__ = ["save_checkpoint", "verify_saved"]

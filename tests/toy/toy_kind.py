@@ -69,8 +69,9 @@ class ToyAttention(HookedRootModule):
         self.setup()
 
     def forward(self, tokens: Int[Tensor, "... batch pos"]) -> Float[Tensor, "... batch pos d_vocab_out"]:
-        W_E, W_pos, W_Q, W_K, W_V, W_U = (p if self.n_models else p[None] for p in
-                                          (self.W_E, self.W_pos, self.W_Q, self.W_K, self.W_V, self.W_U))
+        W_E, W_pos, W_Q, W_K, W_V, W_U = (
+            p if self.n_models else p[None] for p in (self.W_E, self.W_pos, self.W_Q, self.W_K, self.W_V, self.W_U)
+        )
         m, pos = W_E.shape[0], tokens.shape[-1]
         tokens = tokens.expand(m, *tokens.shape[-2:]) if tokens.ndim == 2 else tokens
         x = torch.stack([W_E[i][tokens[i]] for i in range(m)]) + W_pos[:, None, :pos]

@@ -27,16 +27,27 @@ def figure(tl, task: Any) -> Optional[Any]:
     return fig
 
 
-SECTION = Section("toy_source", "Attention to the source", "Each head's attention from later positions to the "
-                  "position to recall.", figure)
+SECTION = Section(
+    "toy_source",
+    "Attention to the source",
+    "Each head's attention from later positions to the position to recall.",
+    figure,
+)
 
 
-@register("toy_source", reads={"data": attention_hooks}, truth=("source",), threshold=0.5, summary=summary,
-          section=SECTION)
+@register(
+    "toy_source", reads={"data": attention_hooks}, truth=("source",), threshold=0.5, summary=summary, section=SECTION
+)
 def toy_source(view: View) -> ProbeResult:
     pattern = view.patterns("data")  # [layer, batch, head, query_pos, key_pos]
     source = view.batch("data").truth["source"]
-    on_source = pattern[..., 1:, :].gather(-1, source.view(1, -1, 1, 1, 1).expand(*pattern.shape[:-2], pattern.shape[-2] - 1, 1))
+    on_source = pattern[..., 1:, :].gather(
+        -1, source.view(1, -1, 1, 1, 1).expand(*pattern.shape[:-2], pattern.shape[-2] - 1, 1)
+    )
     per_head = on_source.mean(dim=(1, 3, 4))  # [layer, head]
-    return ProbeResult("toy_source", per_head.cpu(), {"max": float(per_head.max())},
-                       render_heads(view.tokens("data"), pattern, per_head))
+    return ProbeResult(
+        "toy_source",
+        per_head.cpu(),
+        {"max": float(per_head.max())},
+        render_heads(view.tokens("data"), pattern, per_head),
+    )

@@ -33,8 +33,13 @@ class FirstToken(Task):
     @property
     def spec(self) -> TaskSpec:
         names = tuple(chr(ord("a") + i) for i in range(self.cfg.vocab))
-        return TaskSpec(d_vocab=self.cfg.vocab, d_vocab_out=self.cfg.vocab, n_ctx=self.cfg.length,
-                        token_names=names, target_names=names)
+        return TaskSpec(
+            d_vocab=self.cfg.vocab,
+            d_vocab_out=self.cfg.vocab,
+            n_ctx=self.cfg.length,
+            token_names=names,
+            target_names=names,
+        )
 
     def sample(self, batch_size, generator, device="cpu", split="train") -> Batch:
         self.check_split(split)

@@ -28,8 +28,9 @@ class ACDCOptions:
         check(0 <= self.threshold < 1, "threshold", f"must be in [0, 1), got {self.threshold}")
 
 
-def acdc(model: Any, graph: Graph, tokens: Int[Tensor, "batch pos"], src: Tensor, metric: Metric,
-         threshold: float) -> Float[Tensor, "edge"]:
+def acdc(
+    model: Any, graph: Graph, tokens: Int[Tensor, "batch pos"], src: Tensor, metric: Metric, threshold: float
+) -> Float[Tensor, "edge"]:
     n = len(graph.edge_list)
     clean, ablated = ends(model, graph, tokens, src, metric)
     if clean == ablated:
@@ -49,6 +50,7 @@ def acdc(model: Any, graph: Graph, tokens: Int[Tensor, "batch pos"], src: Tensor
 
 
 @register_method("acdc", options=ACDCOptions, cost="one forward per edge, one after another")
-def acdc_method(model: Any, graph: Graph, tokens: Int[Tensor, "batch pos"], src: Tensor, metric: Metric,
-                options: ACDCOptions) -> Float[Tensor, "edge"]:
+def acdc_method(
+    model: Any, graph: Graph, tokens: Int[Tensor, "batch pos"], src: Tensor, metric: Metric, options: ACDCOptions
+) -> Float[Tensor, "edge"]:
     return acdc(model, graph, tokens, src, metric, options.threshold)

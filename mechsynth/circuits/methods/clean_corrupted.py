@@ -15,6 +15,7 @@ from mechsynth.circuits.patching import Metric
 
 
 @register_method("clean_corrupted", cost="two forwards and backwards")
-def clean_corrupted(model: Any, graph: Graph, tokens: Int[Tensor, "batch pos"], src: Tensor, metric: Metric,
-                    options: None) -> Float[Tensor, "edge"]:
+def clean_corrupted(
+    model: Any, graph: Graph, tokens: Int[Tensor, "batch pos"], src: Tensor, metric: Metric, options: None
+) -> Float[Tensor, "edge"]:
     return at_both_ends(model, graph, tokens, src, metric)

@@ -15,6 +15,7 @@ from mechsynth.circuits.patching import Metric
 
 
 @register_method("eap", cost="one forward and one backward")
-def eap(model: Any, graph: Graph, tokens: Int[Tensor, "batch pos"], src: Tensor, metric: Metric,
-        options: None) -> Float[Tensor, "edge"]:
+def eap(
+    model: Any, graph: Graph, tokens: Int[Tensor, "batch pos"], src: Tensor, metric: Metric, options: None
+) -> Float[Tensor, "edge"]:
     return attribution(model, graph, tokens, src, metric)

@@ -32,8 +32,9 @@ class IGOptions:
 @validates_itself
 @dataclass(frozen=True)
 class InputIGOptions(IGOptions):
-    ig_points: str = doc("where on the path: right (α = 1/m ... 1) or left (α = 0 ... (m-1)/m, as MIB's pinned code)",
-                         "right")
+    ig_points: str = doc(
+        "where on the path: right (α = 1/m ... 1) or left (α = 0 ... (m-1)/m, as MIB's pinned code)", "right"
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -41,8 +42,9 @@ class InputIGOptions(IGOptions):
 
 
 @register_method("eap_ig", options=InputIGOptions, cost="ig_steps forwards and backwards")
-def eap_ig(model: Any, graph: Graph, tokens: Int[Tensor, "batch pos"], src: Tensor, metric: Metric,
-           options: InputIGOptions) -> Float[Tensor, "edge"]:
+def eap_ig(
+    model: Any, graph: Graph, tokens: Int[Tensor, "batch pos"], src: Tensor, metric: Metric, options: InputIGOptions
+) -> Float[Tensor, "edge"]:
     m = options.ig_steps
     alphas = [k / m for k in range(1, m + 1)] if options.ig_points == "right" else [k / m for k in range(m)]
     return along_inputs(model, graph, tokens, src, metric, alphas)

@@ -16,8 +16,12 @@ from mechsynth.circuits.methods.eap_ig import IGOptions
 from mechsynth.circuits.patching import Metric
 
 
-@register_method("eap_ig_activations", options=IGOptions,
-                 cost="ig_steps × (2 n_layers + 1) forwards and backwards, batched as copies")
-def eap_ig_activations(model: Any, graph: Graph, tokens: Int[Tensor, "batch pos"], src: Tensor, metric: Metric,
-                       options: IGOptions) -> Float[Tensor, "edge"]:
+@register_method(
+    "eap_ig_activations",
+    options=IGOptions,
+    cost="ig_steps × (2 n_layers + 1) forwards and backwards, batched as copies",
+)
+def eap_ig_activations(
+    model: Any, graph: Graph, tokens: Int[Tensor, "batch pos"], src: Tensor, metric: Metric, options: IGOptions
+) -> Float[Tensor, "edge"]:
     return along_activations(model, graph, tokens, src, metric, options.ig_steps)
