@@ -76,11 +76,11 @@ test-all: $(VENV)/.installed
 	$(PYTEST) $(PYTEST_ARGS)
 
 bench: $(VENV)/.installed
-	$(BIN)/python benchmarks/train_speed.py
+	$(BIN)/python -m benchmarks.train_speed
 
 # The first thing to run on a GPU: every kind, probe, circuit method, a sweep and the benchmarks there, in minutes.
 gpu-check: $(VENV)/.installed
-	$(BIN)/python benchmarks/gpu_check.py --device $(DEVICE)
+	$(BIN)/python -m benchmarks.gpu_check --device $(DEVICE)
 
 # The docs site into site/: opens offline from the folder (index.html), search included.
 docs: $(VENV)/.installed

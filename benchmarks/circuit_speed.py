@@ -11,7 +11,7 @@ hooked model on the same batch:
   per head); the two give the same numbers (tests/test_circuits.py);
 - how well each faster method agrees with exact edge patching (Spearman correlation of |score|).
 
-    python benchmarks/circuit_speed.py [--device cuda] [--batch 64] [--steps 600]
+    python -m benchmarks.circuit_speed [--device cuda] [--batch 64] [--steps 600]
 
 It trains the demo configuration (markov_icl, 2-layer attention-only) for --steps steps first, and times the
 methods on its last checkpoint with the task's counterfactual batch.
@@ -30,14 +30,13 @@ from typing import Any, Optional
 
 os.environ.setdefault("TQDM_DISABLE", "1")  # TransformerLens's patching helper draws a bar per call
 
-import torch  # noqa: E402
-from transformer_lens import patching  # noqa: E402
+import torch
+from transformer_lens import patching
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "experiments"))
-import harness  # noqa: E402
+from experiments import harness
 
-from mechsynth import circuits, configs, load_run, parse_config, train_run  # noqa: E402
-from mechsynth.circuits.gradient import sender_groups  # noqa: E402
+from mechsynth import circuits, configs, load_run, parse_config, train_run
+from mechsynth.circuits.gradient import sender_groups
 
 IG_STEPS = 8
 # forward-and-backward passes each gradient method takes by its definition (its cost is measured against that many)

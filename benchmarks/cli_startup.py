@@ -1,6 +1,6 @@
 """How long the `mechsynth` command takes to answer, beside `python -c "import torch"` on the same machine, in one run:
 
-    python benchmarks/cli_startup.py [--repeats 5] [--busy 0] [--out assets]
+    python -m benchmarks.cli_startup [--repeats 5] [--busy 0] [--out assets]
 
 Each command runs in a fresh process, as a user types it: `--help`, `tasks`, `probes`, and `train` of a config with
 a bad field (its one-line error, exit 2). "busy": that many processes spinning in plain Python throughout. Prints
@@ -19,9 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parent.parent / "experiments")]
-import harness  # noqa: E402
-from threads_under_load import busy_processes  # noqa: E402
+from experiments import harness
+from benchmarks.threads_under_load import busy_processes
 
 BAD = '[task]\nname = "markov_icl"\nk = 0\n'  # task.k must be ≥ 2
 

@@ -1,6 +1,6 @@
 """How long `mechsynth demo` takes here, run as a user runs it; written to assets/demo.json for the README and the docs.
 
-    python benchmarks/demo_time.py [--out assets]
+    python -m benchmarks.demo_time [--out assets]
 
 Runs the `mechsynth` command of this environment into a new temporary run directory (what `make demo` does
 once its virtualenv is installed) and records its wall time, the training part of it (the run's own
@@ -22,12 +22,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "experiments"))
 
-import harness  # noqa: E402
+from experiments import harness
 
-from mechsynth import load_run  # noqa: E402
-from mechsynth.runs import io, rundir  # noqa: E402
+from mechsynth import load_run
+from mechsynth.runs import io, rundir
 
 
 def main() -> int:

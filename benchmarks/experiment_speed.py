@@ -1,6 +1,6 @@
 """An experiment's training, before and after it ran on the sweep machinery, from one run.
 
-    python benchmarks/experiment_speed.py [--smoke] [--workers N] [--keep DIR]
+    python -m benchmarks.experiment_speed [--smoke] [--workers N] [--keep DIR]
 
 Trains every run of experiments/statistical_induction.py at its CPU size (--smoke: its smoke size;
 experiments/statistical_induction[_smoke].toml), end to end, twice, each into its own temporary directory:
@@ -25,14 +25,14 @@ from pathlib import Path
 
 os.environ.setdefault("TQDM_DISABLE", "1")
 
-import torch  # noqa: E402
+import torch
 
-from mechsynth.runs import rundir  # noqa: E402
-from mechsynth.runs.runconfig import parse_config  # noqa: E402
-from mechsynth.runs.runner import train_run  # noqa: E402
-from mechsynth.sweep import load_sweep, run_sweep  # noqa: E402
-from mechsynth.sweep.local_pool import cpu_count  # noqa: E402
-from mechsynth.sweep.units import plan_units  # noqa: E402
+from mechsynth.runs import rundir
+from mechsynth.runs.runconfig import parse_config
+from mechsynth.runs.runner import train_run
+from mechsynth.sweep import load_sweep, run_sweep
+from mechsynth.sweep.local_pool import cpu_count
+from mechsynth.sweep.units import plan_units
 
 EXPERIMENTS = Path(__file__).resolve().parent.parent / "experiments"
 

@@ -1,6 +1,6 @@
 """The first thing to run on a GPU: everything mechsynth does, on that device, in one go, into one JSON.
 
-    python benchmarks/gpu_check.py [--device cuda|cpu] [--size full|quick] [--out assets/gpu_check.json]
+    python -m benchmarks.gpu_check [--device cuda|cpu] [--size full|quick] [--out assets/gpu_check.json]
                                    [--only SECTION,...]
 
 Sections, in order (each one's failures are recorded and the next runs, so one CUDA failure hides nothing):
@@ -21,9 +21,9 @@ rewritten after each section, so a run cut short keeps what it measured. Exit st
 `--size full` (the default) is the GPU's: the benchmarks at their own sizes, the rest large enough to give a GPU
 some work (estimated at about 5 minutes on an H100-class GPU; the JSON says). `--size quick` checks this script
 on a CPU (90 s on an idle 2-core one, 5 minutes with a test suite beside it; tests/test_gpu_check.py, CI's slow
-tier), so that on a GPU only CUDA can fail. Runs from a checkout
-without `pip install` (the repository is put on sys.path). `python benchmarks/speed_doc.py` turns the JSON
-into docs/speed.md's GPU part.
+tier), so that on a GPU only CUDA can fail. Run it from the checkout's root, with mechsynth installed (a GPU
+machine given the repository and wheels of the rest: `pip install --no-deps --no-build-isolation -e .`).
+`python -m benchmarks.speed_doc` turns the JSON into docs/speed.md's GPU part.
 """
 
 from __future__ import annotations
@@ -44,12 +44,11 @@ from pathlib import Path
 from typing import Any, Optional, TypeVar
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks"), str(ROOT / "experiments")]
 os.environ.setdefault("TQDM_DISABLE", "1")  # TransformerLens's patching helper draws a bar per call
 os.environ["WANDB_MODE"] = "disabled"  # offline machines: nothing may reach for W&B's server
 os.environ["WANDB_SILENT"] = "true"
 
-import torch  # noqa: E402
+import torch
 
 T = TypeVar("T")
 SEEDS = (1, 8, 32)
@@ -232,7 +231,7 @@ def train(check: Check) -> dict[str, Any]:
 
 
 def seeds(check: Check) -> dict[str, Any]:
-    import seeds_speed
+    from benchmarks import seeds_speed
 
     out: dict[str, Any] = {}
     for s in SEEDS:
@@ -305,7 +304,7 @@ def probe(check: Check) -> dict[str, Any]:
 
 
 def circuits(check: Check) -> dict[str, Any]:
-    import circuit_speed
+    from benchmarks import circuit_speed
 
     from mechsynth import circuits as circ, load_run, parse_config, train_run
     from mechsynth.analysis import timeline
@@ -390,7 +389,7 @@ def sweep(check: Check) -> dict[str, Any]:
 
 
 def bench_train(check: Check) -> dict[str, Any]:
-    import train_speed
+    from benchmarks import train_speed
 
     m = train_speed.measure(check.device, **check.size.bench_train)
     check.record("bench_train", m["steps_per_s"], "_steps_per_s")
@@ -405,7 +404,7 @@ def bench_train(check: Check) -> dict[str, Any]:
 
 
 def bench_probe(check: Check) -> dict[str, Any]:
-    import probe_speed
+    from benchmarks import probe_speed
 
     s = check.size.bench_probe
     m = probe_speed.measure(
@@ -426,7 +425,7 @@ def bench_probe(check: Check) -> dict[str, Any]:
 
 
 def bench_landscape(check: Check) -> dict[str, Any]:
-    import landscape_speed
+    from benchmarks import landscape_speed
 
     m = landscape_speed.measure(check.device, **check.size.bench_landscape)
     check.record("bench_landscape", m["ratios"])
@@ -453,26 +452,8 @@ SECTIONS: dict[str, Callable[[Check], dict[str, Any]]] = {
 # ---- the record ------------------------------------------------------------------------------------
 
 
-def checkout_metadata(tmp: Path) -> bool:
-    """Whether mechsynth is installed. Every run records mechsynth's version from its package metadata, which a
-    checkout that pip never installed lacks (a GPU machine given the repository and wheels of the rest): then
-    the checkout's version is given metadata in `tmp`, on sys.path (and so in the sweep's spawned workers)."""
-    try:
-        version("mechsynth")
-        return True
-    except PackageNotFoundError:
-        from mechsynth.config import read_toml
-
-        ver = read_toml(ROOT / "pyproject.toml")["project"]["version"]
-        dist = tmp / "metadata" / f"mechsynth-{ver}.dist-info"
-        dist.mkdir(parents=True)
-        (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: mechsynth\nVersion: {ver}\n")
-        sys.path.append(str(dist.parent))
-        return False
-
-
 def device_info(device: str) -> dict[str, Any]:
-    import harness
+    from experiments import harness
 
     info: dict[str, Any] = {
         "type": device,
@@ -490,7 +471,7 @@ def device_info(device: str) -> dict[str, Any]:
 
 
 def save(out: dict[str, Any], path: Path) -> None:
-    import harness
+    from experiments import harness
 
     from mechsynth.runs import io
 
@@ -514,7 +495,7 @@ def table(out: dict[str, Any]) -> str:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="benchmarks/gpu_check.py", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m benchmarks.gpu_check", description=__doc__.split("\n\n")[0])
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument(
         "--size", choices=tuple(SIZES), default="full", help="full: the GPU's; quick: checks the script on a CPU"
@@ -532,6 +513,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         p.error(f"--only: unknown section {unknown[0]!r}; allowed: {', '.join(SECTIONS)}")
     if "probes" in chosen and "train" not in chosen:
         chosen.insert(0, "train")  # the probes read the runs it trains
+    try:  # every run records mechsynth's version, and its probes are mechsynth.probes only once installed
+        version("mechsynth")
+    except PackageNotFoundError:
+        p.error("mechsynth is not installed here: pip install --no-deps --no-build-isolation -e . (offline) first")
     if args.device == "cuda" and not torch.cuda.is_available():
         p.error(f"--device cuda: torch {torch.__version__} sees no CUDA device (--device cpu checks the script)")
 
@@ -539,8 +524,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         tmp = Path(tmp_dir)
         for var in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR", "WANDB_ARTIFACT_DIR"):
             os.environ[var] = str(tmp / "wandb" / var.lower())  # nothing under the home directory
-        installed = checkout_metadata(tmp)
-        import harness
+        from experiments import harness
 
         from mechsynth.runs import rundir
 
@@ -555,7 +539,6 @@ def main(argv: Optional[list[str]] = None) -> int:
             "size": args.size,
             "versions": versions,
             "commit": args.commit or rundir.code_commit(ROOT),
-            "installed": installed,
             "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "complete": False,
             "seconds": 0.0,

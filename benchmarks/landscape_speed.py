@@ -6,7 +6,7 @@
 - sharpness: mechsynth's probe (Lanczos on forward-over-reverse Hessian-vector products, torch.func)
   against the same Lanczos on double-backward products (plain torch.autograd).
 
-    python benchmarks/landscape_speed.py [--device cuda] [--checkpoints 4]
+    python -m benchmarks.landscape_speed [--device cuda] [--checkpoints 4]
 
 It trains the demo configuration (markov_icl, 2-layer attention-only) for 300 steps first, and times the
 probes with their default options on the last checkpoints.

@@ -1,7 +1,7 @@
 """What watching a training loop costs: the demo's model and task in a plain PyTorch loop, with and without
 `mechsynth.Monitor` (probing deferred to the end, timed apart), and the same steps through `mechsynth train`.
 
-    python benchmarks/monitor_overhead.py [--steps 2000] [--repeats 3]
+    python -m benchmarks.monitor_overhead [--steps 2000] [--repeats 3]
 
 Prints the ratios from one run: loop + Monitor over the bare loop (the monitor's overhead: its ~100
 checkpoints, each with the task's held-out loss on 128 sequences), the final probing over the bare loop,

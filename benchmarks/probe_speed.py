@@ -6,7 +6,7 @@
 - bare: load each checkpoint into the fused model and run plain forward passes (no hooks, no cache,
   no probe math) on the same inputs the probes read.
 
-    python benchmarks/probe_speed.py [RUN_DIR]
+    python -m benchmarks.probe_speed [RUN_DIR]
 
 Without RUN_DIR it trains the demo configuration for 2000 steps with 100 checkpoints first.
 Target: mechsynth ≤ 2x the bare forward passes.

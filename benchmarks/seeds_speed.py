@@ -1,6 +1,6 @@
 """Seeds side by side vs one after another, from one run: training throughput of `train.seeds = S`.
 
-    python benchmarks/seeds_speed.py [--seeds 32] [--device cpu|cuda] [--steps 16] [--rounds 5]
+    python -m benchmarks.seeds_speed [--seeds 32] [--device cpu|cuda] [--steps 16] [--rounds 5]
 
 The demo-size model (`mechsynth demo`): `markov_icl` k=3, order 2, length 64; a 2-layer attention-only
 transformer, d_model 32, 1 head; batch 64, AdamW, gradient clipping at 1.0. Ways to train the same
@@ -27,11 +27,11 @@ from typing import Any
 
 os.environ.setdefault("TQDM_DISABLE", "1")
 
-import torch  # noqa: E402
+import torch
 
-from mechsynth import models, tasks  # noqa: E402
-from mechsynth.training.seeds import SeedsTrainer  # noqa: E402
-from mechsynth.training.train import Trainer, TrainConfig  # noqa: E402
+from mechsynth import models, tasks
+from mechsynth.training.seeds import SeedsTrainer
+from mechsynth.training.train import Trainer, TrainConfig
 
 
 def sync(device: torch.device) -> None:

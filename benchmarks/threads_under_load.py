@@ -1,7 +1,7 @@
 """The demo's training pace idle and beside busy processes, with the threads mechsynth picks against torch's default
 (every core, OpenMP spin-waiting), in one run:
 
-    python benchmarks/threads_under_load.py [--steps 300] [--busy 2] [--out assets]
+    python -m benchmarks.threads_under_load [--steps 300] [--busy 2] [--out assets]
 
 Each row trains the demo config for --steps steps with `mechsynth train` (a fresh process, as a user runs it) and
 reads the run's own training time. "busy": --busy processes spinning in plain Python for the whole row (what a
@@ -97,8 +97,7 @@ def main() -> int:
             print(f"{name:<10} {'busy' if busy else 'idle':<5} {rate:8.1f} steps/s  ({n} threads)", flush=True)
     for name in ways:
         print(f"{name}: busy keeps {result[name, args.busy][0] / result[name, 0][0]:.0%} of its idle pace")
-    sys.path.insert(0, str(ROOT / "experiments"))
-    import harness
+    from experiments import harness
 
     record = {
         "steps": args.steps,

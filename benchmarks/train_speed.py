@@ -1,6 +1,6 @@
 """Training throughput, from one run: mechsynth vs bare PyTorch vs TransformerLens's own helper.
 
-    python benchmarks/train_speed.py [--device cpu|cuda] [--steps 60] [--rounds 3]
+    python -m benchmarks.train_speed [--device cpu|cuda] [--steps 60] [--rounds 3]
 
 All three train the same architecture (2-layer attention-only, d_model 64, 2 heads) with AdamW on
 `markov_icl` batches of 64 x 100 tokens:
@@ -26,14 +26,14 @@ from typing import Any
 
 os.environ.setdefault("TQDM_DISABLE", "1")
 
-import mechsynth  # noqa: E402
-import torch  # noqa: E402
-import torch.nn as nn  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
+import mechsynth
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
 
-from mechsynth import models, tasks  # noqa: E402
-from mechsynth.models.tl_compat import TL_MAJOR, TL_VERSION  # noqa: E402
-from mechsynth.training.train import Trainer, TrainConfig  # noqa: E402
+from mechsynth import models, tasks
+from mechsynth.models.tl_compat import TL_MAJOR, TL_VERSION
+from mechsynth.training.train import Trainer, TrainConfig
 
 D_MODEL, N_HEADS, N_LAYERS, BATCH, T = 64, 2, 2, 64, 100
 

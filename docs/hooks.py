@@ -12,20 +12,18 @@ import contextlib
 import io
 import json
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
 from mkdocs.structure.files import File
+
+from experiments import harness, results_table, verdicts  # (`python -m mkdocs` from the checkout's root: `make docs`)
 
 ROOT = Path(__file__).resolve().parent.parent
 ASSETS = ROOT / "assets"
 # Written text for an experiment's page, docs/experiments/differences/<name>.md: where its setup differs from the
 # paper's, its definitions and its --full size (excluded from the pages in mkdocs.yml; put in here).
 DIFFERENCES = Path(__file__).resolve().parent / "experiments" / "differences"
-sys.path.insert(0, str(ROOT / "experiments"))
-import results_table  # noqa: E402
-import verdicts  # noqa: E402
 
 EXPERIMENTS: list[dict[str, Any]] = []  # the JSONs that have rules, in the README's order (set in on_config)
 
@@ -229,12 +227,12 @@ def experiment_page(out: dict[str, Any]) -> str:
     figures = [f for f in out.get("figures", []) if (ASSETS / f).exists()]
     if figures:
         lines += ["## Figures", ""] + [f"![{f}](../assets/{f})\n" for f in figures]
-    command = out["command"]
+    command = harness.command(name, "cpu")
     lines += [
         "## Commands",
         "",
         "```bash",
-        f"{command}            # the size these results are from ({out.get('size', '')})",
+        f"{harness.command(name, out['size'])}            # the size these results are from ({out['size']})",
         f"{command} --smoke    # seconds: the test suite runs each script at this size",
         f"{command} --full     # larger, longer, more seeds",
         "```",
@@ -286,12 +284,12 @@ def full_cost(name: str) -> str:
             f"after {entry['warmup']} of warm-up, at load {e['load_average']:.1f}, commit {entry['commit']})"
         )
     if not said:
-        return f"`--full`: its cost is not measured yet (`python experiments/full_cost.py --only {name}`)."
+        return f"`--full`: its cost is not measured yet (`python -m experiments.full_cost --only {name}`)."
     first = measured.get("cpu", measured.get("cuda"))["experiments"][name]
     gpu = (
         ""
         if "cuda" in measured and name in measured["cuda"].get("experiments", {})
-        else (" On a GPU: not measured yet; `python experiments/full_cost.py --device cuda` on one measures it.")
+        else (" On a GPU: not measured yet; `python -m experiments.full_cost --device cuda` on one measures it.")
     )
     return (
         f"`--full` trains {first['runs']} runs in its first round ({first['model_steps']:,} model-steps; the largest "
@@ -320,7 +318,7 @@ def full_cost_table() -> str:
     measured = _measured()
     cpu, cuda = (measured.get(k, {}).get("experiments", {}) for k in ("cpu", "cuda"))
     if not cpu and not cuda:
-        return "Not measured yet: `python experiments/full_cost.py` measures it."
+        return "Not measured yet: `python -m experiments.full_cost` measures it."
     rows = ["| experiment | runs (first round) | training on one CPU core | on one GPU |", "|---|---|---|---|"]
     for name in sorted(set(cpu) | set(cuda)):
         e = cpu.get(name) or cuda[name]

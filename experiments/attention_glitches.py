@@ -2,9 +2,9 @@
 Transformer always better than RNNs? Out-of-distribution"): transformers learn to copy the last written bit in
 distribution, yet err now and then on sparse and dense sequences; a small LSTM does not; more diverse data helps.
 
-    python experiments/attention_glitches.py            # CPU size: T = 128, 5k steps, 3 groups × 5 seeds (300-304)
-    python experiments/attention_glitches.py --full     # the paper's T = 512, 6-layer d = 512 transformer (a GPU)
-    python experiments/attention_glitches.py --smoke    # seconds; checks the pipeline only
+    python -m experiments.attention_glitches            # CPU size: T = 128, 5k steps, 3 groups × 5 seeds (300-304)
+    python -m experiments.attention_glitches --full     # the paper's T = 512, 6-layer d = 512 transformer (a GPU)
+    python -m experiments.attention_glitches --smoke    # seconds; checks the pipeline only
 
 Three groups of runs on the flip_flop task (the paper's clean setting: fresh FFL(0.8) sequences, the loss on the
 read bits; AdamW (0.9, 0.999), weight decay 0.1, 50 warmup steps, linear decay, batch 16; lr 3e-4 as theirs in
@@ -32,11 +32,10 @@ from typing import Any, Optional
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness  # noqa: E402
+from experiments import harness
 
-from mechsynth import probes  # noqa: E402
-from mechsynth.runs.run import Run  # noqa: E402
+from mechsynth import probes
+from mechsynth.runs.run import Run
 
 NAME = "attention_glitches"
 SPLITS = {"eval": "eval", "sparse": "eval_sparse", "dense": "eval_dense"}  # results' name -> the task's split

@@ -3,9 +3,9 @@ its table (Dyck, Grid9, C2, C3, C2³, D6, D8, Q8, A5, S5) at T = 100 in Liu et a
 beside the paper's numbers; how much the alphabet alone changes Q8, A5 and S5; and length
 generalization that means something (rotary positions against learned absolute ones, at 2T and 4T).
 
-    python experiments/automata_depth.py           # CPU size: width 32, 1200 steps, depths 1/2/3/4/6/8, 3 seeds
-    python experiments/automata_depth.py --full    # the paper's training setup, depths 1-8, 12, 16 (a GPU)
-    python experiments/automata_depth.py --smoke   # seconds; for the tests
+    python -m experiments.automata_depth           # CPU size: width 32, 1200 steps, depths 1/2/3/4/6/8, 3 seeds
+    python -m experiments.automata_depth --full    # the paper's training setup, depths 1-8, 12, 16 (a GPU)
+    python -m experiments.automata_depth --smoke   # seconds; for the tests
 
 The depth table is the sweep experiments/automata_depth.toml (_smoke.toml, _full.toml for the other
 sizes); the alphabet and length runs are built from its configurations here. All train into --runs on
@@ -29,14 +29,13 @@ from typing import Any, Optional
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import harness  # noqa: E402
-import verdicts  # noqa: E402
+from experiments import harness
+from experiments import verdicts
 
-from mechsynth import probes, tasks  # noqa: E402
-from mechsynth.probes.automaton_shortcut import layer_names  # noqa: E402
-from mechsynth.config import ConfigError  # noqa: E402
+from mechsynth import probes, tasks
+from mechsynth.probes.automaton_shortcut import layer_names
+from mechsynth.config import ConfigError
 
 NAME = "automata_depth"
 

@@ -18,9 +18,9 @@ mass, and the KL from the Bayes predictor on held-out sequences (the task's eval
 under an absolute and a relative definition (EVENTS): when the graph is recovered and when the loss comes
 near Bayes'.
 
-    python experiments/causal_structure.py            # CPU size (~30 min on 2 cores)
-    python experiments/causal_structure.py --full     # their size: batch 1024, 2**17 steps (a GPU)
-    python experiments/causal_structure.py --smoke    # seconds; checks the pipeline only
+    python -m experiments.causal_structure            # CPU size (~30 min on 2 cores)
+    python -m experiments.causal_structure --full     # their size: batch 1024, 2**17 steps (a GPU)
+    python -m experiments.causal_structure --smoke    # seconds; checks the pipeline only
 
 Writes OUT/causal_structure.json and OUT/causal_structure.png.
 """
@@ -31,12 +31,11 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness  # noqa: E402
+from experiments import harness
 
-from mechsynth import config as config_io  # noqa: E402
-from mechsynth.analysis.timeline import formation_step, probe_run  # noqa: E402
-from mechsynth.runs.run import Run  # noqa: E402
+from mechsynth import config as config_io
+from mechsynth.analysis.timeline import formation_step, probe_run
+from mechsynth.runs.run import Run
 
 NAME = "causal_structure"
 BASE = harness.EXPERIMENTS / "causal_icl.toml"

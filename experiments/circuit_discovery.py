@@ -19,8 +19,8 @@ Per run: every method at the final checkpoint (edge AUC, circuit size, faithfuln
 training at log-spaced checkpoints (the faithfulness of the final circuit: when the causal circuit forms),
 beside the pattern probes' formation steps and the loss drop.
 
-    python experiments/circuit_discovery.py            # 3 seeds per task (~20 min on 2 cores)
-    python experiments/circuit_discovery.py --smoke    # seconds; checks the pipeline only
+    python -m experiments.circuit_discovery            # 3 seeds per task (~20 min on 2 cores)
+    python -m experiments.circuit_discovery --smoke    # seconds; checks the pipeline only
 
 The claims and the rules that judge them are in experiments/rules/circuit_discovery.py (the harness applies
 them to this script's results); the script computes the numbers they read, and their negative controls:
@@ -41,13 +41,11 @@ from typing import Any, Optional
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-import harness  # noqa: E402
+from experiments import harness
 
-from mechsynth import circuits, configs, models, probes, tasks  # noqa: E402
-from mechsynth.analysis import timeline  # noqa: E402
-from mechsynth.runs.run import Run  # noqa: E402
+from mechsynth import circuits, configs, models, probes, tasks
+from mechsynth.analysis import timeline
+from mechsynth.runs.run import Run
 
 NAME = "circuit_discovery"
 METHODS = ("patching", "eap", "eap_ig", "acdc")  # the four its rules judge

@@ -1,8 +1,8 @@
 """Depth and test risk in over-parameterized networks (Nichani, Radhakrishnan & Uhler 2020; seed 004).
 
-    python experiments/depth_risk.py           # CPU size: widths 32, 128; depths 1–8; 3 seeds (300–302); 128 samples
-    python experiments/depth_risk.py --full    # widths 64–1024; depths 1–16; 5 seeds; 256 samples
-    python experiments/depth_risk.py --smoke   # seconds; checks the pipeline only
+    python -m experiments.depth_risk           # CPU size: widths 32, 128; depths 1–8; 3 seeds (300–302); 128 samples
+    python -m experiments.depth_risk --full    # widths 64–1024; depths 1–16; 5 seeds; 256 samples
+    python -m experiments.depth_risk --smoke   # seconds; checks the pipeline only
 
 Theirs: ResNets and fully convolutional networks on CIFAR-10 and ImageNet32, trained to fit their training sets,
 test error against depth; linear convolutional networks in theory. Ours, an image-free task as the issue asks:
@@ -22,8 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness  # noqa: E402
+from experiments import harness
 
 NAME = "depth_risk"
 NOISE = 0.25

@@ -2,9 +2,9 @@
 learn Dyck_{2,4} balance the layer that reads depth, does balance go with length generalisation, and do they need
 the stack-like attention an interpretation would look for?
 
-    python experiments/dyck_balance.py            # CPU size: 3 architectures × 6 seeds (300-305), their 1440 steps
-    python experiments/dyck_balance.py --full     # 3 × 20 seeds, tested at 500 brackets
-    python experiments/dyck_balance.py --smoke    # seconds; checks the pipeline only
+    python -m experiments.dyck_balance            # CPU size: 3 architectures × 6 seeds (300-305), their 1440 steps
+    python -m experiments.dyck_balance --full     # 3 × 20 seeds, tested at 500 brackets
+    python -m experiments.dyck_balance --smoke    # seconds; checks the pipeline only
 
 Their setting (YuchenLi01/transformers_are_uninterpretable, config/example/baseline: `bounded_dyck` as its defaults):
 k = 2 bracket types, depth ≤ 4, random prefixes of 28 brackets, the loss on the closes only, AdamW lr 3e-3 with
@@ -30,12 +30,11 @@ from typing import Any, Optional
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness  # noqa: E402
+from experiments import harness
 
-from mechsynth import probes  # noqa: E402
-from mechsynth.runs.run import Run  # noqa: E402
-from mechsynth.tasks.bounded_dyck import close_correct, open_positions  # noqa: E402
+from mechsynth import probes
+from mechsynth.runs.run import Run
+from mechsynth.tasks.bounded_dyck import close_correct, open_positions
 
 NAME = "dyck_balance"
 GROUPS = {

@@ -1,9 +1,9 @@
 """Wen et al.'s contrastive regulariser on bounded Dyck (Wen, Li, Liu & Risteski 2023; seed 003): does training
 with "a balanced prefix must not change the outputs" make the layer balanced, and does it generalise further?
 
-    python experiments/dyck_contrastive.py            # CPU size: 10 seeds (300-309) with and 10 without, 360 steps
-    python experiments/dyck_contrastive.py --full     # 40 seeds each (theirs), tested at 500 brackets
-    python experiments/dyck_contrastive.py --smoke    # seconds; checks the pipeline only
+    python -m experiments.dyck_contrastive            # CPU size: 10 seeds (300-309) with and 10 without, 360 steps
+    python -m experiments.dyck_contrastive --full     # 40 seeds each (theirs), tested at 500 brackets
+    python -m experiments.dyck_contrastive --smoke    # seconds; checks the pipeline only
 
 Their setting (YuchenLi01/transformers_are_uninterpretable, config/balance_acc): Dyck_{2,4}, random prefixes of 28
 brackets, the loss on the closes; a 1-layer, 1-head, width-50 attention-only transformer with no positional
@@ -24,11 +24,10 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness  # noqa: E402
-from dyck_balance import balance, close_acc  # noqa: E402
+from experiments import harness
+from experiments.dyck_balance import balance, close_acc
 
-from mechsynth.runs.run import Run  # noqa: E402
+from mechsynth.runs.run import Run
 
 NAME = "dyck_contrastive"
 GROUPS = {"baseline": 0.0, "contrastive": 0.3}  # the regulariser's weight

@@ -8,9 +8,9 @@ once it reaches 2/η it stops there and hovers, and the loss keeps falling but n
 size whose 2/η is above the sharpness at initialization and beyond the budget's reach is the control:
 sharpening without an edge.
 
-    python experiments/edge_of_stability.py            # 3 step sizes × 3 seeds (~10 min on 2 cores)
-    python experiments/edge_of_stability.py --full     # longer, 5 seeds
-    python experiments/edge_of_stability.py --smoke    # seconds; checks the pipeline only
+    python -m experiments.edge_of_stability            # 3 step sizes × 3 seeds (~10 min on 2 cores)
+    python -m experiments.edge_of_stability --full     # longer, 5 seeds
+    python -m experiments.edge_of_stability --smoke    # seconds; checks the pipeline only
 
 Runs already in --runs are reused, and each run's sharpness timeline (its probes.json) too. The claim and
 the rule that judges it are in experiments/rules/edge_of_stability.py (the harness applies it to this
@@ -24,12 +24,11 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness  # noqa: E402
-import verdicts  # noqa: E402
+from experiments import harness
+from experiments import verdicts
 
-from mechsynth.analysis import timeline  # noqa: E402
-from mechsynth.runs.run import Run  # noqa: E402
+from mechsynth.analysis import timeline
+from mechsynth.runs.run import Run
 
 NAME = "edge_of_stability"
 RULES = verdicts.rules_of(NAME)

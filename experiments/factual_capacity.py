@@ -16,9 +16,9 @@ definitions (DEFINITIONS), then a power-law fit of capacity against parameters p
 is an exponent near 1 (facts ∝ parameters, up to log factors), with the attention and MLP families both
 storing facts (the transformer trades value matrices against the MLP).
 
-    python experiments/factual_capacity.py            # CPU size (~30 min on 2 cores)
-    python experiments/factual_capacity.py --full     # larger ladders, the paper's T = 32, longer budgets
-    python experiments/factual_capacity.py --smoke    # seconds; checks the pipeline only
+    python -m experiments.factual_capacity            # CPU size (~30 min on 2 cores)
+    python -m experiments.factual_capacity --full     # larger ladders, the paper's T = 32, longer budgets
+    python -m experiments.factual_capacity --smoke    # seconds; checks the pipeline only
 
 Writes OUT/factual_capacity.json and OUT/factual_capacity.png.
 """
@@ -30,10 +30,9 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness  # noqa: E402
+from experiments import harness
 
-from mechsynth.runs.run import Run  # noqa: E402
+from mechsynth.runs.run import Run
 
 NAME = "factual_capacity"
 FAMILIES = ("linear_memory", "mlp_memory", "attention", "mlp")

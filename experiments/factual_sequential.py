@@ -3,9 +3,9 @@ learns the answer's type — which relation's answer set the answer lies in — 
 between the two the loss sits at the type-level loss log D (the model names a uniformly guessed answer of the
 right type: "hallucination").
 
-    python experiments/factual_sequential.py            # CPU size: 5 seeds side by side (~2-3 min on 2 shared cores)
-    python experiments/factual_sequential.py --full     # the paper's T = 32, more facts, 8 seeds (a GPU)
-    python experiments/factual_sequential.py --smoke    # seconds; checks the pipeline only
+    python -m experiments.factual_sequential            # CPU size: 5 seeds side by side (~2-3 min on 2 shared cores)
+    python -m experiments.factual_sequential --full     # the paper's T = 32, more facts, 8 seeds (a GPU)
+    python -m experiments.factual_sequential --smoke    # seconds; checks the pipeline only
 
 The task is factual_recall (S subjects × R relations, each relation's D answers its own set), trained in
 experiments/factual_capacity.py's transformer: one layer, one head and a ReLU MLP over frozen random embeddings
@@ -35,11 +35,10 @@ import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness  # noqa: E402
+from experiments import harness
 
-from mechsynth.analysis import timeline  # noqa: E402
-from mechsynth.runs.run import Run  # noqa: E402
+from mechsynth.analysis import timeline
+from mechsynth.runs.run import Run
 
 NAME = "factual_sequential"
 THRESHOLD = 0.99  # type_acc / acc learned: stays at or above from then on (the rule's)

@@ -1,8 +1,8 @@
 """What each experiment's `--full` size costs, measured on this device rather than guessed:
 
-    python experiments/full_cost.py                      # every experiment with a --full size, on the CPU
-    python experiments/full_cost.py --device cuda        # the same on a GPU (GPU-hours)
-    python experiments/full_cost.py --only grokking,dyck_balance
+    python -m experiments.full_cost                      # every experiment with a --full size, on the CPU
+    python -m experiments.full_cost --device cuda        # the same on a GPU (GPU-hours)
+    python -m experiments.full_cost --only grokking,dyck_balance
 
 For each experiment it asks the script for its first round of `--full` runs without training them (harness.PLAN_ONLY),
 then, for each distinct run configuration (seeds aside), builds the model and data exactly as training would and times
@@ -36,16 +36,15 @@ from typing import Any, Optional
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness  # noqa: E402
+from experiments import harness
 
-from mechsynth import models  # noqa: E402
-from mechsynth.errors import UserError  # noqa: E402
-from mechsynth.runs import io  # noqa: E402
-from mechsynth.runs.runconfig import parse_config  # noqa: E402
-from mechsynth.training import budget  # noqa: E402
-from mechsynth.training.seeds import SeedsTrainer  # noqa: E402
-from mechsynth.training.train import Trainer, resolve_device  # noqa: E402
+from mechsynth import models
+from mechsynth.errors import UserError
+from mechsynth.runs import io
+from mechsynth.runs.runconfig import parse_config
+from mechsynth.training import budget
+from mechsynth.training.seeds import SeedsTrainer
+from mechsynth.training.train import Trainer, resolve_device
 
 EXPERIMENTS = Path(__file__).resolve().parent
 # Fields that change neither a step's nor an evaluation's cost: one timing serves every run that differs only here.
@@ -64,7 +63,7 @@ FREE = {
 
 def first_round(name: str, device: str, size: str = "full") -> harness.Plan:
     """The plan of `name`'s first round of runs at `size`, on `device`, from the script itself."""
-    module = importlib.import_module(name)
+    module = importlib.import_module(f"experiments.{name}")
     harness.PLAN_ONLY = True
     try:
         with tempfile.TemporaryDirectory() as tmp, contextlib.redirect_stdout(_io.StringIO()):
@@ -208,7 +207,7 @@ def with_full_size() -> list[str]:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="experiments/full_cost.py", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m experiments.full_cost", description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
     p.add_argument("--only", help="comma-separated experiment names (default: every one with a --full size)")
     p.add_argument("--warmup", type=int, default=1, help="untimed steps first")

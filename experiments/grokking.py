@@ -14,9 +14,9 @@
      hits 0 much later"): when the training set is fit and when the held-out accuracy follows, and the
      hidden-progress measures across the gap.
 
-    python experiments/grokking.py            # CPU size
-    python experiments/grokking.py --full     # Nanda et al.'s size, a finer grid, more seeds (a GPU)
-    python experiments/grokking.py --smoke    # seconds; checks the pipeline only
+    python -m experiments.grokking            # CPU size
+    python -m experiments.grokking --full     # Nanda et al.'s size, a finer grid, more seeds (a GPU)
+    python -m experiments.grokking --smoke    # seconds; checks the pipeline only
 
 Writes OUT/grokking.json and OUT/grokking_{phases,grid,parity}.png.
 """
@@ -30,13 +30,12 @@ from typing import Any, Optional
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness  # noqa: E402
+from experiments import harness
 
-from mechsynth import config as config_io  # noqa: E402
-from mechsynth.analysis.timeline import formation_step, probe_run  # noqa: E402
-from mechsynth.probes import fourier  # noqa: E402
-from mechsynth.runs.run import Run  # noqa: E402
+from mechsynth import config as config_io
+from mechsynth.analysis.timeline import formation_step, probe_run
+from mechsynth.probes import fourier
+from mechsynth.runs.run import Run
 
 NAME = "grokking"
 BASE = harness.EXPERIMENTS / "modular_arithmetic.toml"

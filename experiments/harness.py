@@ -42,8 +42,7 @@ from mechsynth.sweep import Job, Plan, load_sweep, plan_of_runs, run_sweep
 from mechsynth.sweep.job import BACKENDS
 from mechsynth.sweep.plan import label
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import verdicts  # noqa: E402
+from experiments import verdicts
 
 SIZES = ("smoke", "cpu", "full")
 EXPERIMENTS = Path(__file__).resolve().parent
@@ -53,7 +52,7 @@ RunSpec = tuple[Mapping[str, Any], int, Mapping[str, Any]]
 
 def parse_args(name: str, doc: str, argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog=f"experiments/{name}.py", description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog=f"python -m experiments.{name}", description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     size = p.add_mutually_exclusive_group()
     size.add_argument(
@@ -284,7 +283,7 @@ class Session:
         out = {
             "experiment": self.name,
             "size": self.args.size,
-            "command": command(self.name, self.args),
+            "command": command(self.name, self.args.size),
             "wall_time_s": round(wall, 1),
             "date": time.strftime("%Y-%m-%d"),
             "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
@@ -324,9 +323,10 @@ def seeds(value: int | Sequence[int]) -> list[int]:
     return list(range(value)) if isinstance(value, int) else list(value)
 
 
-def command(name: str, args: argparse.Namespace) -> str:
-    flag = {"smoke": " --smoke", "cpu": "", "full": " --full"}[args.size]
-    return f"python experiments/{name}.py{flag}"
+def command(name: str, size: str) -> str:
+    """The command that runs experiment `name` at `size` (smoke, cpu, full)."""
+    flag = {"smoke": " --smoke", "cpu": "", "full": " --full"}[size]
+    return f"python -m experiments.{name}{flag}"
 
 
 def log(msg: str) -> None:

@@ -2,9 +2,9 @@
 seed 004): the samples a three-layer network trained layerwise needs to recover a quadratic feature p, against d, and
 whether random features (the same network, only its last layer trained) learn f* = g*(p) from as many.
 
-    python experiments/hierarchical_polynomial.py           # CPU size: d = 8–24, n = 64 … 32768, 5 seeds (300–304; 36 min, shared)
-    python experiments/hierarchical_polynomial.py --full    # d = 16–48, n up to 131072, 8 seeds (300–307; a GPU: --device cuda)
-    python experiments/hierarchical_polynomial.py --smoke   # seconds; checks the pipeline only (seeds 0–1)
+    python -m experiments.hierarchical_polynomial           # CPU size: d = 8–24, n = 64 … 32768, 5 seeds (300–304; 36 min, shared)
+    python -m experiments.hierarchical_polynomial --full    # d = 16–48, n up to 131072, 8 seeds (300–307; a GPU: --device cuda)
+    python -m experiments.hierarchical_polynomial --smoke   # seconds; checks the pipeline only (seeds 0–1)
 
 The seeds are set in the TOMLs (experiments/hierarchical_polynomial*.toml); runs before issue 46 used 0–4 (CPU size).
 
@@ -41,13 +41,12 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness  # noqa: E402
-import verdicts  # noqa: E402
+from experiments import harness
+from experiments import verdicts
 
-from mechsynth.analysis import timeline  # noqa: E402
-from mechsynth.runs.run import Run  # noqa: E402
-from mechsynth.tasks.base import Task  # noqa: E402
+from mechsynth.analysis import timeline
+from mechsynth.runs.run import Run
+from mechsynth.tasks.base import Task
 
 NAME = "hierarchical_polynomial"
 RECOVERED = 0.5  # the top-component R² of p that counts as recovered

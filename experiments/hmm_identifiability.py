@@ -14,9 +14,9 @@ Per seed, over checkpoints: the `hmm_identifiability` probe's recovery errors of
 and the same pipeline on the exact predictor (the floor). "Recovered" under two definitions (RECOVERED):
 an absolute error level, and within a multiple of the floor-free scale (the error of a random guess).
 
-    python experiments/hmm_identifiability.py            # CPU size (~20 min on 2 cores)
-    python experiments/hmm_identifiability.py --full     # larger k and d, longer
-    python experiments/hmm_identifiability.py --smoke    # seconds; checks the pipeline only
+    python -m experiments.hmm_identifiability            # CPU size (~20 min on 2 cores)
+    python -m experiments.hmm_identifiability --full     # larger k and d, longer
+    python -m experiments.hmm_identifiability --smoke    # seconds; checks the pipeline only
 
 Writes OUT/hmm_identifiability.json and OUT/hmm_identifiability.png.
 """
@@ -29,13 +29,12 @@ from typing import Any, Optional
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness  # noqa: E402
+from experiments import harness
 
-from mechsynth import config as config_io  # noqa: E402
-from mechsynth import tasks  # noqa: E402
-from mechsynth.analysis.timeline import probe_run  # noqa: E402
-from mechsynth.runs.run import Run  # noqa: E402
+from mechsynth import config as config_io
+from mechsynth import tasks
+from mechsynth.analysis.timeline import probe_run
+from mechsynth.runs.run import Run
 
 NAME = "hmm_identifiability"
 BASE = harness.EXPERIMENTS / "hmm_masked.toml"

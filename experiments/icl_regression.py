@@ -1,9 +1,9 @@
 """In-context linear regression (seed 001): Garg et al. 2022's transformer that predicts as least squares, Raventós
 et al. 2023's task-diversity threshold, and Hoogland et al. 2024's stages with the LLC beside them.
 
-    python experiments/icl_regression.py            # CPU size: d = 5 / 4, 2-3 layer d_model 64 models, ~10k steps
-    python experiments/icl_regression.py --full     # their dimensions and models, far longer (a GPU)
-    python experiments/icl_regression.py --smoke    # seconds; checks the pipeline only
+    python -m experiments.icl_regression            # CPU size: d = 5 / 4, 2-3 layer d_model 64 models, ~10k steps
+    python -m experiments.icl_regression --full     # their dimensions and models, far longer (a GPU)
+    python -m experiments.icl_regression --smoke    # seconds; checks the pipeline only
 
 Three groups of runs on `linear_regression` (x, w ~ N(0, I_d); a prompt's x token (0, x), its y token (y, 0, …)):
   - garg: no noise, d = 5, k = 2d + 1 examples, Garg et al.'s "tiny" 3-layer, 2-head, d_model 64 model (theirs: d = 20,
@@ -34,12 +34,11 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness  # noqa: E402
+from experiments import harness
 
-from mechsynth import probes  # noqa: E402
-from mechsynth.analysis import stages, timeline  # noqa: E402
-from mechsynth.runs.run import Run  # noqa: E402
+from mechsynth import probes
+from mechsynth.analysis import stages, timeline
+from mechsynth.runs.run import Run
 
 NAME = "icl_regression"
 PROBE_SEED = 777  # the held-out prompts: the same for every run

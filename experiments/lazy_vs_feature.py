@@ -18,9 +18,9 @@ The same four conditions train experiments/parity_search.py's one-layer transfor
 k = 3, seed 000's setup; lazy_vs_feature_parity.toml): its held-out accuracy, and at every checkpoint the
 `sparse_selection` circuit — attention from the readout position onto the support S — in the network at θ.
 
-    python experiments/lazy_vs_feature.py            # the CPU size: 5 seeds (300-304; 70 min on 2 cores shared with 3 other jobs when seeds 0-4 trained side by side)
-    python experiments/lazy_vs_feature.py --full     # d_model 64, 10 000 steps, α up to 1000, 10 seeds
-    python experiments/lazy_vs_feature.py --smoke    # seconds; checks the pipeline only
+    python -m experiments.lazy_vs_feature            # the CPU size: 5 seeds (300-304; 70 min on 2 cores shared with 3 other jobs when seeds 0-4 trained side by side)
+    python -m experiments.lazy_vs_feature --full     # d_model 64, 10 000 steps, α up to 1000, 10 seeds
+    python -m experiments.lazy_vs_feature --smoke    # seconds; checks the pipeline only
 
 The runs are the sweeps experiments/lazy_vs_feature.toml and lazy_vs_feature_parity.toml (_smoke.toml, _full.toml
 for the other sizes), trained into --runs (runs/condition=real/seed_0, runs/task=sparse_parity,condition=real/...)
@@ -39,11 +39,10 @@ from typing import Any, Optional
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness  # noqa: E402
+from experiments import harness
 
-from mechsynth.analysis.timeline import formation_step, probe_run  # noqa: E402
-from mechsynth.runs.run import Run  # noqa: E402
+from mechsynth.analysis.timeline import formation_step, probe_run
+from mechsynth.runs.run import Run
 
 NAME = "lazy_vs_feature"
 

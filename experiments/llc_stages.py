@@ -10,9 +10,9 @@ boundary, under two readings of the LLC (change points of a piecewise-linear fit
 turns, Hoogland et al.'s reading), several definitions of the bigram transition (statistical_induction's
 TRANSITIONS), and two tolerances (within 1.5× and 2× in step).
 
-    python experiments/llc_stages.py            # 3 seeds (300–302), LLC at 20 checkpoints (~15 min on 2 cores)
-    python experiments/llc_stages.py --full     # 5 seeds (300–304), longer chains, 32 checkpoints
-    python experiments/llc_stages.py --smoke    # seconds; checks the pipeline only
+    python -m experiments.llc_stages            # 3 seeds (300–302), LLC at 20 checkpoints (~15 min on 2 cores)
+    python -m experiments.llc_stages --full     # 5 seeds (300–304), longer chains, 32 checkpoints
+    python -m experiments.llc_stages --smoke    # seconds; checks the pipeline only
 
 The negative control: the same readings of each seed's LLC with its estimates in a shuffled order (over the same
 valid checkpoints, seeded by the run's seed), which keeps the LLC's values and breaks their tie to training time.
@@ -29,13 +29,12 @@ import warnings
 from pathlib import Path
 from typing import Any, Optional
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness  # noqa: E402
-import statistical_induction as si  # noqa: E402
+from experiments import harness
+from experiments import statistical_induction as si
 
-from mechsynth.analysis import stages, timeline  # noqa: E402
-from mechsynth.runs.run import Run  # noqa: E402
-from mechsynth.sweep.plan import read_with_base  # noqa: E402
+from mechsynth.analysis import stages, timeline
+from mechsynth.runs.run import Run
+from mechsynth.sweep.plan import read_with_base
 
 NAME = "llc_stages"
 SIZES: dict[str, dict[str, Any]] = {

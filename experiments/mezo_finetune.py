@@ -1,8 +1,8 @@
 """MeZO (Malladi et al. 2023; seed 004): fine-tuning with forward passes only, at the memory of inference.
 
-    python experiments/mezo_finetune.py            # CPU size: 3 seeds (300-302); MeZO 10k steps, Adam and SGD 1k
-    python experiments/mezo_finetune.py --full     # 5 seeds; MeZO 100k steps (theirs)
-    python experiments/mezo_finetune.py --smoke    # seconds; checks the pipeline only
+    python -m experiments.mezo_finetune            # CPU size: 3 seeds (300-302); MeZO 10k steps, Adam and SGD 1k
+    python -m experiments.mezo_finetune --full     # 5 seeds; MeZO 100k steps (theirs)
+    python -m experiments.mezo_finetune --smoke    # seconds; checks the pipeline only
 
 A pretrained-then-fine-tuned setting of our own (theirs: RoBERTa-large and OPT on SST-2, SQuAD and others): a
 2-layer attention-only transformer pretrained with Adam on in-context bigrams (markov_icl, k = 3, order 2), then
@@ -29,12 +29,11 @@ from typing import Any, Callable, Optional
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness  # noqa: E402
+from experiments import harness
 
-from mechsynth.runs.run import Run  # noqa: E402
-from mechsynth.tasks.base import masked_loss  # noqa: E402
-from mechsynth.training.train import Trainer, resolve_device  # noqa: E402
+from mechsynth.runs.run import Run
+from mechsynth.tasks.base import masked_loss
+from mechsynth.training.train import Trainer, resolve_device
 
 NAME = "mezo_finetune"
 ARMS = {

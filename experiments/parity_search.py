@@ -20,9 +20,9 @@
      step the training set is fit (train accuracy ≥ 0.99, for good) against the step the held-out
      accuracy follows.
 
-    python experiments/parity_search.py            # the CPU size (see below)
-    python experiments/parity_search.py --full     # more seeds, a 16 × 16 grid, longer caps (a GPU)
-    python experiments/parity_search.py --smoke    # seconds; checks the pipeline only
+    python -m experiments.parity_search            # the CPU size (see below)
+    python -m experiments.parity_search --full     # more seeds, a 16 × 16 grid, longer caps (a GPU)
+    python -m experiments.parity_search --smoke    # seconds; checks the pipeline only
 
 A run converges at the first evaluation with held-out accuracy ≥ 0.99 (fresh samples). Runs train in
 doubling budgets, each continuing the last, until they converge (grokking: held-out ≥ 0.99 at the last
@@ -52,14 +52,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness  # noqa: E402
-import verdicts  # noqa: E402
+from experiments import harness
+from experiments import verdicts
 
-from mechsynth.probes import formation_step  # noqa: E402
-from mechsynth.runs import rundir  # noqa: E402
-from mechsynth.runs.run import Run  # noqa: E402
-from mechsynth.sweep.plan import plan_of_runs  # noqa: E402
+from mechsynth.probes import formation_step
+from mechsynth.runs import rundir
+from mechsynth.runs.run import Run
+from mechsynth.sweep.plan import plan_of_runs
 
 NAME = "parity_search"
 CONVERGED_ACC = 0.99

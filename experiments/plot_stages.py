@@ -1,6 +1,6 @@
 """Plot a markov_icl run's loss and strategy-KL curves: the uniform -> unigram -> bigram stages.
 
-python experiments/plot_stages.py RUN_DIR [OUT.png]
+python -m experiments.plot_stages RUN_DIR [OUT.png]
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from mechsynth import load_run  # noqa: E402
+from mechsynth import load_run
 
 
 def main(run_dir: str, out: str = "assets/demo_stages.png") -> None:

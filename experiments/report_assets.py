@@ -1,6 +1,6 @@
 """Screenshots of a run's report (needs Chromium) and its key figures, as shown in the docs (the report page).
 
-python experiments/report_assets.py RUN_DIR [OUT_DIR] [--figures-only]     (default OUT_DIR: assets)
+python -m experiments.report_assets RUN_DIR [OUT_DIR] [--figures-only]     (default OUT_DIR: assets)
 """
 
 from __future__ import annotations

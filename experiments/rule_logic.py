@@ -14,7 +14,7 @@ import ast
 import hashlib
 from typing import Optional
 
-import verdicts
+from experiments import verdicts
 
 ENTRY = ("judge_all",)  # what the harness and the results table call to judge
 

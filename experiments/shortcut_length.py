@@ -20,9 +20,9 @@ automata") at and beyond its training length, and the flip-flop language out of 
      automaton (`task.run`): read errors per seed, and by distance to the last write; and a second in-distribution
      set (another seed), the rules' negative control.
 
-    python experiments/shortcut_length.py           # CPU size: 4 settings × 5 seeds (300-304)
-    python experiments/shortcut_length.py --full    # the papers' sizes (T = 100 car; 6-layer flip-flop at T = 512; a GPU)
-    python experiments/shortcut_length.py --smoke   # seconds; checks the pipeline only
+    python -m experiments.shortcut_length           # CPU size: 4 settings × 5 seeds (300-304)
+    python -m experiments.shortcut_length --full    # the papers' sizes (T = 100 car; 6-layer flip-flop at T = 512; a GPU)
+    python -m experiments.shortcut_length --smoke   # seconds; checks the pipeline only
 
 The runs are the sweep experiments/shortcut_length.toml (_smoke.toml, _full.toml), one job per seed (seeds
 not from 0 do not train side by side), on a local process pool (--workers); runs already there are reused.
@@ -43,12 +43,11 @@ from typing import Any, Optional
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import harness  # noqa: E402
+from experiments import harness
 
-from mechsynth import probes  # noqa: E402
-from mechsynth.probes.automaton_shortcut import layer_names  # noqa: E402
+from mechsynth import probes
+from mechsynth.probes.automaton_shortcut import layer_names
 
 NAME = "shortcut_length"
 LEVELS = (0.8, 0.9, 0.98)  # ignore probabilities of the out-of-distribution flip-flop sets (training: 1/3)

@@ -2,9 +2,9 @@
 in f(E) = mask(E W_k (M E)ᵀ) E (model kind minimal_induction), W_k's diagonal forms first and the relative-position
 vector v's second entry (the previous token) after it; the full transformer beside it on the same data.
 
-    python experiments/simplified_induction.py            # their setting: ~10 min on 2 cores
-    python experiments/simplified_induction.py --full     # 20 + 10 seeds
-    python experiments/simplified_induction.py --smoke    # seconds; checks the pipeline only
+    python -m experiments.simplified_induction            # their setting: ~10 min on 2 cores
+    python -m experiments.simplified_induction --full     # 20 + 10 seeds
+    python -m experiments.simplified_induction --smoke    # seconds; checks the pipeline only
 
 The simplified model trains in their setting, as their code has it (EzraEdelman/Evolution-of-Statistical-Induction-
 Heads, min_model.py in its first, linear form): `markov_icl` with k = 2, t = 100, Dirichlet(1) rows, the first token
@@ -32,14 +32,13 @@ from typing import Any, Optional
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness  # noqa: E402
-from statistical_induction import segments, strategy_kls  # noqa: E402
+from experiments import harness
+from experiments.statistical_induction import segments, strategy_kls
 
-from mechsynth import models, tasks  # noqa: E402
-from mechsynth.analysis.timeline import probe_run  # noqa: E402
-from mechsynth.runs.run import Run  # noqa: E402
-from mechsynth.tasks.base import masked_loss  # noqa: E402
+from mechsynth import models, tasks
+from mechsynth.analysis.timeline import probe_run
+from mechsynth.runs.run import Run
+from mechsynth.tasks.base import masked_loss
 
 NAME = "simplified_induction"
 GROUPS = ("minimal", "transformer", "control")

@@ -1,9 +1,9 @@
 """Smoothing the landscape boosts the signal for SGD (Damian, Nichani, Ge & Lee 2023; seed 004): the samples
 online SGD needs to learn a single-index model σ(w*·x), against d, with and without their smoothed loss.
 
-    python experiments/single_index_smoothing.py           # CPU size: k* = 3, d = 16–64, 7 learning rates, 8 seeds
-    python experiments/single_index_smoothing.py --full    # d = 16–256, 8 learning rates, 16 seeds
-    python experiments/single_index_smoothing.py --smoke   # seconds; checks the pipeline only
+    python -m experiments.single_index_smoothing           # CPU size: k* = 3, d = 16–64, 7 learning rates, 8 seeds
+    python -m experiments.single_index_smoothing --full    # d = 16–256, 8 learning rates, 16 seeds
+    python -m experiments.single_index_smoothing --smoke   # seconds; checks the pipeline only
 
 Their setting (Algorithm 1): x ~ N(0, I_d), y = σ(w*·x) with σ = He_{k*}/√(k*!) known to the student, one neuron
 σ(w·x) with w on the unit sphere (the `neuron` kind: renormalised after each step), online SGD with one fresh
@@ -36,11 +36,10 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness  # noqa: E402
-import verdicts  # noqa: E402
+from experiments import harness
+from experiments import verdicts
 
-from mechsynth.runs.run import Run  # noqa: E402
+from mechsynth.runs.run import Run
 
 NAME = "single_index_smoothing"
 ARMS = ("vanilla", "smoothed")

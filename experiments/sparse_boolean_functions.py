@@ -4,9 +4,9 @@ poly(s) weight norms are required"): do one-layer transformers that learn a symm
 smaller weights, and get there in fewer steps, than those that learn a generic one of the same s, by a gap that
 grows with s?
 
-    python experiments/sparse_boolean_functions.py            # CPU size: T = 12, s = 2..5, 4 seeds (~5-8 min on 2 shared cores)
-    python experiments/sparse_boolean_functions.py --full     # T = 32, s = 2..6, 8 seeds, wider and longer (a GPU)
-    python experiments/sparse_boolean_functions.py --smoke    # seconds; checks the pipeline only
+    python -m experiments.sparse_boolean_functions            # CPU size: T = 12, s = 2..5, 4 seeds (~5-8 min on 2 shared cores)
+    python -m experiments.sparse_boolean_functions --full     # T = 32, s = 2..6, 8 seeds, wider and longer (a GPU)
+    python -m experiments.sparse_boolean_functions --smoke    # seconds; checks the pipeline only
 
 The task is sparse_boolean with function = "table": T fair bits, the label a truth table of the s bits at hidden
 positions S (both drawn per seed). Two kinds of table, drawn per (kind, s, seed) by `draw_table`:
@@ -48,11 +48,10 @@ from typing import Any, Optional
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness  # noqa: E402
+from experiments import harness
 
-from mechsynth.analysis import timeline  # noqa: E402
-from mechsynth.runs.run import Run  # noqa: E402
+from mechsynth.analysis import timeline
+from mechsynth.runs.run import Run
 
 NAME = "sparse_boolean_functions"
 KINDS = ("symmetric", "generic")

@@ -16,9 +16,9 @@
      sample-efficient? The seeds of a cell train side by side (one task per cell and data set: S and
      the training set are shared by its seeds; two data sets per cell).
 
-    python experiments/sparse_parity_hidden_progress.py            # the CPU configuration (see its docs page)
-    python experiments/sparse_parity_hidden_progress.py --full     # larger n, more seeds and widths (a GPU)
-    python experiments/sparse_parity_hidden_progress.py --smoke    # seconds; checks the pipeline only
+    python -m experiments.sparse_parity_hidden_progress            # the CPU configuration (see its docs page)
+    python -m experiments.sparse_parity_hidden_progress --full     # larger n, more seeds and widths (a GPU)
+    python -m experiments.sparse_parity_hidden_progress --smoke    # seconds; checks the pipeline only
 
 Beside them, the negative controls of the rules: every architecture on k = 1 (5 seeds each, no plateau to
 cross), the oracle measures read on a decoy support S′ (|S| bits outside S) of the same runs, and the noisy-label
@@ -48,11 +48,10 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness  # noqa: E402
+from experiments import harness
 
-from mechsynth.analysis.timeline import formation_step, probe_run  # noqa: E402
-from mechsynth.runs.run import Run  # noqa: E402
+from mechsynth.analysis.timeline import formation_step, probe_run
+from mechsynth.runs.run import Run
 
 NAME = "sparse_parity_hidden_progress"
 CONVERGED_ACC = 0.99

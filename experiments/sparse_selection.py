@@ -2,9 +2,9 @@
 learn a 3-sparse AND of T bits as T grows (the theory bounds it by ~log T; the seed talk's figure is
 "consistent with log(T) dependence"), and whether the readout attention lands on the hidden support S.
 
-    python experiments/sparse_selection.py            # CPU size: T = 16..512, 2 settings, 6 draws per size (~1 h on 2 shared cores)
-    python experiments/sparse_selection.py --full     # 10 draws x 4 seeds side by side, a finer ladder, longer training (a GPU)
-    python experiments/sparse_selection.py --smoke    # seconds; for the tests
+    python -m experiments.sparse_selection            # CPU size: T = 16..512, 2 settings, 6 draws per size (~1 h on 2 shared cores)
+    python -m experiments.sparse_selection --full     # 10 draws x 4 seeds side by side, a finer ladder, longer training (a GPU)
+    python -m experiments.sparse_selection --smoke    # seconds; for the tests
 
 Two settings: "uniform", the seed's (fair bits, so the AND is 1 for one input in 8), and "balanced" (each
 bit 1 with probability 2**(-1/3) = 0.794, so the AND is 1 half the time: the task's default). A run
@@ -49,14 +49,13 @@ import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import harness  # noqa: E402
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
+from experiments import harness
+import torch
+import torch.nn.functional as F
 
-from mechsynth.analysis import timeline  # noqa: E402
-from mechsynth.runs.run import Run  # noqa: E402
+from mechsynth.analysis import timeline
+from mechsynth.runs.run import Run
 
 NAME = "sparse_selection"
 

@@ -16,9 +16,9 @@ Each in mechsynth's configuration (k3, k2, ds, trigram: learned absolute positio
 Bayes' predictor is measured against the true posterior predictive of the generator as sampled (first
 token from the stationary distribution: `markov_icl`'s `bayes`), not against the count estimate.
 
-    python experiments/statistical_induction.py            # the CPU configuration (~30 min on 2 cores)
-    python experiments/statistical_induction.py --full     # bigger models, longer, more seeds
-    python experiments/statistical_induction.py --smoke    # seconds; checks the pipeline only
+    python -m experiments.statistical_induction            # the CPU configuration (~30 min on 2 cores)
+    python -m experiments.statistical_induction --full     # bigger models, longer, more seeds
+    python -m experiments.statistical_induction --smoke    # seconds; checks the pipeline only
 
 The runs are the sweep experiments/statistical_induction.toml (_smoke.toml, _full.toml for the other
 sizes), trained into --runs (a sweep directory: runs/condition=k3/seed_0, ...) on a local process pool
@@ -37,12 +37,11 @@ from typing import Any, Optional
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness  # noqa: E402
+from experiments import harness
 
-from mechsynth import tasks  # noqa: E402
-from mechsynth.analysis.timeline import formation_step, probe_run, steepest_drop  # noqa: E402
-from mechsynth.runs.run import Run  # noqa: E402
+from mechsynth import tasks
+from mechsynth.analysis.timeline import formation_step, probe_run, steepest_drop
+from mechsynth.runs.run import Run
 
 NAME = "statistical_induction"
 

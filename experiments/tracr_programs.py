@@ -75,8 +75,8 @@ and what the counterfactual happens to keep); those are not inert.
 Run (tracr brings jax, which is no dependency of mechsynth: use a venv of its own):
 
     python3 -m venv .venv-tracr && .venv-tracr/bin/pip install tracr-pypi torch safetensors numpy
-    .venv-tracr/bin/python experiments/tracr_programs.py          # writes mechsynth/benchmark/tracr/*.{json,safetensors}
-    .venv/bin/python experiments/tracr_programs.py --check        # the project's venv, no jax: see below
+    .venv-tracr/bin/python -m experiments.tracr_programs          # writes mechsynth/benchmark/tracr/*.{json,safetensors}
+    .venv/bin/python -m experiments.tracr_programs --check        # the project's venv, no jax: see below
 
 Either takes program names after it to do only those (`... tracr_programs.py --check running_max`).
 
@@ -698,6 +698,5 @@ if __name__ == "__main__":
     if unknown:
         sys.exit(f"unknown program(s) {', '.join(unknown)}; known: {', '.join(PROGRAMS)}")
     if checking:
-        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
         sys.exit(check(names or list(PROGRAMS)))
     generate(names or list(PROGRAMS))

@@ -1,19 +1,17 @@
-"""What the tests of experiments/ share: that folder on sys.path (its scripts and rules import harness and
-verdicts as plain modules), loading a script by its path (experiments/ is not a package), running one at its
-smoke size, and finding and judging one claim of a rules file."""
+"""What the tests of experiments/ share: loading a script afresh, running one at its smoke size, and finding and
+judging one claim of a rules file."""
 
 import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable, Iterator, Optional, Union
 
 import torch
 
+from experiments import verdicts
+
 EXPERIMENTS = Path(__file__).resolve().parent.parent / "experiments"
-sys.path.insert(0, str(EXPERIMENTS))
-import verdicts  # noqa: E402
 
 
 def script(name: str) -> ModuleType:

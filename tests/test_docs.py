@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 import json
+import importlib.util
 import os
 import re
 import subprocess
@@ -19,8 +20,7 @@ from mechsynth.config import describe
 from mechsynth.util import browser
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "experiments"))
-import results_table  # noqa: E402
+from experiments import results_table
 
 needs_chromium = pytest.mark.skipif(
     browser.find_chromium() is None, reason="Chromium not found: install Debian's `chromium` package (.ci/run does)"
@@ -115,8 +115,9 @@ def test_the_site_opens_from_file_with_search_working(site, tmp_path):
 
 
 def test_written_pages_take_their_numbers_from_the_json():
-    sys.path.insert(0, str(ROOT / "docs"))
-    import hooks
+    spec = importlib.util.spec_from_file_location("hooks", ROOT / "docs" / "hooks.py")  # as mkdocs loads it
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
 
     out = {"experiment": "toy", "results": {"steps": {"mezo": 10000}, "shares": [0.49, 0.75], "rate": 0.0421}}
     said = hooks.filled(

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from experiment_files import judged, loaded, smoke  # (puts experiments/ on sys.path)
-import verdicts  # noqa: E402
+from experiment_files import judged, loaded, smoke
+from experiments import verdicts
 
 NAME = "attention_glitches"
 CLAIMS = [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from experiment_files import judged, loaded, smoke  # (puts experiments/ on sys.path)
+from experiment_files import judged, loaded, smoke
 
 NAME = "depth_risk"
 

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from experiment_files import judged, loaded, smoke  # (puts experiments/ on sys.path)
-import verdicts  # noqa: E402
+from experiment_files import judged, loaded, smoke
+from experiments import verdicts
 
 NAME = "dyck_balance"
 CLAIMS = ["balance_goes_with_length_generalisation", "training_balances", "interpretable_attention_not_necessary"]

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from experiment_files import judged, loaded, smoke  # (puts experiments/ on sys.path)
+from experiment_files import judged, loaded, smoke
 
 NAME = "dyck_contrastive"
 

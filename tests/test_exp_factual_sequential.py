@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from experiment_files import loaded, smoke  # (puts experiments/ on sys.path)
-import verdicts  # noqa: E402
+from experiment_files import loaded, smoke
+from experiments import verdicts
 
 NAME = "factual_sequential"
 

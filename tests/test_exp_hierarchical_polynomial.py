@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from experiment_files import judged, loaded, smoke  # (puts experiments/ on sys.path)
+from experiment_files import judged, loaded, smoke
 
 from mechsynth import load_run
 from mechsynth.runs import io

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from experiment_files import claim, judged, loaded, smoke  # (puts experiments/ on sys.path)
+from experiment_files import claim, judged, loaded, smoke
 
-import verdicts  # noqa: E402
+from experiments import verdicts
 
 NAME = "mezo_finetune"
 

@@ -11,8 +11,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from experiment_files import script, smoke  # (puts experiments/ on sys.path)
-import verdicts  # noqa: E402
+from experiment_files import script, smoke
+from experiments import verdicts
 
 
 RULES = verdicts.rules_of("parity_search")

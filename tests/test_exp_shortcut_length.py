@@ -10,8 +10,8 @@ import torch
 
 from mechsynth import tasks
 
-from experiment_files import claim, loaded, smoke  # (puts experiments/ on sys.path)
-import verdicts  # noqa: E402
+from experiment_files import claim, loaded, smoke
+from experiments import verdicts
 
 
 @pytest.fixture(scope="module")

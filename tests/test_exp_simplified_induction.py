@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from experiment_files import judged, loaded, smoke  # (puts experiments/ on sys.path)
-import verdicts  # noqa: E402
+from experiment_files import judged, loaded, smoke
+from experiments import verdicts
 
 NAME = "simplified_induction"
 CLAIMS = ["first_step", "v2_gets_largest_gradient", "ratio_grows_with_t", "two_phases", "stages_as_full_transformer"]

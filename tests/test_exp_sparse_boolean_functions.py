@@ -13,8 +13,8 @@ import torch
 
 from mechsynth import load_run
 
-from experiment_files import loaded, smoke as smoke_run  # (puts experiments/ on sys.path)
-import verdicts  # noqa: E402
+from experiment_files import loaded, smoke as smoke_run
+from experiments import verdicts
 
 NAME = "sparse_boolean_functions"
 

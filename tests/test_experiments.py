@@ -3,7 +3,6 @@ and figures that hold what they should (not the papers' findings: at this size t
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
@@ -17,14 +16,7 @@ from mechsynth.errors import UserError
 from mechsynth.runs import io
 from mechsynth.sweep import load_plan
 
-EXPERIMENTS = Path(__file__).resolve().parent.parent / "experiments"
-
-
-def load(name: str):
-    spec = importlib.util.spec_from_file_location(f"experiment_{name}", EXPERIMENTS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from experiment_files import script as load
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -41,7 +33,7 @@ def run_smoke(name: str, tmp_path: Path) -> dict:
     assert load(name).main(["--smoke", "--out", str(tmp_path), "--runs", str(tmp_path / "runs"), "--workers", "1"]) == 0
     out = json.loads((tmp_path / f"{name}.json").read_text())
     assert out["experiment"] == name and out["size"] == "smoke" and out["wall_time_s"] > 0
-    assert out["command"] == f"python experiments/{name}.py --smoke" and out["device"].startswith("CPU")
+    assert out["command"] == f"python -m experiments.{name} --smoke" and out["device"].startswith("CPU")
     assert set(out["versions"]) >= {"mechsynth", "torch", "transformer_lens"} and out["runs_trained"] > 0
     for fig in out["figures"]:
         data = (tmp_path / fig).read_bytes()

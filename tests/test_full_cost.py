@@ -7,8 +7,8 @@ import json
 import pytest
 from experiment_files import EXPERIMENTS, script, smoke
 
-import full_cost
-import harness
+from experiments import full_cost
+from experiments import harness
 
 
 @pytest.mark.smoke

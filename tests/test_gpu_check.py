@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import speed_doc
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import speed_doc  # noqa: E402
 
 
 @pytest.mark.smoke
@@ -24,7 +24,8 @@ def test_gpu_check_runs_every_section_on_the_cpu(tmp_path):
     done = subprocess.run(
         [
             sys.executable,
-            str(ROOT / "benchmarks" / "gpu_check.py"),
+            "-m",
+            "benchmarks.gpu_check",
             "--device",
             "cpu",
             "--size",
@@ -32,7 +33,7 @@ def test_gpu_check_runs_every_section_on_the_cpu(tmp_path):
             "--out",
             str(out_path),
         ],
-        cwd=tmp_path,
+        cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=580,

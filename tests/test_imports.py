@@ -182,11 +182,14 @@ def test_every_package_ships():
     )
 
 
-def test_packaging_alone_maps_the_probes():
-    """pyproject's package-dir installs ./probes as mechsynth.probes; no module of the package edits sys.path or
-    its own __path__ to find them."""
-    edits = re.compile(r"\bsys\.path\.(insert|append|extend)|__path__\s*(\.append|\.extend|\+?=)")
-    touched = [name for name, path in modules().items() if edits.search(path.read_text())]
+def test_no_file_edits_the_import_path():
+    """pyproject's package-dir installs ./probes as mechsynth.probes, and experiments/ and benchmarks/ are packages
+    run from the checkout's root (`python -m experiments.NAME`): no file edits sys.path or a package's __path__."""
+    edits = re.compile(
+        r"\bsys\.path\.(insert|append|extend)|\bsys\.path\[[^]]*\]\s*=|__path__\s*(\.append|\.extend|\+?=)"
+    )
+    files = [p for p in REPO.glob("**/*.py") if not p.relative_to(REPO).parts[0].startswith((".", "site", "build"))]
+    touched = [str(p.relative_to(REPO)) for p in files if p != Path(__file__) and edits.search(p.read_text())]
     assert not touched, touched
 
 

@@ -86,12 +86,10 @@ mode = "disabled"
 # this file again, and must not import the plugin that way.
 BY_HAND = """
 import json
-import sys
 
 
 def main():
-    sys.path.insert(0, sys.argv[1])
-    import lag_copy  # noqa: F401  (registers the task)
+    import lag_copy  # noqa: F401  (registers the task; PYTHONPATH names its folder)
 
     from mechsynth import parse_config, train_run
     from mechsynth.config import read_toml
@@ -193,9 +191,9 @@ def test_a_plugin_imported_by_hand_is_recorded_and_reaches_sweep_workers(tmp_pat
     (tmp_path / "lag.toml").write_text(CONFIG)
     (tmp_path / "by_hand.py").write_text(BY_HAND)
     out = subprocess.run(
-        [sys.executable, "by_hand.py", str(tmp_path / "plugins")],
+        [sys.executable, "by_hand.py"],
         cwd=tmp_path,
-        env=_env(),
+        env=_env() | {"PYTHONPATH": str(tmp_path / "plugins")},
         capture_output=True,
         text=True,
         timeout=600,

@@ -3,10 +3,8 @@ Reformatting, comments, docstrings, import paths and code the rules never reach 
 
 from __future__ import annotations
 
-from experiment_files import rules_repo  # (puts experiments/ on sys.path)
-import rule_logic
-import results_table
-import verdicts
+from experiment_files import rules_repo
+from experiments import results_table, rule_logic, verdicts
 
 RULES = '''"""Claims of a toy experiment."""
 import verdicts

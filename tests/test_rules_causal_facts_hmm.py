@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from experiment_files import judged  # (puts experiments/ on sys.path)
-import verdicts  # noqa: E402
+from experiment_files import judged
+from experiments import verdicts
 
 
 # ---- causal_structure ------------------------------------------------------------------------------

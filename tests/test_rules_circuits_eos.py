@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from experiment_files import EXPERIMENTS, judged  # (puts experiments/ on sys.path)
-import verdicts  # noqa: E402
+from experiment_files import EXPERIMENTS, judged
+from experiments import verdicts
 
 
 def test_claims_are_complete():

@@ -8,8 +8,8 @@ import copy
 
 import pytest
 
-from experiment_files import claim, judged as verdict  # (puts experiments/ on sys.path)
-import verdicts  # noqa: E402
+from experiment_files import claim, judged as verdict
+from experiments import verdicts
 
 
 grok = verdicts.rules_of("grokking")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from experiment_files import claim  # (puts experiments/ on sys.path)
-import verdicts  # noqa: E402
+from experiment_files import claim
+from experiments import verdicts
 
 
 SI = verdicts.rules_of("statistical_induction")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from experiment_files import claim, script as load_script  # (puts experiments/ on sys.path)
-import verdicts  # noqa: E402
+from experiment_files import claim, script as load_script
+from experiments import verdicts
 
 
 PARITY = verdicts.rules_of("sparse_parity_hidden_progress")

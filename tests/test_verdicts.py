@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from experiment_files import EXPERIMENTS, rules_repo  # (puts experiments/ on sys.path)
-import results_table  # noqa: E402
-import verdicts  # noqa: E402
+from experiment_files import EXPERIMENTS, rules_repo
+from experiments import results_table
+from experiments import verdicts
 
 
 def claim(verdict: str, n: int, control: str = "does not", **kw):
@@ -258,7 +258,7 @@ def test_the_readme_paper_column_is_cut_from_the_json_not_written():
 
 
 def test_the_readme_table_is_generated_from_the_committed_jsons():
-    assert results_table.main(["--check"]) == 0, "run python experiments/results_table.py"
+    assert results_table.main(["--check"]) == 0, "run python -m experiments.results_table"
 
 
 def test_every_committed_json_with_rules_is_from_a_clean_commit_and_judged():

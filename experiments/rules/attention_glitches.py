@@ -34,7 +34,7 @@ import math
 import statistics
 from typing import Any, Mapping, Optional, Sequence
 
-import verdicts
+from experiments import verdicts
 
 CONVERGED = 1e-3  # in-distribution test error at the end at most this: the seed learned the task
 RARE = 0.05  # glitches are rare errors: the median converged seed errs on at most this share of OOD reads

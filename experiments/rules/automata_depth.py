@@ -36,7 +36,7 @@ import copy
 import statistics
 from typing import Any, Mapping, Optional, Sequence
 
-import verdicts
+from experiments import verdicts
 
 PAPER_DEPTHS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16)
 _ROWS = {

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-import verdicts
+from experiments import verdicts
 
 PAPER_SAMPLES = 1024 * 2**17  # single_parent.py: batch 1024, 2**17 steps
 PAPER_DAG_SAMPLES = 1024 * 2**16  # multi_parent.ipynb: batch 1024, 65 536 steps

@@ -29,7 +29,7 @@ import copy
 import math
 from typing import Any, Mapping, Optional, Sequence
 
-import verdicts
+from experiments import verdicts
 
 METHODS = ("patching", "eap", "eap_ig", "acdc")
 NAMES = {"patching": "exact patching", "eap": "EAP", "eap_ig": "EAP-IG", "acdc": "ACDC"}

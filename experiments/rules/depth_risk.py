@@ -19,7 +19,7 @@ from __future__ import annotations
 import statistics
 from typing import Any, Mapping
 
-import verdicts
+from experiments import verdicts
 
 MIN_SEEDS = 3
 SEED_SHARE = 2 / 3  # of a width's seeds whose own curve must have the shape for the width to have it

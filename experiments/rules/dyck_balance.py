@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-import verdicts
+from experiments import verdicts
 
 SOLVED = 0.99  # close_acc at the training length: the run solves the task in distribution
 STACK_HEAD = 0.5  # a head with at least this attention on the matching open is the "interpretable" stack head

@@ -23,7 +23,7 @@ import math
 from statistics import median
 from typing import Any, Mapping
 
-import verdicts
+from experiments import verdicts
 
 MIN_SEEDS = 5  # per group, of the runs that learn the task
 LEARNED = 0.9  # close_acc at the training length from which a run has learned the task (the runs stuck on a

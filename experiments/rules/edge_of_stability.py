@@ -26,7 +26,7 @@ import copy
 import statistics
 from typing import Any, Mapping, Sequence
 
-import verdicts
+from experiments import verdicts
 
 NEAR, WIDE = "near0.1", "near0.2"
 HOVER = 0.5  # the fraction of checkpoints after reaching 2/η that must lie within the band (each band)

@@ -43,7 +43,7 @@ import math
 import statistics
 from typing import Any, Mapping, Optional, Sequence
 
-import verdicts
+from experiments import verdicts
 
 DEFINITION = "median_0.99"
 REGION = (0.8, 1.2)  # the acceptance region of the exponent (linear up to a log factor)

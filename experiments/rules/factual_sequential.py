@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping, Optional
 
-import verdicts
+from experiments import verdicts
 
 THRESHOLD = 0.99  # type_acc / acc "learned": stays at or above this from a checkpoint on
 ORDER = 0.5  # the type is learned "clearly before" the fact: type_step ≤ ORDER · fact_step

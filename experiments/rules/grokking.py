@@ -35,7 +35,7 @@ import math
 import statistics
 from typing import Any, Mapping, Optional
 
-import verdicts
+from experiments import verdicts
 
 
 def _half(k: int, n: int) -> bool:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import statistics
 from typing import Any, Mapping
 
-import verdicts
+from experiments import verdicts
 
 MIN_SEEDS = 5
 PREDICTED = 2.0  # n* ∝ d^k with k = 2: p is quadratic

@@ -39,7 +39,7 @@ from __future__ import annotations
 import statistics
 from typing import Any, Mapping, Sequence
 
-import verdicts
+from experiments import verdicts
 
 RELATIVE = 0.25  # recovered: O's and T's errors both ≤ this fraction of a random HMM's
 MAJORITY = 2 / 3  # a condition recovers (or fails to): at least this share of its seeds

@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping, Optional, Sequence
 
-import verdicts
+from experiments import verdicts
 
 SHARE = 2 / 3  # "matches": at least this share of the seeds
 GAP = 0.05  # the model's normalized error within this of least squares' at every in-context length

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional, Sequence
 
-import verdicts
+from experiments import verdicts
 
 ODDS = 3.0  # a head "formed": odds on its targets ≥ 3× a uniform head's (the probes' over_chance)
 MOVE_RATIO = 0.2  # lazy: relative weight movement at most this fraction of the real network's, same seed

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional, Sequence
 
-import verdicts
+from experiments import verdicts
 
 FACTOR = 2.0  # an LLC boundary "at" an event: within this factor of its step
 ALPHA = verdicts.LEVEL / 2  # two readings of the LLC tested: Bonferroni

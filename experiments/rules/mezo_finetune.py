@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-import verdicts
+from experiments import verdicts
 
 MIN_SEEDS = 3
 SHARE = 2 / 3  # of the seeds, for "matches"

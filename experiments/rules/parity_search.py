@@ -32,8 +32,8 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping, Optional, Sequence
 
-import verdicts
-from verdicts import Claim, Judgement
+from experiments import verdicts
+from experiments.verdicts import Claim, Judgement
 
 LEARNED_SHARE = 2 / 3  # a model learns the parity when at least this share of its seeds converge
 DOES_NOT_CAP = 50_000  # no seed converging within a cap at least this long is a "does not"; shorter: inconclusive

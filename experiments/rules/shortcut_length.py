@@ -40,7 +40,7 @@ from __future__ import annotations
 import statistics
 from typing import Any, Mapping, Sequence
 
-import verdicts
+from experiments import verdicts
 
 SOLVED = 99.0  # accuracy (%) within T that counts as the automaton learned (claim 1), and the reads learned (claim 3)
 NEAR_CHANCE = 0.10  # beyond T, at most this fraction of the way from chance to 100 % counts as "near chance"

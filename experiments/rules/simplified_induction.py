@@ -36,7 +36,7 @@ import math
 import statistics
 from typing import Any, Mapping, Sequence
 
-import verdicts
+from experiments import verdicts
 
 R2 = 0.95  # the first update's profile over d fits a·(1 − d/t)² at least this well...
 SHARE = 2 / 3  # "matches": at least this share of the seeds

@@ -38,7 +38,7 @@ import math
 import statistics
 from typing import Any, Mapping, Optional, Sequence
 
-import verdicts
+from experiments import verdicts
 
 ARMS = ("vanilla", "smoothed")
 MIN_SEEDS = 5  # seeds per (arm, d, learning rate)

@@ -31,7 +31,7 @@ import random
 import statistics
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-import verdicts
+from experiments import verdicts
 
 MIN_SEEDS = 3  # per (kind, s): converged runs for the norms, runs for the steps
 MIN_S = 3  # values of s with both kinds usable: the growth of the gap needs at least 3

@@ -35,8 +35,8 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping, Sequence
 
-import verdicts
-from verdicts import Claim, Judgement
+from experiments import verdicts
+from experiments.verdicts import Claim, Judgement
 
 LN2 = math.log(2)
 PLATEAU_TOL = 0.01  # the plateau's held-out loss within this of ln 2 (chance)

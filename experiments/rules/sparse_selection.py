@@ -28,8 +28,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional, Sequence
 
-import verdicts
-from verdicts import Claim, Judgement
+from experiments import verdicts
+from experiments.verdicts import Claim, Judgement
 
 LOW, HIGH = 0.2, 0.9  # the script's bracket: success ≤ LOW at a T's smallest size, ≥ HIGH at its largest
 MAX_NOT_FITTED = 0.2  # at most this fraction of a T's runs may fail to fit their training set

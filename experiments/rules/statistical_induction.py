@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional, Sequence
 
-import verdicts
+from experiments import verdicts
 
 OURS_BUDGET = 1200 * 32 / (2000 * 64)  # 0.3
 TRIGRAM_BUDGET = 2500 * 32 / (2000 * 64)  # 0.625

@@ -1,0 +1,1 @@
+"""Speed measurements that print ratios (`python -m benchmarks.NAME`)."""
