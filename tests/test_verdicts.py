@@ -197,7 +197,7 @@ def test_the_table_is_what_the_jsons_say_and_check_catches_an_edit(tmp_path, mon
     rules = tmp_path / "rules"
     rules.mkdir()
     (rules / "toy.py").write_text(
-        "import verdicts\nCLAIMS = [verdicts.Claim('x', 'toys | learn (Toy et al. 2020)', 'paper', 'rule', "
+        "from experiments import verdicts\nCLAIMS = [verdicts.Claim('x', 'toys | learn (Toy et al. 2020)', 'paper', 'rule', "
         "lambda r: verdicts.Judgement('matches' if r['ok'] else 'does not', f\"{r['n']}/3 seeds\", 3), budget=0.5, "
         "control=lambda r: {'ok': False, 'n': 0}, control_note='untrained'),\n"
         "verdicts.Claim('y', 'a planted circuit is found', 'ours', 'rule', lambda r: verdicts.Judgement('matches', "
