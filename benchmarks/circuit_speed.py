@@ -34,6 +34,7 @@ import torch
 from transformer_lens import patching
 
 from experiments import harness
+from experiments import stats
 
 from mechsynth import circuits, configs, load_run, parse_config, train_run
 from mechsynth.circuits.gradient import sender_groups
@@ -109,7 +110,7 @@ def measure(
                 method,
                 method + (f" ({IG_STEPS} steps)" if opts else ""),
                 t,
-                harness.spearman(exact.abs().tolist(), scores.abs().tolist()),
+                stats.spearman(exact.abs().tolist(), scores.abs().tolist()),
                 POINTS.get(method, lambda g: None)(groups),
             )
         )

@@ -31,6 +31,7 @@ import torch
 
 
 from experiments import harness
+from experiments import stats
 from experiments import verdicts
 
 from mechsynth import probes, tasks
@@ -229,7 +230,7 @@ def summarize(runs: harness.Runs, c: dict[str, Any], rows: list[dict[str, Any]])
         ours = [first[g]["all"][d]["depth"] or never for g in c["groups"]]
         paper = [paper_first[g]["our_depths"][d]["depth"] or never for g in c["groups"]]
         agreement[d] = {
-            "spearman": harness.spearman(ours, paper),
+            "spearman": stats.spearman(ours, paper),
             "same_first_depth": [g for g, a, b in zip(c["groups"], ours, paper) if a == b],
         }
     # Where few cells reach any threshold, the ordering is still there to compare: at each depth, the rank
@@ -243,8 +244,8 @@ def summarize(runs: harness.Runs, c: dict[str, Any], rows: list[dict[str, Any]])
         rel_paper = [from_chance(a, floors[g]["all"]) for a, g in zip(paper, known)]
         by_depth[str(d)] = {
             "rows": known,
-            "spearman": harness.spearman(ours, paper),
-            "spearman_above_chance": harness.spearman(rel, rel_paper),
+            "spearman": stats.spearman(ours, paper),
+            "spearman_above_chance": stats.spearman(rel, rel_paper),
         }
     return {
         "table": table,

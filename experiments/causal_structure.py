@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from experiments import harness
+from experiments import stats
 
 from mechsynth import config as config_io
 from mechsynth.analysis.timeline import formation_step, probe_run
@@ -137,7 +138,7 @@ def analyse(run: Run) -> dict[str, Any]:
         if recovery[-1] > recovery[0]
         else None,
     }
-    below = harness.stays_below
+    below = stats.stays_below
     bayes = {
         "absolute": below(kl_steps, kl, 0.05),
         "loose": below(kl_steps, kl, 0.1),
@@ -170,7 +171,7 @@ def analyse(run: Run) -> dict[str, Any]:
 
 
 def summarise(seeds: list[dict[str, Any]]) -> dict[str, Any]:
-    spread = harness.spread
+    spread = stats.spread
     return {
         "seeds": len(seeds),
         "final": {k: spread([s["final"][k] for s in seeds]) for k in seeds[0]["final"]},

@@ -42,6 +42,7 @@ from typing import Any, Optional
 import torch
 
 from experiments import harness
+from experiments import stats
 
 from mechsynth import circuits, configs, models, probes, tasks
 from mechsynth.analysis import timeline
@@ -337,7 +338,7 @@ def summary(results: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
                 exact, other = r["methods"]["patching"], r["methods"][method]
                 keys = list(exact["scores"])
                 rho.append(
-                    harness.spearman([abs(exact["scores"][k]) for k in keys], [abs(other["scores"][k]) for k in keys])
+                    stats.spearman([abs(exact["scores"][k]) for k in keys], [abs(other["scores"][k]) for k in keys])
                 )
                 a, b = set(exact["circuit"]), set(other["circuit"])
                 jac.append(len(a & b) / len(a | b) if a | b else 1.0)

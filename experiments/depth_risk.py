@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from experiments import harness
+from experiments import stats
 
 NAME = "depth_risk"
 NOISE = 0.25
@@ -120,7 +121,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             }
             cell = results[str(w)][str(d)]
             harness.log(
-                f"width {w}, depth {d}: test risk {harness.spread(cell['risk'])['median']:.3g} "
+                f"width {w}, depth {d}: test risk {stats.spread(cell['risk'])['median']:.3g} "
                 f"(fit {max(cell['fit']):.2g} at most)"
             )
     figures = [plot(c, results, args.out / f"{NAME}.png")]

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from experiments import harness
+from experiments import stats
 from experiments import verdicts
 
 from mechsynth.analysis import timeline
@@ -127,19 +128,19 @@ def summary(res: dict[str, list[dict[str, Any]]], lrs: tuple[float, ...]) -> dic
         seeds = res[str(lr)]
         c: dict[str, Any] = {
             "limit": seeds[0]["limit"],
-            "initial_sharpness": harness.spread([r["initial"] for r in seeds]),
+            "initial_sharpness": stats.spread([r["initial"] for r in seeds]),
             "approach": [r["approach"] for r in seeds],
-            "sharpening_factor": harness.spread([r["sharpening"] for r in seeds]),
-            "max_over_limit": harness.spread([r["max_after_min"] / r["limit"] for r in seeds]),
+            "sharpening_factor": stats.spread([r["sharpening"] for r in seeds]),
+            "max_over_limit": stats.spread([r["max_after_min"] / r["limit"] for r in seeds]),
         }
         for near in NEAR:
             k = f"near{near}"
             c[k] = {
                 "reached": sum(r[k]["reached_step"] is not None for r in seeds),
                 "of": len(seeds),
-                "reached_step": harness.spread([r[k]["reached_step"] for r in seeds]),
-                "median_ratio_after": harness.spread([r[k]["median_ratio_after"] for r in seeds]),
-                "fraction_within_after": harness.spread([r[k]["fraction_within_after"] for r in seeds]),
+                "reached_step": stats.spread([r[k]["reached_step"] for r in seeds]),
+                "median_ratio_after": stats.spread([r[k]["median_ratio_after"] for r in seeds]),
+                "fraction_within_after": stats.spread([r[k]["fraction_within_after"] for r in seeds]),
                 "loss_increases_before": [r[k]["loss_increases_before"] for r in seeds],
                 "loss_increases_after": [r[k]["loss_increases_after"] for r in seeds],
                 "evals_after": [r[k]["evals_after"] for r in seeds],

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from experiments import harness
+from experiments import stats
 
 from mechsynth.runs.run import Run
 
@@ -243,11 +244,11 @@ def summarise(tried: dict[tuple[str, int], dict[int, list[float]]], c: dict[str,
         fits = {}
         for d in DEFINITIONS:
             pts = [(r["params"], r["capacity"][d]) for r in rows if r["capacity"][d]]
-            fits[d] = harness.power_fit(*zip(*pts)) if len({p for p, _ in pts}) >= 2 else None
+            fits[d] = stats.power_fit(*zip(*pts)) if len({p for p, _ in pts}) >= 2 else None
         # their linear-memory law, N log N ∝ d²: the exponent of N·ln N against parameters
         pts = [(r["params"], r["capacity"]["median_0.99"]) for r in rows if (r["capacity"]["median_0.99"] or 0) > 1]
         fits["median_0.99_NlnN"] = (
-            harness.power_fit([p for p, _ in pts], [n * math.log(n) for _, n in pts])
+            stats.power_fit([p for p, _ in pts], [n * math.log(n) for _, n in pts])
             if len({p for p, _ in pts}) >= 2
             else None
         )

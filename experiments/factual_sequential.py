@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from experiments import harness
+from experiments import stats
 
 from mechsynth.analysis import timeline
 from mechsynth.runs.run import Run
@@ -261,10 +262,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         "probe_batch": PROBE_BATCH,
         "seeds": rows,
         "summary": {
-            "type_step": harness.spread([r["type_step"] for r in rows]),
-            "fact_step": harness.spread([r["fact_step"] for r in rows]),
-            "plateau_span": harness.spread([math.exp(r["plateau_dwell"]) for r in rows]),
-            "control_span": harness.spread([math.exp(r["control_dwell"]) for r in rows]),
+            "type_step": stats.spread([r["type_step"] for r in rows]),
+            "fact_step": stats.spread([r["fact_step"] for r in rows]),
+            "plateau_span": stats.spread([math.exp(r["plateau_dwell"]) for r in rows]),
+            "control_span": stats.spread([math.exp(r["control_dwell"]) for r in rows]),
         },
     }
     for r in rows:

@@ -31,6 +31,7 @@ from typing import Any, Optional
 import torch
 
 from experiments import harness
+from experiments import stats
 
 from mechsynth import config as config_io
 from mechsynth.analysis.timeline import formation_step, probe_run
@@ -270,7 +271,7 @@ def analyse_phases(run: Run) -> dict[str, Any]:
 
 def summarise_phases(seeds: list[dict[str, Any]], p: int) -> dict[str, Any]:
     n = len(seeds)
-    spread = lambda xs: harness.spread(xs)  # noqa: E731
+    spread = lambda xs: stats.spread(xs)  # noqa: E731
     ev = {e: {d: spread([s["events"][e][d] for s in seeds]) for d in DEFINITIONS} for e in EVENTS}
     excluded_rises = [
         s["excluded_loss_at"]["grokked"] is not None
@@ -325,13 +326,13 @@ def analyse_grid(runs: harness.Runs, g: dict[str, Any]) -> dict[str, Any]:
                 "frac": frac,
                 "weight_decay": decay,
                 "final_test_acc": final,
-                "median_final_test_acc": harness.spread(final)["median"],
+                "median_final_test_acc": stats.spread(final)["median"],
                 **{f"steps_to_{a}": [generalized_at(r, float(a)) for r in rs] for a in ("0.99", "0.9")},
             }
     for c in cells.values():
         for a in ("0.99", "0.9"):
             c[f"median_{a}"] = (
-                harness.spread(c[f"steps_to_{a}"])["median"] if all(v is not None for v in c[f"steps_to_{a}"]) else None
+                stats.spread(c[f"steps_to_{a}"])["median"] if all(v is not None for v in c[f"steps_to_{a}"]) else None
             )  # a censored seed: no median below the cap
     out: dict[str, Any] = {
         "cap": g["steps"],
@@ -342,18 +343,18 @@ def analyse_grid(runs: harness.Runs, g: dict[str, Any]) -> dict[str, Any]:
     }
     for a in ("0.99", "0.9"):
         t = lambda c: c[f"median_{a}"] if c[f"median_{a}"] is not None else 2 * g["steps"]  # noqa: E731 (censored: last)
-        by_frac = [harness.spearman(g["fracs"], [t(cells[f"{f},{d}"]) for f in g["fracs"]]) for d in g["decays"]]
-        by_decay = [harness.spearman(g["decays"], [t(cells[f"{f},{d}"]) for d in g["decays"]]) for f in g["fracs"]]
+        by_frac = [stats.spearman(g["fracs"], [t(cells[f"{f},{d}"]) for f in g["fracs"]]) for d in g["decays"]]
+        by_decay = [stats.spearman(g["decays"], [t(cells[f"{f},{d}"]) for d in g["decays"]]) for f in g["fracs"]]
         out[f"spearman_steps_vs_frac_per_decay_{a}"] = by_frac
         out[f"spearman_steps_vs_decay_per_frac_{a}"] = by_decay
         out[f"censored_{a}"] = sum(v is None for c in cells.values() for v in c[f"steps_to_{a}"])
     # where most runs are censored, the held-out accuracy reached by the cap still orders the cells
     acc = lambda f, d: cells[f"{f},{d}"]["median_final_test_acc"]  # noqa: E731
     out["spearman_final_acc_vs_frac_per_decay"] = [
-        harness.spearman(g["fracs"], [acc(f, d) for f in g["fracs"]]) for d in g["decays"]
+        stats.spearman(g["fracs"], [acc(f, d) for f in g["fracs"]]) for d in g["decays"]
     ]
     out["spearman_final_acc_vs_decay_per_frac"] = [
-        harness.spearman(g["decays"], [acc(f, d) for d in g["decays"]]) for f in g["fracs"]
+        stats.spearman(g["decays"], [acc(f, d) for d in g["decays"]]) for f in g["fracs"]
     ]
     return out
 
@@ -536,7 +537,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         "grid": grid,
         "parity": {
             "summary": {
-                k: harness.spread([s[k] for s in parity])
+                k: stats.spread([s[k] for s in parity])
                 for k in (
                     "fit_at",
                     "generalized_at",

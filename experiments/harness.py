@@ -25,7 +25,6 @@ import argparse
 import math
 import os
 import platform
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -425,96 +424,6 @@ def _finite(x: Any) -> Any:
     if isinstance(x, (list, tuple)):
         return [_finite(v) for v in x]
     return x
-
-
-# ---- statistics ---------------------------------------------------------------------------------
-
-
-def spread(values: Sequence[Optional[float]]) -> dict[str, Any]:
-    """Median, min, max and count of the values that exist (None = did not happen)."""
-    xs = [float(v) for v in values if v is not None]
-    return {
-        "median": statistics.median(xs) if xs else None,
-        "min": min(xs) if xs else None,
-        "max": max(xs) if xs else None,
-        "n": len(xs),
-        "of": len(values),
-    }
-
-
-def power_fit(x: Sequence[float], y: Sequence[float]) -> dict[str, float]:
-    """Least squares of log y = a + b log x: the exponent b, the prefactor e^a, and R²."""
-    lx, ly = [math.log(v) for v in x], [math.log(v) for v in y]
-    mx, my = statistics.fmean(lx), statistics.fmean(ly)
-    sxx = sum((a - mx) ** 2 for a in lx)
-    b = sum((a - mx) * (c - my) for a, c in zip(lx, ly)) / sxx
-    a = my - b * mx
-    ss_res = sum((c - a - b * v) ** 2 for v, c in zip(lx, ly))
-    ss_tot = sum((c - my) ** 2 for c in ly)
-    return {"exponent": b, "prefactor": math.exp(a), "r2": 1 - ss_res / ss_tot if ss_tot > 0 else 1.0}
-
-
-def linear_fit(x: Sequence[float], y: Sequence[float]) -> Optional[dict[str, float]]:
-    """Least squares y = a + b x, with R² and the root-mean-square residual (None: x has one value)."""
-    if len(set(x)) < 2:
-        return None
-    mx, my = statistics.fmean(x), statistics.fmean(y)
-    b = sum((u - mx) * (v - my) for u, v in zip(x, y)) / sum((u - mx) ** 2 for u in x)
-    a = my - b * mx
-    ss_res = sum((v - a - b * u) ** 2 for u, v in zip(x, y))
-    ss_tot = sum((v - my) ** 2 for v in y)
-    return {
-        "intercept": a,
-        "slope": b,
-        "r2": 1 - ss_res / ss_tot if ss_tot > 0 else 1.0,
-        "rms_residual": math.sqrt(ss_res / len(x)),
-    }
-
-
-def pearson(x: Sequence[float], y: Sequence[float]) -> Optional[float]:
-    if len(x) < 3:
-        return None
-    mx, my = statistics.fmean(x), statistics.fmean(y)
-    sx = math.sqrt(sum((a - mx) ** 2 for a in x))
-    sy = math.sqrt(sum((b - my) ** 2 for b in y))
-    return sum((a - mx) * (b - my) for a, b in zip(x, y)) / (sx * sy) if sx > 0 and sy > 0 else None
-
-
-def spearman(x: Sequence[float], y: Sequence[float]) -> Optional[float]:
-    return pearson(_ranks(x), _ranks(y))
-
-
-def _ranks(x: Sequence[float]) -> list[float]:
-    order = sorted(range(len(x)), key=lambda i: x[i])
-    ranks = [0.0] * len(x)
-    i = 0
-    while i < len(order):  # ties share their mean rank
-        j = i
-        while j + 1 < len(order) and x[order[j + 1]] == x[order[i]]:
-            j += 1
-        for m in range(i, j + 1):
-            ranks[order[m]] = (i + j) / 2
-        i = j + 1
-    return ranks
-
-
-def stays_below(steps: Sequence[int], series: Sequence[float], level: float) -> Optional[int]:
-    """The first step after which `series` stays ≤ level (None: it does not by the end)."""
-    from mechsynth.analysis.timeline import formation_step
-
-    return formation_step(steps, [-v for v in series], -level)
-
-
-def rise_step(steps: Sequence[int], scores: Sequence[float], fraction: float = 0.5) -> Optional[int]:
-    """The first step after which a score stays above start + fraction × (end − start): when a head
-    forms, measured against its own start and end rather than a fixed threshold (chance levels differ:
-    a uniform head already scores 0.5 on the induction probe with two tokens)."""
-    from mechsynth.analysis.timeline import formation_step
-
-    start, end = scores[0], max(scores[-3:]) if len(scores) >= 3 else scores[-1]
-    if end <= start:
-        return None
-    return formation_step(steps, scores, start + fraction * (end - start))
 
 
 def train_seconds(run: Run) -> float:

@@ -42,6 +42,7 @@ import numpy as np
 import torch
 
 from experiments import harness
+from experiments import stats
 from experiments import verdicts
 
 from mechsynth.analysis import timeline
@@ -114,12 +115,12 @@ def fit(dims: list[int], samples: dict[int, list[Optional[float]]], draws: int =
     medians = [median(samples[d]) for d in dims]
     if any(m is None for m in medians) or len(dims) < 2:
         return None
-    f = harness.power_fit(dims, medians)
+    f = stats.power_fit(dims, medians)
     rng, slopes = np.random.default_rng(0), []
     for _ in range(draws):
         ms = [median([samples[d][i] for i in rng.integers(0, len(samples[d]), len(samples[d]))]) for d in dims]
         if all(m is not None for m in ms):
-            slopes.append(harness.power_fit(dims, ms)["exponent"])
+            slopes.append(stats.power_fit(dims, ms)["exponent"])
     interval = [float(np.quantile(slopes, 0.025)), float(np.quantile(slopes, 0.975))] if slopes else None
     return {
         "slope": f["exponent"],

@@ -30,6 +30,7 @@ from typing import Any, Optional
 import torch
 
 from experiments import harness
+from experiments import stats
 
 from mechsynth import config as config_io
 from mechsynth import tasks
@@ -137,7 +138,7 @@ def summarise(seeds: list[dict[str, Any]], guess: dict[str, float]) -> dict[str,
     keys = [k for k in seeds[0]["final"]]
     return {
         "seeds": len(seeds),
-        "final": {k: harness.spread([s["final"][k] for s in seeds]) for k in keys},
+        "final": {k: stats.spread([s["final"][k] for s in seeds]) for k in keys},
         "recovered": {d: sum(recovered(s["final"], guess)[d] for s in seeds) for d in RECOVERED},
     }
 

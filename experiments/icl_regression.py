@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from experiments import harness
+from experiments import stats
 
 from mechsynth import probes
 from mechsynth.analysis import stages, timeline
@@ -195,7 +196,7 @@ def analyse_stages(run: Run, seed: int, c: dict[str, Any]) -> dict[str, Any]:
         "llc_boundaries": {"change_points": stages.change_points(steps, valid), "turns": stages.turns(steps, valid)},
         "boundary_candidates": {"change_points": kept[margin : len(kept) - margin + 1], "turns": kept[1:-1]},
         "events": {
-            "icl_onset": harness.stays_below(steps, rs[f"error/{k}"], 0.5),
+            "icl_onset": stats.stays_below(steps, rs[f"error/{k}"], 0.5),
             "ls_nearest": timeline.formation_step(steps, ls_near, 1.0),
             "loss_drop": timeline.steepest_drop(loss_steps, loss),
         },

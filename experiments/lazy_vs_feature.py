@@ -40,6 +40,7 @@ from typing import Any, Optional
 import torch
 
 from experiments import harness
+from experiments import stats
 
 from mechsynth.analysis.timeline import formation_step, probe_run
 from mechsynth.runs.run import Run
@@ -134,7 +135,7 @@ def analyse(run: Run, size: dict[str, Any]) -> tuple[dict[str, Any], torch.Tenso
         "strategies": strategies,
         "heads": heads,
         "series": {p: tl.per_head[p][h["head"]] for p, h in heads.items()},
-        "below_unigram": harness.stays_below(steps, loss, strategies["unigram"]),
+        "below_unigram": stats.stays_below(steps, loss, strategies["unigram"]),
         "final": {"loss": loss[-1], "movement": moved[-1]},
     }
     return out, logp
@@ -175,13 +176,13 @@ def kl(p_log: torch.Tensor, q_log: torch.Tensor) -> float:
 
 def summarise(per_seed: list[dict[str, Any]]) -> dict[str, Any]:
     return {
-        "final_loss": harness.spread([r["final"]["loss"] for r in per_seed]),
-        "final_movement": harness.spread([r["final"]["movement"] for r in per_seed]),
-        "induction_final": harness.spread([r["heads"]["induction"]["final"] for r in per_seed]),
-        "induction_formed": harness.spread([r["heads"]["induction"]["formed"] for r in per_seed]),
-        "previous_token_final": harness.spread([r["heads"]["previous_token"]["final"] for r in per_seed]),
-        "below_unigram": harness.spread([r["below_unigram"] for r in per_seed]),
-        "train_time_s": harness.spread([r["train_time_s"] for r in per_seed]),
+        "final_loss": stats.spread([r["final"]["loss"] for r in per_seed]),
+        "final_movement": stats.spread([r["final"]["movement"] for r in per_seed]),
+        "induction_final": stats.spread([r["heads"]["induction"]["final"] for r in per_seed]),
+        "induction_formed": stats.spread([r["heads"]["induction"]["formed"] for r in per_seed]),
+        "previous_token_final": stats.spread([r["heads"]["previous_token"]["final"] for r in per_seed]),
+        "below_unigram": stats.spread([r["below_unigram"] for r in per_seed]),
+        "train_time_s": stats.spread([r["train_time_s"] for r in per_seed]),
     }
 
 

@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from experiments import harness
+from experiments import stats
 from experiments import verdicts
 
 from mechsynth.probes import formation_step
@@ -320,7 +321,7 @@ def online_summary(
         "cap": cap or q["cap"],
         "seeds": seeds,
         "converged_at": [s["converged_at"] for s in seeds],
-        "spread": harness.spread([s["converged_at"] for s in seeds]),
+        "spread": stats.spread([s["converged_at"] for s in seeds]),
         "model": cfg["model"],
         "optimizer": cfg["train"].get("optimizer", "adamw"),
         "lr": cfg["train"]["lr"],
@@ -558,7 +559,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         "eval_every": q["eval_every"],
         "seeds": grok_seeds,
         "summary": {
-            k: harness.spread([s[k] for s in grok_seeds])
+            k: stats.spread([s[k] for s in grok_seeds])
             for k in ("fit_at", "generalized_at", "ratio", "eval_acc_at_fit")
         },
     }

@@ -45,6 +45,7 @@ import torch
 
 
 from experiments import harness
+from experiments import stats
 
 from mechsynth import probes
 from mechsynth.probes.automaton_shortcut import layer_names
@@ -156,7 +157,7 @@ def car_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     out = {}
     for positional in ("standard", "rotary"):
         here = [r for r in rows if r["positional"] == positional]
-        out[positional] = {k: harness.spread([r[k] for r in here]) for k in ("within_T", "beyond_T", "last_T")}
+        out[positional] = {k: stats.spread([r[k] for r in here]) for k in ("within_T", "beyond_T", "last_T")}
         out[positional]["acc_by_position_mean"] = [
             round(statistics.fmean(v), 2) for v in zip(*(r["acc_by_position"] for r in here))
         ]
@@ -277,9 +278,9 @@ def flipflop_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
             return [100 * a / b if b else None for a, b in zip(e, n)]
 
         out["sets"][name] = {
-            "error_rate": harness.spread(rate),
-            "error_rate_seen_distances": harness.spread(share(1, D + 1)),
-            "error_rate_longer_distances": harness.spread(share(D + 1, 10**9)),
+            "error_rate": stats.spread(rate),
+            "error_rate_seen_distances": stats.spread(share(1, D + 1)),
+            "error_rate_longer_distances": stats.spread(share(D + 1, 10**9)),
             "reads_longer_distances": sum(counts[0]["by_distance"]["reads"][D + 1 :]),
         }
     return out

@@ -33,6 +33,7 @@ from typing import Any, Optional
 import torch
 
 from experiments import harness
+from experiments import stats
 from experiments.statistical_induction import segments, strategy_kls
 
 from mechsynth import models, tasks
@@ -183,7 +184,7 @@ def ratio(t: int, seed: int, c: dict[str, Any], prior: str = "dirichlet") -> dic
 def slope(ts: list[int], rs: list[float]) -> Optional[float]:
     if any(r <= 0 for r in rs):
         return None
-    return harness.power_fit(ts, rs)["exponent"]
+    return stats.power_fit(ts, rs)["exponent"]
 
 
 def analyse_minimal(run: Run, seed: int, c: dict[str, Any]) -> dict[str, Any]:

@@ -49,6 +49,7 @@ from typing import Any, Optional
 import torch
 
 from experiments import harness
+from experiments import stats
 
 from mechsynth.analysis import timeline
 from mechsynth.runs.run import Run
@@ -233,9 +234,9 @@ def summarise(c: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
             out[f"{kind},s={s}"] = {
                 "converged": len(ok),
                 "of": len(cell),
-                "steps_to_99": harness.spread([r["steps_to_99"] for r in cell]),
-                **{f"norm_{k}": harness.spread([r["norms"][k] for r in ok]) for k in ("layer", "qk", "ov", "mlp")},
-                "norm_at_99": harness.spread([r["norm_at_99"] for r in ok]),
+                "steps_to_99": stats.spread([r["steps_to_99"] for r in cell]),
+                **{f"norm_{k}": stats.spread([r["norms"][k] for r in ok]) for k in ("layer", "qk", "ov", "mlp")},
+                "norm_at_99": stats.spread([r["norm_at_99"] for r in ok]),
             }
     return out
 

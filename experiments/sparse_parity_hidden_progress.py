@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from experiments import harness
+from experiments import stats
 
 from mechsynth.analysis.timeline import formation_step, probe_run
 from mechsynth.runs.run import Run
@@ -400,7 +401,7 @@ def progress(run: Run, t_conv: Optional[int], seed: Optional[int] = None) -> dic
         # the support-free measure before any progress: its value at the first checkpoint after step 0
         "topk_at_first_checkpoint": hp["topk_drift_ratio"][1] if len(steps) > 1 else None,
         "rank_corr_with_step_on_plateau": {
-            m: harness.spearman([steps[i] for i in on], [hp[m][i] for i in on]) for m in ("drift_inf", *MEASURES)
+            m: stats.spearman([steps[i] for i in on], [hp[m][i] for i in on]) for m in ("drift_inf", *MEASURES)
         }
         if len(on) >= 3
         else None,
@@ -435,35 +436,35 @@ def prediction(runs: list[dict[str, Any]]) -> dict[str, Any]:
         return out
     t_conv = [r["converged_at"] for r in done]
     naive = _loo_errors(t_conv, lambda others, i: statistics.median(others))
-    out["naive_median_error_factor"] = harness.spread(naive)
+    out["naive_median_error_factor"] = stats.spread(naive)
     for m in MEASURES:
         for th in THRESHOLDS:
             pairs = [(r[f"{m}_{th}_at"], r["converged_at"]) for r in done if r[f"{m}_{th}_at"] is not None]
             entry: dict[str, Any] = {
                 "seeds_crossing": len(pairs),
-                "fraction_of_training": harness.spread([a / b for a, b in pairs]),
-                "loss_when_crossed": harness.spread(
+                "fraction_of_training": stats.spread([a / b for a, b in pairs]),
+                "loss_when_crossed": stats.spread(
                     [r[f"loss_at_{m}_{th}"] for r in done if r[f"{m}_{th}_at"] is not None]
                 ),
             }
             if len(pairs) >= 3:
                 cross, conv = [max(1, a) for a, _ in pairs], [b for _, b in pairs]
-                entry["pearson_log"] = harness.pearson([math.log(a) for a in cross], [math.log(b) for b in conv])
+                entry["pearson_log"] = stats.pearson([math.log(a) for a in cross], [math.log(b) for b in conv])
                 errs = _loo_errors(
                     conv,
                     lambda others, i: (
                         cross[i] * statistics.median([c / x for j, (x, c) in enumerate(zip(cross, conv)) if j != i])
                     ),
                 )
-                entry["predicted_error_factor"] = harness.spread(errs)
-                entry["remaining_steps"] = harness.spread([c - x for x, c in zip(cross, conv)])
+                entry["predicted_error_factor"] = stats.spread(errs)
+                entry["remaining_steps"] = stats.spread([c - x for x, c in zip(cross, conv)])
             out[f"{m}_{th}"] = entry
     # At one early step, the same for every seed: does more hidden progress mean sooner convergence?
     t0 = max(s for s in done[0]["steps"] if s <= 0.5 * min(t_conv))
     out["fixed_step"] = {
         "step": t0,
         **{
-            f"spearman_{m}_vs_steps_left": harness.spearman(
+            f"spearman_{m}_vs_steps_left": stats.spearman(
                 [at_step(r, m, t0) for r in done], [r["converged_at"] - t0 for r in done]
             )
             for m in ("drift_inf", *MEASURES, "loss")
@@ -489,24 +490,24 @@ def arch_summary(runs: list[dict[str, Any]], n: int, k: int, cap: int, config: d
         "converged": sum(t is not None for t in conv),
         "censored_at_cap": sum(t is None for t in conv),
         "cap": cap,
-        "converged_at": harness.spread(conv),
+        "converged_at": stats.spread(conv),
         "steps": conv,
         "model": config["model"],
         "optimizer": config["train"].get("optimizer", "adamw"),
         "lr": config["train"]["lr"],
-        "drop_fraction": harness.spread([r["drop_fraction"] for r in runs]),
-        "plateau_loss": harness.spread([r["plateau_loss"] for r in runs]),
-        "support_recovered_fraction": harness.spread(
+        "drop_fraction": stats.spread([r["drop_fraction"] for r in runs]),
+        "plateau_loss": stats.spread([r["plateau_loss"] for r in runs]),
+        "support_recovered_fraction": stats.spread(
             [
                 r["support_recovered_at"] / r["converged_at"]
                 for r in runs
                 if r["support_recovered_at"] and r["converged_at"]
             ]
         ),
-        "topk_at_first_checkpoint": harness.spread([r["topk_at_first_checkpoint"] for r in runs]),
-        "final": {m: harness.spread([r[m][-1] for r in runs]) for m in ("drift_ratio", "topk_drift_ratio")},
+        "topk_at_first_checkpoint": stats.spread([r["topk_at_first_checkpoint"] for r in runs]),
+        "final": {m: stats.spread([r[m][-1] for r in runs]) for m in ("drift_ratio", "topk_drift_ratio")},
         **{
-            f"rank_corr_{m}": harness.spread([(r["rank_corr_with_step_on_plateau"] or {}).get(m) for r in runs])
+            f"rank_corr_{m}": stats.spread([(r["rank_corr_with_step_on_plateau"] or {}).get(m) for r in runs])
             for m in ("drift_inf", *MEASURES)
         },
         "prediction": prediction(runs),
@@ -520,7 +521,7 @@ def scaling_summary(table: dict[int, dict[int, list[Optional[int]]]], seed: int 
     out: dict[str, Any] = {}
     rng = random.Random(seed)
     for k, by_n in table.items():
-        rows = {n: harness.spread(v) for n, v in by_n.items()}
+        rows = {n: stats.spread(v) for n, v in by_n.items()}
         fit_ns = [n for n, v in by_n.items() if all(x is not None for x in v)]
         entry: dict[str, Any] = {
             "by_n": {str(n): {**rows[n], "steps": v} for n, v in by_n.items()},
@@ -528,13 +529,13 @@ def scaling_summary(table: dict[int, dict[int, list[Optional[int]]]], seed: int 
             "fitted_on_n": fit_ns,
         }
         if len(fit_ns) >= 2:
-            entry["fit_medians"] = harness.power_fit(fit_ns, [rows[n]["median"] for n in fit_ns])
+            entry["fit_medians"] = stats.power_fit(fit_ns, [rows[n]["median"] for n in fit_ns])
             xs = [n for n in fit_ns for _ in by_n[n]]
-            entry["fit_all_runs"] = harness.power_fit(xs, [t for n in fit_ns for t in by_n[n]])
+            entry["fit_all_runs"] = stats.power_fit(xs, [t for n in fit_ns for t in by_n[n]])
             boot = []
             for _ in range(1000):  # resample seeds within each n
                 meds = [statistics.median(rng.choices(by_n[n], k=len(by_n[n]))) for n in fit_ns]
-                boot.append(harness.power_fit(fit_ns, meds)["exponent"])
+                boot.append(stats.power_fit(fit_ns, meds)["exponent"])
             boot.sort()
             entry["exponent_bootstrap_90"] = [boot[50], boot[949]]
         out[str(k)] = entry
@@ -575,14 +576,14 @@ def grid_summary(cells: list[dict[str, Any]], grid: dict[str, Any]) -> dict[str,
                 "of": len(steps),
                 "percent": 100 * done / len(steps),
                 "wilson_95": [100 * x for x in wilson(done, len(steps))],
-                "converged_at": harness.spread(steps),
+                "converged_at": stats.spread(steps),
                 "steps": steps,
                 "by_data_set": [sum(t is not None for t in c["converged_at"].values()) for c in mine],
             }
     widths, finite = grid["widths"], [m for m in grid["samples"] if m is not None]
     half = {str(w): next((m for m in finite if table[str(w)][str(m)]["percent"] >= 50), None) for w in widths}
     trend = {
-        samples_label(m): harness.spearman(
+        samples_label(m): stats.spearman(
             [math.log(w) for w in widths], [table[str(w)][samples_label(m)]["percent"] for w in widths]
         )
         for m in grid["samples"]
@@ -943,20 +944,20 @@ def main(argv: Optional[list[str]] = None) -> int:
             "k": 3,
             "runs": hp_runs,
             "prediction": prediction(hp_runs),
-            "converged_at": harness.spread([r["converged_at"] for r in hp_runs]),
-            "drop_fraction": harness.spread([r["drop_fraction"] for r in hp_runs]),
-            "support_recovered_fraction": harness.spread(
+            "converged_at": stats.spread([r["converged_at"] for r in hp_runs]),
+            "drop_fraction": stats.spread([r["drop_fraction"] for r in hp_runs]),
+            "support_recovered_fraction": stats.spread(
                 [
                     r["support_recovered_at"] / r["converged_at"]
                     for r in hp_runs
                     if r["support_recovered_at"] and r["converged_at"]
                 ]
             ),
-            "plateau_loss": harness.spread([r["plateau_loss"] for r in hp_runs]),
-            "rank_corr_drift_inf": harness.spread(
+            "plateau_loss": stats.spread([r["plateau_loss"] for r in hp_runs]),
+            "rank_corr_drift_inf": stats.spread(
                 [(r["rank_corr_with_step_on_plateau"] or {}).get("drift_inf") for r in hp_runs]
             ),
-            "rank_corr_drift_ratio": harness.spread(
+            "rank_corr_drift_ratio": stats.spread(
                 [(r["rank_corr_with_step_on_plateau"] or {}).get("drift_ratio") for r in hp_runs]
             ),
         },
@@ -977,7 +978,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             "k": 3,
             "runs": noisy,
             "converged": sum(r["converged_at"] is not None for r in noisy),
-            "slowdown_vs_clean_same_seed": harness.spread(ratios),
+            "slowdown_vs_clean_same_seed": stats.spread(ratios),
         },
         "width_samples": widths,
         # the negative controls the rules judge beside the claims (experiments/rules/sparse_parity_hidden_progress.py):

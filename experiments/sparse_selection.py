@@ -51,6 +51,7 @@ from typing import Any, Optional, Sequence
 
 
 from experiments import harness
+from experiments import stats
 import torch
 import torch.nn.functional as F
 
@@ -407,9 +408,9 @@ def rel_rms(pred: Sequence[float], obs: Sequence[float]) -> float:
 
 def scaling_fits(lengths: Sequence[int], ns: Sequence[float]) -> dict[str, Any]:
     """n(T) fitted by a + b log2 T, a + b T and c T^alpha, with each fit's relative rms error."""
-    log_fit = harness.linear_fit([math.log2(T) for T in lengths], list(ns))
-    lin_fit = harness.linear_fit([float(T) for T in lengths], list(ns))
-    power = harness.power_fit([float(T) for T in lengths], list(ns))
+    log_fit = stats.linear_fit([math.log2(T) for T in lengths], list(ns))
+    lin_fit = stats.linear_fit([float(T) for T in lengths], list(ns))
+    power = stats.power_fit([float(T) for T in lengths], list(ns))
     log_fit["rel_rms"] = rel_rms([log_fit["intercept"] + log_fit["slope"] * math.log2(T) for T in lengths], ns)
     lin_fit["rel_rms"] = rel_rms([lin_fit["intercept"] + lin_fit["slope"] * T for T in lengths], ns)
     power["rel_rms"] = rel_rms([power["prefactor"] * T ** power["exponent"] for T in lengths], ns)
@@ -464,7 +465,7 @@ def summarize(c: dict[str, Any], found: dict[tuple[str, int], dict[int, list[dic
                         "success_of_fitted": success_rate([r for r in cells[n] if r["fits"]])
                         if any(r["fits"] for r in cells[n])
                         else None,
-                        "balanced_acc": harness.spread([r["balanced_acc"] for r in cells[n]]),
+                        "balanced_acc": stats.spread([r["balanced_acc"] for r in cells[n]]),
                     }
                     for n in sizes
                 },
@@ -483,8 +484,8 @@ def summarize(c: dict[str, Any], found: dict[tuple[str, int], dict[int, list[dic
                 "runs": len(rows),
                 "not_fitted": not_fitted,
                 "continued": sum(r["steps"] > c["steps"] for r in rows),
-                "steps": harness.spread([r["steps"] for r in rows]),
-                "train_loss": harness.spread([r["train_loss"] for r in rows]),
+                "steps": stats.spread([r["steps"] for r in rows]),
+                "train_loss": stats.spread([r["train_loss"] for r in rows]),
                 "train_loss_of_fitted_max": max((r["train_loss"] for r in rows if r["fits"]), default=None),
                 "outcome_changed_after_previous_step": sum(r["success"] != r["success_at_previous_step"] for r in rows),
             }
@@ -537,8 +538,8 @@ def support_summary(rows: Sequence[dict[str, Any]], at: str = "") -> dict[str, A
         "succeeded_with_support_recovered": sum(r["support_recovered" + at] for r in gen),
         "failed_runs": len(failed),
         "failed_with_support_recovered": sum(r["support_recovered" + at] for r in failed),
-        "attention_on_support_succeeded": harness.spread([r["attention_on_support" + at] for r in gen]),
-        "attention_on_support_failed": harness.spread([r["attention_on_support" + at] for r in failed]),
+        "attention_on_support_succeeded": stats.spread([r["attention_on_support" + at] for r in gen]),
+        "attention_on_support_failed": stats.spread([r["attention_on_support" + at] for r in failed]),
     }
 
 

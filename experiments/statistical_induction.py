@@ -38,6 +38,7 @@ from typing import Any, Optional
 import torch
 
 from experiments import harness
+from experiments import stats
 
 from mechsynth import tasks
 from mechsynth.analysis.timeline import formation_step, probe_run, steepest_drop
@@ -108,7 +109,7 @@ def transitions(steps: list[int], kls: dict[str, list[float]], gram: str) -> dic
     the end of training)."""
     kl = kls[gram]
     nearest = [1.0 if min(kls, key=lambda s: kls[s][i]) == gram else 0.0 for i in range(len(steps))]
-    below = lambda level: harness.stays_below(steps, kl, level)  # noqa: E731
+    below = lambda level: stats.stays_below(steps, kl, level)  # noqa: E731
     return {
         "nearest": formation_step(steps, nearest, 1.0),
         "kl<=0.1": below(0.1),
@@ -152,8 +153,8 @@ def head(
         "final": s[-1],
         "threshold": threshold,
         "formed": formation_step(steps, s, threshold),
-        "rise10": harness.rise_step(steps, s, 0.1),
-        "rise50": harness.rise_step(steps, s, 0.5),
+        "rise10": stats.rise_step(steps, s, 0.1),
+        "rise50": stats.rise_step(steps, s, 0.5),
         **({"chance": chance} if chance is not None else {}),
     }
 
@@ -219,21 +220,21 @@ def analyse(run: Run, size: dict[str, Any]) -> dict[str, Any]:
 
 def summarise(cond: str, per_seed: list[dict[str, Any]]) -> dict[str, Any]:
     s = {
-        "transition_step": harness.spread([r["transition_step"] for r in per_seed]),
-        "transitions": {d: harness.spread([r["transitions"][d] for r in per_seed]) for d in TRANSITIONS},
-        **{f"final_kl_{k}": harness.spread([r["final"].get(f"kl_{k}") for r in per_seed]) for k in ("bigram", "bayes")},
-        "loss_drop_step": harness.spread([r["loss_drop_step"] for r in per_seed]),
+        "transition_step": stats.spread([r["transition_step"] for r in per_seed]),
+        "transitions": {d: stats.spread([r["transitions"][d] for r in per_seed]) for d in TRANSITIONS},
+        **{f"final_kl_{k}": stats.spread([r["final"].get(f"kl_{k}") for r in per_seed]) for k in ("bigram", "bayes")},
+        "loss_drop_step": stats.spread([r["loss_drop_step"] for r in per_seed]),
         "stages": [r["stages"] for r in per_seed],
-        "unigram_plateau_checkpoints": harness.spread(
+        "unigram_plateau_checkpoints": stats.spread(
             [(r["unigram_plateau"] or {}).get("checkpoints", 0) for r in per_seed]
         ),
-        "final_loss": harness.spread([r["final"]["loss"] for r in per_seed]),
-        "train_time_s": harness.spread([r["train_time_s"] for r in per_seed]),
+        "final_loss": stats.spread([r["final"]["loss"] for r in per_seed]),
+        "train_time_s": stats.spread([r["train_time_s"] for r in per_seed]),
     }
     for name in per_seed[0]["heads"]:
         if isinstance(per_seed[0]["heads"][name], dict):
             s[name] = {
-                key: harness.spread([r["heads"][name][key] for r in per_seed])
+                key: stats.spread([r["heads"][name][key] for r in per_seed])
                 for key in ("final", "formed", "rise10", "rise50")
             }
             s[name]["heads"] = [r["heads"][name]["head"] for r in per_seed]
@@ -302,7 +303,7 @@ def prior_effect(dirichlet: list[dict[str, Any]], ds: list[dict[str, Any]]) -> d
         steps = [(a["transitions"][d], b["transitions"][d]) for a, b in pairs]
         out[d] = {
             "paired_steps": steps,
-            "ratio": harness.spread([a / b for a, b in steps if a and b]),
+            "ratio": stats.spread([a / b for a, b in steps if a and b]),
             "doubly_stochastic_sooner": sum(1 for a, b in steps if b is not None and (a is None or b < a)),
             "dirichlet_sooner": sum(1 for a, b in steps if a is not None and (b is None or a < b)),
             "never_dirichlet": sum(a is None for a, _ in steps),
@@ -310,7 +311,7 @@ def prior_effect(dirichlet: list[dict[str, Any]], ds: list[dict[str, Any]]) -> d
             "of": len(steps),
         }
     for name, runs in (("dirichlet", dirichlet), ("doubly_stochastic", ds)):
-        out[f"final_kl_bigram_{name}"] = harness.spread([r["final"]["kl_bigram"] for r in runs])
+        out[f"final_kl_bigram_{name}"] = stats.spread([r["final"]["kl_bigram"] for r in runs])
         out[f"unigram_plateau_checkpoints_{name}"] = [(r["unigram_plateau"] or {}).get("checkpoints", 0) for r in runs]
         out[f"min_kl_unigram_{name}"] = [(r["unigram_plateau"] or {}).get("min_kl") for r in runs]
         out[f"uniform_stage_ends_{name}"] = [r["segments"][0]["to"] for r in runs]
@@ -319,7 +320,7 @@ def prior_effect(dirichlet: list[dict[str, Any]], ds: list[dict[str, Any]]) -> d
 
 def converged(steps: list[int], kl: list[float]) -> Optional[int]:
     """The first checkpoint from which the curve stays within CONVERGED of the way from its start to its end."""
-    return harness.stays_below(steps, kl, kl[-1] + CONVERGED * (kl[0] - kl[-1]))
+    return stats.stays_below(steps, kl, kl[-1] + CONVERGED * (kl[0] - kl[-1]))
 
 
 def _ordered(stages: list[str], want: list[str]) -> bool:

@@ -17,6 +17,7 @@ from mechsynth.runs import io
 from mechsynth.sweep import load_plan
 
 from experiment_files import script as load
+from experiments import stats
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -248,14 +249,14 @@ def test_rounds_of_explicit_runs_reuse_continue_and_refuse(tmp_path):
 
 def test_statistics_helpers():
     harness = load("harness")
-    fit = harness.power_fit([10, 20, 40], [3 * 10**2.5, 3 * 20**2.5, 3 * 40**2.5])
+    fit = stats.power_fit([10, 20, 40], [3 * 10**2.5, 3 * 20**2.5, 3 * 40**2.5])
     assert (
         fit["exponent"] == pytest.approx(2.5) and fit["prefactor"] == pytest.approx(3) and fit["r2"] == pytest.approx(1)
     )
-    assert harness.spearman([1, 2, 3, 4], [10, 20, 15, 40]) == pytest.approx(0.8)
-    assert harness.spread([3, None, 1, 2]) == {"median": 2, "min": 1, "max": 3, "n": 3, "of": 4}
+    assert stats.spearman([1, 2, 3, 4], [10, 20, 15, 40]) == pytest.approx(0.8)
+    assert stats.spread([3, None, 1, 2]) == {"median": 2, "min": 1, "max": 3, "n": 3, "of": 4}
     steps, scores = [0, 10, 20, 30, 40], [0.1, 0.2, 0.6, 0.5, 0.9]
-    assert harness.rise_step(steps, scores, 0.5) == 20  # stays above 0.1 + 0.5 * (0.9 - 0.1) = 0.5 from step 20
+    assert stats.rise_step(steps, scores, 0.5) == 20  # stays above 0.1 + 0.5 * (0.9 - 0.1) = 0.5 from step 20
     assert harness._finite({"a": [math.nan, 1 / 3]}) == {"a": [None, 0.33333]}
     # A run stored before checkpoints recorded training time, continued a day after its first 20 steps:
     # the day between counts at the run's own pace (0.1 s/step), not as training.
@@ -543,13 +544,13 @@ def test_automata_depth_smoke_writes_results(smoke):
 def test_grid_and_linear_fit():
     module = load("sparse_selection")
     assert module.grid(16, 64, 2) == [16, 23, 32, 45, 64]
-    fit = module.harness.linear_fit([1.0, 2.0, 3.0, 4.0], [5.0, 7.0, 9.0, 11.0])
+    fit = stats.linear_fit([1.0, 2.0, 3.0, 4.0], [5.0, 7.0, 9.0, 11.0])
     assert (
         fit["slope"] == pytest.approx(2.0)
         and fit["intercept"] == pytest.approx(3.0)
         and fit["r2"] == pytest.approx(1.0)
     )
-    assert module.harness.linear_fit([2.0, 2.0], [1.0, 3.0]) is None
+    assert stats.linear_fit([2.0, 2.0], [1.0, 3.0]) is None
 
 
 def numbers(x, root: Path):
