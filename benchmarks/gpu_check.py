@@ -180,7 +180,7 @@ def failure(section: str, item: Optional[str], e: BaseException) -> dict[str, An
 
 def kind_task(kind: str) -> dict[str, Any]:
     from mechsynth import models, tasks
-    from mechsynth.config import ConfigError
+    from mechsynth.errors import ConfigError
 
     for task in ([FIRST_TASK[kind]] if kind in FIRST_TASK else []) + list(CANDIDATE_TASKS):
         try:
@@ -305,8 +305,8 @@ def probe(check: Check) -> dict[str, Any]:
 
 def circuits(check: Check) -> dict[str, Any]:
     from benchmarks import circuit_speed
-
-    from mechsynth import circuits as circ, load_run, parse_config, train_run
+    from mechsynth import circuits as circ
+    from mechsynth import load_run, parse_config, train_run
     from mechsynth.analysis import timeline
 
     out: dict[str, Any] = {}
@@ -472,7 +472,6 @@ def device_info(device: str) -> dict[str, Any]:
 
 def save(out: dict[str, Any], path: Path) -> None:
     from experiments import harness
-
     from mechsynth.runs import io
 
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -525,7 +524,6 @@ def main(argv: Optional[list[str]] = None) -> int:
         for var in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR", "WANDB_ARTIFACT_DIR"):
             os.environ[var] = str(tmp / "wandb" / var.lower())  # nothing under the home directory
         from experiments import harness
-
         from mechsynth.runs import rundir
 
         versions = {

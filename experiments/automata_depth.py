@@ -28,15 +28,11 @@ from pathlib import Path
 from typing import Any, Optional
 
 import torch
-
-
-from experiments import harness
-from experiments import stats
-from experiments import verdicts
-
-from mechsynth import probes, tasks
 from mechsynth.probes.automaton_shortcut import layer_names
-from mechsynth.config import ConfigError
+
+from experiments import harness, stats, verdicts
+from mechsynth import probes, tasks
+from mechsynth.errors import ConfigError
 
 NAME = "automata_depth"
 

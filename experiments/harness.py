@@ -32,16 +32,14 @@ from typing import Any, Mapping, Optional, Sequence
 
 import torch
 
-from mechsynth.config import ConfigError
-from mechsynth.errors import UserError
+from experiments import verdicts
+from mechsynth.errors import ConfigError, UserError
 from mechsynth.runs import io, rundir
 from mechsynth.runs.run import Run, load_run
 from mechsynth.runs.wandb_log import MODES
 from mechsynth.sweep import Job, Plan, load_sweep, plan_of_runs, run_sweep
 from mechsynth.sweep.job import BACKENDS
 from mechsynth.sweep.plan import label
-
-from experiments import verdicts
 
 SIZES = ("smoke", "cpu", "full")
 EXPERIMENTS = Path(__file__).resolve().parent

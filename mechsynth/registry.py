@@ -41,7 +41,7 @@ class Registry(Generic[T]):
     def get(self, name: str) -> T:
         self._load()
         if name not in self._items:
-            from mechsynth.config import ConfigError
+            from mechsynth.errors import ConfigError
 
             raise ConfigError(
                 f"{self.kind}.name",

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from mechsynth import load_run, models, parse_config, probes, tasks, train_run
-from mechsynth.config import ConfigError
+from mechsynth.errors import ConfigError
 from mechsynth.models.memory import LinearMemoryConfig, MLPMemoryConfig
 from mechsynth.tasks.base import TaskSpec
 

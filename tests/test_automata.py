@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from mechsynth import tasks
-from mechsynth.config import ConfigError
+from mechsynth.errors import ConfigError
 
 
 def gen(seed=0):

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from mechsynth import tasks
-from mechsynth.config import ConfigError
+from mechsynth.errors import ConfigError
 from mechsynth.tasks.causal_icl import causal_graph, count_bayes, importance_bayes
 from mechsynth.tasks.markov_icl import dirichlet
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from planted import planted_majority_model
 
 from mechsynth import circuits, probes, tasks
 from mechsynth.benchmark.zoo import planted_induction, repeated
-from mechsynth.circuits import gradient as attr
 from mechsynth.circuits import forward
-from mechsynth.config import ConfigError
-from planted import planted_majority_model
+from mechsynth.circuits import gradient as attr
+from mechsynth.errors import ConfigError
 
 GRADIENT = ["eap", "eap_ig", "clean_corrupted"]
 

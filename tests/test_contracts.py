@@ -18,7 +18,8 @@ import torch
 
 from mechsynth import hooks, load_run, models, parse_config, probes, tasks, train_run
 from mechsynth.analysis import stages, timeline
-from mechsynth.config import ConfigError, read_toml
+from mechsynth.config import read_toml
+from mechsynth.errors import ConfigError
 from mechsynth.tasks.base import masked_loss
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from mechsynth import hooks, models, probes, tasks
-from mechsynth.config import ConfigError
+from mechsynth.errors import ConfigError
 from mechsynth.models.disentangled import DisentangledConfig
 from mechsynth.models.tl_compat import hooked_transformer
 from mechsynth.training.seeds import saved_activation_bytes

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from mechsynth import hooks, load_run, models, parse_config, probes, tasks, train_run
 from mechsynth.analysis import timeline
-from mechsynth.config import ConfigError
+from mechsynth.errors import ConfigError
 
 
 def gen(seed: int = 0) -> torch.Generator:

@@ -9,15 +9,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from experiment_files import script as load
 
+from experiments import stats
 from mechsynth import load_run
-from mechsynth.config import ConfigError
-from mechsynth.errors import UserError
+from mechsynth.errors import ConfigError, UserError
 from mechsynth.runs import io
 from mechsynth.sweep import load_plan
-
-from experiment_files import script as load
-from experiments import stats
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from mechsynth import load_run, parse_config, tasks, train_run
-from mechsynth.config import ConfigError
+from mechsynth.errors import ConfigError
 from mechsynth.tasks.base import Batch
 
 SMALL = {"subjects": 7, "relations": 3, "answers": 4, "noise": 5, "length": 10, "seed": 3}

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from mechsynth import load_run, models, parse_config, tasks, train_run
-from mechsynth.config import ConfigError
+from mechsynth.errors import ConfigError
 from mechsynth.runs import io
 from mechsynth.runs.rundir import ckpt_dir
-from mechsynth.training.train import Trainer, TrainConfig
+from mechsynth.training.train import TrainConfig, Trainer
 
 
 def rows(tokens: torch.Tensor) -> collections.Counter:

@@ -10,7 +10,7 @@ import torch
 
 from mechsynth import load_run, models, parse_config, probes, tasks, train_run
 from mechsynth.analysis import stages, timeline
-from mechsynth.config import ConfigError
+from mechsynth.errors import ConfigError
 from mechsynth.models.recurrent import step_by_step
 from mechsynth.tasks.flip_flop import BIT0, I, R, W
 

@@ -33,7 +33,8 @@ import torch
 
 from mechsynth import models, tasks
 from mechsynth.cli import main
-from mechsynth.config import ConfigError, describe, read_toml
+from mechsynth.config import describe, read_toml
+from mechsynth.errors import ConfigError
 from mechsynth.models import MLPConfig, TransformerConfig
 from mechsynth.models.tl_compat import TL_MAJOR
 from mechsynth.runs.runconfig import parse_config

@@ -10,12 +10,11 @@ import math
 import numpy as np
 import pytest
 import torch
-
+from mechsynth.probes import feature_span
 from planted_regression import feature_layer
 
 from mechsynth import models, parse_config, probes, tasks
-from mechsynth.config import ConfigError
-from mechsynth.probes import feature_span
+from mechsynth.errors import ConfigError
 from mechsynth.tasks.hierarchical_polynomial import link_mean
 
 

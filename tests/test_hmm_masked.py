@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from mechsynth import load_run, parse_config, tasks, train_run
-from mechsynth.config import ConfigError
+from mechsynth.errors import ConfigError
 
 TINY = {"k": 2, "d": 3, "length": 4, "concentration": 2.0, "seed": 3}
 

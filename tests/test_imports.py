@@ -256,3 +256,18 @@ def test_a_wheel_install_passes_the_import_and_contract_tests(tmp_path):
         timeout=1200,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+
+
+def test_each_name_is_imported_from_where_it_is_defined():
+    """ConfigError lives in mechsynth.errors; mechsynth.config re-exports it for code written against it, but the
+    project imports it from its home, so a reader finds one place."""
+    files = [p for p in REPO.glob("**/*.py") if not p.relative_to(REPO).parts[0].startswith((".", "site", "build"))]
+    elsewhere = [
+        str(p.relative_to(REPO))
+        for p in files
+        for node in ast.walk(ast.parse(p.read_text()))
+        if isinstance(node, ast.ImportFrom)
+        and node.module == "mechsynth.config"
+        and any(a.name == "ConfigError" for a in node.names)
+    ]
+    assert not elsewhere, elsewhere

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from mechsynth import models, tasks
-from mechsynth.config import ConfigError
+from mechsynth.errors import ConfigError
 from mechsynth.tasks.base import masked_loss
 from mechsynth.training.seeds import per_model_loss
 

@@ -16,7 +16,7 @@ from torch.func import functional_call
 from mechsynth import load_run, models, parse_config, tasks, train_run
 from mechsynth.analysis import timeline
 from mechsynth.cli import main
-from mechsynth.config import ConfigError
+from mechsynth.errors import ConfigError
 from mechsynth.models.linearized import LinearizedConfig
 from mechsynth.sweep import load_sweep
 from mechsynth.tasks.base import TaskSpec

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from mechsynth import models, optimizers, parse_config, tasks
-from mechsynth.config import ConfigError
+from mechsynth.errors import ConfigError
 from mechsynth.optimizers.mezo import EPS, SEED
 from mechsynth.training.train import TrainConfig, Trainer
 

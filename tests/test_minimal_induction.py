@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from mechsynth import models, tasks
-from mechsynth.config import ConfigError
+from mechsynth.errors import ConfigError
 
 
 def gen(seed: int = 0) -> torch.Generator:

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from mechsynth import load_run, models, parse_config, train_run
-from mechsynth.config import ConfigError
+from mechsynth.errors import ConfigError
 from mechsynth.models import TL_VERSION, MLPConfig, TransformerConfig, build, hooked
 from mechsynth.models.tl_compat import POSITIONAL, TL_MAJOR
 from mechsynth.tasks.base import TaskSpec

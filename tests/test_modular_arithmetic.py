@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from mechsynth import load_run, parse_config, tasks, train_run
-from mechsynth.config import ConfigError
+from mechsynth.errors import ConfigError
 
 OPS = ["a+b", "a-b", "a*b", "a/b", "a^2+b^2", "a^2+ab+b^2", "a^3+ab"]
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from mechsynth import models, probes, tasks
-from mechsynth.config import ConfigError
+from mechsynth.errors import ConfigError
 from mechsynth.models import MLPConfig, build
 from mechsynth.models.polynet import PolyNetConfig
 from mechsynth.models.sin import SinConfig

@@ -14,10 +14,9 @@ import time
 import pytest
 import torch
 
-from mechsynth import load_run, parse_config, train_run
-from mechsynth import models, optimizers, tasks
+from mechsynth import load_run, models, optimizers, parse_config, tasks, train_run
 from mechsynth.cli import main
-from mechsynth.config import ConfigError
+from mechsynth.errors import ConfigError
 from mechsynth.runs import io
 from mechsynth.runs.rundir import ckpt_dir, seed_dir
 from mechsynth.training import seeds as seeds_module

@@ -12,7 +12,7 @@ import torch
 
 from mechsynth import load_run, models, parse_config, tasks, train_run
 from mechsynth.analysis import timeline
-from mechsynth.config import ConfigError
+from mechsynth.errors import ConfigError
 from mechsynth.tasks.base import masked_loss
 from mechsynth.tasks.single_index import hermite
 

@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from mechsynth import load_run, models, optimizers, parse_config, tasks, train_run
-from mechsynth.config import ConfigError
+from mechsynth.errors import ConfigError
 from mechsynth.runs import io
 from mechsynth.runs.rundir import ckpt_dir
-from mechsynth.training.train import Trainer, TrainConfig, checkpoint_steps, lr_at, make_optimizer
+from mechsynth.training.train import TrainConfig, Trainer, checkpoint_steps, lr_at, make_optimizer
 
 
 def test_sparse_parity_learned_to_100_percent(tmp_path, tiny):

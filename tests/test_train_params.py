@@ -9,7 +9,7 @@ import torch
 
 from mechsynth import load_run, parse_config, train_run
 from mechsynth.cli import main
-from mechsynth.config import ConfigError
+from mechsynth.errors import ConfigError
 from mechsynth.runs import io
 from mechsynth.runs.rundir import ckpt_dir, seed_dir
 from mechsynth.sweep.plan import plan_of_runs

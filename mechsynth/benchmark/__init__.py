@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Optional
 
-from mechsynth.config import ConfigError
+from mechsynth.errors import ConfigError
 
 SIZES: dict[str, dict[str, Any]] = {
     # seconds: the planted case, two compiled programs, and markov_icl trained for a few steps

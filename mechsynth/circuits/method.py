@@ -23,7 +23,8 @@ from torch import Tensor
 
 from mechsynth.circuits.graph import Graph
 from mechsynth.circuits.patching import Metric
-from mechsynth.config import ConfigError, from_dict
+from mechsynth.config import from_dict
+from mechsynth.errors import ConfigError
 from mechsynth.registry import Registry
 
 Scorer = Callable[..., Float[Tensor, "edge"]]

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import torch
 import torch.nn as nn
 
-from mechsynth.config import ConfigError
+from mechsynth.errors import ConfigError
 from mechsynth.models.base import DEFAULT_KIND, MODEL_KINDS, ModelKind, build, fields, names, parse, to_dict, validate
 
 if TYPE_CHECKING:

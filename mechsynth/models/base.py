@@ -15,8 +15,9 @@ from typing import Any, ClassVar, Optional
 import torch
 import torch.nn as nn
 
-from mechsynth.config import ConfigError, check, from_dict, key_name, show
+from mechsynth.config import check, from_dict, key_name, show
 from mechsynth.config import to_dict as fields_dict
+from mechsynth.errors import ConfigError
 from mechsynth.registry import Registry
 from mechsynth.tasks.base import TaskSpec
 

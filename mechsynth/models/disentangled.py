@@ -31,7 +31,8 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from mechsynth.config import MAX_CTX, MAX_SEED, MAX_WIDTH, ConfigError, check, check_fields, doc, validates_itself
+from mechsynth.config import MAX_CTX, MAX_SEED, MAX_WIDTH, check, check_fields, doc, validates_itself
+from mechsynth.errors import ConfigError
 from mechsynth.models.base import FLOAT, MODEL_KINDS, ModelKind
 from mechsynth.models.fused import _Holder, hooked_here
 from mechsynth.models.tl_compat import HookedRootModule, HookPoint

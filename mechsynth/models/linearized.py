@@ -42,7 +42,8 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from torch.func import functional_call, jvp
 
-from mechsynth.config import MAX_SEED, ConfigError, check, check_fields, doc, show, validates_itself
+from mechsynth.config import MAX_SEED, check, check_fields, doc, show, validates_itself
+from mechsynth.errors import ConfigError
 from mechsynth.models.base import DEFAULT_KIND, MODEL_KINDS, ModelKind, build, parse, to_dict, validate
 from mechsynth.tasks.base import TaskSpec
 

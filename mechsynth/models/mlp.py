@@ -14,7 +14,8 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from mechsynth.config import MAX_SEED, ConfigError, check, check_fields, doc, validates_itself
+from mechsynth.config import MAX_SEED, check, check_fields, doc, validates_itself
+from mechsynth.errors import ConfigError
 from mechsynth.models.base import FLOAT, MODEL_KINDS, ModelKind
 from mechsynth.models.tl_compat import HookedRootModule, HookPoint
 from mechsynth.tasks.base import TaskSpec

@@ -19,7 +19,8 @@ import torch.nn as nn
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from mechsynth.config import ConfigError, check, check_fields
+from mechsynth.config import check, check_fields
+from mechsynth.errors import ConfigError
 from mechsynth.models.base import FLOAT, ModelKind
 from mechsynth.models.tl_compat import HookedRootModule, HookPoint
 from mechsynth.tasks.base import TaskSpec

@@ -24,7 +24,7 @@ import einops
 import torch
 from torch import Tensor, nn
 
-from mechsynth.config import ConfigError
+from mechsynth.errors import ConfigError
 
 TL_VERSION: str = version("transformer-lens")
 TL_MAJOR: int = int(TL_VERSION.split(".")[0])

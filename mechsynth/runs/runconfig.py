@@ -9,7 +9,8 @@ from typing import Any
 import torch
 
 from mechsynth import models, tasks
-from mechsynth.config import ConfigError, check, from_dict, key_name, show, to_dict
+from mechsynth.config import check, from_dict, key_name, show, to_dict
+from mechsynth.errors import ConfigError
 from mechsynth.models import ModelKind
 from mechsynth.runs import rundir
 from mechsynth.runs.wandb_log import WandbConfig

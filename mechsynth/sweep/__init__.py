@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from mechsynth import plugins
-from mechsynth.config import ConfigError
+from mechsynth.errors import ConfigError
 from mechsynth.runs import io, rundir
 from mechsynth.runs.runconfig import complete
 from mechsynth.sweep import local_pool

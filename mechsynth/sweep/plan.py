@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from mechsynth.config import ConfigError, apply_override, check, key_path, parse_value, read_toml, show
+from mechsynth.config import apply_override, check, key_path, parse_value, read_toml, show
+from mechsynth.errors import ConfigError
 from mechsynth.runs import rundir
 from mechsynth.runs.runconfig import SECTIONS, parse_config
 from mechsynth.runs.wandb_log import resolve_mode

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from mechsynth.config import ConfigError
+from mechsynth.errors import ConfigError
 from mechsynth.runs import io, rundir
 from mechsynth.sweep.plan import Plan
 from mechsynth.tasks.base import Convergence

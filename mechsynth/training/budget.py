@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from mechsynth import optimizers
-from mechsynth.config import ConfigError
+from mechsynth.errors import ConfigError
 from mechsynth.models.base import FLOAT, ModelKind
 from mechsynth.tasks.base import Task
 from mechsynth.training.train import TrainConfig
