@@ -42,9 +42,11 @@ def device_of(model: nn.Module) -> torch.device:
 
 def log_spaced(steps: Sequence[int], n: int) -> list[int]:
     """At most `n` of `steps`, as evenly spaced in log(step + 1) as the checkpoints allow, always with
-    the first and the last (all of them when n is 0 or there are no more than n)."""
+    the first and the last (all of them when n is 0 or there are no more than n; the last alone when n is 1)."""
     if n <= 0 or len(steps) <= n:
         return list(steps)
+    if n == 1:  # the trained model
+        return [steps[-1]]
     lo, hi = math.log1p(steps[0]), math.log1p(steps[-1])
     chosen = []
     for i in range(n):

@@ -33,6 +33,11 @@ def check_known(asked: Sequence[Any], field: str) -> None:
 
 def problem(probe: Probe, model: Any, task: Any, init: Any) -> Optional[str]:
     """Why `probe` cannot run on this model and task, in one line; None when it can."""
+    if not isinstance(model, torch.nn.Module):
+        return (
+            f"probe {probe.name!r} reads a model (TransformerLens's HookedTransformer or TransformerBridge, or "
+            f"mechsynth.hooked_model), got {show(model)}"
+        )
     if probe.needs_task and task is None:
         needs = f"the task's ground truth ({', '.join(probe.truth)})" if probe.truth else "the task's own inputs"
         return f"probe {probe.name!r} reads {needs}; pass the task"

@@ -363,6 +363,13 @@ def test_a_wrong_probe_option_or_argument_is_one_line_naming_it(call, names):
     check_line(str(e.value), names)
 
 
+@pytest.mark.parametrize("model", [None, "model.pt", {"W_Q": 1}])
+def test_a_probe_given_no_model_says_so_in_one_line(model):
+    with pytest.raises(probes.ProbeError) as e:
+        probes.run("previous_token", model, TASK)
+    check_line(str(e.value), ["previous_token", "reads a model", "got"])
+
+
 # ---- the pieces the messages are made of --------------------------------------------------------------
 
 

@@ -183,6 +183,7 @@ def test_log_spaced_checkpoints():
     picked = probes.log_spaced(STEPS, 6)
     assert len(picked) == 6 and picked == sorted(set(picked)) and picked[0] == 0 and picked[-1] == 5000
     assert probes.log_spaced(STEPS, 0) == STEPS and probes.log_spaced(STEPS[:4], 6) == STEPS[:4]
+    assert probes.log_spaced(STEPS, 1) == [5000] and probes.log_spaced(STEPS, 2) == [0, 5000]
 
 
 def test_every_task_trains_sharpness_on_its_own_loss():
