@@ -11,7 +11,9 @@ themselves what is wrong with it, naming the field.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
+import numbers
 import re
 import reprlib
 import sys
@@ -94,12 +96,23 @@ def check_finite(value: Any, name: str) -> None:
 
 
 def check_fields(obj: Any) -> None:
-    """Every field's declared checks (`doc(..., lo=, hi=)`, finite floats), for `__post_init__`: a config
-    built in Python (e.g. `dataclasses.replace`) is held to the same bounds as one read from TOML.
+    """Every field's type and declared checks (`doc(..., lo=, hi=)`, finite floats), for `__post_init__`: a
+    config built in Python (`TrainConfig(checkpoints=2.5)`, `dataclasses.replace`) is held to the same types and
+    bounds as one read from TOML, and keeps the types TOML would give it (a list as a tuple, an int as a float).
     Called first, so the other checks never see an absurd value (k**(order-1) with order = 10**20)."""
+    hints = _hints(type(obj))
     for f in dataclasses.fields(obj):
         if f.init:
-            check_value(getattr(obj, f.name), f.metadata, f.name)
+            value = getattr(obj, f.name)
+            coerced = _coerce(value, hints[f.name], f.name, finite=not f.metadata.get("nonfinite"))
+            if coerced is not value and (type(coerced) is not type(value) or coerced != value):
+                object.__setattr__(obj, f.name, coerced)  # (frozen dataclasses too)
+            check_value(coerced, f.metadata, f.name)
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
 
 
 C = TypeVar("C", bound=type)
@@ -156,12 +169,16 @@ def _coerce(value: Any, tp: Any, name: str, finite: bool = True) -> Any:
     if tp is bool:
         check(isinstance(value, bool), name, f"expected true or false, got {show(value)}")
         return value
-    if tp is int:
-        check(isinstance(value, int) and not isinstance(value, bool), name, f"expected an integer, got {show(value)}")
-        return value
+    if tp is int:  # (numpy's and torch's integers too: a size computed in Python)
+        check(
+            isinstance(value, numbers.Integral) and not isinstance(value, bool),
+            name,
+            f"expected an integer, got {show(value)}",
+        )
+        return int(value)
     if tp is float:
         check(
-            isinstance(value, (int, float)) and not isinstance(value, bool),
+            isinstance(value, numbers.Real) and not isinstance(value, bool),
             name,
             f"expected a number, got {show(value)}",
         )

@@ -427,6 +427,40 @@ def test_bounds_hold_for_configs_built_in_python():
         tasks.TASKS.get("markov_icl").Config(order=10**20)  # bounded before k**(order-1) is computed
 
 
+@pytest.mark.parametrize(
+    "make, field",
+    [
+        (lambda: TrainConfig(checkpoints=2.5), "checkpoints"),
+        (lambda: TrainConfig(lr="0.1"), "lr"),
+        (lambda: TrainConfig(betas=0.9), "betas"),
+        (lambda: TransformerConfig(n_heads=True), "n_heads"),
+        (lambda: tasks.TASKS.get("markov_icl").Config(k=3.0), "k"),
+        (lambda: WandbConfig(tags="a,b"), "tags"),
+    ],
+)
+def test_types_hold_for_configs_built_in_python(make, field):
+    """A config built in Python is checked as TOML's is: a wrong type is one line naming the field."""
+    with pytest.raises(ConfigError, match=f"^{field}: "):
+        make()
+
+
+def test_configs_built_in_python_keep_the_types_toml_gives():
+    import numpy as np
+
+    cfg = TrainConfig(steps=np.int64(10), lr=np.float32(0.5), betas=[0.9, 0.99], params=["W_E"])
+    assert (type(cfg.steps), type(cfg.lr), cfg.betas, cfg.params) == (int, float, (0.9, 0.99), ("W_E",))
+    assert (
+        cfg
+        == parse_config(
+            {
+                "task": {"name": "markov_icl"},
+                "train": {"steps": 10, "lr": 0.5, "betas": [0.9, 0.99], "params": ["W_E"]},
+            },
+            resources=False,
+        ).train
+    )
+
+
 def test_help_strings_give_the_bounds():
     helps = {p["name"]: p["help"] for p in describe(TrainConfig)}
     assert "1 to 10**9" in helps["steps"] and "2 to 10000" in helps["checkpoints"] and "2**63 - 1" in helps["seed"]
