@@ -76,7 +76,7 @@ def run_job(run_dir: str, config: dict[str, Any], threads: int = 1) -> dict[str,
     import torch
 
     from mechsynth import plugins
-    from mechsynth.errors import ConfigError, DivergedError, UserError
+    from mechsynth.errors import ConfigError, DivergedError, UserError, one_line
     from mechsynth.runs import rundir
     from mechsynth.runs.runconfig import parse_config
     from mechsynth.runs.runner import train_run
@@ -127,7 +127,7 @@ def run_job(run_dir: str, config: dict[str, Any], threads: int = 1) -> dict[str,
         return {
             **out,
             "status": "failed",
-            "error": f"{type(e).__name__}: {e}",
+            "error": one_line(e),
             "traceback": traceback.format_exc(),
             "seconds": time.time() - t0,
         }

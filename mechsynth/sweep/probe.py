@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from mechsynth.config import apply_override
-from mechsynth.errors import ConfigError, DivergedError, UserError
+from mechsynth.errors import ConfigError, DivergedError, UserError, one_line
 from mechsynth.runs import rundir
 from mechsynth.sweep import local_pool
 from mechsynth.sweep.job import BackendName, Resources, record_failures, run_state
@@ -240,7 +240,7 @@ def probe_job(run_dir: str, request: dict[str, Any], threads: int = 1) -> dict[s
     except Exception as e:  # noqa: BLE001 - one run's failure is reported, the others go on
         return {
             "status": "failed",
-            "error": f"{type(e).__name__}: {e}",
+            "error": one_line(e),
             "traceback": traceback.format_exc(),
             "seconds": time.time() - t0,
         }

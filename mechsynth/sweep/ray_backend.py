@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from mechsynth.errors import ConfigError
+from mechsynth.errors import ConfigError, one_line
 from mechsynth.sweep.job import JobFn, Resources, failed, run_job
 
 INSTALL_HINT = "ray is not installed; install it with: pip install 'mechsynth[ray]'"
@@ -69,7 +69,7 @@ def run(
                     try:
                         result = ray.get(ref)
                     except ray.exceptions.RayError as e:  # the task's process or node died
-                        result = {**failed(f"{type(e).__name__}: {e}".split("\n")[0]), "traceback": str(e)}
+                        result = {**failed(one_line(e)), "traceback": str(e)}
                     on_result(refs[ref], result)
         except KeyboardInterrupt:
             # Cancel raises KeyboardInterrupt inside each task: train_run checkpoints before exiting.
