@@ -39,7 +39,7 @@ from mechsynth.analysis.timeline import formation_step, probe_run
 from mechsynth.runs.run import Run
 
 NAME = "causal_structure"
-BASE = harness.EXPERIMENTS / "causal_icl.toml"
+BASE = harness.EXAMPLES / "causal_icl.toml"
 GRAPHS = ("chain", "tree", "dag")
 # An event's step under each definition: absolute levels, and the fraction of the run's own change.
 EVENTS = {

@@ -1,7 +1,7 @@
 """Grokking (Power et al. 2022) and its progress measures (Nanda et al. 2023), and grokking on sparse parity.
 
   1. phases: a 1-layer transformer on c = a + b mod p from a fixed fraction of the pairs, full batch,
-     AdamW with weight decay (experiments/modular_arithmetic.toml; --full: Nanda et al.'s p = 113,
+     AdamW with weight decay (examples/modular_arithmetic.toml; --full: Nanda et al.'s p = 113,
      train_frac 0.3, d_model 128, d_mlp 512). Per seed, over checkpoints: train and test loss, the
      `fourier` probe's key frequencies, restricted and excluded loss for the final checkpoint's key
      frequencies (as Nanda et al. fix them), and the sum of squared weights; the step where each phase
@@ -39,7 +39,7 @@ from mechsynth.probes import fourier
 from mechsynth.runs.run import Run
 
 NAME = "grokking"
-BASE = harness.EXPERIMENTS / "modular_arithmetic.toml"
+BASE = harness.EXAMPLES / "modular_arithmetic.toml"
 
 SIZES: dict[str, dict[str, Any]] = {
     "smoke": dict(

@@ -43,6 +43,7 @@ from mechsynth.sweep.plan import label
 
 SIZES = ("smoke", "cpu", "full")
 EXPERIMENTS = Path(__file__).resolve().parent
+EXAMPLES = EXPERIMENTS.parent / "examples"  # the ready task configs some experiments start from
 # (labels, seed, config): one run of `Session.train_runs`; labels name its point ({"T": 16, "n": 45})
 RunSpec = tuple[Mapping[str, Any], int, Mapping[str, Any]]
 

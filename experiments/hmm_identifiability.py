@@ -1,7 +1,7 @@
 """Masked prediction on an HMM (Liu et al. 2022): which masked tasks let the trained predictor reveal the
 HMM's parameters?
 
-One HMM (k = 3 hidden states, d = 8 observations, O and T drawn from task seed 0; experiments/hmm_masked.toml),
+One HMM (k = 3 hidden states, d = 8 observations, O and T drawn from task seed 0; examples/hmm_masked.toml),
 a 1-layer transformer per objective, seeds side by side:
   - triplet: predict (x_1, x_2) jointly from x_0 alone: W = Σ P(x_0) e_x0 ⊗ E[x_1 ⊗ x_2 | x_0] has a unique
     rank-k CP decomposition (Kruskal), so O and T should come back out of the trained predictor;
@@ -38,7 +38,7 @@ from mechsynth.analysis.timeline import probe_run
 from mechsynth.runs.run import Run
 
 NAME = "hmm_identifiability"
-BASE = harness.EXPERIMENTS / "hmm_masked.toml"
+BASE = harness.EXAMPLES / "hmm_masked.toml"
 # Recovered: the max-abs error of O (and of T) at most this, absolute, or at most this fraction of a
 # random guess's error (an O drawn like the task's, scored the same way).
 RECOVERED = {"absolute_0.05": 0.05, "absolute_0.1": 0.1, "relative_0.25": 0.25}

@@ -106,7 +106,7 @@ def test_every_experiment_config_is_valid():
     from mechsynth import parse_config
     from mechsynth.config import read_toml
 
-    configs = sorted(Path(__file__).parents[1].glob("experiments/*.toml"))
+    configs = sorted(Path(__file__).parents[1].glob("e[xm]*/*.toml"))  # examples/ and experiments/
     assert len(configs) >= 4
     for path in configs:
         data = read_toml(path)

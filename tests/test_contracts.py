@@ -49,8 +49,8 @@ def test_every_task_has_a_slow_reference_test(name):
 
 @pytest.mark.parametrize("name", tasks.names())
 def test_every_task_has_an_experiment_config(name):
-    configs = {p.name: read_toml(p) for p in (ROOT / "experiments").glob("*.toml")}
-    assert any(c.get("task", {}).get("name") == name for c in configs.values()), f"no experiments/*.toml trains {name}"
+    configs = {p.name: read_toml(p) for p in (ROOT / "examples").glob("*.toml")}
+    assert any(c.get("task", {}).get("name") == name for c in configs.values()), f"no examples/*.toml trains {name}"
 
 
 @pytest.mark.parametrize("name", tasks.names())

@@ -375,7 +375,7 @@ def test_full_disk_is_one_line_keeps_earlier_checkpoints_and_resumes_after(small
 def test_sweep_with_seeds_side_by_side_keeps_finished_runs_and_user_files(tmp_path, capsys):
     sweep = tmp_path / "sweep.toml"
     sweep.write_text(
-        f'base = "{REPO / "experiments" / "sparse_parity.toml"}"\n'
+        f'base = "{REPO / "examples" / "sparse_parity.toml"}"\n'
         '[train]\nsteps = 30\neval_every = 10\ncheckpoints = 4\nseeds = 2\ndevice = "cpu"\n'
         '[wandb]\nmode = "disabled"\n[sweep]\nseeds = 1\n[sweep.grid]\n"task.n" = [10]\n'
     )

@@ -376,7 +376,7 @@ def test_the_error_names_what_drives_the_estimate(model, train, task_params, ava
 def test_every_experiment_config_fits():
     from mechsynth.sweep import load_sweep
 
-    configs = sorted(ROOT.glob("experiments/*.toml"))
+    configs = sorted(ROOT.glob("e[xm]*/*.toml"))  # examples/ and experiments/
     assert len(configs) >= 4
     for path in configs:
         data = read_toml(path)

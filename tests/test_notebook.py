@@ -1,4 +1,4 @@
-"""experiments/explore.ipynb runs headless, top to bottom, on a tiny run trained here."""
+"""examples/explore.ipynb runs headless, top to bottom, on a tiny run trained here."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from nbclient import NotebookClient
 
 from mechsynth import load_run, parse_config, train_run
 
-NOTEBOOK = Path(__file__).parent.parent / "experiments" / "explore.ipynb"
+NOTEBOOK = Path(__file__).parent.parent / "examples" / "explore.ipynb"
 
 
 def test_notebook_is_committed_without_outputs():

@@ -145,7 +145,7 @@ def test_getting_started_from_python_runs(tmp_path):
             "-m",
             "mechsynth.cli",
             "train",
-            str(ROOT / "experiments" / "sparse_parity.toml"),
+            str(ROOT / "examples" / "sparse_parity.toml"),
             "--out",
             "runs/parity",
             "--set",
