@@ -447,14 +447,14 @@ def test_types_hold_for_configs_built_in_python(make, field):
 def test_configs_built_in_python_keep_the_types_toml_gives():
     import numpy as np
 
-    cfg = TrainConfig(steps=np.int64(10), lr=np.float32(0.5), betas=[0.9, 0.99], params=["W_E"])
-    assert (type(cfg.steps), type(cfg.lr), cfg.betas, cfg.params) == (int, float, (0.9, 0.99), ("W_E",))
+    cfg = TrainConfig(steps=np.int64(10), lr=np.float32(0.5), betas=[0.9, 0.99], params=["embed.W_E"])
+    assert (type(cfg.steps), type(cfg.lr), cfg.betas, cfg.params) == (int, float, (0.9, 0.99), ("embed.W_E",))
     assert (
         cfg
         == parse_config(
             {
                 "task": {"name": "markov_icl"},
-                "train": {"steps": 10, "lr": 0.5, "betas": [0.9, 0.99], "params": ["W_E"]},
+                "train": {"steps": 10, "lr": 0.5, "betas": [0.9, 0.99], "params": ["embed.W_E"]},
             },
             resources=False,
         ).train

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Optional, get_args
 
-from mechsynth.config import check, doc, show, validates_itself
+from mechsynth.config import check, check_fields, doc, show, validates_itself
 from mechsynth.errors import ConfigError
 
 Mode = Literal["online", "offline", "disabled"]
@@ -41,6 +41,7 @@ class WandbConfig:
     )
 
     def __post_init__(self) -> None:
+        check_fields(self)
         check(
             self.mode is None or (isinstance(self.mode, str) and self.mode in MODES),
             "mode",
