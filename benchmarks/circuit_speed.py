@@ -33,8 +33,7 @@ os.environ.setdefault("TQDM_DISABLE", "1")  # TransformerLens's patching helper 
 import torch
 from transformer_lens import patching
 
-from experiments import harness
-from experiments import stats
+from experiments import harness, stats
 
 from mechsynth import circuits, configs, load_run, parse_config, train_run
 from mechsynth.circuits.gradient import sender_groups

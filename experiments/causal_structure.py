@@ -31,8 +31,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from experiments import harness
-from experiments import stats
+from experiments import harness, stats
 
 from mechsynth import config as config_io
 from mechsynth.analysis.timeline import formation_step, probe_run

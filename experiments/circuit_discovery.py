@@ -41,8 +41,7 @@ from typing import Any, Optional
 
 import torch
 
-from experiments import harness
-from experiments import stats
+from experiments import harness, stats
 
 from mechsynth import circuits, configs, models, probes, tasks
 from mechsynth.analysis import timeline

@@ -22,8 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from experiments import harness
-from experiments import stats
+from experiments import harness, stats
 
 NAME = "depth_risk"
 NOISE = 0.25

@@ -24,9 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from experiments import harness
-from experiments import stats
-from experiments import verdicts
+from experiments import harness, stats, verdicts
 
 from mechsynth.analysis import timeline
 from mechsynth.runs.run import Run

@@ -35,8 +35,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from experiments import harness
-from experiments import stats
+from experiments import harness, stats
 
 from mechsynth.analysis import timeline
 from mechsynth.runs.run import Run

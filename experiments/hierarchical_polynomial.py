@@ -41,9 +41,7 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from experiments import harness
-from experiments import stats
-from experiments import verdicts
+from experiments import harness, stats, verdicts
 
 from mechsynth.analysis import timeline
 from mechsynth.runs.run import Run

@@ -29,8 +29,7 @@ from typing import Any, Optional
 
 import torch
 
-from experiments import harness
-from experiments import stats
+from experiments import harness, stats
 
 from mechsynth import config as config_io
 from mechsynth import tasks

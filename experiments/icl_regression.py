@@ -34,8 +34,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from experiments import harness
-from experiments import stats
+from experiments import harness, stats
 
 from mechsynth import probes
 from mechsynth.analysis import stages, timeline

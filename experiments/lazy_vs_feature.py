@@ -39,8 +39,7 @@ from typing import Any, Optional
 
 import torch
 
-from experiments import harness
-from experiments import stats
+from experiments import harness, stats
 
 from mechsynth.analysis.timeline import formation_step, probe_run
 from mechsynth.runs.run import Run

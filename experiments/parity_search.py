@@ -52,9 +52,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
 
-from experiments import harness
-from experiments import stats
-from experiments import verdicts
+from experiments import harness, stats, verdicts
 
 from mechsynth.probes import formation_step
 from mechsynth.runs import rundir

@@ -44,8 +44,7 @@ from typing import Any, Optional
 import torch
 
 
-from experiments import harness
-from experiments import stats
+from experiments import harness, stats
 
 from mechsynth import probes
 from mechsynth.probes.automaton_shortcut import layer_names

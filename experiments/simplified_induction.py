@@ -32,8 +32,7 @@ from typing import Any, Optional
 
 import torch
 
-from experiments import harness
-from experiments import stats
+from experiments import harness, stats
 from experiments.statistical_induction import segments, strategy_kls
 
 from mechsynth import models, tasks

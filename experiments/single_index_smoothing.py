@@ -36,8 +36,7 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from experiments import harness
-from experiments import verdicts
+from experiments import harness, verdicts
 
 from mechsynth.runs.run import Run
 

@@ -48,8 +48,7 @@ from typing import Any, Optional
 
 import torch
 
-from experiments import harness
-from experiments import stats
+from experiments import harness, stats
 
 from mechsynth.analysis import timeline
 from mechsynth.runs.run import Run

@@ -48,8 +48,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from experiments import harness
-from experiments import stats
+from experiments import harness, stats
 
 from mechsynth.analysis.timeline import formation_step, probe_run
 from mechsynth.runs.run import Run

@@ -50,8 +50,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 
-from experiments import harness
-from experiments import stats
+from experiments import harness, stats
 import torch
 import torch.nn.functional as F
 

@@ -37,8 +37,7 @@ from typing import Any, Optional
 
 import torch
 
-from experiments import harness
-from experiments import stats
+from experiments import harness, stats
 
 from mechsynth import tasks
 from mechsynth.analysis.timeline import formation_step, probe_run, steepest_drop

@@ -7,8 +7,7 @@ import json
 import pytest
 from experiment_files import EXPERIMENTS, script, smoke
 
-from experiments import full_cost
-from experiments import harness
+from experiments import full_cost, harness
 
 
 @pytest.mark.smoke

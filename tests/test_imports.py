@@ -217,7 +217,7 @@ def test_a_wheel_install_passes_the_import_and_contract_tests(tmp_path):
         shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(REPO / name, src / name)
-    for name in ("tests", "experiments"):  # (the contract tests read the experiments' configs)
+    for name in ("tests", "experiments", "examples"):  # (the contract tests read the example configs)
         shutil.copytree(REPO / name, work / name, ignore=shutil.ignore_patterns("__pycache__", "runs"))
     shutil.copy(REPO / "pyproject.toml", work / "pyproject.toml")  # pytest's options and markers
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]

@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 
 from experiment_files import EXPERIMENTS, rules_repo
-from experiments import results_table
-from experiments import verdicts
+from experiments import results_table, verdicts
 
 
 def claim(verdict: str, n: int, control: str = "does not", **kw):
