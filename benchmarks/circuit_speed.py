@@ -34,7 +34,6 @@ import torch
 from transformer_lens import patching
 
 from experiments import harness, stats
-
 from mechsynth import circuits, configs, load_run, parse_config, train_run
 from mechsynth.circuits.gradient import sender_groups
 

@@ -19,8 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from experiments import harness
 from benchmarks.threads_under_load import busy_processes
+from experiments import harness
 
 BAD = '[task]\nname = "markov_icl"\nk = 0\n'  # task.k must be ≥ 2
 

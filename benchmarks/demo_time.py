@@ -24,7 +24,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 from experiments import harness
-
 from mechsynth import load_run
 from mechsynth.runs import io, rundir
 

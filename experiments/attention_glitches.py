@@ -33,7 +33,6 @@ from typing import Any, Optional
 import torch
 
 from experiments import harness
-
 from mechsynth import probes
 from mechsynth.runs.run import Run
 

@@ -28,11 +28,11 @@ from pathlib import Path
 from typing import Any, Optional
 
 import torch
-from mechsynth.probes.automaton_shortcut import layer_names
 
 from experiments import harness, stats, verdicts
 from mechsynth import probes, tasks
 from mechsynth.errors import ConfigError
+from mechsynth.probes.automaton_shortcut import layer_names
 
 NAME = "automata_depth"
 

@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any, Optional
 
 from experiments import harness, stats
-
 from mechsynth import config as config_io
 from mechsynth.analysis.timeline import formation_step, probe_run
 from mechsynth.runs.run import Run

@@ -42,7 +42,6 @@ from typing import Any, Optional
 import torch
 
 from experiments import harness, stats
-
 from mechsynth import circuits, configs, models, probes, tasks
 from mechsynth.analysis import timeline
 from mechsynth.runs.run import Run

@@ -31,7 +31,6 @@ from typing import Any, Optional
 import torch
 
 from experiments import harness
-
 from mechsynth import probes
 from mechsynth.runs.run import Run
 from mechsynth.tasks.bounded_dyck import close_correct, open_positions

@@ -26,7 +26,6 @@ from typing import Any, Optional
 
 from experiments import harness
 from experiments.dyck_balance import balance, close_acc
-
 from mechsynth.runs.run import Run
 
 NAME = "dyck_contrastive"

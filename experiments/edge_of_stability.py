@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any, Optional
 
 from experiments import harness, stats, verdicts
-
 from mechsynth.analysis import timeline
 from mechsynth.runs.run import Run
 

@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any, Optional
 
 from experiments import harness, stats
-
 from mechsynth.runs.run import Run
 
 NAME = "factual_capacity"

@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from experiments import harness, stats
-
 from mechsynth.analysis import timeline
 from mechsynth.runs.run import Run
 

@@ -37,7 +37,6 @@ from typing import Any, Optional
 import torch
 
 from experiments import harness
-
 from mechsynth import models
 from mechsynth.errors import UserError
 from mechsynth.runs import io

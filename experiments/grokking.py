@@ -31,7 +31,6 @@ from typing import Any, Optional
 import torch
 
 from experiments import harness, stats
-
 from mechsynth import config as config_io
 from mechsynth.analysis.timeline import formation_step, probe_run
 from mechsynth.probes import fourier

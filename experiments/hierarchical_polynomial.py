@@ -42,7 +42,6 @@ import numpy as np
 import torch
 
 from experiments import harness, stats, verdicts
-
 from mechsynth.analysis import timeline
 from mechsynth.runs.run import Run
 from mechsynth.tasks.base import Task

@@ -30,7 +30,6 @@ from typing import Any, Optional
 import torch
 
 from experiments import harness, stats
-
 from mechsynth import config as config_io
 from mechsynth import tasks
 from mechsynth.analysis.timeline import probe_run

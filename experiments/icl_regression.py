@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any, Optional
 
 from experiments import harness, stats
-
 from mechsynth import probes
 from mechsynth.analysis import stages, timeline
 from mechsynth.runs.run import Run

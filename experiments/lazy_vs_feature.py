@@ -40,7 +40,6 @@ from typing import Any, Optional
 import torch
 
 from experiments import harness, stats
-
 from mechsynth.analysis.timeline import formation_step, probe_run
 from mechsynth.runs.run import Run
 

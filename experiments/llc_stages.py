@@ -29,8 +29,8 @@ import warnings
 from pathlib import Path
 from typing import Any, Optional
 
-from experiments import harness, statistical_induction as si
-
+from experiments import harness
+from experiments import statistical_induction as si
 from mechsynth.analysis import stages, timeline
 from mechsynth.runs.run import Run
 from mechsynth.sweep.plan import read_with_base

@@ -30,7 +30,6 @@ from typing import Any, Callable, Optional
 import torch
 
 from experiments import harness
-
 from mechsynth.runs.run import Run
 from mechsynth.tasks.base import masked_loss
 from mechsynth.training.train import Trainer, resolve_device

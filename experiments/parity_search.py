@@ -53,7 +53,6 @@ from pathlib import Path
 from typing import Any, Optional
 
 from experiments import harness, stats, verdicts
-
 from mechsynth.probes import formation_step
 from mechsynth.runs import rundir
 from mechsynth.runs.run import Run

@@ -43,9 +43,7 @@ from typing import Any, Optional
 
 import torch
 
-
 from experiments import harness, stats
-
 from mechsynth import probes
 from mechsynth.probes.automaton_shortcut import layer_names
 

@@ -34,7 +34,6 @@ import torch
 
 from experiments import harness, stats
 from experiments.statistical_induction import segments, strategy_kls
-
 from mechsynth import models, tasks
 from mechsynth.analysis.timeline import probe_run
 from mechsynth.runs.run import Run

@@ -37,7 +37,6 @@ import numpy as np
 import torch
 
 from experiments import harness, verdicts
-
 from mechsynth.runs.run import Run
 
 NAME = "single_index_smoothing"

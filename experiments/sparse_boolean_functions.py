@@ -49,7 +49,6 @@ from typing import Any, Optional
 import torch
 
 from experiments import harness, stats
-
 from mechsynth.analysis import timeline
 from mechsynth.runs.run import Run
 

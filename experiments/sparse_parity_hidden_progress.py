@@ -49,7 +49,6 @@ from pathlib import Path
 from typing import Any, Optional
 
 from experiments import harness, stats
-
 from mechsynth.analysis.timeline import formation_step, probe_run
 from mechsynth.runs.run import Run
 

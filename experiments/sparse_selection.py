@@ -49,11 +49,10 @@ import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-
-from experiments import harness, stats
 import torch
 import torch.nn.functional as F
 
+from experiments import harness, stats
 from mechsynth.analysis import timeline
 from mechsynth.runs.run import Run
 

@@ -38,7 +38,6 @@ from typing import Any, Optional
 import torch
 
 from experiments import harness, stats
-
 from mechsynth import tasks
 from mechsynth.analysis.timeline import formation_step, probe_run, steepest_drop
 from mechsynth.runs.run import Run

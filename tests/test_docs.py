@@ -5,8 +5,8 @@ in headless Chromium — nothing loaded from the network, search included."""
 from __future__ import annotations
 
 import html
-import json
 import importlib.util
+import json
 import os
 import re
 import subprocess

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-
 import pytest
-
 from experiment_files import judged, loaded, smoke
+
 from experiments import verdicts
 
 NAME = "attention_glitches"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
-
 from experiment_files import judged, loaded, smoke
+
 from experiments import verdicts
 
 NAME = "dyck_balance"

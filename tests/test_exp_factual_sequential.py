@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 
 import pytest
-
 from experiment_files import loaded, smoke
+
 from experiments import verdicts
 
 NAME = "factual_sequential"

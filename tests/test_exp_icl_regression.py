@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from experiment_files import judged, loaded, smoke
+
 from experiments import verdicts
 
 NAME = "icl_regression"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from experiment_files import claim, judged, loaded, smoke
 
 from experiments import verdicts

@@ -10,10 +10,9 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-
 from experiment_files import script, smoke
-from experiments import verdicts
 
+from experiments import verdicts
 
 RULES = verdicts.rules_of("parity_search")
 CLAIMS = {c.id: c for c in RULES.CLAIMS}

@@ -7,11 +7,10 @@ import random
 
 import pytest
 import torch
-
-from mechsynth import tasks
-
 from experiment_files import claim, loaded, smoke
+
 from experiments import verdicts
+from mechsynth import tasks
 
 
 @pytest.fixture(scope="module")

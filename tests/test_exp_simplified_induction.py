@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from experiment_files import judged, loaded, smoke
+
 from experiments import verdicts
 
 NAME = "simplified_induction"

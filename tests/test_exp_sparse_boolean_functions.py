@@ -10,11 +10,11 @@ import statistics
 
 import pytest
 import torch
+from experiment_files import loaded
+from experiment_files import smoke as smoke_run
 
-from mechsynth import load_run
-
-from experiment_files import loaded, smoke as smoke_run
 from experiments import verdicts
+from mechsynth import load_run
 
 NAME = "sparse_boolean_functions"
 

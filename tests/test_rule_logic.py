@@ -4,6 +4,7 @@ Reformatting, comments, docstrings, import paths and code the rules never reach 
 from __future__ import annotations
 
 from experiment_files import rules_repo
+
 from experiments import results_table, rule_logic, verdicts
 
 RULES = '''"""Claims of a toy experiment."""

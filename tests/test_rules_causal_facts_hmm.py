@@ -6,10 +6,9 @@ into "inconclusive"."""
 from __future__ import annotations
 
 import pytest
-
 from experiment_files import judged
-from experiments import verdicts
 
+from experiments import verdicts
 
 # ---- causal_structure ------------------------------------------------------------------------------
 

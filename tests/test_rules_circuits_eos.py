@@ -7,8 +7,8 @@ rule must not call a match where the claim is one, and which makes a match "by c
 from __future__ import annotations
 
 import pytest
-
 from experiment_files import EXPERIMENTS, judged
+
 from experiments import verdicts
 
 

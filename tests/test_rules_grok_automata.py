@@ -7,10 +7,10 @@ from __future__ import annotations
 import copy
 
 import pytest
+from experiment_files import claim
+from experiment_files import judged as verdict
 
-from experiment_files import claim, judged as verdict
 from experiments import verdicts
-
 
 grok = verdicts.rules_of("grokking")
 auto = verdicts.rules_of("automata_depth")

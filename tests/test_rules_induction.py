@@ -4,10 +4,9 @@ results: hand-made results dicts, shaped as the scripts write them, whose right 
 from __future__ import annotations
 
 import pytest
-
 from experiment_files import claim
-from experiments import verdicts
 
+from experiments import verdicts
 
 SI = verdicts.rules_of("statistical_induction")
 LLC = verdicts.rules_of("llc_stages")

@@ -4,10 +4,10 @@ each claim gets a results dict with a known answer — matches, a negative one, 
 from __future__ import annotations
 
 import pytest
+from experiment_files import claim
+from experiment_files import script as load_script
 
-from experiment_files import claim, script as load_script
 from experiments import verdicts
-
 
 PARITY = verdicts.rules_of("sparse_parity_hidden_progress")
 SELECTION = verdicts.rules_of("sparse_selection")

@@ -6,8 +6,8 @@ import math
 from pathlib import Path
 
 import pytest
-
 from experiment_files import EXPERIMENTS, rules_repo
+
 from experiments import results_table, verdicts
 
 
