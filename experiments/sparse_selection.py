@@ -41,7 +41,6 @@ Writes OUT/sparse_selection.json and OUT/sparse_selection_{samples,attention}.pn
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import random
 import statistics
@@ -52,24 +51,14 @@ from typing import Any, Optional, Sequence
 import torch
 import torch.nn.functional as F
 
-from experiments import harness, stats
+from experiments import harness, stats, verdicts
 from mechsynth.analysis import timeline
 from mechsynth.runs.run import Run
 
 NAME = "sparse_selection"
 
 
-def _rules() -> Any:
-    """experiments/rules/sparse_selection.py: the claims' rules, and the thresholds this script shares with them."""
-    spec = importlib.util.spec_from_file_location(
-        f"rules_{NAME}", Path(__file__).resolve().parent / "rules" / f"{NAME}.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-RULES = _rules()
+RULES = verdicts.rules_of(NAME)  # the claims' rules, and the thresholds this script shares with them
 SUCCESS = 0.99  # held-out balanced accuracy: reading exactly S computes AND exactly; 2 of the 3 bits score ≤ 0.93
 LOW, HIGH = (
     RULES.LOW,

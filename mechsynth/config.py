@@ -105,7 +105,7 @@ def check_fields(obj: Any) -> None:
         if f.init:
             value = getattr(obj, f.name)
             coerced = _coerce(value, hints[f.name], f.name, finite=not f.metadata.get("nonfinite"))
-            if coerced is not value and (type(coerced) is not type(value) or coerced != value):
+            if coerced is not value:
                 object.__setattr__(obj, f.name, coerced)  # (frozen dataclasses too)
             check_value(coerced, f.metadata, f.name)
 
@@ -209,7 +209,7 @@ def _type_name(tp: Any) -> str:
 def from_dict(cls: type, data: dict[str, Any], section: str):
     """Build dataclass `cls` from a TOML table, naming `section.key` in every error."""
     check(isinstance(data, dict), section, f"expected a table, got {show(data)}")
-    hints = typing.get_type_hints(cls)
+    hints = _hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     kwargs = {}
     for key, value in data.items():
@@ -229,7 +229,7 @@ def from_dict(cls: type, data: dict[str, Any], section: str):
 
 def describe(cls: type) -> list[dict[str, Any]]:
     """Fields of a config dataclass with type, default and the comment-free help (for `mechsynth tasks`)."""
-    hints = typing.get_type_hints(cls)
+    hints = _hints(cls)
     out = []
     for f in dataclasses.fields(cls):
         if not f.init:

@@ -202,14 +202,9 @@ def test_topk_drift_ratio_uses_the_top_rows_not_the_support():
 
 
 def _experiment():
-    import importlib.util
-    from pathlib import Path
+    from experiments import sparse_parity_hidden_progress
 
-    path = Path(__file__).resolve().parents[1] / "experiments" / "sparse_parity_hidden_progress.py"
-    spec = importlib.util.spec_from_file_location("experiment_sparse_parity_hidden_progress", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return sparse_parity_hidden_progress
 
 
 def test_wilson_interval_known_values():

@@ -7,8 +7,6 @@ for each informative one. No jax: the weights are committed."""
 
 from __future__ import annotations
 
-import functools
-import importlib.util
 import json
 from pathlib import Path
 
@@ -21,15 +19,11 @@ DATA = Path(__file__).parent.parent / "mechsynth" / "benchmark" / "tracr"
 NAMES = sorted(p.stem for p in DATA.glob("*.json"))
 
 
-@functools.lru_cache(maxsize=None)
 def programs():
-    """experiments/tracr_programs.py as a module (its jax imports are inside the compiling functions)."""
-    spec = importlib.util.spec_from_file_location(
-        "tracr_programs", Path(__file__).parent.parent / "experiments" / "tracr_programs.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """experiments/tracr_programs.py (its jax imports are inside the compiling functions)."""
+    from experiments import tracr_programs
+
+    return tracr_programs
 
 
 def live_heads(sd: dict[str, torch.Tensor], layer: int) -> int:
