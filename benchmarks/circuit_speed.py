@@ -11,7 +11,7 @@ hooked model on the same batch:
   per head); the two give the same numbers (tests/test_circuits.py);
 - how well each faster method agrees with exact edge patching (Spearman correlation of |score|).
 
-    python -m benchmarks.circuit_speed [--device cuda] [--batch 64] [--steps 600]
+    python -m benchmarks.circuit_speed [--device cuda] [--batch 64] [--steps 600] [--repeats 7] [--model JSON]
 
 It trains the demo configuration (markov_icl, 2-layer attention-only) for --steps steps first, and times the
 methods on its last checkpoint with the task's counterfactual batch.
@@ -20,6 +20,7 @@ methods on its last checkpoint with the task's counterfactual batch.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -63,14 +64,21 @@ def timed(fn, repeats: int = 5) -> tuple[float, object]:
 
 
 def measure(
-    device: str = "cpu", batch: int = 64, steps: int = 600, repeats: int = 3, eval_batch_size: Optional[int] = None
+    device: str = "cpu",
+    batch: int = 64,
+    steps: int = 600,
+    repeats: int = 3,
+    eval_batch_size: Optional[int] = None,
+    model: Optional[dict[str, Any]] = None,
 ) -> dict[str, Any]:
     """Each way's seconds per checkpoint, as a multiple of one forward, and each method's agreement with exact
     patching (Spearman of |score|), as rows (name, seconds, agreement or None); also what benchmarks/gpu_check.py
     records. `repeats`: timed calls of each method (a forward and a backward: 5 at the least); `eval_batch_size`:
-    the demo run's held-out sequences, if not its 512 (their Bayes predictor takes seconds on a CPU)."""
+    the demo run's held-out sequences, if not its 512 (their Bayes predictor takes seconds on a CPU); `model`:
+    settings that replace the demo model's (e.g. {"n_heads": 4, "d_model": 128, "attn_only": False})."""
     with tempfile.TemporaryDirectory() as tmp:
         cfg = configs.load("demo")
+        cfg["model"] = {**cfg["model"], **(model or {})}
         train = {**cfg["train"], "steps": steps, "device": device} | (
             {"eval_batch_size": eval_batch_size} if eval_batch_size else {}
         )
@@ -134,12 +142,17 @@ def main() -> int:
     p.add_argument("--device", default="cpu")
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--steps", type=int, default=600)
+    p.add_argument("--repeats", type=int, default=7, help="timed calls of each way, their median reported")
+    p.add_argument(
+        "--model", type=json.loads, default=None, help="the demo model's settings replaced, e.g. '{\"n_heads\": 4}'"
+    )
     args = p.parse_args()
-    out = measure(args.device, args.batch, args.steps)
+    out = measure(args.device, args.batch, args.steps, args.repeats, model=args.model)
     forward, backward = out["rows"][0][2], out["rows"][1][2]
     print(
         f"device {args.device} ({harness.device_name(args.device)}), torch {torch.__version__}, "
-        f"{torch.get_num_threads()} threads; demo model after {out['trained_steps']} steps, batch {args.batch}"
+        f"{torch.get_num_threads()} threads; demo model{' with ' + json.dumps(args.model) if args.model else ''} after "
+        f"{out['trained_steps']} steps, batch {args.batch}, {out['edges']} edges"
     )
     print(f"{'':<62}{'seconds':>10}{'× forward':>11}{'× its passes':>14}{'  agreement with exact':>23}")
     for _, name, t, rho, points in out["rows"]:

@@ -11,6 +11,7 @@ from transformer_lens import patching
 
 from mechsynth import circuits
 from mechsynth.circuits import forward
+from mechsynth.circuits import gradient as attr
 from mechsynth.circuits.patching import as_patch
 from mechsynth.models import TransformerConfig
 from mechsynth.models.tl_compat import TL_MAJOR, hooked_transformer
@@ -122,6 +123,29 @@ def test_an_edge_into_one_query_against_transformer_lens_split_inputs():
         finally:
             model.set_use_split_qkv_input(False)
     assert torch.allclose(ours, theirs, atol=1e-5) and not torch.allclose(ours, model(clean), atol=1e-3)
+
+
+@pytest.mark.parametrize("normalization", ["LN", "LNPre", "none"])
+def test_heads_gradients_through_ln1_by_hand_equal_autograds(normalization):
+    """An unpatched run takes each head's input's gradient back through W and LN1 by hand (gradient.Gradients).
+    Patching the edges into one layer's heads to the run's own outputs (by zero) rebuilds those inputs instead,
+    and autograd gives their gradients directly (the paths through later layers are left alone): the two agree
+    on every such edge's product with the senders' differences."""
+    model = random_model(False, normalization)
+    graph = circuits.Graph.of(model)
+    clean = tokens(1)
+    out = forward.sender_outputs(model, graph, clean)
+    diff = torch.randn(out.shape, generator=torch.Generator().manual_seed(3))
+    by_hand = attr.gradients(model, graph, clean, last_logit_diff)
+    heads = [[r for r, name in enumerate(graph.receivers) if name.startswith(f"L{layer}H")] for layer in range(2)]
+    assert [sorted(receivers) for receivers, _, _ in by_hand.parts[1:]] == heads  # the readers', then each layer's
+    for layer in range(2):
+        into = torch.tensor([graph.receivers[r].startswith(f"L{layer}H") for _, r in graph.edge_list])
+        rebuilt = attr.gradients(model, graph, clean, last_logit_diff, None, None, as_patch(graph, into[None]), out)
+        assert set(heads[layer]) <= set(rebuilt.parts[0][0])  # rebuilt: autograd's, beside the readers'
+        torch.testing.assert_close(
+            attr.on_edges(graph, by_hand.dot(diff))[into], attr.on_edges(graph, rebuilt.dot(diff))[into]
+        )
 
 
 def test_attribution_is_the_first_order_term_of_patching():
