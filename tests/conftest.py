@@ -9,13 +9,16 @@ from pathlib import Path
 
 import pytest
 
-if "PYTEST_XDIST_WORKER_COUNT" in os.environ and not os.environ.get("OMP_NUM_THREADS", "").isdigit():
-    # under pytest-xdist: each worker (and the subprocesses its tests start) its share of the cores
-    _workers = int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
-    os.environ["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // _workers))
-    import torch
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
+    # under pytest-xdist: each worker (and the subprocesses its tests start) its share of the cores, the CLI too:
+    # chosen by the load, two runs of one seed could differ in the last bits (tests/test_threads.py tests the choice)
+    if not os.environ.get("OMP_NUM_THREADS", "").isdigit():
+        _workers = int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
+        os.environ["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // _workers))
+        import torch
 
-    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    os.environ.setdefault("MECHSYNTH_THREADS", os.environ["OMP_NUM_THREADS"])
 
 _WANDB_TMP = Path(tempfile.mkdtemp(prefix="mechsynth-wandb-"))
 for var in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR", "WANDB_ARTIFACT_DIR"):

@@ -304,7 +304,7 @@ def test_side_by_side_seeds_write_the_run_directories_separate_runs_would(tmp_pa
         assert (
             io.read_json(a / "config.json")
             == io.read_json(b / "config.json")
-            == {**job.config, "versions": io.read_json(b / "config.json")["versions"], "plugins": []}
+            == {**job.config, **{k: io.read_json(b / "config.json")[k] for k in ("versions", "threads")}, "plugins": []}
         )
         ra, rb = load_run(a), load_run(b)
         assert ra.config == rb.config and ra.config.train.seed == ra.config.model.init_seed == job.seed

@@ -9,6 +9,7 @@ import torch
 
 from mechsynth import configs, load_run, parse_config, train_run
 from mechsynth.cli import main
+from mechsynth.runs import rundir
 from mechsynth.training import threads
 
 
@@ -78,5 +79,24 @@ def test_a_resumed_run_trains_on_with_the_threads_it_recorded(tmp_path):
     finally:
         torch.set_num_threads(before)
     assert resumed.state(20)["threads"] == 2
+    a, b = whole.weights(20), resumed.weights(20)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_run_resumed_before_its_first_checkpoint_takes_the_threads_it_started_with(tmp_path):
+    """Started at 2 threads and cut before any checkpoint, resumed in a process at 1: config.json's count, 2, again."""
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        whole = load_run(train_run(_config(20), tmp_path / "whole", progress=False))
+        cut = train_run(_config(20), tmp_path / "cut", progress=False)
+        for s in rundir.steps(cut):
+            rundir.ckpt_dir(cut, s).rename(tmp_path / f"gone_{s}")
+        rundir.truncate_metrics(cut, 0)
+        torch.set_num_threads(1)
+        resumed = load_run(train_run(_config(20), cut, resume=True, progress=False))
+    finally:
+        torch.set_num_threads(before)
+    assert rundir.read_config(cut)["threads"] == 2 and resumed.state(20)["threads"] == 2
     a, b = whole.weights(20), resumed.weights(20)
     assert all(torch.equal(a[k], b[k]) for k in a)

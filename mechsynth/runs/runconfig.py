@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from mechsynth import models, tasks
-from mechsynth.config import check, from_dict, key_name, show, to_dict
+from mechsynth.config import check, fields_entry, from_dict, key_name, show, to_dict
 from mechsynth.errors import ConfigError
 from mechsynth.models import ModelKind
 from mechsynth.runs import rundir
@@ -97,6 +97,22 @@ def parse_config(data: dict[str, Any], *, resources: bool = True) -> RunConfig:
     if resources:
         budget.check(cfg.model, cfg.train, task, resolve_device(cfg.train.device))
     return cfg
+
+
+def schema() -> dict[str, Any]:
+    """What `configs.quick_check` reads (mechsynth/configs/schema.json): every field of every section, per task and
+    model kind mechsynth ships (a plugin's are left to the full check)."""
+    ours = lambda cls: cls.__module__.startswith("mechsynth.")  # noqa: E731
+    task_classes = {n: tasks.TASKS.get(n).Config for n in tasks.names()}
+    kinds = {k: models.MODEL_KINDS.get(k) for k in models.MODEL_KINDS.names()}
+    return {
+        "task": {n: fields_entry(c) for n, c in task_classes.items() if ours(tasks.TASKS.get(n))},
+        "model": {k: {f: v for f, v in fields_entry(c).items() if f != "kind"} for k, c in kinds.items() if ours(c)},
+        "train": fields_entry(TrainConfig),
+        "wandb": fields_entry(WandbConfig),
+        "default_kind": models.DEFAULT_KIND,
+        "sections": list(SECTIONS),
+    }
 
 
 def check_params(model: ModelKind, spec: TaskSpec, params: Sequence[str]) -> None:

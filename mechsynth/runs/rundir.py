@@ -2,7 +2,8 @@
 keys may change on resume, and who may write into it.
 
     RUN_DIR/config.json                  everything needed to rebuild task and model (+ EXTRAS: "versions",
-                                         and the "plugins" its task, model or optimizer came from)
+                                         the "plugins" its task, model or optimizer came from, and the
+                                         CPU "threads" it started training with)
     RUN_DIR/metrics.jsonl                one JSON record per evaluation, steps strictly increasing
     RUN_DIR/checkpoints/step_00000100/   model.safetensors, state.pt (resume), meta.json (step, metrics,
                                          and the SHA-256 of the other two, checked on every load)
@@ -40,7 +41,9 @@ WEIGHTS, STATE, META = "model.safetensors", "state.pt", "meta.json"
 # evaluated and how it logs. Anything else would make the continued run a different experiment.
 RESUMABLE = ("train.steps", "train.device", "train.eval_every", "train.seed_passes", "train.threads", "wandb.")
 # Keys config.json stores beside the run config: provenance (`stored_extras`), never compared or parsed as config.
-EXTRAS = ("versions", "plugins", "origin")  # origin: what made a run mechsynth did not train (Monitor, import)
+# origin: what made a run mechsynth did not train (Monitor, import); threads: the count a run resumed before its first
+# checkpoint trains with again (each checkpoint records its own), so that it stays bit-identical to an unbroken run.
+EXTRAS = ("versions", "plugins", "origin", "threads")
 NOT_RECORDED = (
     "not_recorded"  # origin's list of the config keys nobody gave (absent from the tables; see `unknown_keys`)
 )

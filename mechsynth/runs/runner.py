@@ -79,17 +79,17 @@ def train_run(
                 Trainer(model, task, cfg.train, device) if n == 1 else SeedsTrainer(model, task, cfg.train, device)
             )
             wandb_ids: list[Optional[str]] = [None] * n
-            start = None
-            if resume:
-                start = resume_step(dirs)
+            start = resume_step(dirs) if resume else None
+            recorded = rundir.read_config(run_dir).get("threads") if resume else None  # what it started with
             if start is not None:
-                wandb_ids, recorded = _load(trainer, dirs, start)
-                if cfg.train.threads is None and recorded is not None:  # the numerics it trained with
-                    torch.set_num_threads(recorded)
+                wandb_ids, at_start = _load(trainer, dirs, start)
+                recorded = at_start or recorded
             elif cfg.train.init_from:  # read only when used: a resumed fine-tuning run needs only its own checkpoints
                 weights, path = initial_weights(cfg.train.init_from)
                 check_fits(weights, trainer.module.state_dict(), set() if n == 1 else trainer.stacked, path)
                 load_weights(trainer.module, weights if n == 1 else stack_weights([weights] * n, trainer.stacked), path)
+            if cfg.train.threads is None and isinstance(recorded, int) and recorded > 0:  # the numerics it trained with
+                torch.set_num_threads(recorded)
             if resume:
                 if log:
                     log(
@@ -104,7 +104,8 @@ def train_run(
                     log(f"training {cfg.task_name} -> {run_dir}")
                 fresh = False
                 for d, c in _config_files(run_dir, cfg, dirs, cfgs):
-                    io.write_json(d / rundir.CONFIG, {**c.to_dict(), **rundir.stored_extras(c.to_dict())})
+                    extras = {**rundir.stored_extras(c.to_dict()), "threads": torch.get_num_threads()}
+                    io.write_json(d / rundir.CONFIG, {**c.to_dict(), **extras})
             _fit(trainer, cfg, run_dir, dirs, cfgs, wandb_ids, start, progress)
     except BaseException:
         if fresh:
@@ -286,9 +287,8 @@ def _rewrite_configs(
         extras = rundir.stored_extras(c.to_dict())
         found = _found(old.get("plugins"), extras["plugins"])
         if not old or rundir.changed_keys(complete(old), c.to_dict()) or found != old.get("plugins", []):
-            io.write_json(
-                path, {**c.to_dict(), "versions": old.get("versions") or extras["versions"], "plugins": found}
-            )
+            kept = {"versions": old.get("versions") or extras["versions"], "plugins": found}
+            io.write_json(path, {**c.to_dict(), **kept, **({"threads": old["threads"]} if "threads" in old else {})})
     for d in dirs:
         rundir.remove_stale_temps(d)
         rundir.truncate_metrics(d, start or None)  # from step 0, `fit` records step 0 again
