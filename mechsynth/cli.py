@@ -228,18 +228,46 @@ def _first_line(obj: Any) -> str:
 
 
 def _cmd_tasks(args) -> int:
-    from mechsynth import tasks
-
-    return _listing(
-        {
-            name: {"doc": _first_line(tasks.TASKS.get(name)), "params": describe(tasks.TASKS.get(name).Config)}
-            for name in tasks.names()
-        },
-        args.json,
-    )
+    return _listing(_shipped_or_live("tasks", _task_table), args.json)
 
 
 def _cmd_probes(args) -> int:
+    return _listing(_shipped_or_live("probes", _probe_table), args.json)
+
+
+def _shipped_or_live(what: str, live: Any) -> dict[str, dict[str, Any]]:
+    """The listing of mechsynth's own tasks or probes as shipped with the package (no torch to import: well under a
+    second), or the registry's own: with plugins named (MECHSYNTH_PLUGINS), or a task, kind or probe file added since
+    the listing was written."""
+    import os
+
+    from mechsynth import configs, plugins
+
+    known = configs.schema()
+    if os.environ.get(plugins.ENV) or known is None:
+        return live()
+    return known["listing"][what]
+
+
+def _task_table() -> dict[str, dict[str, Any]]:
+    from mechsynth import tasks
+
+    return {
+        name: {
+            "doc": _first_line(tasks.TASKS.get(name)),
+            "params": describe(tasks.TASKS.get(name).Config),
+            "latents": [_latent(latent) for latent in tasks.make(name).latents],  # with the default config
+        }
+        for name in tasks.names()
+    }
+
+
+def _latent(latent: Any) -> dict[str, Any]:
+    kind = f"{latent.kind}, {latent.n_values} values" if latent.n_values else latent.kind
+    return {"name": latent.name, "kind": kind, "where": latent.where, "about": latent.about}
+
+
+def _probe_table() -> dict[str, dict[str, Any]]:
     from mechsynth import probes
 
     table = {}
@@ -251,7 +279,26 @@ def _cmd_probes(args) -> int:
             "costly": p.costly,
             "params": describe(p.options) if p.options is not None else [],
         }
-    return _listing(table, args.json)
+    return table
+
+
+def shipped() -> dict[str, Any]:
+    """What mechsynth/configs/schema.json holds: every config section's fields (`runconfig.schema`) and the listings
+    `mechsynth tasks` and `probes` print, all of mechsynth's own (write_shipped rewrites it; a test holds it equal)."""
+    from mechsynth import configs
+    from mechsynth.runs.runconfig import schema
+
+    return schema() | {"listing": {"tasks": _task_table(), "probes": _probe_table()}, "modules": configs.modules()}
+
+
+def write_shipped() -> Path:
+    """Rewrite mechsynth/configs/schema.json from the code: `python -c "from mechsynth.cli import write_shipped;
+    write_shipped()"` after changing a config field, a task, a probe or its options."""
+    from mechsynth import configs
+
+    path = Path(configs.__file__).parent / configs.SCHEMA
+    path.write_text(json.dumps(shipped(), indent=1, ensure_ascii=False) + "\n")  # (in the registries' order)
+    return path
 
 
 def _listing(table: dict[str, dict[str, Any]], as_json: bool) -> int:
@@ -266,21 +313,34 @@ def _listing(table: dict[str, dict[str, Any]], as_json: bool) -> int:
                 f"{'; runs only when named' if info['costly'] else ''}]"
             )
         print(f"{name}: {info['doc']}{note}")
+        if info.get("latents"):  # a task's latent variables, which the latents and dictionary probes look for
+            print(
+                "  latent variables (default config): "
+                + "; ".join(f"{v['name']} ({v['kind']})" for v in info["latents"])
+            )
         for p in info["params"]:
             print(f"  {p['name']:<14} {p['type']:<34} default {p['default']!r:<10} {p['help']}")
         print()
     return 0
 
 
-def _train(
-    data: dict, out: Optional[str], default_name: str, overrides: Sequence[str], wandb: Optional[str], progress: bool
-) -> Path:
-    from mechsynth.runs.runconfig import parse_config
+def _config(data: dict, overrides: Sequence[str], wandb: Optional[str]) -> dict:
+    """A config with its `--set` overrides and W&B mode applied, each key checked against the shipped schema: a
+    mistake there is one line before torch is imported (seconds on a busy machine)."""
+    from mechsynth import configs
 
     for o in overrides:
         apply_override(data, o)
     if wandb:
         apply_override(data, f'wandb.mode="{wandb}"')
+    configs.quick_check(data)
+    return data
+
+
+def _train(data: dict, out: Optional[str], default_name: str, progress: bool) -> Path:
+    """Train the config `data` (overrides applied: `_config`) into `out`."""
+    from mechsynth.runs.runconfig import parse_config
+
     cfg = parse_config(data)
     from mechsynth.runs.runner import train_run  # after the config: it imports TransformerLens (seconds)
 
@@ -348,6 +408,9 @@ def _probe(
         if n not in names:
             raise ConfigError(f"--set {n}", f"probe {n!r} is not being run; allowed: options of {', '.join(names)}")
         probes.options(n, table)  # every bad option named before any work
+        why = timeline.why_not(run, n, table)  # (options that name what it reads: a hook the model lacks)
+        if why is not None:
+            raise ConfigError(f"--set {n}", why)
     chosen = run.steps
     if steps:
         try:
@@ -587,6 +650,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     # A warning here is for the user (an LLC chain that diverged): one line, not the source line it came from.
     warnings.formatwarning = lambda message, category, *rest, **kw: f"warning: {message}\n"
     try:
+        data = None
+        if args.command == "train" and args.config and not args.resume:
+            data = _config(read_toml(args.config), args.set, args.wandb)
+        elif args.command == "demo":
+            from mechsynth import configs
+
+            data = _config(configs.load("demo"), args.set, args.wandb)
         if args.command in COMPUTES:
             from mechsynth.training import threads
 
@@ -602,7 +672,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 return _resume(args)
             if not args.config:
                 raise ConfigError("config", "missing; give a TOML file or --resume DIR")
-            _train(read_toml(args.config), args.out, Path(args.config).stem, args.set, args.wandb, not args.no_progress)
+            _train(data, args.out, Path(args.config).stem, not args.no_progress)
             return 0
         if args.command == "probe":
             from mechsynth.sweep import probe as sweep_probe
@@ -630,9 +700,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.command == "sweep-report":
             return _sweep_report(args)
         if args.command == "demo":
-            from mechsynth import configs
-
-            run_dir = _train(configs.load("demo"), args.out, "demo", args.set, args.wandb, True)
+            run_dir = _train(data, args.out, "demo", True)
             if (run_dir / "seed_0").is_dir():  # train.seeds > 1: probe the first seed
                 print(f"probing seed_0; the others: mechsynth probe {run_dir}/seed_<i>", file=sys.stderr)
                 run_dir = run_dir / "seed_0"

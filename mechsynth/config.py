@@ -19,6 +19,7 @@ import reprlib
 import sys
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import field
 from pathlib import Path
 from typing import Any, Literal, Optional, TypeVar, Union, get_args, get_origin
@@ -206,25 +207,77 @@ def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
+# The names a field's type may use in the shipped schema (mechsynth/configs/schema.json): every config type is made of these.
+TYPE_NAMES = {"Any": Any, "Literal": Literal, "Optional": Optional, "Union": Union} | {
+    t.__name__: t for t in (bool, int, float, str, tuple, list, dict)
+}
+
+
+def type_expr(tp: Any) -> str:
+    """A field's type as the schema writes it ("Optional[tuple[int, ...]]"); "Any" for a type made of other names."""
+    text = tp.__name__ if isinstance(tp, type) else str(tp).replace("typing.", "")
+    try:
+        return text if type_of(text) == tp else "Any"
+    except Exception:  # a type of a plugin's own: the full check alone reads it
+        return "Any"
+
+
+def type_of(text: str) -> Any:
+    """The type a schema's `type_expr` names (made of TYPE_NAMES only)."""
+    return eval(text, {"__builtins__": {}}, dict(TYPE_NAMES))
+
+
+def schema_fields(entry: Mapping[str, Mapping[str, Any]]) -> dict[str, tuple[Any, Mapping[str, Any]]]:
+    """The schema's fields of one config class, as `check_table` takes them."""
+    return {k: (type_of(v["type"]), v["meta"]) for k, v in entry.items()}
+
+
+def unset(value: Any) -> bool:
+    """A `doc` check left at its default (no bound, no reason, finite): the schema leaves it out. (0 is a bound.)"""
+    return value is None or value is False or value == ""
+
+
+def fields_entry(cls: type) -> dict[str, dict[str, Any]]:
+    """A config class's fields as the schema stores them: each one's type and `doc` checks."""
+    hints = _hints(cls)
+    keep = ("lo", "hi", "why", "nonfinite")
+    return {
+        f.name: {
+            "type": type_expr(hints[f.name]),
+            "meta": {k: f.metadata[k] for k in keep if not unset(f.metadata.get(k))},
+        }
+        for f in dataclasses.fields(cls)
+        if f.init
+    }
+
+
 def from_dict(cls: type, data: dict[str, Any], section: str):
     """Build dataclass `cls` from a TOML table, naming `section.key` in every error."""
-    check(isinstance(data, dict), section, f"expected a table, got {show(data)}")
     hints = _hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
-    kwargs = {}
-    for key, value in data.items():
-        if key not in fields:
-            raise ConfigError(f"{section}.{key_name(key)}", f"unknown key; allowed: {', '.join(sorted(fields))}")
-        meta = fields[key].metadata
-        kwargs[key] = _coerce(value, hints[key], f"{section}.{key}", finite=not meta.get("nonfinite"))
-        # Here as well as in __post_init__ (check_fields): before the class's own checks run.
-        check_value(kwargs[key], meta, f"{section}.{key}")
+    fields = {f.name: (hints[f.name], f.metadata) for f in dataclasses.fields(cls) if f.init}
+    kwargs = check_table(fields, data, section)
     try:
         return cls(**kwargs)
     except ConfigError as e:
         if not e.field.startswith(section + "."):
             raise ConfigError(f"{section}.{e.field}", str(e).split(": ", 1)[1]) from None
         raise
+
+
+def check_table(fields: Mapping[str, tuple[Any, Mapping[str, Any]]], data: Any, section: str) -> dict[str, Any]:
+    """Each key of a TOML table against its field's type and declared checks (field -> (type, `doc` metadata)),
+    naming `section.key`; the values as the type takes them. What `from_dict` does before the class's own checks,
+    and what the CLI checks against the shipped schema before importing anything heavy (`configs.quick_check`)."""
+    check(isinstance(data, dict), section, f"expected a table, got {show(data)}")
+    kwargs = {}
+    for key, value in data.items():
+        if key not in fields:
+            raise ConfigError(f"{section}.{key_name(key)}", f"unknown key; allowed: {', '.join(sorted(fields))}")
+        tp, meta = fields[key]
+        kwargs[key] = _coerce(value, tp, f"{section}.{key}", finite=not meta.get("nonfinite"))
+        # Here as well as in __post_init__ (check_fields): before the class's own checks run.
+        check_value(kwargs[key], meta, f"{section}.{key}")
+    return kwargs
 
 
 def describe(cls: type) -> list[dict[str, Any]]:

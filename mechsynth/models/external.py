@@ -17,7 +17,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from mechsynth import models
-from mechsynth.errors import ConfigError, one_line
+from mechsynth.errors import ConfigError
 from mechsynth.models import ModelKind, TransformerConfig, tl_compat
 from mechsynth.tasks.base import TaskSpec
 
@@ -83,7 +83,7 @@ def sizes(model: nn.Module) -> tuple[int, Optional[int], int]:
     return c.d_vocab, c.d_vocab_out if c.d_vocab_out > 0 else c.d_vocab, c.n_ctx
 
 
-def misfit(model: nn.Module, spec: TaskSpec, task_name: str) -> Optional[str]:
+def task_misfit(model: nn.Module, spec: TaskSpec, task_name: str) -> Optional[str]:
     """Why `model` cannot read the task's sequences or answer in its output classes, naming both sizes."""
     try:
         d_vocab, d_vocab_out, n_ctx = sizes(model)
@@ -108,7 +108,7 @@ def misfit(model: nn.Module, spec: TaskSpec, task_name: str) -> Optional[str]:
 
 
 def check_fits(model: nn.Module, task: Any) -> None:
-    why = misfit(model, task.spec, task.name)
+    why = task_misfit(model, task.spec, task.name)
     if why is not None:
         raise _fail(why)
 
@@ -132,13 +132,33 @@ def nonfinite(weights: dict[str, Tensor]) -> Optional[str]:
 NONFINITE = "a run's checkpoints are finite (mechsynth train stops at the last finite one)"
 
 
-def rebuild(cfg: ModelKind, spec: TaskSpec, weights: dict[str, Tensor]) -> nn.Module:
-    """The trainable mechsynth model of kind `cfg` with `weights` (what `Run.trainable` gives)."""
+def shape_text(t: Tensor) -> str:
+    """A tensor's shape as the one-line errors write it: "2×16"."""
+    return "×".join(map(str, t.shape))
+
+
+def weights_misfit(expected: dict[str, Tensor], weights: dict[str, Tensor]) -> Optional[str]:
+    """The first parameter whose presence or size differs between a built model's state dict and the weights."""
+    for key, t in expected.items():
+        if key not in weights:
+            return f"the checkpoint has no {key} ({shape_text(t)} in the model)"
+        if weights[key].shape != t.shape:
+            return f"{key} is {shape_text(weights[key])} in the checkpoint and {shape_text(t)} in the model"
+    extra = next((k for k in weights if k not in expected), None)
+    return (
+        None if extra is None else f"the checkpoint has {extra} ({shape_text(weights[extra])}), which the model has not"
+    )
+
+
+def rebuild(cfg: ModelKind, spec: TaskSpec, weights: dict[str, Tensor], hint: str = "") -> nn.Module:
+    """The trainable mechsynth model of kind `cfg` with `weights` (what `Run.trainable` gives). Weights that do
+    not fit are one line naming the first parameter that differs and both its sizes, then `hint`
+    (load_state_dict's own error runs over many lines and names an internal class)."""
     model = models.build(cfg, spec)
-    try:
-        model.load_state_dict(weights)
-    except RuntimeError as e:
-        raise _fail(f"its weights do not fit a {cfg.describe()}: {one_line(e, typed=False)}") from None
+    why = weights_misfit(model.state_dict(), weights)
+    if why is not None:
+        raise _fail(f"the weights do not fit a {cfg.describe()}: {why}{hint}")
+    model.load_state_dict(weights)
     return model.eval()
 
 

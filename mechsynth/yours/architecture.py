@@ -76,7 +76,7 @@ def bridge_heads(sd: dict[str, Tensor], declared: dict[str, Any], source: dict[s
         raise ConfigError(
             "model.n_heads" if n_heads is not None else "model.d_head",
             f"{said} (from {source.get('n_heads', source['d_head'])}) does not fit blocks.0.attn.q.weight, "
-            f"{_shape(q)} in the checkpoint (its {rows} rows are n_heads × d_head); "
+            f"{external.shape_text(q)} in the checkpoint (its {rows} rows are n_heads × d_head); "
             f"{_fix('n_heads', rows // d_head, source) if rows % d_head == 0 else 'give the right d_head'}",
         )
     if n_heads is None and d_head is not None:
@@ -85,13 +85,9 @@ def bridge_heads(sd: dict[str, Tensor], declared: dict[str, Any], source: dict[s
         raise ConfigError(
             "model.n_heads",
             f"{n_heads} (from {source['n_heads']}) does not divide the {rows} rows of "
-            f"blocks.0.attn.q.weight ({_shape(q)}: n_heads × d_head); give the model's head count",
+            f"blocks.0.attn.q.weight ({external.shape_text(q)}: n_heads × d_head); give the model's head count",
         )
     return n_heads
-
-
-def _shape(t: Tensor) -> str:
-    return "×".join(map(str, t.shape))
 
 
 def _fix(key: str, value: Any, source: dict[str, str]) -> str:
@@ -110,7 +106,7 @@ def shapes(sd: dict[str, Tensor]) -> tuple[dict[str, Any], dict[str, str]]:
     n_layers = 1 + max(int(m.group(1)) for k in sd if (m := re.match(r"blocks\.(\d+)\.", k)))
     n_heads, d_model, d_head = W_Q.shape
     mlp, pos = sd.get("blocks.0.mlp.W_in"), sd.get("pos_embed.W_pos")
-    q = f"blocks.0.attn.W_Q is {_shape(W_Q)} (n_heads × d_model × d_head)"
+    q = f"blocks.0.attn.W_Q is {external.shape_text(W_Q)} (n_heads × d_model × d_head)"
     found = {"n_layers": n_layers, "n_heads": n_heads, "d_model": d_model, "d_head": d_head, "attn_only": mlp is None}
     why = {
         "n_layers": f"the checkpoint has blocks 0 to {n_layers - 1}",
@@ -120,9 +116,12 @@ def shapes(sd: dict[str, Tensor]) -> tuple[dict[str, Any], dict[str, str]]:
         "attn_only": "the checkpoint has " + ("no MLP weights" if mlp is None else "MLP weights (blocks.0.mlp.W_in)"),
     }
     if mlp is not None:
-        found["d_mlp"], why["d_mlp"] = mlp.shape[1], f"blocks.0.mlp.W_in is {_shape(mlp)} (d_model × d_mlp)"
+        found["d_mlp"], why["d_mlp"] = (
+            mlp.shape[1],
+            f"blocks.0.mlp.W_in is {external.shape_text(mlp)} (d_model × d_mlp)",
+        )
     if pos is not None:
-        found["n_ctx"], why["n_ctx"] = pos.shape[0], f"pos_embed.W_pos is {_shape(pos)} (n_ctx × d_model)"
+        found["n_ctx"], why["n_ctx"] = pos.shape[0], f"pos_embed.W_pos is {external.shape_text(pos)} (n_ctx × d_model)"
     if "blocks.0.ln1.w" in sd:
         found["normalization"], why["normalization"] = "LN", "the checkpoint has layer-norm weights (blocks.0.ln1.w)"
     return found, why

@@ -54,7 +54,6 @@ from mechsynth.yours.architecture import (
     SAVED,
     TL_CONFIG,
     Found,
-    _shape,
     architecture,
     bridge_heads,
     hooked_layout,
@@ -215,14 +214,14 @@ def check_task(sd: dict[str, Tensor], task: Task) -> None:
     if spec.d_input is None and E.shape[0] != spec.d_vocab:
         raise ConfigError(
             "task",
-            f"the checkpoint's vocabulary is {E.shape[0]} tokens (embed.W_E is {_shape(E)}) and "
+            f"the checkpoint's vocabulary is {E.shape[0]} tokens (embed.W_E is {external.shape_text(E)}) and "
             f"task {task.name}'s is {spec.d_vocab} (d_vocab); give {fix(fits, E.shape[0])}, or "
             "the --task they learned",
         )
     if U is not None and U.shape[1] != spec.d_vocab_out:
         raise ConfigError(
             "task",
-            f"the checkpoint has {U.shape[1]} outputs (unembed.W_U is {_shape(U)}) and task "
+            f"the checkpoint has {U.shape[1]} outputs (unembed.W_U is {external.shape_text(U)}) and task "
             f"{task.name} has {spec.d_vocab_out} target classes (d_vocab_out); give "
             f"{fix(fits, U.shape[1])}, or the --task they learned",
         )
@@ -230,7 +229,7 @@ def check_task(sd: dict[str, Tensor], task: Task) -> None:
         length = task_fix(task, lambda s: s.n_ctx == P.shape[0], P.shape[0])
         raise ConfigError(
             length.split("=")[0].removeprefix("--set ") if length else "task",
-            f"the checkpoint has {P.shape[0]} positions (pos_embed.W_pos is {_shape(P)}) and task "
+            f"the checkpoint has {P.shape[0]} positions (pos_embed.W_pos is {external.shape_text(P)}) and task "
             f"{task.name}'s sequences are {spec.n_ctx} tokens; give the length it was trained at: "
             f"{length or f'a task of at most {P.shape[0]} tokens'}",
         )
@@ -264,30 +263,13 @@ UNKNOWN_MODEL = ("init_seed", "init_range")  # how the weights began: no checkpo
 NOT_RECORDED = tuple(f"train.{k}" for k in UNKNOWN_TRAIN) + tuple(f"model.{k}" for k in UNKNOWN_MODEL)
 
 
-def misfit(expected: dict[str, Tensor], weights: dict[str, Tensor]) -> Optional[str]:
-    """The first parameter whose presence or size differs between a built model's state dict and the weights."""
-    for key, t in expected.items():
-        if key not in weights:
-            return f"the checkpoint has no {key} ({_shape(t)} in the model)"
-        if weights[key].shape != t.shape:
-            return f"{key} is {_shape(weights[key])} in the checkpoint and {_shape(t)} in the model"
-    extra = next((k for k in weights if k not in expected), None)
-    return None if extra is None else f"the checkpoint has {extra} ({_shape(weights[extra])}), which the model has not"
-
-
-def rebuild(kind: ModelKind, task: Task, weights: dict[str, Tensor]) -> nn.Module:
-    """The mechsynth model of `kind` for `task` holding `weights`; a misfit is one line naming the parameter and
-    both its sizes (load_state_dict's own error runs over many lines and names an internal class)."""
-    model = models.build(kind, task.spec)
-    why = misfit(model.state_dict(), weights)
-    if why is not None:
-        raise ConfigError(
-            "model",
-            f"the weights do not fit a {models.describe(kind)} for task {task.name}: {why}; give "
-            "the model fields (--set model.KEY=VALUE) and --task the weights were trained with",
-        )
-    model.load_state_dict(weights)
-    return model.eval()
+def _rebuild(kind: ModelKind, task: Task, weights: dict[str, Tensor]) -> nn.Module:
+    """The mechsynth model of `kind` for `task` holding `weights`, or one line on the first parameter that does
+    not fit and what to give instead."""
+    hint = (
+        f" (task {task.name}); give the model fields (--set model.KEY=VALUE) and --task the weights were trained with"
+    )
+    return external.rebuild(kind, task.spec, weights, hint)
 
 
 def write_run(
@@ -318,7 +300,7 @@ def write_run(
             f"two checkpoints have the same step ({sorted(s for s in steps if steps.count(s) > 1)[0]}); "
             "name the files by step (the last number in each name)",
         )
-    built = [rebuild(kind, task, w) for _, w in items]  # every checkpoint fits before any is written
+    built = [_rebuild(kind, task, w) for _, w in items]  # every checkpoint fits before any is written
     train = TrainConfig(
         steps=max(1, steps[-1]),
         checkpoints=max(2, len(steps)),
@@ -472,7 +454,7 @@ def _saved(
     models.validate(kind, the_task.spec)
     for f, (sd, _, inf) in zip(files, read_all):
         if ENTRY in inf:
-            verify_saved(rebuild(kind, the_task, sd), inf[ENTRY], inf[ENTRY].get("check_logits"), f)
+            verify_saved(_rebuild(kind, the_task, sd), inf[ENTRY], inf[ENTRY].get("check_logits"), f)
     said = {k: SAVED for k in stored if k != "kind" and f"model.{k}" not in NOT_RECORDED}  # (init: not said)
     return kind, the_task, Found(stored, said), weights
 
@@ -514,7 +496,7 @@ def _inferred(
         fits = [n for n in range(1, rows + 1) if rows % n == 0]
         found.guessed["n_heads"] = (
             f"{n_heads} from --set, which the weights cannot confirm: a TransformerBridge state "
-            f"dict fuses the heads (blocks.0.attn.q.weight is {_shape(q)}), and "
+            f"dict fuses the heads (blocks.0.attn.q.weight is {external.shape_text(q)}), and "
             f"{', '.join(map(str, fits))} heads fit it alike, each a different model; give "
             "--tl-config FILE, or save with mechsynth.save_checkpoint"
         )
