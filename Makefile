@@ -55,12 +55,14 @@ else
 endif
 	@$(BIN)/python -W ignore -c 'import torch; print(f"make: torch {torch.__version__}, the", f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU", "build (TORCH_BUILD=$(TORCH_BUILD))")'
 	$(BIN)/python -c 'import importlib.metadata as m; print("torch==" + m.version("torch"))' >> $(VENV)/constraints.txt
-	$(BIN)/pip install --quiet --constraint $(VENV)/constraints.txt -e ".[dev,devinterp,hf,lightning,docs]" $(if $(TL),"transformer-lens==$(TL).*")
+	$(BIN)/pip install --quiet --constraint $(VENV)/constraints.txt -e ".[dev,devinterp,sae,hf,lightning,docs]" $(if $(TL),"transformer-lens==$(TL).*")
 ifneq ($(filter 3.%,$(TL)),)
 # tests/test_circuit_peers.py's peer (TransformerLens 3 only): auto-circuit, without the jax, dm-haiku, tracr and
 # kaleido it also asks for (its edge attribution needs none of them)
 	$(BIN)/pip install --quiet --no-deps "auto-circuit==1.0.1"
 	$(BIN)/pip install --quiet --constraint $(VENV)/constraints.txt attrs plotly blobfile
+# tests/test_sae_lens.py's peer: SAELens, which requires TransformerLens < 4
+	$(BIN)/pip install --quiet --constraint $(VENV)/constraints.txt "sae-lens==6.54.*"
 endif
 	echo '$(REQUEST)' > $(VENV)/.request
 	touch $@

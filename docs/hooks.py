@@ -67,7 +67,15 @@ def tasks_page() -> str:
         "",
     ]
     for name, info in listing("tasks").items():
-        lines += [f"## `{name}`", "", md(info["doc"]), "", fields(info["params"]), ""]
+        lines += [f"## `{name}`", "", md(info["doc"]), ""]
+        if info.get("latents"):  # what the latents and dictionary probes look for
+            lines += ["Latent variables, with the default config:", ""]
+            lines += [
+                f"- `{v['name']}` ({md(v['kind'])}, defined at: {md(v['where'])}): {md(v['about'])}"
+                for v in info["latents"]
+            ]
+            lines += [""]
+        lines += [fields(info["params"]), ""]
     return "\n".join(lines)
 
 
@@ -281,7 +289,7 @@ def full_cost(name: str) -> str:
         said.append(
             f"**{_hours(e['hours'])}** of training on {where} ({md(entry['device'])}; its longest run "
             f"{_hours(e['longest_run_hours'])}; {scaled} timed at their full size, {entry['steps']} steps each "
-            f"after {entry['warmup']} of warm-up, at load {e['load_average']:.1f}, commit {entry['commit']})"
+            f"after {entry['warmup']} of warm-up, at load {e['load_average']:.1f}, commit {e.get('commit', entry['commit'])})"
         )
     if not said:
         return f"`--full`: its cost is not measured yet (`python -m experiments.full_cost --only {name}`)."

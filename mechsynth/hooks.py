@@ -40,6 +40,12 @@ def head_input(layer: int, component: str) -> str:
     return f"blocks.{layer}.attn.hook_{component}"
 
 
+def attn_out(layer: int) -> str:
+    """What the attention of block `layer` writes to the residual stream, its heads' sum and b_O:
+    [batch, pos, d_model]."""
+    return f"blocks.{layer}.hook_attn_out"
+
+
 def mlp_in(layer: int) -> str:
     """What the MLP of block `layer` reads (TransformerLens's use_hook_mlp_in): [batch, pos, d_model]."""
     return f"blocks.{layer}.hook_mlp_in"
@@ -58,6 +64,11 @@ def attention_patterns(n_layers: int) -> list[str]:
 def residual_stream(n_layers: int) -> list[str]:
     """The residual stream at the embeddings, then after each layer."""
     return [resid_pre(0)] + [resid_post(layer) for layer in range(n_layers)]
+
+
+def residual_places(n_layers: int) -> list[str]:
+    """The residual stream's places as metric keys name them, in `residual_stream`'s order: "embed", "L0", ..."""
+    return ["embed"] + [f"L{i}" for i in range(n_layers)]
 
 
 def attention_layers(model: Any) -> int:

@@ -29,6 +29,7 @@ import pkgutil
 from mechsynth.probes._base import (
     PROBES,
     ModelHooks,
+    OptionHooks,
     Probe,
     ProbeError,
     ProbeResult,
@@ -57,6 +58,7 @@ __all__ = [
     "PROBES",
     "FormationOptions",
     "ModelHooks",
+    "OptionHooks",
     "Probe",
     "ProbeError",
     "ProbeResult",

@@ -60,8 +60,20 @@ class ModelHooks:
     pick: Callable[[Any], list[str]]
 
 
-def hook_names(of: "Hooks | ModelHooks", model: Any, n_layers: int) -> list[str]:
-    """The hooks a `reads` or ablation entry names on `model` (with `n_layers` attention layers)."""
+@dataclass(frozen=True)
+class OptionHooks:
+    """A `reads` entry whose hooks the probe's options add to (`latents` reads the residual stream and any hook the
+    user names): `pick(options, model, n_layers)` -> hook names, options None meaning the defaults. A hook its
+    options name that the model lacks refuses the probe, naming the hook."""
+
+    pick: Callable[[Any, Any, int], list[str]]
+
+
+def hook_names(of: "Hooks | ModelHooks | OptionHooks", model: Any, n_layers: int, options: Any = None) -> list[str]:
+    """The hooks a `reads` or ablation entry names on `model` (with `n_layers` attention layers; `options`: the
+    probe's, for an OptionHooks entry)."""
+    if isinstance(of, OptionHooks):
+        return of.pick(options, model, n_layers)
     return of.pick(model) if isinstance(of, ModelHooks) else of(n_layers)
 
 
@@ -85,7 +97,7 @@ class Section:
 class Probe:
     name: str
     fn: Callable[["View"], ProbeResult]
-    reads: dict[str, Hooks | ModelHooks]  # input -> the hooks it caches on that input (an empty list: logits only)
+    reads: dict[str, Hooks | ModelHooks | OptionHooks]  # input -> the hooks it caches on that input (none: logits only)
     truth: tuple[str, ...]  # keys of Batch.truth it reads: it applies to exactly the tasks that provide them
     needs_init: bool  # reads the step-0 weights (hidden progress)
     threshold: float  # a head "has" the circuit once its score stays at or above this
@@ -116,7 +128,7 @@ PROBES: Registry[Probe] = Registry("probe")
 def register(
     name: str,
     *,
-    reads: dict[str, Hooks | ModelHooks],
+    reads: dict[str, Hooks | ModelHooks | OptionHooks],
     truth: tuple[str, ...] = (),
     needs_init: bool = False,
     threshold: Optional[float] = None,

@@ -11,7 +11,17 @@ from numbers import Integral
 from typing import Any, Optional
 
 import torch
-from mechsynth.probes._base import PROBES, Probe, ProbeError, ProbeResult, View, hook_names, input_weights, resolve
+from mechsynth.probes._base import (
+    PROBES,
+    OptionHooks,
+    Probe,
+    ProbeError,
+    ProbeResult,
+    View,
+    hook_names,
+    input_weights,
+    resolve,
+)
 from mechsynth.probes._formation import FormationOptions, raised
 from mechsynth.probes._inputs import dims, draw, vector_width
 from torch import Tensor
@@ -31,8 +41,9 @@ def check_known(asked: Sequence[Any], field: str) -> None:
         check(n in names(), field, f"unknown probe {show(n)}; allowed: {', '.join(names())}")
 
 
-def problem(probe: Probe, model: Any, task: Any, init: Any) -> Optional[str]:
-    """Why `probe` cannot run on this model and task, in one line; None when it can."""
+def problem(probe: Probe, model: Any, task: Any, init: Any, options: Any = None) -> Optional[str]:
+    """Why `probe` cannot run on this model and task (with `options`, its options; None: the defaults), in one line;
+    None when it can."""
     if not isinstance(model, torch.nn.Module):
         return (
             f"probe {probe.name!r} reads a model (TransformerLens's HookedTransformer or TransformerBridge, or "
@@ -57,9 +68,9 @@ def problem(probe: Probe, model: Any, task: Any, init: Any) -> Optional[str]:
                     f"(splits: {', '.join(task.splits)})"
                 )
     if task is not None and not getattr(model, "n_models", None):
-        from mechsynth.models.external import misfit  # (here: `mechsynth probes` lists without TransformerLens)
+        from mechsynth.models.external import task_misfit  # (here: `mechsynth probes` lists without TransformerLens)
 
-        why = misfit(model, task.spec, task.name)  # sizes first: every later check assumes they fit
+        why = task_misfit(model, task.spec, task.name)  # sizes first: every later check assumes they fit
         if why is not None:
             return f"probe {probe.name!r} cannot read this model: {why}"
     width = vector_width(model, task)
@@ -81,7 +92,9 @@ def problem(probe: Probe, model: Any, task: Any, init: Any) -> Optional[str]:
     if why is not None:
         return why
     n_layers = max(1, dims(model)[0])  # at least one layer, so a model without attention misses its hooks
-    reads_attention = any(hooks.attn_pattern(0) in hook_names(h, model, n_layers) for h in probe.reads.values())
+    reads_attention = any(
+        hooks.attn_pattern(0) in hook_names(h, model, n_layers, options) for h in probe.reads.values()
+    )
     if reads_attention and dims(model)[0] and dims(model)[3] < 2:
         return (
             f"probe {probe.name!r} reads attention between positions, and this model's context has "
@@ -89,7 +102,11 @@ def problem(probe: Probe, model: Any, task: Any, init: Any) -> Optional[str]:
         )
     have = getattr(model, "hook_dict", {})
     for names_of in list(probe.reads.values()) + [h for named in probe.ablations.values() for h in named.values()]:
-        missing = [h for h in hook_names(names_of, model, n_layers) if h not in have]
+        missing = [h for h in hook_names(names_of, model, n_layers, options) if h not in have]
+        if missing and isinstance(names_of, OptionHooks) and options is not None:
+            named = [h for h in missing if h not in hook_names(names_of, model, n_layers, None)]
+            if named:
+                return f"probe {probe.name!r}: its options name hook {named[0]!r}, which {type(model).__name__} lacks"
         if missing:
             kind = "attention heads" if hooks.attn_pattern(0) in missing else f"hook {missing[0]!r}"
             return f"{type(model).__name__} has no {kind}; probe {probe.name!r} needs a transformer"
@@ -99,9 +116,10 @@ def problem(probe: Probe, model: Any, task: Any, init: Any) -> Optional[str]:
     return None
 
 
-def why_not(name: str, model: Any, task: Any = None) -> Optional[str]:
-    """Why probe `name` does not apply to this model and task (None: it does), without running it."""
-    return problem(PROBES.get(name), model, task, init=True)
+def why_not(name: str, model: Any, task: Any = None, options: Any = None) -> Optional[str]:
+    """Why probe `name` does not apply to this model and task (None: it does), without running it; `options`: its
+    options (a table of overrides, or the options), where they name what it reads."""
+    return problem(PROBES.get(name), model, task, init=True, options=_run_options(name, options) if options else None)
 
 
 def can_run(name: str, model: Any, task: Any = None) -> bool:
@@ -197,14 +215,16 @@ def run_many(
     chosen = [PROBES.get(n) for n in probe_names]
     opts = {p.name: _run_options(p.name, (options or {}).get(p.name)) for p in chosen}
     for probe in chosen:
-        why = problem(probe, model, task, init)
+        why = problem(probe, model, task, init, opts[probe.name])
         if why is not None:
             raise ProbeError(why)
     n_layers, n_heads = dims(model)[:2]
     wanted: dict[str, set[str]] = {}
     for probe in chosen:
         for input, hooks_of in probe.reads.items():
-            wanted.setdefault(resolve(input, task), set()).update(hook_names(hooks_of, model, n_layers))
+            wanted.setdefault(resolve(input, task), set()).update(
+                hook_names(hooks_of, model, n_layers, opts[probe.name])
+            )
         for input, named in probe.ablations.items():  # the unablated run gives the means
             for hooks_of in named.values():
                 wanted[resolve(input, task)].update(hook_names(hooks_of, model, n_layers))

@@ -109,18 +109,13 @@ SECTION = Section(
 )
 
 
-def layer_names(n_layers: int) -> list[str]:
-    """The residual stream's places in the decoding keys: after the embedding, then after each layer."""
-    return ["embed"] + [f"L{i}" for i in range(n_layers)]
-
-
 def decode_layers(
     cache: dict[str, Tensor], n_layers: int, targets: dict[str, Int[Tensor, "batch pos"]], prefix: str, start: int = 0
 ) -> dict[str, float]:
     """`prefix/<target>/<embed|L0|L1...>`: ridge decoding of each target from the residual stream after each
     layer at positions start.., fit on the first half of the sequences and scored on the rest."""
     out = {}
-    for place, hook in zip(layer_names(n_layers), hooks.residual_stream(n_layers)):
+    for place, hook in zip(hooks.residual_places(n_layers), hooks.residual_stream(n_layers)):
         feats = cache[hook][:, start:]
         for name, labels in targets.items():
             out[f"{prefix}/{name}/{place}"] = ridge_accuracy(

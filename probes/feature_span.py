@@ -30,9 +30,7 @@ from torch import Tensor
 
 from mechsynth import hooks
 from mechsynth.probes import ModelHooks, ProbeResult, View, register
-
-# Ridge penalties tried, relative to the fit half's size (the units are standardised, so XᵀX/n has unit diagonal).
-PENALTIES = tuple(10.0**k for k in range(-6, 3))
+from mechsynth.probes._decode import r2, ridge_predict
 
 
 def deepest(names: Collection[str]) -> Optional[str]:
@@ -68,33 +66,10 @@ def has_hidden(model: Any) -> Optional[str]:
 
 
 def ridge_r2(X: Float[Tensor, "batch unit"], Y: Float[Tensor, "batch target"], fit: int) -> list[float]:
-    """Held-out R² of ridge regression from X to each column of Y: fitted on the first `fit` rows (units standardised
-    there, the penalty picked per target by the closed-form leave-one-out error of the centred problem), scored on the
-    rest. One SVD of the fit half serves every target and penalty."""
-    Xf, Xt = X[:fit], X[fit:]
-    mu, sd = Xf.mean(0), Xf.std(0, unbiased=False)
-    keep = sd > 1e-12 * sd.max().clamp_min(1e-300)  # dead units carry nothing (and would divide by 0)
-    Xf, Xt = (Xf[:, keep] - mu[keep]) / sd[keep], (Xt[:, keep] - mu[keep]) / sd[keep]
-    ym = Y[:fit].mean(0)
-    if Xf.shape[1] == 0:
-        return [r2(Y[fit:, j], ym[j].expand(len(Xt))) for j in range(Y.shape[1])]
-    U, S, Vh = torch.linalg.svd(Xf, full_matrices=False)
-    out = []
-    for j in range(Y.shape[1]):
-        yf = Y[:fit, j] - ym[j]
-        Uy = U.T @ yf
-        lam = min(PENALTIES, key=lambda lam: loo_error(U, S, yf, Uy, lam * fit))
-        out.append(r2(Y[fit:, j], Xt @ (Vh.T @ (S / (S**2 + lam * fit) * Uy)) + ym[j]))
-    return out
-
-
-def loo_error(
-    U: Float[Tensor, "batch k"], S: Float[Tensor, "k"], y: Float[Tensor, "batch"], Uy: Float[Tensor, "k"], lam: float
-) -> float:
-    """The mean squared leave-one-out residual of ridge regression with penalty `lam`, from the SVD X = U S Vᵀ:
-    (y − ŷ)_i / (1 − H_ii), H = U diag(S²/(S² + lam)) Uᵀ."""
-    shrink = S**2 / (S**2 + lam)
-    return float(((y - U @ (shrink * Uy)) / (1 - (U**2) @ shrink).clamp_min(1e-12)).square().mean())
+    """Held-out R² of ridge regression from X to each column of Y: fitted on the first `fit` rows, its penalty picked
+    per target on them by leave-one-out (`_decode.ridge_predict`), scored on the rest."""
+    pred, _ = ridge_predict(X[:fit], Y[:fit], X[fit:])
+    return [r2(Y[fit:, j], pred[:, j]) for j in range(Y.shape[1])]
 
 
 def top_r2(X: Float[Tensor, "batch unit"], Y: Float[Tensor, "batch target"], fit: int, k: int) -> list[float]:
@@ -107,11 +82,6 @@ def top_r2(X: Float[Tensor, "batch unit"], Y: Float[Tensor, "batch target"], fit
     w = torch.linalg.lstsq(Z[:fit], Y[:fit]).solution
     pred = Z[fit:] @ w
     return [r2(Y[fit:, j], pred[:, j]) for j in range(Y.shape[1])]
-
-
-def r2(y: Float[Tensor, "batch"], pred: Float[Tensor, "batch"]) -> float:
-    var = y.var(unbiased=False)
-    return float(1 - (y - pred).square().mean() / var) if var > 0 else 0.0
 
 
 def summary(tl: Any, task: Any) -> list[str]:

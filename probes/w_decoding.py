@@ -33,11 +33,6 @@ if TYPE_CHECKING:
 RIDGE = 1e-3  # λ per training row on standardized features: a guard against collinear features, not a prior
 
 
-def places(n_layers: int) -> list[str]:
-    """The residual stream's places in the metric keys: after the embedding, then after each layer."""
-    return ["embed"] + [f"L{i}" for i in range(n_layers)]
-
-
 def ridge_r2(
     train_x: Float[Tensor, "row feature"],
     train_y: Float[Tensor, "row d"],
@@ -73,7 +68,7 @@ def decode(
     """R² of decoding w from the residual stream at `positions`, at each place, fit on the first half of the batch."""
     half = len(w) // 2
     out = {}
-    for place, hook in zip(places(n_layers), hooks.residual_stream(n_layers)):
+    for place, hook in zip(hooks.residual_places(n_layers), hooks.residual_stream(n_layers)):
         feats = cache[hook][:, positions].double()  # [batch, row, d_model]
         target = w.double()[:, None].expand(-1, len(positions), -1)
         out[place] = ridge_r2(
@@ -124,5 +119,5 @@ def w_decoding(view: View) -> ProbeResult:
         metrics |= {
             f"{prefix}/{place}": v for place, v in decode(cache, view.n_layers, w, rows(n_examples, d, at)).items()
         }
-    metrics["r2"] = metrics[f"r2/{places(view.n_layers)[-1]}"]
+    metrics["r2"] = metrics[f"r2/{hooks.residual_places(view.n_layers)[-1]}"]
     return ProbeResult("w_decoding", None, metrics)

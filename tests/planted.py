@@ -24,6 +24,7 @@ from mechsynth import models, probes, tasks
 from mechsynth.probes import llc, sharpness
 from mechsynth.tasks.base import Batch, masked_loss
 from mechsynth.models.tl_compat import hooked_transformer
+from planted_features import FEATURES  # what a model represents: latents and dictionaries, in a file of their own
 from planted_regression import REGRESSION  # in-context linear regression's probes, in a file of their own
 
 
@@ -966,3 +967,4 @@ PLANTED: dict[str, Callable[[], None]] = {
     "dyck_balance": known_dyck_balance,
 }
 PLANTED.update(REGRESSION)
+PLANTED.update(FEATURES)

@@ -7,6 +7,7 @@ import torch
 
 from mechsynth import tasks
 from mechsynth.errors import ConfigError
+from mechsynth.tasks.base import latent_values
 
 
 def gen(seed=0):
@@ -325,3 +326,32 @@ def test_liu_alphabet_keeps_mechsynths_definitions_where_theirs_has_none():
 def test_liu_validation(params, message):
     with pytest.raises(ConfigError, match=f"^task.(n_actions|alphabet): .*{message}"):
         tasks.make("automata", params)
+
+
+# Each factor of a decomposable automaton, read off the reference's state name, and how many values it takes
+# (None: n, the dihedral group's n-gon).
+FACTORS = {
+    "dihedral": {"flip": (lambda s: int(s[0] == "s"), 2), "rotation": (lambda s: int(s[1:]), None)},
+    "car": {"direction": (lambda s: int(s[0] == "-"), 2), "position": (lambda s: int(s[1:]), 4)},
+    "c2_cubed": {f"bit{i}": ((lambda s, i=i: int(s[i])), 2) for i in range(3)},
+}
+
+
+@pytest.mark.parametrize("name, n", [("cyclic", 5), ("dihedral", 5), ("car", 2), ("c2_cubed", 2), ("dyck", 3)])
+@pytest.mark.reference("automata")
+def test_latents_match_a_slow_reference(name, n):
+    """The state and each factor at every position, from the reference walked symbol by symbol."""
+    task = tasks.make("automata", {"automaton": name, "n": n, "length": 12})
+    b = task.sample(8, gen(1), split="eval")
+    got = latent_values(task, b)
+    factors = FACTORS.get(name, {})
+    assert set(got) == {"state"} | set(factors)
+    sizes = {latent.name: latent.n_values for latent in task.latents}
+    assert sizes == {"state": len(task.spec.target_names)} | {f: size or n for f, (_, size) in factors.items()}
+    symbols, states = task.spec.token_names, task.spec.target_names
+    for i, row in enumerate(b.tokens.tolist()):
+        walked = list(run_reference(name, n, [symbols[x] for x in row]))
+        assert got["state"][0][i].tolist() == [states.index(s) for s in walked]
+        for f, (of, _) in factors.items():
+            assert got[f][0][i].tolist() == [of(s) for s in walked], f
+    assert all(defined.all() for _, defined in got.values())

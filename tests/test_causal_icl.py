@@ -13,6 +13,7 @@ import torch
 
 from mechsynth import tasks
 from mechsynth.errors import ConfigError
+from mechsynth.tasks.base import latent_values
 from mechsynth.tasks.causal_icl import causal_graph, count_bayes, importance_bayes
 from mechsynth.tasks.markov_icl import dirichlet
 
@@ -292,3 +293,31 @@ def test_metrics_kl_to_bayes_at_scored_positions():
 def test_validation(params, field):
     with pytest.raises(ConfigError, match=f"^{field}:"):
         tasks.make("causal_icl", params)
+
+
+@pytest.mark.reference("causal_icl")
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"graph": "tree", "k": 4, "length": 10, "seed": 3},
+        {"graph": "chain", "k": 3, "length": 8, "target": "next"},
+        {"graph": "dag", "k": 3, "parents": 2, "length": 8},
+    ],
+)
+def test_latents_match_a_slow_reference(params):
+    """The tokens of each node's parents in the task's hidden graph, as a base-k number (first parent most
+    significant), read position by position; defined where the node has parents."""
+    task = make(**params)
+    k, T = task.cfg.k, task.cfg.length
+    graph = [[q for q in row if q >= 0] for row in task.graph.parents.tolist()]
+    batch = task.sample(8, gen(6), split="eval")
+    values, defined = latent_values(task, batch)["parent_tokens"]
+    assert [latent.n_values for latent in task.latents] == [k ** task.graph.parents.shape[1]]
+    for i, row in enumerate(batch.tokens.tolist()):
+        assert defined[i].tolist() == [bool(graph[t]) for t in range(T)]
+        for t in range(T):
+            if graph[t]:
+                number = 0
+                for q in graph[t]:
+                    number = number * k + row[q]
+                assert values[i, t].item() == number, (t, graph[t], row)

@@ -20,7 +20,7 @@ from mechsynth import hooks, load_run, models, parse_config, probes, tasks, trai
 from mechsynth.analysis import stages, timeline
 from mechsynth.config import read_toml
 from mechsynth.errors import ConfigError
-from mechsynth.tasks.base import masked_loss
+from mechsynth.tasks.base import latent_values, masked_loss
 
 ROOT = Path(__file__).resolve().parents[1]
 TOY = Path(__file__).resolve().parent / "toy"
@@ -62,6 +62,58 @@ def test_every_task_carries_the_truth_it_declares(name):
     assert any(probes.can_run(p, models.build(models.parse({}), task.spec), task) for p in probes.names())
 
 
+def _latent_reference_tests() -> set[str]:
+    """Tasks named by `@pytest.mark.reference("<task>")` on a test named `test_latents_match_a_slow_reference`."""
+    named = set()
+    for path in Path(__file__).parent.glob("test_*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef) and node.name == "test_latents_match_a_slow_reference":
+                for mark in node.decorator_list:
+                    if (
+                        isinstance(mark, ast.Call)
+                        and isinstance(mark.func, ast.Attribute)
+                        and mark.func.attr == "reference"
+                        and mark.args
+                        and isinstance(mark.args[0], ast.Constant)
+                    ):
+                        named.add(mark.args[0].value)
+    return named
+
+
+@pytest.mark.parametrize("name", tasks.names())
+def test_every_latent_reads_truth_an_evaluation_batch_carries(name):
+    """Each of `Task.latents` reads keys of `truth_keys` that an evaluation batch carries, under a unique name, with
+    values of its kind where it is defined (categorical: ids 0..n_values−1; real, vector: finite floats), defined
+    somewhere in a batch of 8; and a task that declares latents checks them against a slow reference."""
+    task = tasks.make(name)
+    if not task.latents:
+        return
+    batch = task.sample(8, torch.Generator().manual_seed(0), split=task.main_eval)
+    names = [latent.name for latent in task.latents]
+    assert len(set(names)) == len(names), f"{name}: latent names repeat: {names}"
+    for latent in task.latents:
+        keys = (latent.truth,) + (() if latent.where in ("all", "scored") else (latent.where,))
+        for key in keys:
+            assert key in task.truth_keys, f"{name}: latent {latent.name!r} reads {key!r}, not in truth_keys"
+            assert key in batch.truth, f"{name}: latent {latent.name!r} reads {key!r}, not in an evaluation batch"
+    values = latent_values(task, batch)
+    for latent in task.latents:
+        v, defined = values[latent.name]
+        assert defined.dtype == torch.bool and defined.shape == batch.tokens.shape[:2]
+        assert defined.any(), f"{name}: latent {latent.name!r} is defined nowhere in a batch of 8"
+        if latent.kind == "categorical":
+            assert latent.n_values is not None, f"{name}: categorical latent {latent.name!r} has no n_values"
+            assert not v.is_floating_point(), f"{name}: categorical latent {latent.name!r} has {v.dtype} values"
+            at = v[defined]
+            assert 0 <= int(at.min()) and int(at.max()) < latent.n_values, (name, latent.name)
+        else:
+            assert v.is_floating_point() and v[defined].isfinite().all(), (name, latent.name)
+            assert v.dim() == (3 if latent.kind == "vector" else 2), (name, latent.name, v.shape)
+    assert name in _latent_reference_tests(), (
+        f"no test_latents_match_a_slow_reference marked @pytest.mark.reference({name!r}) checks {name}'s latents"
+    )
+
+
 @pytest.mark.parametrize("name", tasks.names())
 def test_the_circuit_probe_runs_on_every_task_that_makes_counterfactuals(name, tmp_path, tiny):
     """On a few steps of a small transformer, through the timeline as `mechsynth probe --probes circuit` runs
@@ -93,6 +145,28 @@ def test_the_circuit_probe_runs_on_every_task_that_makes_counterfactuals(name, t
     tl = timeline.probe_run(run, ["circuit"], batch_size=32, options={"circuit": {"method": "eap", "checkpoints": 2}})
     m = tl.metrics["circuit"]
     assert all(math.isfinite(v) for v in m["edges"]) and m["edges"][-1] >= 1, name
+
+
+@pytest.mark.slow  # a run trained per task: the planted known answers (tests/planted_features.py) are the fast check
+@pytest.mark.parametrize("name", tasks.names())
+def test_the_feature_probes_run_on_every_task_that_declares_latents(name, tmp_path, tiny):
+    """`mechsynth probe --probes latents,dictionary` on a few steps of a small transformer: a score for every latent
+    and place, a dictionary's match for every latent; a task without latents is refused in one line."""
+    small = {"associative_memory": {"inputs": 16}, "modular_arithmetic": {"p": 7}, "factual_recall": {"subjects": 8}}
+    config = tiny({"name": name, **small.get(name, {})}, {"n_layers": 2, "d_model": 16}, {"steps": 4, "checkpoints": 2})
+    run = load_run(train_run(parse_config(config), tmp_path / "run", progress=False))
+    why = timeline.why_not(run, "latents")
+    if not run.task.latents:
+        assert why is not None and "declares no latent variables" in why and "\n" not in why
+        return
+    assert why is None, why
+    sae = {"steps": 20, "seeds": 1, "sequences": 16, "checkpoints": 1}
+    tl = timeline.probe_run(run, ["latents", "dictionary"], batch_size=32, options={"dictionary": sae})
+    for latent in run.task.latents:
+        for place in ("embed", "L0", "L1"):
+            assert len(tl.metrics["latents"][f"{latent.name}/{place}"]) == len(run.steps)
+        assert math.isfinite(tl.metrics["dictionary"][f"{latent.name}/mcc"][-1]), (name, latent.name)
+    assert any(line.startswith("latents ") for line in timeline.summary(tl, run.task))
 
 
 # A kind's model table where its defaults are too large for a few steps, and the task it is checked on first.

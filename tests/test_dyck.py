@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from mechsynth import hooks, load_run, models, parse_config, probes, tasks, train_run
 from mechsynth.analysis import timeline
 from mechsynth.errors import ConfigError
+from mechsynth.tasks.base import latent_values
 
 
 def gen(seed: int = 0) -> torch.Generator:
@@ -347,3 +348,31 @@ def test_contrastive_training_differs_resumes_bit_exact_and_refuses_what_it_cann
             parse_config({**cfg, "train": {**cfg["train"], **change}})
     with pytest.raises(ConfigError, match="task.eval_long_length"):
         tasks.make("bounded_dyck", {"length": 12, "eval_long_length": 20, "contrastive": 0.3})
+
+
+@pytest.mark.reference("bounded_dyck")
+@pytest.mark.parametrize("split", ["eval", "eval_long"])
+def test_latents_match_a_slow_reference(split):
+    """The depth (counted bracket by bracket) at every position, and the type of the open on top of a Python list
+    stack where it is non-empty."""
+    task = tasks.make("bounded_dyck", {"k": 3, "depth": 3, "length": 16, "eval_long_length": 40})
+    k = task.cfg.k
+    batch = task.sample(16, gen(5), split=split)
+    got = latent_values(task, batch)
+    assert {latent.name: latent.n_values for latent in task.latents} == {"depth": 4, "top": 3}
+    for i, row in enumerate(batch.tokens.tolist()):
+        depth, stack, top, nonempty = 0, [], [], []
+        counted = []
+        for x in row:
+            if x < k:
+                depth += 1
+                stack.append(x)
+            elif x < 2 * k:
+                depth -= 1
+                stack.pop()
+            counted.append(depth)
+            top.append(stack[-1] if stack else None)
+            nonempty.append(bool(stack))
+        assert got["depth"][0][i].tolist() == counted and got["depth"][1][i].all()
+        assert got["top"][1][i].tolist() == nonempty
+        assert [t for t, on in zip(got["top"][0][i].tolist(), nonempty) if on] == [t for t in top if t is not None]

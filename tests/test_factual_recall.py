@@ -9,7 +9,7 @@ import torch
 
 from mechsynth import load_run, parse_config, tasks, train_run
 from mechsynth.errors import ConfigError
-from mechsynth.tasks.base import Batch
+from mechsynth.tasks.base import Batch, latent_values
 
 SMALL = {"subjects": 7, "relations": 3, "answers": 4, "noise": 5, "length": 10, "seed": 3}
 
@@ -205,3 +205,23 @@ def test_a_tiny_run_trains_and_evaluates(tmp_path, tiny):
     assert run.steps[-1] == 20
     last = run.metrics[-1]
     assert 0.0 <= last["eval/acc"] <= last["eval/type_acc"] <= 1.0 and last["eval/loss"] > 0
+
+
+@pytest.mark.reference("factual_recall")
+def test_latents_match_a_slow_reference():
+    """The subject and the relation, found among the tokens, defined from where each stands on."""
+    S, R = SMALL["subjects"], SMALL["relations"]
+    task = tasks.make("factual_recall", SMALL)
+    batch = task.sample(32, gen(2), split="eval")
+    got = latent_values(task, batch)
+    assert {latent.name: latent.n_values for latent in task.latents} == {"subject": S, "relation": R}
+    for i, row in enumerate(batch.tokens.tolist()):
+        for name, lo, hi in (("subject", 0, S), ("relation", S, S + R)):
+            values, defined = got[name]
+            value, since = None, []
+            for x in row:
+                if lo <= x < hi:
+                    value = x - lo
+                since.append(value is not None)
+            assert defined[i].tolist() == since, name
+            assert set(values[i][defined[i]].tolist()) == {value}, name

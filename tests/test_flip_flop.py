@@ -12,6 +12,7 @@ from mechsynth import load_run, models, parse_config, probes, tasks, train_run
 from mechsynth.analysis import stages, timeline
 from mechsynth.errors import ConfigError
 from mechsynth.models.recurrent import step_by_step
+from mechsynth.tasks.base import latent_values
 from mechsynth.tasks.flip_flop import BIT0, I, R, W
 
 
@@ -185,3 +186,23 @@ def test_flip_flop_runs_train_and_every_applicable_probe_llc_and_stages_run(mode
         m = tl.metrics["read_attention"]
         assert all(0 <= v <= 1 for v in m["eval/error"]) and all(0 <= v <= 1 for v in m["eval/source_mass"])
     assert isinstance(stages.detect(tl), dict)
+
+
+@pytest.mark.reference("flip_flop")
+@pytest.mark.parametrize("split", ["eval", "eval_dense"])
+def test_latents_match_a_slow_reference(split):
+    """The memory at each input position: the last bit shown after a `w`, tracked token by token; undefined
+    before the first one."""
+    task = tasks.make("flip_flop", {"length": 40})
+    batch = task.sample(16, gen(4), split=split)
+    values, defined = latent_values(task, batch)["memory"]
+    for i, row in enumerate(batch.tokens.tolist()):
+        memory, want = None, []
+        for p, x in enumerate(row):
+            if p % 2 == 1 and row[p - 1] == W:
+                memory = x - BIT0
+            want.append(memory)
+        assert defined[i].tolist() == [m is not None for m in want]
+        assert [v for v, m in zip(values[i].tolist(), want) if m is not None] == [m for m in want if m is not None]
+        reads = [p + 1 for p in range(0, len(row) - 1, 2) if row[p] == R]  # a read returns the memory
+        assert all(row[p] - BIT0 == want[p - 1] for p in reads)

@@ -10,11 +10,12 @@ import math
 import numpy as np
 import pytest
 import torch
-from mechsynth.probes import feature_span
+from mechsynth.probes import _decode, feature_span
 from planted_regression import feature_layer
 
 from mechsynth import models, parse_config, probes, tasks
 from mechsynth.errors import ConfigError
+from mechsynth.tasks.base import latent_values
 from mechsynth.tasks.hierarchical_polynomial import link_mean
 
 
@@ -137,7 +138,7 @@ def ridge_np(X: np.ndarray, y: np.ndarray, fit: int) -> float:
         errs = [(yf[i] - ym - Xf[i] @ solve(np.delete(Xf, i, 0), np.delete(yf, i) - ym, lam)) ** 2 for i in range(fit)]
         return float(np.mean(errs))
 
-    lam = min(feature_span.PENALTIES, key=loo)
+    lam = min(_decode.PENALTIES, key=loo)
     pred = Xt @ solve(Xf, yf - ym, lam) + ym
     return 1 - float(np.mean((yt - pred) ** 2) / np.var(yt))
 
@@ -189,3 +190,20 @@ def test_the_summary_line_says_chance_and_reads_start_and_end():
     [line] = feature_span.summary(types.SimpleNamespace(metrics={"feature_span": m}), None)
     assert "chance ≈ 0" in line and "0.02 -> 0.80" in line and "0.90 at step 0, 0.95 at the end" in line
     assert feature_span.summary(types.SimpleNamespace(metrics={}), None) == []
+
+
+@pytest.mark.reference("hierarchical_polynomial")
+def test_latents_match_a_slow_reference():
+    """The features p_i = (xᵀA_i x − tr A_i)/√(2‖A_i‖_F²), in plain loops over the task's matrices, at the one
+    position."""
+    task = tasks.make("hierarchical_polynomial", {"d": 5, "features": 2, "rank": 4, "seed": 3})
+    d, A = task.cfg.d, task.A.double().tolist()
+    batch = task.sample(16, torch.Generator().manual_seed(2), split="eval")
+    values, defined = latent_values(task, batch)["features"]
+    assert values.shape == (16, 1, 2) and defined.all()
+    for n, x in enumerate(batch.tokens[:, 0].tolist()):
+        for i, a in enumerate(A):
+            quad = sum(x[j] * a[j][l] * x[l] for j in range(d) for l in range(d))
+            trace = sum(a[j][j] for j in range(d))
+            frob = sum(a[j][l] ** 2 for j in range(d) for l in range(d))
+            assert float(values[n, 0, i]) == pytest.approx((quad - trace) / math.sqrt(2 * frob), rel=1e-4, abs=1e-4)

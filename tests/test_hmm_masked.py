@@ -14,6 +14,7 @@ import torch
 
 from mechsynth import load_run, parse_config, tasks, train_run
 from mechsynth.errors import ConfigError
+from mechsynth.tasks.base import latent_values
 
 TINY = {"k": 2, "d": 3, "length": 4, "concentration": 2.0, "seed": 3}
 
@@ -254,3 +255,36 @@ def test_a_tiny_run_trains_and_evaluates(tmp_path, tiny):
     run = load_run(train_run(cfg, tmp_path / "run", progress=False))
     first, last = run.metrics[0], run.metrics[-1]
     assert last["eval/kl_optimal"] < first["eval/kl_optimal"] and last["eval/loss"] > last["eval/optimal_loss"] > 0
+
+
+@pytest.mark.reference("hmm_masked")
+@pytest.mark.parametrize("objective", ["triplet", "mlm"])
+def test_latents_match_a_slow_reference(objective):
+    """The hidden chain, walked step by step from π, T and the sampler's own uniforms (the hidden steps, then the
+    emissions), emits the visible tokens and is the latent `hidden` at the L slots, undefined at the answers."""
+    task = tasks.make("hmm_masked", TINY | {"objective": objective, "length": 6})
+    O, T, pi = plain(task)
+    B, L, d = 16, task.cfg.length, task.cfg.d
+    batch = task.sample(B, gen(2), split="eval")
+    g = gen(2)
+    u_h, u_x = torch.rand(B, L, generator=g).tolist(), torch.rand(B, L, generator=g).tolist()
+
+    def inverse_cdf(weights: list[float], u: float) -> int:
+        total = 0.0
+        for i, w in enumerate(weights):
+            total += w
+            if u <= total:
+                return i
+        return len(weights) - 1
+
+    values, defined = latent_values(task, batch)["hidden"]
+    for i in range(B):
+        h = [inverse_cdf(pi, u_h[i][0])]
+        for t in range(1, L):
+            h.append(inverse_cdf(T[h[-1]], u_h[i][t]))
+        x = [inverse_cdf([O[v][h[t]] for v in range(d)], u_x[i][t]) for t in range(L)]
+        slots = batch.tokens[i, :L].tolist()
+        assert [v for v in slots if v != task.mask_token] == [x[t] for t in range(L) if slots[t] != task.mask_token]
+        assert values[i, :L].tolist() == h
+        assert defined[i].tolist() == [True] * L + [False] * task.cfg.n_answers
+    assert [latent.n_values for latent in task.latents] == [task.cfg.k]

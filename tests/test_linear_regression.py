@@ -10,7 +10,7 @@ import torch
 
 from mechsynth import models, tasks
 from mechsynth.errors import ConfigError
-from mechsynth.tasks.base import masked_loss
+from mechsynth.tasks.base import latent_values, masked_loss
 from mechsynth.training.seeds import per_model_loss
 
 
@@ -189,3 +189,29 @@ def test_bad_parameters_name_their_field(params, field):
     with pytest.raises(ConfigError) as err:
         tasks.make("linear_regression", params)
     assert err.value.field == field and "\n" not in str(err.value)
+
+
+@pytest.mark.reference("linear_regression")
+@pytest.mark.parametrize("d, k", [(3, 8), (4, 4), (5, 2)])
+def test_latents_match_a_slow_reference(d, k):
+    """w is the least-squares fit to the sequence's own (x, y) tokens, defined at the tokens that have seen d
+    examples (counted token by token), or the last token of a kind none of which has."""
+    task = tasks.make("linear_regression", {"d": d, "k": k})
+    batch = task.sample(8, gen(3), split="eval")
+    values, defined = latent_values(task, batch)["w"]
+    for i, row in enumerate(batch.tokens.tolist()):
+        seen, want = 0, []
+        for p in range(2 * k):
+            seen += p % 2  # a y token: its example is seen
+            want.append(seen >= d)
+        for kind in (0, 1):  # x tokens, y tokens
+            if not any(want[p] for p in range(kind, 2 * k, 2)):
+                want[2 * k - 2 + kind] = True
+        assert defined[i].tolist() == want
+        if k >= d:  # d examples determine w
+            x = np.array([row[p][1:] for p in range(0, 2 * k, 2)])
+            y = np.array([row[p][0] for p in range(1, 2 * k, 2)])
+            w = np.linalg.lstsq(x, y, rcond=None)[0]
+            for p in range(2 * k):
+                if want[p]:
+                    assert np.allclose(values[i, p].numpy(), w, atol=1e-3), (p, values[i, p], w)

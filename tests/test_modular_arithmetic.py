@@ -7,6 +7,7 @@ import torch
 
 from mechsynth import load_run, parse_config, tasks, train_run
 from mechsynth.errors import ConfigError
+from mechsynth.tasks.base import latent_values
 
 OPS = ["a+b", "a-b", "a*b", "a/b", "a^2+b^2", "a^2+ab+b^2", "a^3+ab"]
 
@@ -152,3 +153,19 @@ def test_a_tiny_run_trains_and_evaluates(tmp_path, tiny):
     assert run.steps[-1] == 20
     last = run.metrics[-1]
     assert 0.0 <= last["eval/acc"] <= 1.0 and last["eval/loss"] > 0
+
+
+@pytest.mark.parametrize("op", ["a-b", "a/b", "a^3+ab"])
+@pytest.mark.reference("modular_arithmetic")
+def test_latents_match_a_slow_reference(op):
+    """The operands read from the tokens and the answer from the definition, defined at "=" alone."""
+    p = 11
+    task = tasks.make("modular_arithmetic", {"p": p, "op": op})
+    batch = task.sample(32, gen(1), split="eval")
+    got = latent_values(task, batch)
+    assert {latent.name: latent.n_values for latent in task.latents} == {"a": p, "b": p, "c": p}
+    for i, (a, b, eq) in enumerate(batch.tokens.tolist()):
+        assert eq == p
+        for name, value in (("a", a), ("b", b), ("c", reference(op, a, b, p))):
+            values, defined = got[name]
+            assert defined[i].tolist() == [False, False, True] and values[i, 2].item() == value, (name, a, b)

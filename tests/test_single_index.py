@@ -13,7 +13,7 @@ import torch
 from mechsynth import load_run, models, parse_config, tasks, train_run
 from mechsynth.analysis import timeline
 from mechsynth.errors import ConfigError
-from mechsynth.tasks.base import masked_loss
+from mechsynth.tasks.base import latent_values, masked_loss
 from mechsynth.tasks.single_index import hermite
 
 
@@ -193,3 +193,15 @@ def test_spherical_online_sgd_recovers_w_star_and_resumes_bit_exact(tmp_path, ti
     assert torch.equal(load_run(half).model(1000).W_in, run.model(1000).W_in)
     side = load_run(train(1000, tmp_path / "side", seeds=2) / "seed_0")
     torch.testing.assert_close(side.model(1000).W_in, run.model(1000).W_in, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.reference("single_index")
+def test_latents_match_a_slow_reference():
+    """The projection w*·x, summed coordinate by coordinate against the task's w*, at the one position."""
+    task = tasks.make("single_index", {"d": 6, "k_star": 2, "noise": 0.3, "seed": 1})
+    w = task.w_star.tolist()
+    batch = task.sample(16, torch.Generator().manual_seed(5), split="eval")
+    values, defined = latent_values(task, batch)["projection"]
+    assert values.shape == (16, 1) and defined.all()
+    for n, x in enumerate(batch.tokens[:, 0].tolist()):
+        assert float(values[n, 0]) == pytest.approx(sum(a * c for a, c in zip(x, w)), rel=1e-5, abs=1e-5)

@@ -9,6 +9,7 @@ import torch
 
 from mechsynth import tasks
 from mechsynth.errors import ConfigError
+from mechsynth.tasks.base import latent_values
 
 
 def gen(seed=0):
@@ -147,3 +148,32 @@ def test_training_set_is_what_training_batches_are_drawn_from():
     bigger = tasks.make("sparse_boolean", {"length": 10, "s": 3, "bias": 0.5, "n_train": 9, "seed": 4}).training_set()
     assert torch.equal(bigger.tokens[:6], whole.tokens)
     assert tasks.make("sparse_boolean", {"length": 10}).training_set() is None
+
+
+@pytest.mark.parametrize(
+    "name, params",
+    [
+        ("sparse_parity", {"n": 12, "k": 3, "seed": 5}),
+        ("sparse_boolean", {"length": 14, "s": 3, "function": "majority"}),
+    ],
+)
+@pytest.mark.reference("sparse_parity")
+@pytest.mark.reference("sparse_boolean")
+def test_latents_match_a_slow_reference(name, params):
+    """The label (the parity or the majority of the bits of S, before noise) and each bit of S, read from the
+    tokens at the task's support, defined at the readout alone."""
+    task = tasks.make(name, params)
+    S = task.support.tolist()
+    batch = task.sample(64, gen(7), split="eval")
+    got = latent_values(task, batch)
+    assert [latent.name for latent in task.latents] == ["label"] + [f"bit:{i}" for i in range(len(S))]
+    assert all(latent.n_values == 2 for latent in task.latents)
+    for i, row in enumerate(batch.tokens.tolist()):
+        bits = [row[p] for p in S]
+        label = sum(bits) % 2 if name == "sparse_parity" else int(2 * sum(bits) > len(bits))
+        want = {"label": label} | {f"bit:{j}": b for j, b in enumerate(bits)}
+        readout = len(row) - 1
+        for latent, value in want.items():
+            values, defined = got[latent]
+            assert defined[i].tolist() == [p == readout for p in range(len(row))], latent
+            assert values[i, readout].item() == value, (latent, row)

@@ -63,7 +63,19 @@ def test_the_tutorials_are_the_pages_under_docs():
         "benchmark_your_method.md",
         "bring_checkpoints.md",
         "own_training_loop.md",
+        "what_it_represents.md",
     ]
+
+
+@pytest.mark.smoke
+def test_what_my_model_represents(tmp_path):
+    out = run_tutorial("what_it_represents.md", tmp_path)
+    ours = json.loads((tmp_path / "runs" / "d8" / "probes.json").read_text())["probes"]
+    assert {"state/L1", "flip/L1", "rotation/chance"} <= set(ours["latents"]["metrics"])
+    assert {"state/auroc", "flip/mcc", "explained", "budget/steps"} <= set(ours["dictionary"]["metrics"])
+    assert "latents       state: " in out and "dictionary    flip: " in out
+    yours = json.loads((tmp_path / "runs" / "my-loop" / "probes.json").read_text())["probes"]
+    assert {"latents", "dictionary"} <= set(yours) and yours["dictionary"]["options"]["kind"] == "relu"
 
 
 @pytest.mark.smoke

@@ -67,15 +67,15 @@ def applicable(run: Run, costly: bool = False) -> list[str]:
     ]
 
 
-def why_not(run: Run, name: str) -> Optional[str]:
+def why_not(run: Run, name: str, options: Optional[dict[str, Any]] = None) -> Optional[str]:
     """Why probe `name` does not apply to this run (None: it does), read off its first checkpoint's model (the
-    hooked TransformerLens model for the probes that patch it)."""
-    return why_not_model(run.trainable(run.steps[0]), run.task, name)
+    hooked TransformerLens model for the probes that patch it); `options`: the probe's, where they name hooks."""
+    return why_not_model(run.trainable(run.steps[0]), run.task, name, options)
 
 
-def why_not_model(model: nn.Module, task: Any, name: str) -> Optional[str]:
+def why_not_model(model: nn.Module, task: Any, name: str, options: Optional[dict[str, Any]] = None) -> Optional[str]:
     """Why probe `name` does not apply to `model` (a run's trainable model: what a checkpoint rebuilds) on `task`."""
-    return probes.why_not(name, _seen(model, probes.PROBES.get(name).hooked), task)
+    return probes.why_not(name, _seen(model, probes.PROBES.get(name).hooked), task, options)
 
 
 def _seen(model: nn.Module, hooked: bool) -> nn.Module:

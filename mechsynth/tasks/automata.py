@@ -34,7 +34,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from mechsynth.config import MAX_CTX, check, check_fields, doc, validates_itself
-from mechsynth.tasks.base import TASKS, Batch, Task, TaskSpec
+from mechsynth.tasks.base import TASKS, Batch, Latent, Task, TaskSpec
 
 GROUPS = ("parity", "cyclic", "dihedral", "quaternion", "alternating", "symmetric", "c2_cubed")
 AUTOMATA = GROUPS + ("flipflop", "gridworld", "dyck", "car")
@@ -380,6 +380,28 @@ class Automata(Task):
         """The state after each symbol, and for decomposable automata each factor of it (`factor:flip`, ...);
         their shapes: `automaton_truth`."""
         return ("states",) + tuple(f"factor:{k}" for k in self.factors)
+
+    @property
+    def latents(self) -> tuple[Latent, ...]:  # type: ignore[override]
+        """The state after each symbol, and each factor of a decomposable automaton's state under its own name."""
+        state = Latent(
+            "state",
+            "categorical",
+            "states",
+            len(self.table.states),
+            about="the state after each symbol: what Liu et al.'s shortcuts compute at every position",
+        )
+        return (state,) + tuple(
+            Latent(
+                k,
+                "categorical",
+                f"factor:{k}",
+                int(v.max()) + 1,
+                about=f"the {k} factor of the state: a component of its decomposition (Liu et al.'s Krohn–Rhodes)",
+                of="state",
+            )
+            for k, v in self.factors.items()
+        )
 
     def token_labels(self, tokens) -> list[str]:
         """Each input symbol with the state it leads to ("s→r2"): the state is what the model must

@@ -21,6 +21,7 @@ from torch import Tensor
 from mechsynth.registry import Registry
 
 LossKind = Literal["cross_entropy", "squared_error", "correlation"]
+LatentKind = Literal["categorical", "real", "vector"]
 
 
 @dataclass
@@ -68,6 +69,28 @@ class TaskSpec:
 
 
 @dataclass(frozen=True)
+class Latent:
+    """A variable the task's generator draws or computes, which a model solving the task may come to represent
+    (the automaton's state, the HMM's hidden state, each sequence's weight vector w): what the `latents` and
+    `dictionary` probes look for in the residual stream.
+
+    Its values are `Batch.truth[truth]` in evaluation batches: [batch pos] for a categorical (ids 0..n_values-1)
+    or real latent, [batch pos d] for a vector; or one value per sequence, [batch] / [batch d], the same at
+    every position where it is defined. `where`: those positions — "all", "scored" (where `Batch.mask` is True:
+    the readout of a readout task), or a truth key holding a Bool[batch pos] mask of its own."""
+
+    name: str
+    kind: LatentKind
+    truth: str
+    n_values: Optional[int] = None  # categorical only: how many values it takes
+    where: str = "all"
+    about: str = ""  # one line for people: what it is, where the papers say models represent it
+    # The latent whose value fixes this one's (a factor of the automaton's state): a hierarchy, where the dictionary
+    # probe measures absorption (a parent's feature silent where a child's fires instead).
+    of: Optional[str] = None
+
+
+@dataclass(frozen=True)
 class Convergence:
     """When a run of a task counts as converged (`mechsynth sweep-report`): its final `metric` on the task's
     main held-out split is at least `threshold` (at most, with `below`)."""
@@ -95,6 +118,9 @@ class Task:
     # costly ones). Probes declare the truth they read and apply exactly where a task provides it; a
     # subclass whose truth depends on its config makes this a property.
     truth_keys: ClassVar[tuple[str, ...]] = ()
+    # The task's latent variables (`Latent`), read from the truth above; a task whose latents depend on its
+    # config makes this a property.
+    latents: ClassVar[tuple[Latent, ...]] = ()
     # How a causal patch is judged (mechsynth.circuits) on this task's counterfactual pairs:
     # "logit_diff", the clean answer's logit minus the corrupted input's answer's, at the scored positions
     # where the two answers differ; "loss", the clean targets' cross-entropy (answers that are
@@ -162,6 +188,32 @@ class Task:
     def check_split(self, split: str) -> None:
         if split not in self.splits:
             raise ValueError(f"split: {split!r} is not a split of {self.name}; allowed: {', '.join(self.splits)}")
+
+
+def latent_values(
+    task: Task, batch: Batch
+) -> dict[str, tuple[Int[Tensor, "batch pos"] | Float[Tensor, "batch pos *d"], Bool[Tensor, "batch pos"]]]:
+    """Each of `task.latents` on `batch`: (its value at every position, where it is defined). A per-sequence
+    value is repeated along `pos`; values that stop short of `pos` (a hidden chain under its inputs, not under
+    the answer slots after them) are defined at their own positions only."""
+    n_batch, n_pos = batch.tokens.shape[:2]
+    out = {}
+    for latent in task.latents:
+        values = batch.truth[latent.truth]
+        if values.dim() == (1 if latent.kind != "vector" else 2):  # one value per sequence
+            values = values.unsqueeze(1).expand(-1, n_pos, *values.shape[1:])
+        n = values.shape[1]
+        full = values.new_zeros((n_batch, n_pos, *values.shape[2:]))
+        full[:, :n] = values
+        defined = torch.zeros(n_batch, n_pos, dtype=torch.bool, device=values.device)
+        if latent.where == "all":
+            defined[:, :n] = True
+        elif latent.where == "scored":
+            defined[:, :n] = batch.mask[:, :n]
+        else:
+            defined[:, :n] = batch.truth[latent.where][:, :n]
+        out[latent.name] = (full, defined)
+    return out
 
 
 def align(

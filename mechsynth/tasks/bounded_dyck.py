@@ -34,7 +34,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from mechsynth.config import MAX_CTX, check, check_fields, doc, validates_itself
-from mechsynth.tasks.base import TASKS, Batch, Task, TaskSpec
+from mechsynth.tasks.base import TASKS, Batch, Latent, Task, TaskSpec
 
 THRESHOLD = 0.8  # Yao et al.'s closing-bracket accuracy: the right close's share of the closes' probability
 
@@ -90,18 +90,22 @@ class BoundedDyckConfig:
     context_field: ClassVar[str] = "task.eval_long_length"  # the model's context (mechsynth/training/budget.py)
 
     def sample_bytes(self, n_seqs: int, split: str) -> tuple[int, int]:
-        """(bytes of a batch, peak while sampling it): int64 tokens, targets, depth and match, a bool mask; while
-        sampling, the walk's uniform draws (float32) and types (int64) and the two stacks."""
+        """(bytes of a batch, peak while sampling it): int64 tokens, targets, depth, match and top, a bool mask and
+        nonempty; while sampling, the walk's uniform draws (float32) and types (int64) and the two stacks."""
         T = self.eval_long_length if split == "eval_long" else self.length
-        kept = n_seqs * T * (4 * 8 + 1)
+        kept = n_seqs * T * (5 * 8 + 2)
         return kept, kept + n_seqs * (T * 12 + 2 * (self.depth + 1) * 8)
 
 
-def dyck_truth(depth: Int[Tensor, "batch pos"], match: Int[Tensor, "batch pos"]) -> dict[str, Any]:
+def dyck_truth(
+    depth: Int[Tensor, "batch pos"], match: Int[Tensor, "batch pos"], top: Int[Tensor, "batch pos"]
+) -> dict[str, Any]:
     """Batch.truth of bounded_dyck, at input positions (0 is START): `depth` [batch pos], the stack's depth after
     reading the token (the close of an open at depth d reads d − 1); `match` [batch pos], where
-    the stack is non-empty, the position of the open on its top — the bracket the next close must match — else −1."""
-    return {"depth": depth, "match": match}
+    the stack is non-empty, the position of the open on its top — the bracket the next close must match — else −1;
+    `top` [batch pos], that open's type (0..k−1), 0 where the stack is empty; `nonempty` [batch pos], True where
+    the stack is non-empty (match ≥ 0)."""
+    return {"depth": depth, "match": match, "top": top, "nonempty": match >= 0}
 
 
 def walk(
@@ -134,7 +138,28 @@ def walk(
 class BoundedDyck(Task):
     Config = BoundedDyckConfig
     splits = ("train", "eval", "eval_long")
-    truth_keys = ("depth", "match")  # dyck_truth
+    truth_keys = ("depth", "match", "top", "nonempty")  # dyck_truth
+
+    @property
+    def latents(self) -> tuple[Latent, ...]:  # type: ignore[override]
+        """The stack's depth at every position, and the type of the open on its top where it is non-empty."""
+        return (
+            Latent(
+                "depth",
+                "categorical",
+                "depth",
+                self.cfg.depth + 1,
+                about="the stack's depth, 0..D: what Yao et al.'s first layer counts and Wen et al. probe for",
+            ),
+            Latent(
+                "top",
+                "categorical",
+                "top",
+                self.cfg.k,
+                where="nonempty",
+                about="the type of the open on top of the stack, which the next close must match (Yao et al.)",
+            ),
+        )
 
     @property
     def start(self) -> int:
@@ -166,7 +191,8 @@ class BoundedDyck(Task):
         )
         depth = torch.cat([torch.zeros_like(start), depths[:, :-1]], 1)
         top = torch.cat([torch.full_like(start, -1), match[:, :-1]], 1)
-        truth = dyck_truth(depth, top)
+        top_type = torch.where(top >= 0, tokens.gather(1, top.clamp_min(0)), 0)  # the open's type: its token id
+        truth = dyck_truth(depth, top, top_type)
         if split == "train" and cfg.contrastive:  # drawn last, so a run without it samples as before
             truth["prefix"] = balanced_prefix(batch_size, cfg.k, cfg.depth, generator, device)
         return Batch(tokens, targets, mask, truth)

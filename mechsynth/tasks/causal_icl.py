@@ -40,7 +40,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from mechsynth.config import MAX_CTX, MAX_SEED, check, check_fields, doc, validates_itself
-from mechsynth.tasks.base import TASKS, Batch, Task, TaskSpec, align, task_generator
+from mechsynth.tasks.base import TASKS, Batch, Latent, Task, TaskSpec, align, task_generator
 from mechsynth.tasks.markov_icl import BAYES_SAMPLES, MAX_ALPHA, dirichlet, sample_gamma, stationary
 
 MAX_ROWS = 4096  # kernel rows per sequence, k**parents (as markov_icl's contexts)
@@ -116,14 +116,14 @@ class CausalICLConfig:
     def sample_bytes(self, n_seqs: int, split: str) -> tuple[int, int]:
         """(bytes of `sample(n_seqs, split=split)`'s batch, peak bytes while making it), per sequence: the
         kernel and its Gamma draws (rows x k), its stationary solve (k x k, float64), the nodes' draws and each
-        level's gathered rows, `conditional` (T x k); for an evaluation split Bayes' predictor: the counts'
-        matches (T x T) or, with stationary roots, the importance sampler's draws and solves (~40 bytes per
-        draw and kernel entry, CHUNK of them at a time)."""
+        level's gathered rows, `conditional` (T x k), `parent_tokens` and `has_parents`; for an evaluation split
+        Bayes' predictor: the counts' matches (T x T) or, with stationary roots, the importance sampler's draws and
+        solves (~40 bytes per draw and kernel entry, CHUNK of them at a time)."""
         k, T = self.k, self.length
         m = self.parents if self.graph == "dag" else 1
         rows = k**m
         evaluating = split != "train"
-        kept = T * 17 + rows * k * 4 + k * 4 + (T + 1) * m * 8 + T * k * 4 * (2 if evaluating else 1)
+        kept = T * 26 + rows * k * 4 + k * 4 + (T + 1) * m * 8 + T * k * 4 * (2 if evaluating else 1)
         kernel = 12 * rows * k * 4 + (28 * k * k if self.root_kind == "stationary" else 0)
         draw = (T + 1) * (12 + m * 8 + 5 * k)
         predictors = T * T * 5 + T * k * 12 if evaluating else 0
@@ -273,6 +273,7 @@ def causal_truth(
     transition: Float[Tensor, "batch row d_vocab_out"],
     root: Float[Tensor, "batch d_vocab_out"],
     conditional: Float[Tensor, "batch pos d_vocab_out"],
+    parent_tokens: Int[Tensor, "batch pos"],
     bayes: Optional[Float[Tensor, "batch pos d_vocab_out"]] = None,
 ) -> dict[str, Tensor]:
     """Batch.truth of causal_icl: `parents` [batch, node = pos + 1, parent], the graph (the same for every
@@ -281,17 +282,28 @@ def causal_truth(
     number, first parent most significant; k rows for one parent); `root` [batch, d_vocab_out], the distribution
     its roots are drawn from (stationary or uniform; the query token is uniform regardless); `conditional`
     [batch, pos, d_vocab_out], the true distribution of node t+1 given its parents (at the last position of
-    query mode, the kernel row of the query token: their soft label); and in evaluation batches `bayes`
-    [batch, pos, d_vocab_out], the posterior predictive of node t+1 given tokens 0..t and the graph, under the
-    Dirichlet prior (`count_bayes`, `importance_bayes`)."""
+    query mode, the kernel row of the query token: their soft label); `parent_tokens` [batch, pos], the tokens of
+    the parents of node t (the position's own token) as a base-k number (`contexts`; 0 for a root), and
+    `has_parents` [batch, pos], where node t has parents; and in evaluation batches `bayes` [batch, pos,
+    d_vocab_out], the posterior predictive of node t+1 given tokens 0..t and the graph, under the Dirichlet prior
+    (`count_bayes`, `importance_bayes`)."""
     out = {"parents": parents, "transition": transition, "root": root, "conditional": conditional}
+    out |= {"parent_tokens": parent_tokens, "has_parents": parents[:, : parent_tokens.shape[1], 0] >= 0}
     return out if bayes is None else out | {"bayes": bayes}
 
 
 @TASKS.register("causal_icl")
 class CausalICL(Task):
     Config = CausalICLConfig
-    truth_keys = ("parents", "transition", "root", "conditional", "bayes")  # shapes: causal_truth
+    truth_keys = (  # shapes: causal_truth
+        "parents",
+        "transition",
+        "root",
+        "conditional",
+        "parent_tokens",
+        "has_parents",
+        "bayes",
+    )
     patch_metric = "loss"
 
     def __init__(self, cfg: CausalICLConfig):
@@ -308,6 +320,21 @@ class CausalICL(Task):
     @property
     def n_rows(self) -> int:
         return self.cfg.k ** self.graph.parents.shape[1]
+
+    @property
+    def latents(self) -> tuple[Latent, ...]:  # type: ignore[override]
+        """The parents' tokens of each position's node, where it has parents."""
+        return (
+            Latent(
+                "parent_tokens",
+                "categorical",
+                "parent_tokens",
+                self.n_rows,
+                where="has_parents",
+                about="the tokens of the node's parents (one base-k number): what Nichani et al.'s first-layer head "
+                "copies from the parents, for the second layer's induction along the graph",
+            ),
+        )
 
     @property
     def spec(self) -> TaskSpec:
@@ -348,13 +375,14 @@ class CausalICL(Task):
                 rows = cum.gather(1, ctx[..., None].expand(-1, -1, k))
             x[:, nodes] = (rows < u[:, nodes, None]).sum(-1).clamp_max(k - 1)
         tokens = x[:, :T]
-        conditional = self.conditional(tokens, P, root)
+        ctx = contexts(tokens, graph.parents, k)  # each node's parents' tokens: the conditionals and the latent
+        conditional = self.conditional(tokens, P, root, ctx)
         mask = torch.ones_like(tokens, dtype=torch.bool)
         if cfg.target == "query":
             mask[:, :-1] = False
         # Bayes' predictor costs more than the batch; training never reads it.
         bayes = self.bayes(tokens) if split != "train" else None
-        truth = causal_truth(graph.parents.expand(batch_size, -1, -1), P, root, conditional, bayes)
+        truth = causal_truth(graph.parents.expand(batch_size, -1, -1), P, root, conditional, ctx[:, :T], bayes)
         return Batch(tokens, x[:, 1:], mask, truth)
 
     def conditional(
@@ -362,12 +390,15 @@ class CausalICL(Task):
         tokens: Int[Tensor, "batch pos"],
         transition: Float[Tensor, "batch row d_vocab_out"],
         root: Float[Tensor, "batch d_vocab_out"],
+        ctx: Optional[Int[Tensor, "batch node"]] = None,
     ) -> Float[Tensor, "batch pos d_vocab_out"]:
-        """The true distribution of node t+1 given its parents' tokens (truth `conditional`)."""
+        """The true distribution of node t+1 given its parents' tokens (truth `conditional`); `ctx`: every node's
+        parents' tokens (`contexts`), where the caller has them already."""
         graph, k = self.graph_on(tokens.device), self.cfg.k
-        ctx = contexts(tokens, graph.parents, k)[:, 1:]
+        ctx = contexts(tokens, graph.parents, k) if ctx is None else ctx
         at_root = torch.where(graph.uniform_root[1:, None], 1 / k, root[:, None, :])
-        return torch.where(graph.parents[1:, :1] >= 0, transition.gather(1, ctx[..., None].expand(-1, -1, k)), at_root)
+        rows = transition.gather(1, ctx[:, 1:, None].expand(-1, -1, k))
+        return torch.where(graph.parents[1:, :1] >= 0, rows, at_root)
 
     def counterfactual(self, batch, generator, control=False) -> Optional[Batch]:
         """Tokens changed, each to a uniform other value, with the kernel kept: in query mode every parent of the
@@ -397,11 +428,12 @@ class CausalICL(Task):
         change = where.to(device).expand(B, T)
         tokens = torch.where(change, (batch.tokens + shift) % cfg.k, batch.tokens)
         P, root = batch.truth["transition"], batch.truth["root"]
-        conditional = self.conditional(tokens, P, root)
+        ctx = contexts(tokens, self.graph_on(device).parents, cfg.k)
+        conditional = self.conditional(tokens, P, root, ctx)
         draw = (conditional[:, -1].cumsum(-1) < u).sum(-1).clamp_max(cfg.k - 1)
         answer = torch.where(change[:, reads.to(device)].any(-1), draw, batch.targets[:, -1])
         bayes = self.bayes(tokens) if "bayes" in batch.truth else None
-        truth = causal_truth(batch.truth["parents"], P, root, conditional, bayes)
+        truth = causal_truth(batch.truth["parents"], P, root, conditional, ctx[:, :T], bayes)
         return Batch(tokens, torch.cat([tokens[:, 1:], answer[:, None]], 1), batch.mask.clone(), truth)
 
     def bayes(

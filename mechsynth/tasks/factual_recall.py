@@ -48,7 +48,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from mechsynth.config import MAX_CTX, MAX_SEED, check, check_fields, doc, validates_itself
-from mechsynth.tasks.base import TASKS, Batch, Task, TaskSpec, align, task_generator
+from mechsynth.tasks.base import TASKS, Batch, Latent, Task, TaskSpec, align, task_generator
 
 # Each part of the vocabulary; far beyond the paper's sweeps (S, R ≤ 512), and the embedding and the
 # fact table stay within memory.
@@ -126,7 +126,7 @@ class FactualRecallConfig:
 
     def sample_bytes(self, n_seqs: int, split: str) -> tuple[int, int]:
         """(bytes of `sample(n_seqs, split=split)`'s batch, peak bytes while making it)."""
-        batch = n_seqs * (self.length * 17 + 4 * 8)  # int64 tokens and targets, bool mask; 4 int64 truth vectors
+        batch = n_seqs * (self.length * 19 + 4 * 8)  # int64 tokens, targets; bool mask, seen masks; 4 int64 vectors
         return batch, batch + n_seqs * (self.length * 8 + 4 * 8)  # the noise draw, index temporaries
 
 
@@ -137,13 +137,19 @@ def recall_truth(
     relation_pos: Int[Tensor, "batch"],
     answer_set: Int[Tensor, "relation answer"],
     facts: Int[Tensor, "subject relation"],
+    length: int,
 ) -> dict[str, Any]:
     """Batch.truth of factual_recall: `subject` [batch], each sequence's subject s (0..S-1; its token is s);
     `relation` [batch], its relation r (0..R-1; its token is S + r); `subject_pos` [batch] and `relation_pos`
     [batch], where they stand (distinct, both in 0..T-2); `answer_set` [relation, answer], row r the output
     classes of relation r's answers (D·r .. D·r + D - 1), so answer_set[relation] is each sequence's
-    right type; `facts` [subject, relation], the whole fact table (target = facts[subject, relation])."""
+    right type; `facts` [subject, relation], the whole fact table (target = facts[subject, relation]);
+    `subject_seen` [batch, pos] and `relation_seen` [batch, pos], True from the subject's (relation's) position on
+    (the sequences are `length` tokens): where a causal model can hold it."""
+    at = torch.arange(length, device=subject_pos.device)
     return {
+        "subject_seen": at >= subject_pos[:, None],
+        "relation_seen": at >= relation_pos[:, None],
         "subject": subject,
         "relation": relation,
         "subject_pos": subject_pos,
@@ -156,7 +162,39 @@ def recall_truth(
 @TASKS.register("factual_recall")
 class FactualRecall(Task):
     Config = FactualRecallConfig
-    truth_keys = ("subject", "relation", "subject_pos", "relation_pos", "answer_set", "facts")  # recall_truth
+    truth_keys = (  # recall_truth
+        "subject",
+        "relation",
+        "subject_pos",
+        "relation_pos",
+        "answer_set",
+        "facts",
+        "subject_seen",
+        "relation_seen",
+    )
+
+    @property
+    def latents(self) -> tuple[Latent, ...]:  # type: ignore[override]
+        """The subject and the relation, from the positions where they stand on."""
+        return (
+            Latent(
+                "subject",
+                "categorical",
+                "subject",
+                self.cfg.subjects,
+                where="subject_seen",
+                about="the sequence's subject, which attention gathers to the end token (Nichani et al.)",
+            ),
+            Latent(
+                "relation",
+                "categorical",
+                "relation",
+                self.cfg.relations,
+                where="relation_seen",
+                about="the sequence's relation, gathered to the end token; alone it gives the answer's type",
+            ),
+        )
+
     patch_metric = "logit_diff"
 
     def __init__(self, cfg: FactualRecallConfig):
@@ -225,7 +263,7 @@ class FactualRecall(Task):
         mask = torch.zeros_like(tokens, dtype=torch.bool)
         mask[:, -1] = True
         return Batch(
-            tokens, targets, mask, recall_truth(subject, relation, subject_pos, relation_pos, answer_set, facts)
+            tokens, targets, mask, recall_truth(subject, relation, subject_pos, relation_pos, answer_set, facts, T)
         )
 
     def counterfactual(self, batch, generator, control=False) -> Optional[Batch]:
@@ -256,7 +294,9 @@ class FactualRecall(Task):
             tokens[rows, t["subject_pos"]] = subject
         targets = batch.targets.clone()
         targets[:, -1] = self.tables(device)[0][subject, t["relation"]]
-        truth = recall_truth(subject, t["relation"], t["subject_pos"], t["relation_pos"], t["answer_set"], t["facts"])
+        truth = recall_truth(
+            subject, t["relation"], t["subject_pos"], t["relation_pos"], t["answer_set"], t["facts"], T
+        )
         return Batch(tokens, targets, batch.mask.clone(), truth)
 
     def metrics(self, logits: Float[Tensor, "batch out_pos d_vocab_out"], batch: Batch) -> dict[str, float]:

@@ -28,7 +28,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from mechsynth.config import MAX_CTX, check, check_fields, doc, validates_itself
-from mechsynth.tasks.base import TASKS, Batch, Task, TaskSpec, align
+from mechsynth.tasks.base import TASKS, Batch, Latent, Task, TaskSpec, align
 
 W, R, I, BIT0 = 0, 1, 2, 3  # token ids; the bit b is BIT0 + b
 
@@ -70,24 +70,50 @@ class FlipFlopConfig:
     context_field: ClassVar[str] = "task.length"  # for the memory estimate (mechsynth/training/budget.py)
 
 
-def flip_flop_truth(instr: Int[Tensor, "batch pair"], last_write: Int[Tensor, "batch pair"]) -> dict[str, Any]:
+def flip_flop_truth(
+    instr: Int[Tensor, "batch pair"], last_write: Int[Tensor, "batch pair"], bits: Int[Tensor, "batch pair"]
+) -> dict[str, Any]:
     """Batch.truth of flip_flop, at input positions (pos = 2·pair for an instruction, 2·pair + 1 for its bit):
     `source` [batch pos], where the input token predicts a read bit (the `r`), the position of the bit that read
-    copies (the most recent write's), −1 elsewhere; `written` [batch pos], True at every written bit."""
+    copies (the most recent write's), −1 elsewhere; `written` [batch pos], True at every written bit; `memory`
+    [batch pos], the bit (0 or 1) of the most recent write the inputs up to the position show — the bit a read
+    there would return — 0 at position 0, where no written bit is shown yet; `memory_defined` [batch pos], True
+    from position 1 on (the first instruction is a write)."""
     batch, pairs = instr.shape
     pos = 2 * pairs - 1
     source = torch.full((batch, 2 * pairs), -1, dtype=torch.long, device=instr.device)
     source[:, 0::2] = torch.where(instr == R, 2 * last_write + 1, -1)
     written = torch.zeros((batch, 2 * pairs), dtype=torch.bool, device=instr.device)
     written[:, 1::2] = instr == W
-    return {"source": source[:, :pos], "written": written[:, :pos]}
+    stored = bits.gather(1, last_write)  # after each pair's bit: the last write's bit so far
+    memory = torch.zeros((batch, 2 * pairs), dtype=torch.long, device=instr.device)
+    memory[:, 1::2] = stored
+    memory[:, 2::2] = stored[:, :-1]  # an instruction does not show its own bit yet
+    defined = torch.ones((batch, pos), dtype=torch.bool, device=instr.device)
+    defined[:, 0] = False
+    return {
+        "source": source[:, :pos],
+        "written": written[:, :pos],
+        "memory": memory[:, :pos],
+        "memory_defined": defined,
+    }
 
 
 @TASKS.register("flip_flop")
 class FlipFlop(Task):
     Config = FlipFlopConfig
     splits = ("train", "eval", "eval_sparse", "eval_dense")
-    truth_keys = ("source", "written")  # flip_flop_truth
+    truth_keys = ("source", "written", "memory", "memory_defined")  # flip_flop_truth
+    latents = (
+        Latent(
+            "memory",
+            "categorical",
+            "memory",
+            2,
+            where="memory_defined",
+            about="the bit of the most recent write: the one state a flip-flop automaton keeps (Liu et al.)",
+        ),
+    )
 
     @property
     def spec(self) -> TaskSpec:
@@ -119,7 +145,7 @@ class FlipFlop(Task):
         reads = torch.zeros_like(tokens, dtype=torch.bool)
         reads[:, 0::2] = instr == R  # the input `r` at 2j predicts the read bit at 2j + 1
         mask = torch.ones_like(reads) if split == "train" and cfg.loss_on == "all" else reads
-        return Batch(tokens, targets, mask, flip_flop_truth(instr, last_write))
+        return Batch(tokens, targets, mask, flip_flop_truth(instr, last_write, bits))
 
     def metrics(self, logits: Float[Tensor, "batch out_pos d_vocab_out"], batch: Batch) -> dict[str, float]:
         """Loss and accuracy on the scored targets; `error`, the share of wrong reads (the paper's test error),

@@ -37,7 +37,17 @@ from jaxtyping import Float
 from torch import Tensor
 
 from mechsynth.config import MAX_SEED, check, check_fields, doc, validates_itself
-from mechsynth.tasks.base import TASKS, Batch, Task, TaskSpec, align, masked_loss, squared_error, task_generator
+from mechsynth.tasks.base import (
+    TASKS,
+    Batch,
+    Latent,
+    Task,
+    TaskSpec,
+    align,
+    masked_loss,
+    squared_error,
+    task_generator,
+)
 from mechsynth.tasks.single_index import hermite
 
 
@@ -145,6 +155,14 @@ class HierarchicalPolynomial(Task):
     Config = HierarchicalPolynomialConfig
     truth_keys = ("A", "features", "f_star")
     loss_kind = "squared_error"
+    latents = (
+        Latent(
+            "features",
+            "vector",
+            "features",
+            about="the quadratic features p_1 … p_r of x, which the first layer learns before g* (Nichani et al.)",
+        ),
+    )
 
     def __init__(self, cfg: HierarchicalPolynomialConfig):
         super().__init__(cfg)

@@ -41,8 +41,9 @@ sequence is the L observation slots, each x_t or MASK, then the question: for pa
 slot t, scored where slot t is masked. The questions come after the slots because the models are causal: a
 position sees only what precedes it, and every answer must see every visible token.
 
-Truth (`hmm_truth`): `emission` O, `hidden_transition` T, `hidden_stationary` π and, in evaluation batches,
-`optimal`, the exact optimal predictor at the answer positions (the last 1 or L), computed from O, T, π.
+Truth (`hmm_truth`): `emission` O, `hidden_transition` T, `hidden_stationary` π, `hidden`, the sampled chain
+h_t under each slot (the latent `hidden`), and, in evaluation batches, `optimal`, the exact optimal predictor at
+the answer positions (the last 1 or L), computed from O, T, π.
 `enumerate("all")` lists the inputs the probe hmm_identifiability reads: the d sequences with x_{t1} alone
 visible (for pairwise and triplet every input the task has), and for mlm also the d² with x_{t1} and x_{t2}
 visible; their targets are the most likely answers (every listed input has a distribution of answers).
@@ -51,7 +52,7 @@ Emission options (`emission`): "generic", columns iid Dirichlet(`concentration`)
 Kruskal's condition holds (with d < k it cannot: O has rank d < k); "repeated": the same, then hidden state 1
 emits exactly as state 0 (O has rank k − 1), which breaks Kruskal's condition and T's recovery through O⁺.
 
-Shape names beyond base.py's: `obs` (d), `hidden` (k), `answer` (the answer positions).
+Shape names beyond base.py's: `obs` (d), `hidden` (k), `answer` (the answer positions), `slot` (the L slots).
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from mechsynth.config import MAX_SEED, check, check_fields, doc, validates_itself
-from mechsynth.tasks.base import TASKS, Batch, Task, TaskSpec, align, task_generator
+from mechsynth.tasks.base import TASKS, Batch, Latent, Task, TaskSpec, align, task_generator
 from mechsynth.tasks.markov_icl import dirichlet, stationary
 
 MAX_LENGTH = 2**12  # forward–backward runs one step per position
@@ -150,10 +151,10 @@ class HMMMaskedConfig:
 
     def sample_bytes(self, n_seqs: int, split: str) -> tuple[int, int]:
         """(bytes of `sample(n_seqs, split=split)`'s batch, peak bytes while making it): int64 tokens and targets
-        and a bool mask; in evaluation batches `optimal` (float32, answers × d_out); the draws, hidden states
-        and, for mlm, forward–backward's float64 messages."""
+        and a bool mask, the int64 hidden chain; in evaluation batches `optimal` (float32, answers × d_out); the
+        draws, hidden states and, for mlm, forward–backward's float64 messages."""
         n_ctx = self.length + self.n_answers
-        kept = n_ctx * 17 + (0 if split == "train" else self.n_answers * self.d_out * 4)
+        kept = n_ctx * 17 + self.length * 8 + (0 if split == "train" else self.n_answers * self.d_out * 4)
         work = self.length * (3 * 4 + 2 * 8) + (
             0 if split == "train" or self.objective != "mlm" else self.length * (4 * self.k + self.d) * 8
         )
@@ -204,19 +205,35 @@ def hmm_truth(
     hidden_transition: Float[Tensor, "hidden hidden"],
     hidden_stationary: Float[Tensor, "hidden"],
     optimal: Optional[Float[Tensor, "batch answer d_vocab_out"]] = None,
+    hidden: Optional[Int[Tensor, "batch slot"]] = None,
 ) -> dict[str, Any]:
     """Batch.truth of hmm_masked: `emission` O [obs, hidden] (column h: P(x | h)); `hidden_transition` T
     [hidden, hidden] (row h: P(h_{t+1} | h_t = h)); `hidden_stationary` π [hidden]; in evaluation batches
     `optimal` [batch, answer, d_vocab_out], the exact optimal predictor (the conditional distribution of the
-    answer given the visible tokens) at the last `answer` positions (1, or L for mlm), zero where unscored."""
+    answer given the visible tokens) at the last `answer` positions (1, or L for mlm), zero where unscored; in
+    sampled batches (not `enumerate`'s, whose inputs are listed, not drawn) `hidden` [batch, slot], the hidden
+    state h_t (0..k-1) under each of the L observation slots."""
     out = {"emission": emission, "hidden_transition": hidden_transition, "hidden_stationary": hidden_stationary}
-    return out | ({} if optimal is None else {"optimal": optimal})
+    return out | ({} if optimal is None else {"optimal": optimal}) | ({} if hidden is None else {"hidden": hidden})
 
 
 @TASKS.register("hmm_masked")
 class HMMMasked(Task):
     Config = HMMMaskedConfig
-    truth_keys = ("emission", "hidden_transition", "hidden_stationary", "optimal")  # hmm_truth
+    truth_keys = ("emission", "hidden_transition", "hidden_stationary", "optimal", "hidden")  # hmm_truth
+
+    @property
+    def latents(self) -> tuple[Latent, ...]:  # type: ignore[override]
+        """The hidden state h_t at each of the L slots (not under the answer positions after them)."""
+        return (
+            Latent(
+                "hidden",
+                "categorical",
+                "hidden",
+                self.cfg.k,
+                about="the HMM's hidden state h_t under each slot, which the optimal predictor's posterior tracks",
+            ),
+        )
 
     def __init__(self, cfg: HMMMaskedConfig):
         super().__init__(cfg)
@@ -264,9 +281,11 @@ class HMMMasked(Task):
             )
         return self._tables[device]
 
-    def truth(self, device: torch.device | str, optimal: Optional[Tensor] = None) -> dict[str, Any]:
+    def truth(
+        self, device: torch.device | str, optimal: Optional[Tensor] = None, hidden: Optional[Tensor] = None
+    ) -> dict[str, Any]:
         O, T, pi = self.tables(device)[:3]
-        return hmm_truth(O, T, pi, optimal)
+        return hmm_truth(O, T, pi, optimal, hidden)
 
     def sample(self, batch_size, generator, device="cpu", split="train") -> Batch:
         """The chain and its emissions from uniforms drawn in this order: the hidden steps [batch, L], the
@@ -284,11 +303,11 @@ class HMMMasked(Task):
         if cfg.objective == "mlm":
             u_m = torch.rand(B, L, generator=generator, device=device)
             masked = (u_m < cfg.mask_ratio) | (torch.arange(L, device=device) == u_m.argmin(1, keepdim=True))
-            return self.batch(x, ~masked, x, split != "train")
+            return self.batch(x, ~masked, x, split != "train", hidden)
         visible = torch.zeros(B, L, dtype=torch.bool, device=device)
         visible[:, cfg.t1] = True
         answer = x[:, cfg.t2] * cfg.d + x[:, cfg.t3] if cfg.objective == "triplet" else x[:, cfg.t2]
-        return self.batch(x, visible, answer[:, None], split != "train")
+        return self.batch(x, visible, answer[:, None], split != "train", hidden)
 
     def batch(
         self,
@@ -296,9 +315,11 @@ class HMMMasked(Task):
         visible: Tensor,
         answers: Int[Tensor, "batch answer"],
         with_optimal: bool = True,
+        hidden: Optional[Int[Tensor, "batch pos"]] = None,
     ) -> Batch:
         """The sequences of slots `x` shown where `visible` (else MASK), then the question(s); `answers` are the
-        targets at the answer positions (mlm: the slots themselves, scored where masked)."""
+        targets at the answer positions (mlm: the slots themselves, scored where masked); `hidden`, the chain
+        under the slots, where it was drawn."""
         cfg = self.cfg
         B, P = x.shape[0], cfg.n_answers
         slots = torch.where(visible, x, self.mask_token)
@@ -307,7 +328,7 @@ class HMMMasked(Task):
         scored = ~visible if cfg.objective == "mlm" else torch.ones(B, 1, dtype=torch.bool, device=x.device)
         mask = torch.cat([torch.zeros_like(visible), scored], 1)
         optimal = self.optimal(slots) * scored[..., None] if with_optimal else None
-        return Batch(tokens, targets, mask, self.truth(x.device, optimal))
+        return Batch(tokens, targets, mask, self.truth(x.device, optimal, hidden))
 
     def optimal(self, slots: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch answer d_vocab_out"]:
         """The exact optimal predictor at the answer positions for these slots (MASK where hidden)."""

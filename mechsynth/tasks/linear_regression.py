@@ -17,13 +17,14 @@ al.'s sparse regression, no rescaling). y = w·x + σε. Splits: `eval` draws w 
 when M is finite (Raventós et al.'s "true" distribution, where generalization shows), `eval_pool` from the
 pool.
 
-`truth`: `w`, and at every x position the prediction of each reference predictor from the same pairs the model
-sees: `least_squares` (the minimum-norm interpolant below d examples), `ridge` (the posterior mean under w ~
-N(0, I_d) and the noise: the Bayes predictor of the dense Gaussian prior; with σ = 0 the posterior mean is the
-minimum-norm interpolant, so ridge = least_squares), `averaging` (w ≈ mean of y_j x_j), `nearest_neighbours`
-(the mean y of the 3 nearest earlier x's, Garg et al.'s baseline), and with a finite pool `dmmse` (the
-posterior mean over the pool, Raventós et al.'s discrete MMSE: the Bayes predictor of the training
-distribution). All predict 0 from no examples but dmmse, which predicts with the pool's mean.
+`truth`: `w`; in evaluation batches `w_defined` (the tokens that have seen at least d examples, from which the
+context determines w: where the latent `w` is read) and at every x position the prediction of each reference
+predictor from the same pairs the model sees: `least_squares` (the minimum-norm interpolant below d examples),
+`ridge` (the posterior mean under w ~ N(0, I_d) and the noise: the Bayes predictor of the dense Gaussian prior;
+with σ = 0 the posterior mean is the minimum-norm interpolant, so ridge = least_squares), `averaging` (w ≈ mean of
+y_j x_j), `nearest_neighbours` (the mean y of the 3 nearest earlier x's, Garg et al.'s baseline), and with a finite
+pool `dmmse` (the posterior mean over the pool, Raventós et al.'s discrete MMSE: the Bayes predictor of the
+training distribution). All predict 0 from no examples but dmmse, which predicts with the pool's mean.
 """
 
 from __future__ import annotations
@@ -32,11 +33,11 @@ from dataclasses import dataclass
 from typing import ClassVar, Optional
 
 import torch
-from jaxtyping import Float, Int
+from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from mechsynth.config import MAX_CTX, MAX_SEED, check, check_fields, doc, validates_itself
-from mechsynth.tasks.base import TASKS, Batch, Task, TaskSpec, align, squared_error, task_generator
+from mechsynth.tasks.base import TASKS, Batch, Latent, Task, TaskSpec, align, squared_error, task_generator
 
 NEIGHBOURS = 3  # Garg et al.'s nearest-neighbour baseline averages the 3 nearest earlier x's
 # σ² below this counts as this much in dmmse's weights: y is float32, and its rounding (~1e-7 |y|) would
@@ -104,13 +105,29 @@ class LinearRegressionConfig:
 
 def regression_truth(
     w: Float[Tensor, "batch d"],
+    w_defined: Optional[Bool[Tensor, "batch pos"]] = None,
     pool_index: Optional[Int[Tensor, "batch"]] = None,
     **predictions: Float[Tensor, "batch pos"],
 ) -> dict[str, Tensor]:
     """Batch.truth of linear_regression: `w` [batch, d], each sequence's weights; with a finite pool `pool_index`
-    [batch] (its place in the pool, −1 for a w drawn from the prior); in evaluation batches each reference
-    predictor's prediction [batch, pos] at the x positions (0 at the y positions, which are not scored)."""
-    return {"w": w} | ({} if pool_index is None else {"pool_index": pool_index}) | predictions
+    [batch] (its place in the pool, −1 for a w drawn from the prior); in evaluation batches `w_defined` [batch,
+    pos], the tokens from which the context determines w (`determined`), and each reference predictor's
+    prediction [batch, pos] at the x positions (0 at the y positions, which are not scored)."""
+    out = {"w": w} | ({} if w_defined is None else {"w_defined": w_defined})
+    return out | ({} if pool_index is None else {"pool_index": pool_index}) | predictions
+
+
+def determined(k: int, d: int) -> Bool[Tensor, "pos"]:
+    """The tokens of x_1, y_1, …, x_k, y_k that have seen at least d examples (y_i at 2i − 1 has seen i, x_{i+1}
+    at 2i has seen i): from there on, without noise, the context determines w. Of a kind (x or y tokens) none of
+    which has, its last token: the most the sequence shows. The positions the probe w_decoding reads."""
+    p = torch.arange(2 * k)
+    seen, is_y = (p + 1) // 2, p % 2 == 1
+    out = torch.zeros(2 * k, dtype=torch.bool)
+    for kind, last in ((is_y, 2 * k - 1), (~is_y, 2 * k - 2)):
+        enough = kind & (seen >= d)
+        out |= enough if bool(enough.any()) else p == last
+    return out
 
 
 @TASKS.register("linear_regression")
@@ -140,7 +157,17 @@ class LinearRegression(Task):
 
     @property
     def truth_keys(self) -> tuple[str, ...]:  # type: ignore[override]
-        return ("w",) + (("pool_index",) if self.pool is not None else ()) + self.strategies
+        return ("w", "w_defined") + (("pool_index",) if self.pool is not None else ()) + self.strategies
+
+    latents = (
+        Latent(
+            "w",
+            "vector",
+            "w",
+            where="w_defined",
+            about="the sequence's weight vector, from where the context has shown d examples (the probe w_decoding)",
+        ),
+    )
 
     @property
     def spec(self) -> TaskSpec:
@@ -191,10 +218,14 @@ class LinearRegression(Task):
         targets[:, :, 0] = y
         mask = torch.zeros(B, k, 2, dtype=torch.bool, device=device)
         mask[:, :, 0] = True
-        # The reference predictors cost more than the batch; training never reads them.
+        # The reference predictors cost more than the batch; training never reads them (nor where w is defined).
         predictions = {} if split == "train" else {name: at_x(p) for name, p in self.predictors(x, y).items()}
+        defined = None if split == "train" else determined(k, d).to(device).expand(B, -1)
         return Batch(
-            tokens.flatten(1, 2), targets.flatten(1, 2), mask.flatten(1, 2), regression_truth(w, index, **predictions)
+            tokens.flatten(1, 2),
+            targets.flatten(1, 2),
+            mask.flatten(1, 2),
+            regression_truth(w, defined, index, **predictions),
         )
 
     @torch.no_grad()

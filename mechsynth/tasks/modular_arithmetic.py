@@ -22,7 +22,7 @@ from jaxtyping import Bool, Int
 from torch import Tensor
 
 from mechsynth.config import MAX_SEED, check, check_fields, doc, validates_itself
-from mechsynth.tasks.base import TASKS, Batch, Task, TaskSpec, task_generator
+from mechsynth.tasks.base import TASKS, Batch, Latent, Task, TaskSpec, task_generator
 
 Op = Literal["a+b", "a-b", "a*b", "a/b", "a^2+b^2", "a^2+ab+b^2", "a^3+ab"]  # from Power et al.'s list
 OPS: tuple[str, ...] = get_args(Op)
@@ -84,7 +84,7 @@ class ModularArithmeticConfig:
 
     def sample_bytes(self, n_seqs: int, split: str) -> tuple[int, int]:
         """(bytes of `sample(n_seqs, split=split)`'s batch, peak bytes while making it)."""
-        batch = n_seqs * (3 * 17 + 17)  # int64 tokens and targets, bool mask; truth a, b (int64), in_train
+        batch = n_seqs * (3 * 17 + 25)  # int64 tokens and targets, bool mask; truth a, b, c (int64), in_train
         return batch, batch + n_seqs * 6 * 8  # the draws, pair indices, the answer's int64 temporaries
 
 
@@ -117,12 +117,15 @@ def modular_truth(
     b: Int[Tensor, "batch"],
     modulus: int,
     in_train: Bool[Tensor, "batch"],
+    c: Int[Tensor, "batch"],
     linear: Optional[tuple[int, int]] = None,
 ) -> dict[str, Any]:
     """Batch.truth of modular_arithmetic: `a` [batch] and `b` [batch], the operands; `modulus`, p (an int);
-    `in_train` [batch], whether the pair is in the training split; and for ops linear in a and b (a+b,
-    a-b) `linear`, a tuple (c_a, c_b) of ints with c = c_a·a + c_b·b mod p."""
-    return {"a": a, "b": b, "modulus": modulus, "in_train": in_train} | ({} if linear is None else {"linear": linear})
+    `in_train` [batch], whether the pair is in the training split; `c` [batch], the answer a ∘ b mod p (the
+    target at "="); and for ops linear in a and b (a+b, a-b) `linear`, a tuple (c_a, c_b) of ints with
+    c = c_a·a + c_b·b mod p."""
+    out = {"a": a, "b": b, "modulus": modulus, "in_train": in_train, "c": c}
+    return out | ({} if linear is None else {"linear": linear})
 
 
 @TASKS.register("modular_arithmetic")
@@ -142,7 +145,24 @@ class ModularArithmetic(Task):
     @property
     def truth_keys(self) -> tuple[str, ...]:  # type: ignore[override]
         """modular_truth's keys; "linear" only where the op is linear in a and b."""
-        return ("a", "b", "modulus", "in_train") + (("linear",) if self.cfg.op in LINEAR else ())
+        return ("a", "b", "modulus", "in_train", "c") + (("linear",) if self.cfg.op in LINEAR else ())
+
+    @property
+    def latents(self) -> tuple[Latent, ...]:  # type: ignore[override]
+        """The operands and the answer, at "=" (where the answer is read out)."""
+        p = self.cfg.p
+        return (
+            Latent("a", "categorical", "a", p, where="scored", about='the first operand, moved to "=" by attention'),
+            Latent("b", "categorical", "b", p, where="scored", about='the second operand, moved to "=" by attention'),
+            Latent(
+                "c",
+                "categorical",
+                "c",
+                p,
+                where="scored",
+                about="the answer a ∘ b mod p, which Nanda et al.'s MLP computes from Fourier terms of a and b",
+            ),
+        )
 
     @property
     def spec(self) -> TaskSpec:
@@ -174,10 +194,11 @@ class ModularArithmetic(Task):
             a, b = index // cfg.p, index % cfg.p
         tokens = torch.stack([a, b, torch.full_like(a, cfg.p)], 1)
         targets = torch.zeros_like(tokens)
-        targets[:, -1] = answer(cfg.op, a, b, cfg.p)
+        c = answer(cfg.op, a, b, cfg.p)
+        targets[:, -1] = c
         mask = torch.zeros_like(tokens, dtype=torch.bool)
         mask[:, -1] = True
-        return Batch(tokens, targets, mask, modular_truth(a, b, cfg.p, in_train[index], LINEAR.get(cfg.op)))
+        return Batch(tokens, targets, mask, modular_truth(a, b, cfg.p, in_train[index], c, LINEAR.get(cfg.op)))
 
     def sample(self, batch_size, generator, device="cpu", split="train") -> Batch:
         """Pairs of `split` drawn uniformly with replacement."""

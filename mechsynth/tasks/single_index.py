@@ -6,6 +6,8 @@ alignment w·w* climbs from its 1/√d at random ("hidden progress", the `single
 
 One position, a vector (`TaskSpec.d_input` = d), a real target scored by squared error. w* is a unit vector drawn
 from the task's `seed`: the truth `w_star`. y = σ(w*·x) + noise·ε.
+
+Truth (`index_truth`): `w_star` and each sample's projection w*·x, the latent `projection`.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from mechsynth.config import MAX_SEED, check_fields, doc, validates_itself
 from mechsynth.tasks.base import (
     TASKS,
     Batch,
+    Latent,
     LossKind,
     Task,
     TaskSpec,
@@ -55,8 +58,8 @@ class SingleIndexConfig:
         check_fields(self)
 
     def sample_bytes(self, n_seqs: int, split: str) -> tuple[int, int]:
-        """(bytes of a batch, peak while making it): float32 x, targets, mask and w*, and the Hermite recursion."""
-        kept = n_seqs * (8 * self.d + 9)
+        """(bytes of a batch, peak while making it): float32 x, targets, mask, w* and w*·x; the Hermite recursion."""
+        kept = n_seqs * (8 * self.d + 13)
         return kept, kept + 3 * 4 * n_seqs
 
 
@@ -71,10 +74,24 @@ def hermite(z: Float[Tensor, "*shape"], k: int) -> Float[Tensor, "*shape"]:
     return cur / math.sqrt(math.factorial(k))
 
 
+def index_truth(w_star: Float[Tensor, "d"], projection: Float[Tensor, "batch"]) -> dict[str, Tensor]:
+    """Batch.truth of single_index: `w_star` [batch, d], the hidden direction (the same for every sample), and
+    `projection` [batch], each sample's w*·x, the argument of the link."""
+    return {"w_star": w_star.expand(len(projection), -1), "projection": projection}
+
+
 @TASKS.register("single_index")
 class SingleIndex(Task):
     Config = SingleIndexConfig
-    truth_keys = ("w_star",)
+    truth_keys = ("w_star", "projection")  # index_truth
+    latents = (
+        Latent(
+            "projection",
+            "real",
+            "projection",
+            about="w*·x, the single index σ reads: what a network aligned with w* computes first (Damian et al.)",
+        ),
+    )
 
     def __init__(self, cfg: SingleIndexConfig):
         super().__init__(cfg)
@@ -98,11 +115,12 @@ class SingleIndex(Task):
         cfg = self.cfg
         x = torch.randn(batch_size, 1, cfg.d, generator=generator, device=device)
         w = self.w_star.to(device)
-        y = hermite(x[..., 0, :] @ w, cfg.k_star)[:, None]
+        z = x[..., 0, :] @ w
+        y = hermite(z, cfg.k_star)[:, None]
         if cfg.noise:
             y = y + cfg.noise * torch.randn(batch_size, 1, generator=generator, device=device)
         mask = torch.ones(batch_size, 1, dtype=torch.bool, device=device)
-        return Batch(x, y, mask, {"w_star": w.expand(batch_size, -1)})
+        return Batch(x, y, mask, index_truth(w, z))
 
     def metrics(self, logits: Float[Tensor, "batch out_pos 1"], batch: Batch) -> dict[str, float]:
         """`loss`, what training minimises; `squared_error`; `explained`, the share of the targets' variance

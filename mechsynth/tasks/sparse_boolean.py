@@ -15,8 +15,18 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from mechsynth.config import MAX_CTX, MAX_SEED, check, check_fields, doc, validates_itself
-from mechsynth.tasks.base import TASKS, Batch, Task, TaskSpec, align, readout_batch, readout_labels, task_generator
-from mechsynth.tasks.sparse_parity import MAX_TRAIN_BITS
+from mechsynth.tasks.base import (
+    TASKS,
+    Batch,
+    Latent,
+    Task,
+    TaskSpec,
+    align,
+    readout_batch,
+    readout_labels,
+    task_generator,
+)
+from mechsynth.tasks.sparse_parity import MAX_TRAIN_BITS, readout_latents, support_bits
 
 
 @validates_itself
@@ -95,17 +105,31 @@ def truth_table(function: str, s: int, table: tuple[int, ...] = ()) -> Int[Tenso
     }[function]
 
 
-def selection_truth(bits: Int[Tensor, "batch bit"], support: Int[Tensor, "support"]) -> dict[str, Any]:
+def selection_truth(
+    bits: Int[Tensor, "batch bit"], support: Int[Tensor, "support"], label: Int[Tensor, "batch"]
+) -> dict[str, Any]:
     """Batch.truth of sparse_boolean: `support` [support], the s positions the function reads (sorted);
-    `readout`, the readout token's position (an int: it follows the T bits)."""
-    return {"support": support, "readout": bits.shape[1]}
+    `readout`, the readout token's position (an int: it follows the T bits); `label` [batch], the function's
+    value (the target); `bit:<i>` [batch] for i < s, the i-th bit of S (`support_bits`)."""
+    return {"support": support, "readout": bits.shape[1], "label": label} | support_bits(bits, support)
 
 
 @TASKS.register("sparse_boolean")
 class SparseBoolean(Task):
     Config = SparseBooleanConfig
-    truth_keys = ("support", "readout")  # selection_truth
     patch_metric = "logit_diff"
+
+    @property
+    def truth_keys(self) -> tuple[str, ...]:  # type: ignore[override]
+        """S, the readout position, the label and each bit of S (selection_truth)."""
+        return ("support", "readout", "label") + tuple(f"bit:{i}" for i in range(self.cfg.s))
+
+    @property
+    def latents(self) -> tuple[Latent, ...]:  # type: ignore[override]
+        """The label and each bit of S, at the readout."""
+        return readout_latents(
+            self.support, "the function's value, computed at the readout from the bits of S (Edelman et al.)"
+        )
 
     def __init__(self, cfg: SparseBooleanConfig):
         super().__init__(cfg)
@@ -150,9 +174,8 @@ class SparseBoolean(Task):
         that a model fits it; None when training samples are fresh."""
         if self._train_set is None:
             return None
-        return readout_batch(
-            self._train_set, self.label(self._train_set), selection_truth(self._train_set, self.support)
-        )
+        labels = self.label(self._train_set)
+        return readout_batch(self._train_set, labels, selection_truth(self._train_set, self.support, labels))
 
     def pivotal(self, bits: Int[Tensor, "batch bit"]) -> Bool[Tensor, "batch support"]:
         """Which bits of S change the label when flipped, in each sequence."""
@@ -177,7 +200,8 @@ class SparseBoolean(Task):
             u = torch.rand(bits.shape[0], self.cfg.s, generator=generator).to(device)
             pos = self.support.to(device)[(u + self.pivotal(bits)).argmax(-1)]
         bits = bits.scatter(1, pos[:, None], 1 - bits.gather(1, pos[:, None]))
-        return readout_batch(bits, self.label(bits), selection_truth(bits, self.support.to(device)))
+        labels = self.label(bits)
+        return readout_batch(bits, labels, selection_truth(bits, self.support.to(device), labels))
 
     def sample(self, batch_size, generator, device="cpu", split="train") -> Batch:
         self.check_split(split)
@@ -186,7 +210,8 @@ class SparseBoolean(Task):
             bits = self._train_set.to(device)[idx]
         else:
             bits = (torch.rand(batch_size, self.cfg.length, generator=generator, device=device) < self.p_one).long()
-        return readout_batch(bits, self.label(bits), selection_truth(bits, self.support.to(device)))
+        labels = self.label(bits)
+        return readout_batch(bits, labels, selection_truth(bits, self.support.to(device), labels))
 
 
 def balanced_accuracy(logits: Float[Tensor, "batch out_pos d_vocab_out"], batch: Batch) -> float:

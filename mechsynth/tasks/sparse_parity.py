@@ -13,7 +13,16 @@ from jaxtyping import Int
 from torch import Tensor
 
 from mechsynth.config import MAX_CTX, MAX_SEED, check, check_fields, doc, validates_itself
-from mechsynth.tasks.base import TASKS, Batch, Task, TaskSpec, readout_batch, readout_labels, task_generator
+from mechsynth.tasks.base import (
+    TASKS,
+    Batch,
+    Latent,
+    Task,
+    TaskSpec,
+    readout_batch,
+    readout_labels,
+    task_generator,
+)
 
 
 # The fixed training set (n_train examples of n bits) is built when the config is read: 2**26 bits are
@@ -74,20 +83,53 @@ def parity_labels(bits: Int[Tensor, "*batch bit"], support: Int[Tensor, "support
     return bits[..., support].sum(-1) % 2
 
 
+def support_bits(bits: Int[Tensor, "batch bit"], support: Int[Tensor, "support"]) -> dict[str, Int[Tensor, "batch"]]:
+    """`bit:<i>` [batch] for each i < |S|: the value (token id, 0 or 1) of the i-th bit of S in each sequence."""
+    return {f"bit:{i}": v for i, v in enumerate(bits[:, support].unbind(1))}
+
+
+def readout_latents(support: Int[Tensor, "support"], label: str) -> tuple[Latent, ...]:
+    """The label (`label`: what it is, for people) and a categorical latent `bit:<i>` per bit of S, at the readout:
+    what attention to S gathers there."""
+    bits = tuple(
+        Latent(
+            f"bit:{i}",
+            "categorical",
+            f"bit:{i}",
+            2,
+            where="scored",
+            about=f"the value of the bit at position {p}, the {i}-th of S, gathered at the readout",
+        )
+        for i, p in enumerate(support.tolist())
+    )
+    return (Latent("label", "categorical", "label", 2, where="scored", about=label),) + bits
+
+
 def parity_truth(
     bits: Int[Tensor, "batch bit"], support: Int[Tensor, "support"], label: Int[Tensor, "batch"]
 ) -> dict[str, Any]:
     """Batch.truth of sparse_parity: `support` [support], the positions of the k bits the label reads
     (sorted); `label` [batch], the label before noise; `readout`, the readout token's position (an int:
-    it follows the n bits)."""
-    return {"support": support, "label": label, "readout": bits.shape[1]}
+    it follows the n bits); `bit:<i>` [batch] for i < k, the i-th bit of S (`support_bits`)."""
+    return {"support": support, "label": label, "readout": bits.shape[1]} | support_bits(bits, support)
 
 
 @TASKS.register("sparse_parity")
 class SparseParity(Task):
     Config = SparseParityConfig
-    truth_keys = ("support", "label", "readout")  # S, the label before noise, the readout position (parity_truth)
     patch_metric = "logit_diff"
+
+    @property
+    def truth_keys(self) -> tuple[str, ...]:  # type: ignore[override]
+        """S, the label before noise, the readout position and each bit of S (parity_truth)."""
+        return ("support", "label", "readout") + tuple(f"bit:{i}" for i in range(self.cfg.k))
+
+    @property
+    def latents(self) -> tuple[Latent, ...]:  # type: ignore[override]
+        """The label before noise and each bit of S, at the readout."""
+        return readout_latents(
+            self.support, "the parity of S before noise: what Barak et al.'s network computes at the readout"
+        )
 
     def __init__(self, cfg: SparseParityConfig):
         super().__init__(cfg)
