@@ -30,9 +30,8 @@ from typing import Any, Optional
 import torch
 
 from experiments import harness, stats, verdicts
-from mechsynth import probes, tasks
+from mechsynth import hooks, probes, tasks
 from mechsynth.errors import ConfigError
-from mechsynth.probes.automaton_shortcut import layer_names
 
 NAME = "automata_depth"
 
@@ -156,7 +155,7 @@ def one(runs: harness.Runs, c: dict[str, Any], group: str, depth: int, seed: int
 def per_layer(metrics: dict[str, float], prefix: str, n_layers: int) -> dict[str, list[float]]:
     """The probe's `prefix/<target>/<place>` decoding accuracies as one list per target, embed first."""
     targets = dict.fromkeys(k.split("/")[1] for k in metrics if k.startswith(prefix + "/"))
-    return {t: [metrics[f"{prefix}/{t}/{place}"] for place in layer_names(n_layers)] for t in targets}
+    return {t: [metrics[f"{prefix}/{t}/{place}"] for place in hooks.residual_places(n_layers)] for t in targets}
 
 
 def mean_per_layer(decodings: list[dict[str, list[float]]]) -> dict[str, list[float]]:
@@ -443,7 +442,7 @@ def plot(s: harness.Session, c: dict[str, Any], data: dict[str, Any]) -> list[Pa
     for i, g in enumerate(groups):
         curves = [r["linear"]["state"] for r in data["runs"] if r["group"] == g and r["depth"] == deepest]
         ax.plot(range(deepest + 1), np.mean(np.array(curves), 0) * 100, "o-", color=f"C{i}", label=g)
-    ax.set_xticks(range(deepest + 1), layer_names(deepest))
+    ax.set_xticks(range(deepest + 1), hooks.residual_places(deepest))
     ax.set_xlabel("residual stream after")
     ax.set_ylabel("linear decoding of the state (%)")
     ax.set_title(f"{deepest}-layer models: where the state becomes linearly decodable", fontsize=10)
@@ -482,9 +481,8 @@ def markdown(c: dict[str, Any], results: dict[str, Any]) -> str:
     return RULES.tables(results)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = harness.parse_args(NAME, __doc__, argv)
-    s = harness.Session(NAME, args)
+@harness.experiment(NAME, __doc__)
+def main(s: harness.Session, args: harness.Args) -> int:
     runs = s.sweep()
     c = grid(runs, args.size)
     by_alphabet, by_length = alphabet_runs(s, runs, c), length_runs(s, runs, c)

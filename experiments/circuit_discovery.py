@@ -387,9 +387,8 @@ def plot(results: dict[str, list[dict[str, Any]]], path: Path) -> Path:
     return harness.save_figure(fig, path)
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    args = harness.parse_args(NAME, __doc__, argv)
-    session = harness.Session(NAME, args)
+@harness.experiment(NAME, __doc__)
+def main(session: harness.Session, args: harness.Args) -> int:
     size = SIZES[args.size]
     cfgs = run_configs(size)
     results: dict[str, list[dict[str, Any]]] = {}

@@ -20,7 +20,7 @@ from __future__ import annotations
 import statistics
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from experiments import harness, stats
 
@@ -99,9 +99,8 @@ def plot(c: dict[str, Any], results: dict[str, Any], path: Path) -> Path:
     return harness.save_figure(fig, path)
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    args = harness.parse_args(NAME, __doc__, argv)
-    session = harness.Session(NAME, args)
+@harness.experiment(NAME, __doc__)
+def main(session: harness.Session, args: harness.Args) -> int:
     c = SIZES[args.size]
     seeds = harness.seeds(c["seeds"])
     runs = session.train_runs(

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from experiments import harness, stats, verdicts
 from mechsynth.analysis import timeline
@@ -165,9 +165,8 @@ def plot(res: dict[str, list[dict[str, Any]]], lrs: tuple[float, ...], path: Pat
     return harness.save_figure(fig, path)
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    args = harness.parse_args(NAME, __doc__, argv)
-    session = harness.Session(NAME, args)
+@harness.experiment(NAME, __doc__)
+def main(session: harness.Session, args: harness.Args) -> int:
     size = SIZES[args.size]
     specs = [({"lr": lr}, seed, run_config(size, lr)) for lr in size["lrs"] for seed in harness.seeds(size["seeds"])]
     runs = session.train_runs(specs)  # each step size's seeds side by side: the same training set, own init and order

@@ -237,9 +237,8 @@ def plot(c: dict[str, Any], rows: list[dict[str, Any]], log_d: float, path: Path
     return harness.save_figure(fig, path)
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    args = harness.parse_args(NAME, __doc__, argv)
-    session = harness.Session(NAME, args)
+@harness.experiment(NAME, __doc__)
+def main(session: harness.Session, args: harness.Args) -> int:
     c = SIZES[args.size]
     cfg = run_config(c)
     runs = session.train_runs(

@@ -238,10 +238,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     path = args.out / "full_cost.json"
     stored = json.loads(path.read_text()) if path.exists() else {}
     entry = stored.get(kind, {"experiments": {}})
+    for earlier in entry["experiments"].values():  # each keeps the commit and date it was measured at
+        earlier.setdefault("commit", entry.get("commit"))
+        earlier.setdefault("date", entry.get("date"))
     for name in names:
         entry["experiments"][name] = {
             **measure(name, args.device, args.warmup, args.steps, args.size, args.budget_s),
             "load_average": round(os.getloadavg()[0], 2),
+            "commit": harness.commit(),
+            "date": time.strftime("%Y-%m-%d"),
         }
         entry.update(
             device=harness.device_name(args.device),

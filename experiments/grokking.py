@@ -497,9 +497,8 @@ def plot_parity(seeds: list[dict[str, Any]], q: dict[str, Any], path: Path) -> P
     return harness.save_figure(fig, path)
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    args = harness.parse_args(NAME, __doc__, argv)
-    session = harness.Session(NAME, args)
+@harness.experiment(NAME, __doc__)
+def main(session: harness.Session, args: harness.Args) -> int:
     size = SIZES[args.size]
     g, q = size["grid"], size["parity"]
     seeds = {part: harness.seeds(size[part]["seeds"]) for part in ("phases", "grid", "parity")}

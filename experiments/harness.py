@@ -6,10 +6,11 @@ A script's runs are a sweep file beside it: experiments/<name>.toml is the CPU s
 and <name>_full.toml (`base = "<name>.toml"`) the others. `Session.sweep()` trains it into --runs
 (seeds side by side where the configs allow; mechsynth/sweep/units.py) and returns the runs to analyse:
 
-    session = harness.Session(NAME, args)
-    runs = session.sweep()                              # experiments/NAME[_size].toml -> args.runs
-    for job in runs.jobs(condition="k3"):               # a grid axis by its key or the key's last part
-        run = runs.load(job)                            # load_run(args.runs / "runs/condition=k3/seed_0")
+    @harness.experiment(NAME, __doc__)                  # main(argv) -> int: parses argv, opens the Session
+    def main(session: harness.Session, args: harness.Args) -> int:
+        runs = session.sweep()                          # experiments/NAME[_size].toml -> args.runs
+        for job in runs.jobs(condition="k3"):           # a grid axis by its key or the key's last part
+            run = runs.load(job)                        # load_run(args.runs / "runs/condition=k3/seed_0")
 
 Runs that are not one grid (adaptive searches) are given in Python, a round at a time: each call trains
 the runs it names (a sweep of explicit configs) into the same directory and returns them; a run already
@@ -28,7 +29,7 @@ import platform
 import sys
 import time
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import torch
 
@@ -46,6 +47,7 @@ EXPERIMENTS = Path(__file__).resolve().parent
 EXAMPLES = EXPERIMENTS.parent / "examples"  # the ready task configs some experiments start from
 # (labels, seed, config): one run of `Session.train_runs`; labels name its point ({"T": 16, "n": 45})
 RunSpec = tuple[Mapping[str, Any], int, Mapping[str, Any]]
+Args = argparse.Namespace  # an experiment's command line, as `parse_args` reads it
 
 
 def parse_args(name: str, doc: str, argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -305,6 +307,22 @@ class Session:
         for claim in out["claims"]:
             print(f"{claim['id']}: {claim['verdict']} — {claim['why']}")
         return path
+
+
+def experiment(name: str, doc: Optional[str]) -> Callable[[Callable[[Session, Args], int]], Callable[..., int]]:
+    """An experiment script's `main`, from the science alone: the decorated function takes the Session and the
+    parsed arguments; what it becomes takes the command line (`main(["--smoke", "--out", DIR])`, None for
+    sys.argv) and raises a user's mistake as `UserError` (`cli` turns that into one line)."""
+
+    def wrap(science: Callable[[Session, Args], int]) -> Callable[..., int]:
+        def main(argv: Optional[Sequence[str]] = None) -> int:
+            args = parse_args(name, doc or "", argv)
+            return science(Session(name, args), args)
+
+        main.__doc__ = science.__doc__
+        return main
+
+    return wrap
 
 
 def cli(main: Any) -> int:

@@ -215,9 +215,8 @@ def plot(results: dict[str, Any], path: Path) -> Path:
     return harness.save_figure(fig, path)
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    args = harness.parse_args(NAME, __doc__, argv)
-    session = harness.Session(NAME, args)
+@harness.experiment(NAME, __doc__)
+def main(session: harness.Session, args: harness.Args) -> int:
     c = SIZES[args.size]
     zero = session.sweep()  # stage 0, the sweep file's grid
     jobs = {(int(j.labels["dim"]), int(j.labels["n"]), j.seed): j for j in zero.plan.jobs}

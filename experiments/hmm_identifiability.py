@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
@@ -164,9 +164,8 @@ def plot(res: dict[str, Any], path: Path) -> Path:
     return harness.save_figure(fig, path)
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    args = harness.parse_args(NAME, __doc__, argv)
-    session = harness.Session(NAME, args)
+@harness.experiment(NAME, __doc__)
+def main(session: harness.Session, args: harness.Args) -> int:
     size = SIZES[args.size]
     conds = conditions(size)
     specs = [

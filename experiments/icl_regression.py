@@ -32,7 +32,7 @@ import inspect
 import math
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from experiments import harness, stats
 from mechsynth import probes
@@ -271,9 +271,8 @@ def plot(c: dict[str, Any], results: dict[str, Any], path: Path) -> Path:
     return harness.save_figure(fig, path)
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    args = harness.parse_args(NAME, __doc__, argv)
-    session = harness.Session(NAME, args)
+@harness.experiment(NAME, __doc__)
+def main(session: harness.Session, args: harness.Args) -> int:
     c = SIZES[args.size]
     runs = session.train_runs(run_configs(c))
     seeds = harness.seeds(c["seeds"])

@@ -282,9 +282,8 @@ def parity_sweep_file(size: str) -> Path:
     return harness.EXPERIMENTS / (f"{NAME}_parity.toml" if size == "cpu" else f"{NAME}_parity_{size}.toml")
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    args = harness.parse_args(NAME, __doc__, argv)
-    session = harness.Session(NAME, args)
+@harness.experiment(NAME, __doc__)
+def main(session: harness.Session, args: harness.Args) -> int:
     size = SIZES[args.size]
     runs = session.sweep()
     conditions = list(dict.fromkeys(j.labels["condition"] for j in runs.plan.jobs))

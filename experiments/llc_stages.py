@@ -247,10 +247,9 @@ def plot(seeds: list[dict[str, Any]], path: Path) -> Path:
     return harness.save_figure(fig, path)
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    args = harness.parse_args(NAME, __doc__, argv)
+@harness.experiment(NAME, __doc__)
+def main(session: harness.Session, args: harness.Args) -> int:
     warnings.filterwarnings("ignore", message="llc: ")  # each estimate's diagnostics are in the JSON
-    session = harness.Session(NAME, args)
     size = SIZES[args.size]
     cfg = config_of(size["toml"])
     runs = session.train_runs([({"condition": "k3"}, seed, cfg) for seed in harness.seeds(size["seeds"])])

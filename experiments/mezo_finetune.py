@@ -25,7 +25,7 @@ from __future__ import annotations
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 import torch
 
@@ -193,9 +193,8 @@ def plot(c: dict[str, Any], seeds: list[dict[str, Any]], path: Path) -> Path:
     return harness.save_figure(fig, path)
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    args = harness.parse_args(NAME, __doc__, argv)
-    session = harness.Session(NAME, args)
+@harness.experiment(NAME, __doc__)
+def main(session: harness.Session, args: harness.Args) -> int:
     c = SIZES[args.size]
     seeds = harness.seeds(c["seeds"])
     pre = session.train_runs([({"stage": "pretrain"}, seed, pretrain_config(c)) for seed in seeds])

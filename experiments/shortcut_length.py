@@ -44,8 +44,7 @@ from typing import Any, Optional
 import torch
 
 from experiments import harness, stats
-from mechsynth import probes
-from mechsynth.probes.automaton_shortcut import layer_names
+from mechsynth import hooks, probes
 
 NAME = "shortcut_length"
 LEVELS = (0.8, 0.9, 0.98)  # ignore probabilities of the out-of-distribution flip-flop sets (training: 1/3)
@@ -147,7 +146,7 @@ def car_row(run: Any, c: dict[str, Any], positional: str, seed: int) -> dict[str
 def per_layer(metrics: dict[str, float], prefix: str, n_layers: int) -> dict[str, list[float]]:
     """The probe's `prefix/<target>/<place>` decoding accuracies (%) as one list per target, embedding first."""
     targets = dict.fromkeys(k.split("/")[1] for k in metrics if k.startswith(prefix + "/"))
-    return {t: [round(100 * metrics[f"{prefix}/{t}/{p}"], 1) for p in layer_names(n_layers)] for t in targets}
+    return {t: [round(100 * metrics[f"{prefix}/{t}/{p}"], 1) for p in hooks.residual_places(n_layers)] for t in targets}
 
 
 def car_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -311,7 +310,7 @@ def plot_car(s: harness.Session, c: dict[str, Any], car: dict[str, Any]) -> Path
     ax.set_ylim(0, 102)
     ax.set_title(f"car on a circle, {c['car']['n_layers']}-layer transformers", fontsize=10)
     ax.legend(fontsize=7)
-    places = layer_names(c["car"]["n_layers"])
+    places = hooks.residual_places(c["car"]["n_layers"])
     dec = car["summary"]["standard"]["decoding_mean"]
     for i, target in enumerate(dec["within_T"]):
         ax2.plot(places, dec["within_T"][target], "o-", color=f"C{i}", label=f"{target}, within T")
@@ -370,9 +369,8 @@ def plot_flipflop(s: harness.Session, ff: dict[str, Any]) -> Path:
     return harness.save_figure(fig, s.args.out / f"{NAME}_flipflop.png")
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    args = harness.parse_args(NAME, __doc__, argv)
-    s = harness.Session(NAME, args)
+@harness.experiment(NAME, __doc__)
+def main(s: harness.Session, args: harness.Args) -> int:
     runs = s.sweep()
     c = grid(runs, args.size)
     seeds = c["seeds"]

@@ -170,9 +170,8 @@ def plot(c: dict[str, Any], results: dict[str, Any], path: Path) -> Path:
     return harness.save_figure(fig, path)
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    args = harness.parse_args(NAME, __doc__, argv)
-    session = harness.Session(NAME, args)
+@harness.experiment(NAME, __doc__)
+def main(session: harness.Session, args: harness.Args) -> int:
     c = SIZES[args.size]
     seeds, k = harness.seeds(c["seeds"]), c["k_star"]
     points = [(arm, d, f) for arm in ARMS for d in c["dims"] for f in c["factors"]]

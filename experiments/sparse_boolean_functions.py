@@ -292,9 +292,8 @@ def plot(c: dict[str, Any], rows: list[dict[str, Any]], path: Path) -> Path:
     return harness.save_figure(fig, path)
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    args = harness.parse_args(NAME, __doc__, argv)
-    session = harness.Session(NAME, args)
+@harness.experiment(NAME, __doc__)
+def main(session: harness.Session, args: harness.Args) -> int:
     c = SIZES[args.size]
     cells = [(kind, s, seed) for s in c["s_values"] for kind in KINDS for seed in harness.seeds(c["seeds"])]
     runs = session.train_runs(

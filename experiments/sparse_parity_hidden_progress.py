@@ -750,9 +750,8 @@ def plot_width_samples(summary: dict[str, Any], path: Path) -> Path:
     return harness.save_figure(fig, path)
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    args = harness.parse_args(NAME, __doc__, argv)
-    session = harness.Session(NAME, args)
+@harness.experiment(NAME, __doc__)
+def main(session: harness.Session, args: harness.Args) -> int:
     size, tf_size, grid = SIZES[args.size], SIZES[args.size]["transformer"], SIZES[args.size]["grid"]
     hp_n = size["hp_n"]
     mlps = {

@@ -672,9 +672,8 @@ def plot(s: harness.Session, c: dict[str, Any], data: dict[str, Any]) -> list[Pa
     return paths
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = harness.parse_args(NAME, __doc__, argv)
-    s = harness.Session(NAME, args)
+@harness.experiment(NAME, __doc__)
+def main(s: harness.Session, args: harness.Args) -> int:
     c = SIZES[args.size]
     found, rounds, extended = measure(s, c)
     every = [r for cells in found.values() for n in sorted(cells) for r in cells[n]]

@@ -446,9 +446,8 @@ def plot_trigram(res: dict[str, Any], path: Path) -> Path:
     return harness.save_figure(fig, path)
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    args = harness.parse_args(NAME, __doc__, argv)
-    session = harness.Session(NAME, args)
+@harness.experiment(NAME, __doc__)
+def main(session: harness.Session, args: harness.Args) -> int:
     size = SIZES[args.size]
     runs = session.sweep()
     res: dict[str, Any] = {}

@@ -11,7 +11,7 @@ import pytest
 import torch
 from experiment_files import script as load
 
-from experiments import stats
+from experiments import stats, verdicts
 from mechsynth import load_run
 from mechsynth.errors import ConfigError, UserError
 from mechsynth.runs import io
@@ -798,3 +798,71 @@ def test_a_round_may_keep_runs_that_diverge_as_an_outcome(tmp_path):
     assert runs.run(0, lr="huge").steps[-1] < 10 and runs.run(0, lr="fine").steps[-1] == 10
     with pytest.raises(UserError, match="1 training job.* failed, first runs/lr=huge/seed_0: DivergedError"):
         s.train_runs(spec, seed_keys=("task.seed",))
+
+
+@pytest.mark.smoke
+def test_latent_features_smoke(tmp_path):
+    out = run_smoke("latent_features", tmp_path)
+    module = load("latent_features")
+    rows = out["results"]["runs"]
+    assert {r["task"] for r in rows} == set(module.TASKS)
+    for r in rows:
+        assert r["sae_steps"][0] == 0 and set(r["sae_steps"]) <= set(r["steps"])
+        for v in r["latents"].values():
+            assert len(v["read"]) == len(r["steps"]) and len(v["sae"]) == len(r["sae_steps"])
+            assert 0 <= v["shuffled_sae"] <= 1
+    hmm = next(r for r in rows if r["task"] == "HMM")
+    assert 0 < hmm["ceilings"]["local"] <= hmm["ceilings"]["filter"] + 0.05
+    assert [c["id"] for c in out["claims"]] == [c.id for c in verdicts.rules_of("latent_features").CLAIMS]
+    assert all(c["control"] is not None for c in out["claims"])
+
+
+def test_latent_features_controls_fail_where_the_data_holds_the_claim():
+    """Planted results where every claim holds: each rule says so, and each negative control is rejected."""
+    from experiments.rules import latent_features as rules
+
+    steps, sae_steps = [0, 10, 100, 1000], [0, 100, 1000]
+
+    def latent(read: list[float], sae: list[float]) -> dict:
+        return {
+            "read": read,
+            "accuracy": read,
+            "chance": [0.0] * 4,
+            "sae": sae,
+            "shuffled_read": 0.01,
+            "shuffled_sae": 0.55,
+        }
+
+    rows = []
+    for task in ("D8", "C2^3", "Q8"):
+        for seed in range(3):
+            state = latent([0.0, 0.2, 0.95, 0.99], [0.5, 0.6, 0.97])
+            factors = {} if task == "Q8" else {"f": latent([0.0, 0.3, 0.9, 0.95], [0.5, 0.7, 0.95])}
+            rows.append(
+                {
+                    "task": task,
+                    "seed": seed,
+                    "acc": 1.0,
+                    "steps": steps,
+                    "sae_steps": sae_steps,
+                    "latents": {"state": state, **factors},
+                }
+            )
+    for seed in range(3):
+        hidden = latent([0.3, 0.4, 0.5, 0.56], [0.5, 0.5, 0.6])
+        rows.append(
+            {
+                "task": "HMM",
+                "seed": seed,
+                "acc": 0.5,
+                "steps": steps,
+                "sae_steps": sae_steps,
+                "latents": {"hidden": hidden},
+                "ceilings": {"filter": 0.56, "local": 0.52},
+            }
+        )
+    results = {"runs": rows, "steps": 1000}
+    for claim in rules.CLAIMS:
+        got = verdicts.judged(claim, results)
+        assert got["rule_verdict"] == "matches", (claim.id, got["why"])
+        assert got["control"]["verdict"] != "matches", (claim.id, got["control"])
