@@ -7,7 +7,9 @@ Each row trains the demo config for --steps steps with `mechsynth train` (a fres
 reads the run's own training time. "busy": --busy processes spinning in plain Python for the whole row (what a
 second training job or a browser does to a laptop). "default": MECHSYNTH_THREADS and OMP_WAIT_POLICY set to what
 torch does without mechsynth (every core; ACTIVE); "mechsynth": neither set. Prints steps/s and, last, the share of
-its idle pace each keeps when busy, and writes OUT/threads_under_load.json (for docs/speed.md).
+its idle pace each keeps when busy, against the most a fair scheduler leaves it: "one thread" is the idle pace of a
+single thread, and beside --busy spinning processes one thread gets at most cores / (busy + 1) of a core. Writes
+OUT/threads_under_load.json (OUT/threads_under_load_busyN.json for --busy N other than 2), for docs/speed.md.
 """
 
 from __future__ import annotations
@@ -88,21 +90,27 @@ def main() -> int:
         "default": {**base, "MECHSYNTH_THREADS": str(os.cpu_count()), "OMP_WAIT_POLICY": "ACTIVE"},
         "mechsynth": base,
     }
-    print(f"{os.cpu_count()} cores, load before {os.getloadavg()[0]:.1f}; demo config, {args.steps} steps")
+    cores = os.cpu_count() or 1
+    print(f"{cores} cores, load before {os.getloadavg()[0]:.1f}; demo config, {args.steps} steps")
     result = {}
     for name, env in ways.items():
         for busy in (0, args.busy):
             result[name, busy] = pace(args.steps, env, busy)
             rate, n = result[name, busy]
             print(f"{name:<10} {'busy' if busy else 'idle':<5} {rate:8.1f} steps/s  ({n} threads)", flush=True)
+    result["one thread", 0] = pace(args.steps, {**base, "MECHSYNTH_THREADS": "1"}, 0)
+    print(f"{'one thread':<10} idle  {result['one thread', 0][0]:8.1f} steps/s", flush=True)
+    ceiling = min(1.0, cores / (args.busy + 1)) * result["one thread", 0][0] / result["mechsynth", 0][0]
     for name in ways:
         print(f"{name}: busy keeps {result[name, args.busy][0] / result[name, 0][0]:.0%} of its idle pace")
+    print(f"a fair scheduler leaves one thread at most {ceiling:.0%} of mechsynth's idle pace")
     from experiments import harness
 
     record = {
         "steps": args.steps,
         "busy_processes": args.busy,
-        "cores": os.cpu_count(),
+        "cores": cores,
+        "fair_share_ceiling": round(ceiling, 3),
         "rows": [
             {"way": name, "busy": bool(busy), "steps_per_s": round(rate, 2), "threads": n}
             for (name, busy), (rate, n) in result.items()
@@ -113,7 +121,8 @@ def main() -> int:
         "wall_time_s": round(time.time() - started),
         "date": time.strftime("%Y-%m-%d"),
     }
-    (args.out / "threads_under_load.json").write_text(json.dumps(record, indent=1) + "\n")
+    name = "threads_under_load.json" if args.busy == 2 else f"threads_under_load_busy{args.busy}.json"
+    (args.out / name).write_text(json.dumps(record, indent=1) + "\n")
     return 0
 
 
