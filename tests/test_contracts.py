@@ -11,6 +11,7 @@ import math
 import os
 import subprocess
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -26,20 +27,26 @@ ROOT = Path(__file__).resolve().parents[1]
 TOY = Path(__file__).resolve().parent / "toy"
 
 
+def _tasks_named(nodes: Iterable[ast.AST]) -> set[str]:
+    """The tasks named by the `pytest.mark.reference("<task>")` calls among `nodes`."""
+    return {
+        node.args[0].value
+        for node in nodes
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "reference"
+        and node.args
+        and isinstance(node.args[0], ast.Constant)
+    }
+
+
+def _test_trees() -> list[ast.Module]:
+    return [ast.parse(path.read_text()) for path in Path(__file__).parent.glob("test_*.py")]
+
+
 def _reference_markers() -> set[str]:
     """Tasks named by `@pytest.mark.reference("<task>")` on a test in tests/."""
-    named = set()
-    for path in Path(__file__).parent.glob("test_*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if (
-                isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Attribute)
-                and node.func.attr == "reference"
-                and node.args
-                and isinstance(node.args[0], ast.Constant)
-            ):
-                named.add(node.args[0].value)
-    return named
+    return set().union(*(_tasks_named(ast.walk(tree)) for tree in _test_trees()))
 
 
 @pytest.mark.parametrize("name", tasks.names())
@@ -64,20 +71,14 @@ def test_every_task_carries_the_truth_it_declares(name):
 
 def _latent_reference_tests() -> set[str]:
     """Tasks named by `@pytest.mark.reference("<task>")` on a test named `test_latents_match_a_slow_reference`."""
-    named = set()
-    for path in Path(__file__).parent.glob("test_*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.FunctionDef) and node.name == "test_latents_match_a_slow_reference":
-                for mark in node.decorator_list:
-                    if (
-                        isinstance(mark, ast.Call)
-                        and isinstance(mark.func, ast.Attribute)
-                        and mark.func.attr == "reference"
-                        and mark.args
-                        and isinstance(mark.args[0], ast.Constant)
-                    ):
-                        named.add(mark.args[0].value)
-    return named
+    return set().union(
+        *(
+            _tasks_named(node.decorator_list)
+            for tree in _test_trees()
+            for node in ast.walk(tree)
+            if isinstance(node, ast.FunctionDef) and node.name == "test_latents_match_a_slow_reference"
+        )
+    )
 
 
 @pytest.mark.parametrize("name", tasks.names())
