@@ -1,12 +1,12 @@
 """Is each sequence's weight vector w linearly readable from the residual stream (in-context linear regression)?
 
-Closed-form ridge regression from the residual stream after each layer (`embed`: before the first) to w,
-fit on the first half of the held-out sequences and scored on the other half by R² (1 − residual / total sum of
-squares over the coordinates of w): ~1 where the stream holds w linearly, ~0 (or below) where it holds nothing
-of it. Rows are the positions that have seen at least d examples — from there on the context determines w (up to
-label noise) — at the y tokens (`r2/<place>`: the stream right after an example is read) and at the x tokens
-(`r2_x/<place>`: where the model answers the next query); sequences shorter than d give their last y and x.
-`r2` is the last layer's, at the y tokens. A model that regresses without forming w (averaging similar x's)
+Closed-form ridge regression from the residual stream after each layer (`embed`: before the first) to w, fit on the
+first half of the held-out sequences and scored on the other half by R² (1 − residual / total sum of squares over
+the coordinates of w): ~1 where the stream holds w linearly, ~0 (or below) where it holds nothing of it. Rows are
+the positions that have seen at least d examples (the task's truth `w_defined`) — from there on the context
+determines w (up to label noise) — at the y tokens (`r2/<place>`: the stream right after an example is read) and at
+the x tokens (`r2_x/<place>`: where the model answers the next query); sequences shorter than d give their last y
+and x. `r2` is the last layer's, at the y tokens. A model that regresses without forming w (averaging similar x's)
 scores low although its predictions may be good; with label noise even the posterior mean of w, and so a perfect
 reader, falls short of 1.
 
@@ -50,16 +50,6 @@ def ridge_r2(
     residual = (test_y - b @ coef).square().sum()
     total = (test_y - test_y.mean(0)).square().sum().clamp_min(1e-12)
     return float(1 - residual / total)
-
-
-def rows(n_examples: int, d: int, at: str) -> list[int]:
-    """The positions read: those of the y tokens (odd) or x tokens (even) that have seen at least d examples,
-    or the last such token when the sequence has fewer than d; the 2k-token layout x_1, y_1, ..., x_k, y_k."""
-    if at == "y":  # y_i (1-based) is at 2i − 1 and has seen i examples
-        seen = [i for i in range(d, n_examples + 1)] or [n_examples]
-        return [2 * i - 1 for i in seen]
-    seen = [i for i in range(d, n_examples)] or [n_examples - 1]  # x_{i+1} is at 2i and has seen i
-    return [2 * i for i in seen]
 
 
 def decode(
@@ -109,15 +99,22 @@ SECTION = Section(
 )
 
 
-@register("w_decoding", reads={"data": hooks.residual_stream}, truth=("w",), threshold=float("inf"), section=SECTION)
+@register(
+    "w_decoding",
+    reads={"data": hooks.residual_stream},
+    truth=("w", "w_defined"),
+    threshold=float("inf"),
+    section=SECTION,
+)
 def w_decoding(view: View) -> ProbeResult:
     batch, cache = view.batch("data"), view.cache("data")
     w = batch.truth["w"].to(cache[hooks.resid_pre(0)].device)
-    n_examples, d = batch.tokens.shape[1] // 2, w.shape[1]
+    # the task's own positions from which the context determines w, the same in every sequence: x_1, y_1, ... puts
+    # the y tokens at odd positions
+    defined = batch.truth["w_defined"][0].nonzero().flatten().tolist()
     metrics: dict[str, float] = {}
-    for at, prefix in (("y", "r2"), ("x", "r2_x")):
-        metrics |= {
-            f"{prefix}/{place}": v for place, v in decode(cache, view.n_layers, w, rows(n_examples, d, at)).items()
-        }
+    for parity, prefix in ((1, "r2"), (0, "r2_x")):
+        positions = [p for p in defined if p % 2 == parity]
+        metrics |= {f"{prefix}/{place}": v for place, v in decode(cache, view.n_layers, w, positions).items()}
     metrics["r2"] = metrics[f"r2/{hooks.residual_places(view.n_layers)[-1]}"]
     return ProbeResult("w_decoding", None, metrics)
