@@ -11,13 +11,18 @@ from pathlib import Path
 HEAVY = ("torch", "transformer_lens", "wandb", "matplotlib", "devinterp", "circuitsvis")
 
 
-def test_help_imports_none_of_the_heavy_libraries():
-    code = (
-        "import sys\nfrom mechsynth.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit as e:\n"
-        "    assert e.code == 0\nprint(sorted(m for m in sys.modules if m.split('.')[0] in %r))" % (HEAVY,)
-    )
+def _in_fresh_python(body: str) -> subprocess.CompletedProcess:
+    """`body` run by a new interpreter, which then prints, on its last line, the heavy libraries it imported."""
+    code = f"import sys\n{body}\nprint(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r}))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
+    return done
+
+
+def test_help_imports_none_of_the_heavy_libraries():
+    done = _in_fresh_python(
+        "from mechsynth.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit as e:\n    assert e.code == 0"
+    )
     assert "bench-circuits" in done.stdout and done.stdout.strip().splitlines()[-1] == "[]", done.stdout[-500:]
 
 
@@ -61,13 +66,9 @@ def test_a_config_mistake_is_found_before_torch_is_imported(tmp_path):
     }
     for section, text in bad.items():
         (tmp_path / f"{section}.toml").write_text(text)
-        code = (
-            "import sys\nfrom mechsynth.cli import main\nassert main(['train', %r]) == 2\n"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in %r))"
-            % (str(tmp_path / f"{section}.toml"), HEAVY)
+        done = _in_fresh_python(
+            f"from mechsynth.cli import main\nassert main(['train', {str(tmp_path / f'{section}.toml')!r}]) == 2"
         )
-        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-        assert done.returncode == 0, done.stderr[-2000:]
         assert done.stdout.strip().splitlines()[-1] == "[]", (section, done.stdout[-500:])
         assert done.stderr.startswith(f"mechsynth: error: {section}.") and done.stderr.count("\n") == 1, done.stderr
 
@@ -96,12 +97,7 @@ def test_a_task_file_added_since_the_listing_was_written_is_listed_by_the_regist
 
 
 def test_tasks_and_probes_list_without_torch_and_with_plugins_live(tmp_path):
-    code = (
-        "import sys\nfrom mechsynth.cli import main\nassert main(['tasks']) == 0 and main(['probes']) == 0\n"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in %r))" % (HEAVY,)
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
+    done = _in_fresh_python("from mechsynth.cli import main\nassert main(['tasks']) == 0 and main(['probes']) == 0")
     assert "latent variables (default config): state" in done.stdout and "dictionary:" in done.stdout
     assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout[-500:]
     plugin = tmp_path / "my_task.py"
