@@ -6,6 +6,7 @@ optimizer are one new file each (tests/toy/), with nothing else edited."""
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import math
 import os
@@ -40,8 +41,9 @@ def _tasks_named(nodes: Iterable[ast.AST]) -> set[str]:
     }
 
 
-def _test_trees() -> list[ast.Module]:
-    return [ast.parse(path.read_text()) for path in Path(__file__).parent.glob("test_*.py")]
+@functools.cache  # parsed once: each task's parameter of two tests asks
+def _test_trees() -> tuple[ast.Module, ...]:
+    return tuple(ast.parse(path.read_text()) for path in Path(__file__).parent.glob("test_*.py"))
 
 
 def _reference_markers() -> set[str]:
